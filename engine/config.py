@@ -1,0 +1,97 @@
+"""`EngineConfig`: every knob of the engine, validated when it is built.
+
+Names follow vLLM's vocabulary (`max_num_seqs`, `max_num_batched_tokens`, `block_size`, ...) so
+that an engineer who knows vLLM can read a preset without a glossary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from engine.errors import ConfigError
+
+SCHEDULING_POLICIES = ("fcfs", "priority")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass
+class EngineConfig:
+    # Model: the alias "smollm2-135m" (the bundled GGUF), a .gguf file or a Hugging Face directory.
+    model: str = "smollm2-135m"
+    # "auto" picks CUDA when available, else CPU.
+    device: str = "auto"
+    # "auto" is float32 on CPU and bfloat16 on CUDA.
+    dtype: str = "auto"
+    # Longest prompt + output a request may have; None means the model's own context length.
+    max_model_len: int | None = None
+
+    # Paged KV cache. Tokens per block: smaller blocks waste less memory at the end of each
+    # sequence but make block tables longer.
+    block_size: int = 16
+    # KV cache size: an int is bytes; a float in (0, 1] is a fraction of the device's free memory.
+    kv_cache_memory: int | float = 1 << 30
+    # Exact number of KV blocks, overriding kv_cache_memory (for experiments and tests).
+    num_kv_blocks: int | None = None
+    enable_prefix_caching: bool = True
+
+    # Continuous batching: at most this many sequences and this many tokens in one step.
+    # More sequences raise tokens/s and per-user latency together.
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 1024
+    # Split long prompts over several steps that also carry decodes, instead of one huge step.
+    enable_chunked_prefill: bool = True
+    # Admission control: prompts of at least this many tokens wait in their own queue, and at most
+    # max_long_prefills of them prefill at once, each in chunks of at most this many tokens.
+    # 0 turns the long-prompt queue off (one FIFO queue for everyone).
+    long_prompt_threshold: int = 512
+    max_long_prefills: int = 1
+    # "fcfs" serves in arrival order; "priority" serves lower `priority` values first.
+    scheduling_policy: str = "fcfs"
+
+    # Seed for requests that carry none of their own.
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, minimum in (
+            ("block_size", 1),
+            ("max_num_seqs", 1),
+            ("max_num_batched_tokens", 1),
+            ("max_long_prefills", 1),
+            ("long_prompt_threshold", 0),
+        ):
+            _require_int(name, getattr(self, name), minimum)
+        if self.max_model_len is not None:
+            _require_int("max_model_len", self.max_model_len, 2)
+        if self.num_kv_blocks is not None:
+            _require_int("num_kv_blocks", self.num_kv_blocks, 1)
+        memory = self.kv_cache_memory
+        if isinstance(memory, bool) or not isinstance(memory, (int, float)):
+            raise ConfigError(f"kv_cache_memory: expected bytes (int) or a fraction (float), got {memory!r}")
+        if isinstance(memory, float) and not 0.0 < memory <= 1.0:
+            raise ConfigError(f"kv_cache_memory: a fraction must be in (0, 1], got {memory}")
+        if isinstance(memory, int) and memory < 1:
+            raise ConfigError(f"kv_cache_memory: expected a positive number of bytes, got {memory}")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ConfigError(
+                f"scheduling_policy: expected one of {', '.join(SCHEDULING_POLICIES)}, got {self.scheduling_policy!r}"
+            )
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
+            raise ConfigError(f"device: expected 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+        if not isinstance(self.model, str) or not self.model:
+            raise ConfigError(f"model: expected an alias, a .gguf file or a directory, got {self.model!r}")
+
+    @property
+    def long_prompt_queue_enabled(self) -> bool:
+        return self.long_prompt_threshold > 0
+
+    def to_dict(self) -> dict:
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+
+def _require_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name}: expected an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{name}: expected at least {minimum}, got {value}")

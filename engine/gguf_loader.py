@@ -1,0 +1,146 @@
+"""Read a llama.cpp GGUF file: shape from metadata, tensors dequantized to float32, tokenizer.
+
+Dequantization (Q4_0, Q4_1, Q8_0, K-quants, ...) is the `gguf` package's own numpy code, the
+reference implementation maintained with llama.cpp.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+
+from engine.errors import ModelLoadError
+from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
+from engine.model_source import ModelSource, ProgressCallback
+from engine.tokenizer import Tokenizer
+
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+
+
+def read_gguf(path: Path, progress: ProgressCallback) -> ModelSource:
+    progress("read file", 0.0)
+    reader = _open_reader(path)
+    metadata = _metadata(reader)
+    config = _model_config(metadata, reader, path)
+    tokenizer = Tokenizer.from_gguf_metadata(metadata, path)
+    tensors: dict[str, torch.Tensor] = {}
+    for index, tensor in enumerate(reader.tensors):
+        name = _hf_name(tensor.name, path)
+        values = _dequantize(tensor, path)
+        # llama.cpp's converter permutes Llama's q/k rows to interleave rotary pairs; undo it so
+        # the weights match the Hugging Face rotate-half layout our decoder uses.
+        if config.architecture == "llama" and tensor.name.endswith(("attn_q.weight", "attn_q.bias")):
+            values = _unpermute_rotary_rows(values, config.num_heads)
+        elif config.architecture == "llama" and tensor.name.endswith(("attn_k.weight", "attn_k.bias")):
+            values = _unpermute_rotary_rows(values, config.num_kv_heads)
+        tensors[name] = torch.from_numpy(np.array(values, dtype=np.float32))  # a copy: the file is mapped read-only
+        progress("dequantize", (index + 1) / len(reader.tensors))
+    stored = Counter(tensor.tensor_type.name for tensor in reader.tensors)
+    return ModelSource(path, "gguf", config, tensors, tokenizer, dict(stored))
+
+
+def _open_reader(path: Path) -> gguf.GGUFReader:
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as exc:  # the reader raises ValueError, IndexError, struct errors... on bad files
+        raise ModelLoadError(f"{path}: not a readable GGUF file, perhaps truncated or corrupt ({exc})") from exc
+    for tensor in reader.tensors:
+        if tensor.data.nbytes != tensor.n_bytes:
+            raise ModelLoadError(
+                f"{path}: tensor {tensor.name} has {tensor.data.nbytes} of its {tensor.n_bytes} bytes; "
+                "the file is truncated"
+            )
+    return reader
+
+
+def _metadata(reader: gguf.GGUFReader) -> dict:
+    values = {}
+    for key, field in reader.fields.items():
+        try:
+            values[key] = field.contents()
+        except Exception:  # a field type this gguf version cannot decode; we only need known keys
+            continue
+    return values
+
+
+def _model_config(metadata: dict, reader: gguf.GGUFReader, path: Path) -> ModelConfig:
+    architecture = metadata.get("general.architecture")
+    if architecture not in SUPPORTED_ARCHITECTURES:
+        raise ModelLoadError(
+            f"{path}: architecture {architecture!r} is not supported; expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+
+    def key(name: str, default: object = None) -> object:
+        value = metadata.get(f"{architecture}.{name}", default)
+        if value is None:
+            raise ModelLoadError(f"{path}: metadata key {architecture}.{name} is missing")
+        return value
+
+    hidden = int(key("embedding_length"))
+    heads = int(key("attention.head_count"))
+    tensor_names = {tensor.name for tensor in reader.tensors}
+    eos = metadata.get("tokenizer.ggml.eos_token_id")
+    return ModelConfig(
+        architecture=architecture,
+        vocab_size=len(metadata.get("tokenizer.ggml.tokens", [])) or int(key("vocab_size")),
+        hidden_size=hidden,
+        intermediate_size=int(key("feed_forward_length")),
+        num_layers=int(key("block_count")),
+        num_heads=heads,
+        num_kv_heads=int(key("attention.head_count_kv", heads)),
+        head_dim=int(key("attention.key_length", hidden // heads)),
+        rope_theta=float(key("rope.freq_base", 10000.0)),
+        rms_norm_eps=float(key("attention.layer_norm_rms_epsilon")),
+        max_position_embeddings=int(key("context_length")),
+        tie_word_embeddings="output.weight" not in tensor_names,
+        attention_bias="blk.0.attn_q.bias" in tensor_names,
+        bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
+        eos_token_ids=() if eos is None else (int(eos),),
+    )
+
+
+def _hf_name(gguf_name: str, path: Path) -> str:
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name]
+    match = _LAYER_TENSOR.fullmatch(gguf_name)
+    if match is None or match.group(2) not in _LAYER_NAMES:
+        raise ModelLoadError(f"{path}: unexpected tensor {gguf_name!r} for a Llama-family model")
+    layer, part, kind = match.groups()
+    return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{kind}"
+
+
+def _dequantize(tensor, path: Path) -> np.ndarray:
+    try:
+        return gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+    except NotImplementedError as exc:
+        raise ModelLoadError(
+            f"{path}: tensor {tensor.name} is stored as {tensor.tensor_type.name}, which cannot be dequantized here"
+        ) from exc
+
+
+def _unpermute_rotary_rows(weights: np.ndarray, num_heads: int) -> np.ndarray:
+    """Inverse of llama.cpp convert_hf_to_gguf's `permute`: per head, (2, half) rows -> (half, 2)."""
+    half = weights.shape[0] // num_heads // 2
+    grouped = weights.reshape(num_heads, half, 2, *weights.shape[1:])
+    return grouped.swapaxes(1, 2).reshape(weights.shape)

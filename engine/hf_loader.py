@@ -1,0 +1,106 @@
+"""Read a Hugging Face model directory: config.json, *.safetensors (single or sharded), tokenizer.json.
+
+Only safetensors are read: pickle-based `.bin` checkpoints can run code when loaded, so they are
+refused with a message rather than unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from engine.errors import ModelLoadError
+from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
+from engine.model_source import ModelSource, ProgressCallback
+from engine.tokenizer import Tokenizer
+
+
+def read_hf_directory(directory: Path, progress: ProgressCallback) -> ModelSource:
+    progress("read file", 0.0)
+    config = _model_config(directory)
+    files = _safetensors_files(directory)
+    tensors: dict[str, torch.Tensor] = {}
+    stored: Counter[str] = Counter()
+    for index, file in enumerate(files):
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                for name in handle.keys():
+                    tensor = handle.get_tensor(name)
+                    stored[str(tensor.dtype).removeprefix("torch.")] += 1
+                    tensors[name] = tensor.float()
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise ModelLoadError(f"{file}: not a readable safetensors file, perhaps truncated or corrupt ({exc})") from exc
+        progress("read file", (index + 1) / len(files))
+    tokenizer = Tokenizer.from_hf_directory(directory, config.eos_token_ids)
+    return ModelSource(directory, "safetensors", config, tensors, tokenizer, dict(stored))
+
+
+def _model_config(directory: Path) -> ModelConfig:
+    config_file = directory / "config.json"
+    if not config_file.exists():
+        raise ModelLoadError(f"{directory}: no config.json; expected a Hugging Face model directory")
+    try:
+        raw = json.loads(config_file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{config_file}: not valid JSON ({exc})") from exc
+    architecture = raw.get("model_type")
+    if architecture not in SUPPORTED_ARCHITECTURES:
+        raise ModelLoadError(
+            f"{config_file}: model_type {architecture!r} is not supported; expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+    # transformers 5 nests rope settings under "rope_parameters"; older files use top-level keys.
+    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        raise ModelLoadError(f"{config_file}: rope type {rope_type!r} is not supported; only default RoPE is")
+
+    def key(name: str) -> object:
+        if name not in raw:
+            raise ModelLoadError(f"{config_file}: key {name!r} is missing")
+        return raw[name]
+
+    heads = int(key("num_attention_heads"))
+    hidden = int(key("hidden_size"))
+    eos = raw.get("eos_token_id")
+    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+    return ModelConfig(
+        architecture=architecture,
+        vocab_size=int(key("vocab_size")),
+        hidden_size=hidden,
+        intermediate_size=int(key("intermediate_size")),
+        num_layers=int(key("num_hidden_layers")),
+        num_heads=heads,
+        num_kv_heads=int(raw.get("num_key_value_heads") or heads),
+        head_dim=int(raw.get("head_dim") or hidden // heads),
+        rope_theta=float(rope.get("rope_theta", raw.get("rope_theta", 10000.0))),
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        max_position_embeddings=int(key("max_position_embeddings")),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        attention_bias=architecture == "qwen2" or bool(raw.get("attention_bias", False)),
+        bos_token_id=raw.get("bos_token_id"),
+        eos_token_ids=eos_ids,
+    )
+
+
+def _safetensors_files(directory: Path) -> list[Path]:
+    index_file = directory / "model.safetensors.index.json"
+    if index_file.exists():
+        try:
+            weight_map = json.loads(index_file.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as exc:
+            raise ModelLoadError(f"{index_file}: expected JSON with a 'weight_map' ({exc})") from exc
+        files = [directory / name for name in sorted(set(weight_map.values()))]
+        missing = [str(file) for file in files if not file.exists()]
+        if missing:
+            raise ModelLoadError(f"{index_file}: lists shards that do not exist: {', '.join(missing)}")
+        return files
+    files = sorted(directory.glob("*.safetensors"))
+    if files:
+        return files
+    if any(directory.glob("*.bin")):
+        raise ModelLoadError(f"{directory}: only pickle .bin weights found; they are never unpickled, convert to safetensors")
+    raise ModelLoadError(f"{directory}: no *.safetensors weights found")

@@ -1,0 +1,286 @@
+"""`LLMEngine`: the one entry point for the GUI, the CLI, benchmarks and tests.
+
+Per `step()`:
+  data in:      requests queued by `add_request` (token ids, sampling parameters, arrival time);
+  state read:   the scheduler's queues and the block manager's free list and prefix hashes;
+  state written: KV cache blocks (executor), sequence progress and metrics, block tables;
+  data out:     `StepResult`: one `RequestOutput` per request that got a token or ended, and
+                `StepStats` for the plots;
+  errors:       `EngineError` for bad requests (raised by `add_request`, never mid-step);
+                requests that can never run come back finished with reason "rejected".
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence as SequenceOf
+
+import torch
+
+from engine.batch import ScheduledBatch, ScheduledSequence
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.device import free_memory_bytes, resolve_device, resolve_dtype
+from engine.errors import ConfigError, EngineError, ModelLoadError
+from engine.executor import TorchExecutor
+from engine.metrics import StepStats
+from engine.model import CausalLM, RotaryEmbedding
+from engine.model_source import ModelSource, ProgressCallback, no_progress, read_model
+from engine.outputs import RequestOutput, StepResult
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import FinishReason, Sequence
+
+_SEED_MASK = 0x7FFF_FFFF_FFFF_FFFF
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        progress: ProgressCallback = no_progress,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.config = config = config or EngineConfig()
+        self.clock = clock
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        source = read_model(config.model, progress)
+        self.model_path = source.path
+        self.model_config = source.config
+        self.tokenizer = source.tokenizer
+        self.stored_tensor_types = source.stored_tensor_types
+        model = _build_model(source, self.device, self.dtype)
+        self.weight_bytes = sum(tensor.nbytes for tensor in model.state_dict().values())
+        self.max_model_len = min(config.max_model_len or source.config.max_position_embeddings, source.config.max_position_embeddings)
+        self.eos_token_ids = set(source.config.eos_token_ids) | set(self.tokenizer.eos_token_ids if self.tokenizer else ())
+
+        progress("allocate KV cache", 0.0)
+        num_blocks = self._num_kv_blocks()
+        self.executor = TorchExecutor(model, num_blocks, config.block_size, self.device, self.dtype)
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(config, self.block_manager, self.max_model_len)
+        progress("allocate KV cache", 1.0)
+        progress("warm up", 0.0)
+        self._warm_up()
+        progress("warm up", 1.0)
+
+        self._sequences: dict[str, Sequence] = {}  # every unfinished request
+        self._undelivered: list[RequestOutput] = []  # rejections and aborts, reported by the next step
+        self._arrivals = itertools.count()
+        self.num_rejections = 0
+
+    # ----- capacity ------------------------------------------------------------------------------
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.model_config.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8)
+
+    @property
+    def num_kv_blocks(self) -> int:
+        return self.block_manager.num_blocks
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.block_manager.num_blocks * self.config.block_size
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.executor.kv_cache_bytes
+
+    def _num_kv_blocks(self) -> int:
+        if self.config.num_kv_blocks is not None:
+            return self.config.num_kv_blocks
+        block_bytes = self.kv_bytes_per_token * self.config.block_size
+        memory = self.config.kv_cache_memory
+        budget = int(memory * free_memory_bytes(self.device)) if isinstance(memory, float) else memory
+        if budget < block_bytes:
+            raise ConfigError(
+                f"kv_cache_memory: {budget} bytes cannot hold one KV block "
+                f"({self.config.block_size} tokens x {self.kv_bytes_per_token} bytes = {block_bytes} bytes)"
+            )
+        return budget // block_bytes
+
+    def _warm_up(self) -> None:
+        """One single-token forward pass, so the first real step does not pay one-time costs.
+        It writes into block 0's first slot, which is free and holds nothing yet."""
+        entry = ScheduledSequence("warm-up", [0], 0, [0], [0], True, SamplingParams(temperature=0.0), 0)
+        self.executor.execute(ScheduledBatch(decodes=[entry], prefills=[], block_size=self.config.block_size))
+
+    # ----- requests ------------------------------------------------------------------------------
+
+    def add_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        arrival_time: float | None = None,
+        priority: int = 0,
+        request_id: str | None = None,
+    ) -> str:
+        params = params or SamplingParams()
+        token_ids, prompt_text = self._prompt_token_ids(prompt)
+        arrival_index = next(self._arrivals)
+        request_id = str(arrival_index) if request_id is None else request_id
+        if request_id in self._sequences:
+            raise EngineError(f"request_id {request_id!r} is already in use by an unfinished request")
+        seed = params.seed if params.seed is not None else hash((self.config.seed, arrival_index)) & _SEED_MASK
+        now = self.clock()
+        seq = Sequence(
+            request_id, token_ids, params, now if arrival_time is None else arrival_time,
+            arrival_index=arrival_index, seed=seed, priority=priority, prompt_text=prompt_text,
+        )
+        reason = self.scheduler.rejection_reason(seq)
+        if reason is not None:
+            seq.mark_finished(FinishReason.REJECTED, now, reason)
+            self.num_rejections += 1
+            self._undelivered.append(self._output(seq, []))
+        else:
+            self.scheduler.add(seq)
+            self._sequences[request_id] = seq
+        return request_id
+
+    def _prompt_token_ids(self, prompt: str | list[int]) -> tuple[list[int], str | None]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise EngineError(f"{self.model_path}: this model has no tokenizer; pass token ids instead of text")
+            return self.tokenizer.encode(prompt), prompt
+        token_ids = list(prompt)
+        vocab = self.model_config.vocab_size
+        bad = [token for token in token_ids if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab]
+        if bad:
+            raise EngineError(f"prompt: token ids must be integers in [0, {vocab}), got {bad[:5]}")
+        return token_ids, None
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request and free everything it holds; False if it is unknown or already done."""
+        seq = self._sequences.pop(request_id, None)
+        if seq is None:
+            return False
+        self.scheduler.finish(seq, FinishReason.ABORT, self.clock())
+        self._undelivered.append(self._output(seq, []))
+        return True
+
+    def has_unfinished(self) -> bool:
+        return bool(self._sequences or self._undelivered)
+
+    def sequence(self, request_id: str) -> Sequence | None:
+        """The live state of an unfinished request (for views that show queues and block tables)."""
+        return self._sequences.get(request_id)
+
+    # ----- the loop ------------------------------------------------------------------------------
+
+    def step(self) -> StepResult:
+        start = self.clock()
+        outputs, self._undelivered = self._undelivered, []
+        batch = self.scheduler.schedule(start)
+        if not batch.is_empty:
+            sampled = self.executor.execute(batch)
+            now = self.clock()
+            for seq in self.scheduler.update(batch, sampled, now):
+                self._finish_if_done(seq, now)
+                outputs.append(self._output(seq, seq.token_ids[-1:]))
+        end = self.clock()
+        return StepResult(outputs, self._stats(batch, start, end))
+
+    def generate(
+        self, prompts: SequenceOf[str | list[int]], params: SamplingParams | SequenceOf[SamplingParams] | None = None
+    ) -> list[RequestOutput]:
+        """Run the prompts to completion (alongside anything already queued); outputs in prompt order."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            raise EngineError("generate: expected a list of prompts (texts or token-id lists)")
+        per_prompt = params if isinstance(params, SequenceOf) else [params] * len(prompts)
+        ids = [self.add_request(prompt, prompt_params) for prompt, prompt_params in zip(prompts, per_prompt)]
+        done: dict[str, RequestOutput] = {}
+        while len(done) < len(ids):
+            for output in self.step().outputs:
+                if output.finished:
+                    done[output.request_id] = output
+        return [done[request_id] for request_id in ids]
+
+    def _finish_if_done(self, seq: Sequence, now: float) -> None:
+        stop = self._stop_reason(seq)
+        if stop is not None:
+            reason, detail = stop
+            self.scheduler.finish(seq, reason, now)
+            seq.metrics.finish_detail = detail
+            del self._sequences[seq.request_id]
+
+    def _stop_reason(self, seq: Sequence) -> tuple[FinishReason, str] | None:
+        params, token = seq.params, seq.token_ids[-1]
+        if token in self.eos_token_ids and not params.ignore_eos:
+            return FinishReason.STOP, "end-of-sequence token"
+        if token in params.stop_token_ids:
+            return FinishReason.STOP, f"stop token {token}"
+        if params.stop and self.tokenizer is not None:
+            text = self.tokenizer.decode(seq.output_token_ids)
+            hits = [(text.find(stop), stop) for stop in params.stop if stop in text]
+            if hits:
+                seq.stop_text_end, stop = min(hits)
+                return FinishReason.STOP, f"stop string {stop!r}"
+        if seq.num_output_tokens >= params.max_tokens:
+            return FinishReason.LENGTH, f"max_tokens ({params.max_tokens})"
+        if seq.num_tokens >= self.max_model_len:
+            return FinishReason.LENGTH, f"context full (max_model_len {self.max_model_len})"
+        if self.block_manager.blocks_to_cover(seq.num_tokens + 1) > self.block_manager.num_blocks:
+            return FinishReason.LENGTH, f"the whole KV cache ({self.kv_capacity_tokens} tokens) holds no more of it"
+        return None
+
+    def _output(self, seq: Sequence, new_token_ids: list[int]) -> RequestOutput:
+        text = None
+        if seq.is_finished and self.tokenizer is not None:
+            text = self.tokenizer.decode(seq.output_token_ids)[: seq.stop_text_end]
+        return RequestOutput(
+            request_id=seq.request_id,
+            new_token_ids=new_token_ids,
+            token_ids=seq.output_token_ids,
+            finished=seq.is_finished,
+            finish_reason=seq.finish_reason.value if seq.finish_reason else None,
+            text=text,
+            metrics=seq.metrics,
+        )
+
+    def _stats(self, batch: ScheduledBatch, start: float, end: float) -> StepStats:
+        manager, scheduler = self.block_manager, self.scheduler
+        return StepStats(
+            time_s=end,
+            step_duration_s=end - start,
+            prefill_tokens=batch.num_prefill_tokens,
+            decode_tokens=batch.num_decode_tokens,
+            num_seqs=len(batch.decodes) + len(batch.prefills),
+            kv_blocks_used=manager.num_used_blocks,
+            kv_blocks_total=manager.num_blocks,
+            kv_blocks_prefix_cached=manager.num_prefix_cached_blocks,
+            num_waiting=len(scheduler.waiting),
+            num_waiting_long=len(scheduler.waiting_long),
+            num_running=len(scheduler.running),
+            preemptions_total=scheduler.num_preemptions,
+            rejections_total=self.num_rejections,
+            prefix_cache_hit_tokens_total=manager.prefix_hit_tokens,
+            prefix_cache_query_tokens_total=manager.prefix_query_tokens,
+        )
+
+
+def _build_model(source: ModelSource, device: torch.device, dtype: torch.dtype) -> CausalLM:
+    """The decoder with the source's weights, without spending time on a random initialisation."""
+    config = source.config
+    with torch.device("meta"):
+        model = CausalLM(config)
+    tensors = dict(source.tensors)
+    if config.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)
+    expected = set(model.state_dict())
+    missing = sorted(expected - tensors.keys())
+    unexpected = sorted(name for name in tensors.keys() - expected if not name.endswith("rotary_emb.inv_freq"))
+    if missing or unexpected:
+        raise ModelLoadError(
+            f"{source.path}: weights do not match a {config.architecture} model of this shape "
+            f"(missing: {missing[:4]}, unexpected: {unexpected[:4]})"
+        )
+    try:
+        model.load_state_dict({name: tensors[name] for name in expected}, assign=True)
+    except RuntimeError as exc:
+        raise ModelLoadError(f"{source.path}: a tensor has the wrong shape for the model's config ({exc})") from exc
+    # The rotary tables are computed, not loaded: build them for real outside the meta device.
+    model.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta)
+    return model.to(device=device, dtype=dtype).eval()

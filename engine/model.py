@@ -1,0 +1,162 @@
+"""A Llama-family decoder (Llama, Mistral, Qwen2) over a flat batch of tokens and a paged KV cache.
+
+Parameter names follow Hugging Face (`model.layers.N.self_attn.q_proj.weight`, ...), so both
+loaders hand over one state dict. The batch is flat ([num_tokens, hidden]): decode tokens first,
+one per sequence, then each prefill chunk's tokens; `AttentionMetadata` says which is which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.model_config import ModelConfig
+from kernels.paged_attention import paged_decode_attention, paged_prefill_attention, write_kv_cache
+
+
+@dataclass
+class PrefillChunk:
+    query_start: int  # first row of this chunk in the flat batch
+    query_len: int
+    context_len: int  # tokens of the sequence in the cache after this chunk
+    block_table: torch.Tensor
+
+
+@dataclass
+class AttentionMetadata:
+    slot_mapping: torch.Tensor  # [num_tokens]: cache slot each token's K/V is written to
+    num_decode_tokens: int
+    decode_block_tables: torch.Tensor  # [num_decodes, max_blocks]
+    decode_context_lens: torch.Tensor  # [num_decodes]
+    prefills: list[PrefillChunk]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 whatever the compute dtype, as the reference implementation does.
+        as_float = hidden.float()
+        normalised = as_float * torch.rsqrt(as_float.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normalised.to(hidden.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotate-half RoPE with cos/sin tables precomputed for every position."""
+
+    def __init__(self, head_dim: int, max_positions: int, theta: float):
+        super().__init__()
+        inverse_frequency = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        angles = torch.outer(torch.arange(max_positions, dtype=torch.float32), inverse_frequency)
+        angles = torch.cat([angles, angles], dim=-1)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
+        cos = self.cos[positions].unsqueeze(1).to(query.dtype)  # [num_tokens, 1, head_dim]
+        sin = self.sin[positions].unsqueeze(1).to(query.dtype)
+        return query * cos + _rotate_half(query) * sin, key * cos + _rotate_half(key) * sin
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat([-second, first], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.num_heads, self.kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        self.scale = self.head_dim**-0.5
+        hidden, bias = config.hidden_size, config.attention_bias
+        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+
+    def forward(self, hidden, positions, rotary, kv_cache, metadata: AttentionMetadata):
+        num_tokens = hidden.shape[0]
+        query = self.q_proj(hidden).view(num_tokens, self.num_heads, self.head_dim)
+        key = self.k_proj(hidden).view(num_tokens, self.kv_heads, self.head_dim)
+        value = self.v_proj(hidden).view(num_tokens, self.kv_heads, self.head_dim)
+        query, key = rotary(positions, query, key)
+        key_cache, value_cache = kv_cache
+        write_kv_cache(key, value, key_cache, value_cache, metadata.slot_mapping)
+
+        out = torch.empty_like(query)
+        decodes = metadata.num_decode_tokens
+        if decodes:
+            out[:decodes] = paged_decode_attention(
+                query[:decodes], key_cache, value_cache,
+                metadata.decode_block_tables, metadata.decode_context_lens, self.scale,
+            )
+        for chunk in metadata.prefills:
+            rows = slice(chunk.query_start, chunk.query_start + chunk.query_len)
+            out[rows] = paged_prefill_attention(
+                query[rows], key[rows], value[rows], key_cache, value_cache,
+                chunk.block_table, chunk.context_len, self.scale,
+            )
+        return self.o_proj(out.view(num_tokens, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(hidden)) * self.up_proj(hidden))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, hidden, positions, rotary, kv_cache, metadata):
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), positions, rotary, kv_cache, metadata)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class DecoderBody(nn.Module):
+    """The `model.` prefix of Hugging Face's parameter names."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class CausalLM(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.model = DecoderBody(config)
+        self.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta)
+        if not config.tie_word_embeddings:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def forward(self, token_ids, positions, kv_caches, metadata: AttentionMetadata) -> torch.Tensor:
+        """Hidden states [num_tokens, hidden] before the final norm."""
+        hidden = self.model.embed_tokens(token_ids)
+        for layer, kv_cache in zip(self.model.layers, kv_caches):
+            hidden = layer(hidden, positions, self.rotary, kv_cache, metadata)
+        return hidden
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Float32 logits for the given rows (only the rows that sample, to save the vocab matmul)."""
+        normed = self.model.norm(hidden)
+        head = self.model.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
+        return F.linear(normed, head).float()

@@ -1,0 +1,24 @@
+"""What the engine hands back: per-request deltas and per-step statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.metrics import RequestMetrics, StepStats
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    new_token_ids: list[int]  # tokens produced by this step (empty for rejections and aborts)
+    token_ids: list[int]  # all output tokens so far
+    finished: bool
+    finish_reason: str | None  # stop, length, abort, rejected
+    text: str | None  # the decoded output, once finished (None for token-id-only models)
+    metrics: RequestMetrics
+
+
+@dataclass
+class StepResult:
+    outputs: list[RequestOutput]
+    stats: StepStats

@@ -1,0 +1,110 @@
+"""`Sequence`: one request's state as it moves through the engine.
+
+All token ids (prompt then output) live in one list; `num_computed_tokens` says how many of them
+already have K/V in the cache. A step computes the rest (or a chunk of it) and, once every known
+token is computed, samples the next one. Prefill, decode and recompute after preemption are all
+this one rule.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from engine.metrics import RequestMetrics
+from engine.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"  # an end-of-sequence token, a stop token id or a stop string
+    LENGTH = "length"  # max_tokens, or the model's context is full
+    ABORT = "abort"
+    REJECTED = "rejected"  # could never run (too long for the context or the cache)
+
+
+class Sequence:
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        arrival_time: float,
+        *,
+        arrival_index: int,
+        seed: int,
+        priority: int = 0,
+        prompt_text: str | None = None,
+    ):
+        self.request_id = request_id
+        self.token_ids = list(prompt_token_ids)
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.params = params
+        self.priority = priority
+        self.arrival_index = arrival_index  # tie-breaker that keeps arrival order in the queues
+        self.seed = seed
+        self.prompt_text = prompt_text
+        self.status = SequenceStatus.WAITING
+        self.is_long = False  # set by the scheduler: waits in the long-prompt queue
+        self.num_computed_tokens = 0
+        self.block_table: list[int] = []
+        # Prefix hashes of this sequence's full, computed blocks, in block order.
+        self.block_hashes: list[int] = []
+        self.finish_reason: FinishReason | None = None
+        # Output text cut at a matched stop string, when one was hit.
+        self.stop_text_end: int | None = None
+        self.metrics = RequestMetrics(arrival_time=arrival_time, num_prompt_tokens=self.num_prompt_tokens)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_prefilling(self) -> bool:
+        """Still working through its prompt (or through a recompute after preemption)."""
+        return self.num_uncomputed_tokens > 1 or self.num_computed_tokens == 0
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    @property
+    def state(self) -> str:
+        """The life-cycle state the workbench shows."""
+        if self.status is SequenceStatus.FINISHED:
+            reason = self.finish_reason
+            return {FinishReason.ABORT: "aborted", FinishReason.REJECTED: "rejected"}.get(reason, "finished")
+        if self.status is SequenceStatus.WAITING:
+            if self.metrics.preemptions:
+                return "preempted"
+            return "waiting_long" if self.is_long else "waiting"
+        return "prefilling" if self.is_prefilling else "decoding"
+
+    def mark_finished(self, reason: FinishReason, now: float, detail: str = "") -> None:
+        self.status = SequenceStatus.FINISHED
+        self.finish_reason = reason
+        self.metrics.finish_reason = reason.value
+        self.metrics.finish_detail = detail
+        self.metrics.finish_time = now
+
+    def append_token(self, token_id: int, now: float) -> None:
+        self.token_ids.append(token_id)
+        if self.metrics.first_token_time is None:
+            self.metrics.first_token_time = now
+        self.metrics.token_times.append(now)

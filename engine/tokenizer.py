@@ -1,0 +1,157 @@
+"""Text <-> token ids, built with the `tokenizers` library from a GGUF file's vocabulary or from a
+Hugging Face `tokenizer.json`, plus the model's chat template (rendered with sandboxed Jinja, the
+same way transformers does)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jinja2
+import jinja2.sandbox
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as BackendTokenizer
+
+from engine.errors import ModelLoadError
+
+# llama.cpp's names for byte-level BPE pre-tokenizers. "smollm" (like starcoder) splits every digit
+# on its own before the GPT-2 regex, exactly as SmolLM2's own tokenizer.json does.
+_DIGIT_SPLITTING_PRE = {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"}
+_LLAMA3_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_REGEX = _LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
+_REGEX_PRE = {"llama-bpe": _LLAMA3_REGEX, "llama3": _LLAMA3_REGEX, "qwen2": _QWEN2_REGEX}
+# GGUF token types (gguf.TokenType): CONTROL and USER_DEFINED tokens are matched whole in text.
+_SPECIAL_TOKEN_TYPES = {3, 4}
+
+
+class Tokenizer:
+    def __init__(
+        self,
+        backend: BackendTokenizer,
+        *,
+        bos_token_id: int | None,
+        eos_token_ids: tuple[int, ...],
+        add_bos_token: bool,
+        chat_template: str | None,
+    ):
+        self.backend = backend
+        self.bos_token_id = bos_token_id
+        self.eos_token_ids = eos_token_ids
+        self.add_bos_token = add_bos_token
+        self.chat_template = chat_template
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        ids = self.backend.encode(text, add_special_tokens=False).ids
+        if add_special_tokens and self.add_bos_token and self.bos_token_id is not None:
+            ids = [self.bos_token_id, *ids]
+        return ids
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self.backend.decode(token_ids, skip_special_tokens=skip_special_tokens)
+
+    def token_text(self, token_id: int) -> str:
+        return self.backend.id_to_token(token_id) or ""
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        if not self.chat_template:
+            raise ModelLoadError("this model has no chat template; pass a plain prompt instead of messages")
+        environment = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        environment.globals["raise_exception"] = _raise_template_error
+        template = environment.from_string(self.chat_template)
+        return template.render(
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self._token_or_empty(self.bos_token_id),
+            eos_token=self._token_or_empty(self.eos_token_ids[0] if self.eos_token_ids else None),
+        )
+
+    def _token_or_empty(self, token_id: int | None) -> str:
+        return "" if token_id is None else self.token_text(token_id)
+
+    @classmethod
+    def from_gguf_metadata(cls, metadata: dict, source: Path) -> Tokenizer:
+        """Byte-level BPE from `tokenizer.ggml.*` keys (llama.cpp's "gpt2" tokenizer model)."""
+        kind = metadata.get("tokenizer.ggml.model")
+        if kind != "gpt2":
+            raise ModelLoadError(
+                f"{source}: tokenizer.ggml.model is {kind!r}; only byte-level BPE ('gpt2') tokenizers are supported"
+            )
+        tokens: list[str] = metadata["tokenizer.ggml.tokens"]
+        merges = [tuple(merge.split(" ", 1)) for merge in metadata["tokenizer.ggml.merges"]]
+        backend = BackendTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+        backend.pre_tokenizer = _gguf_pre_tokenizer(metadata.get("tokenizer.ggml.pre", "default"))
+        backend.decoder = decoders.ByteLevel()
+        token_types = metadata.get("tokenizer.ggml.token_type", [])
+        specials = [tokens[i] for i, kind in enumerate(token_types) if kind in _SPECIAL_TOKEN_TYPES]
+        backend.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in specials])
+        eos = metadata.get("tokenizer.ggml.eos_token_id")
+        return cls(
+            backend,
+            bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
+            eos_token_ids=() if eos is None else (int(eos),),
+            add_bos_token=bool(metadata.get("tokenizer.ggml.add_bos_token", False)),
+            chat_template=metadata.get("tokenizer.chat_template"),
+        )
+
+    @classmethod
+    def from_hf_directory(cls, directory: Path, eos_token_ids: tuple[int, ...]) -> Tokenizer | None:
+        """`tokenizer.json` (+ `tokenizer_config.json` for the chat template); None when absent."""
+        tokenizer_file = directory / "tokenizer.json"
+        if not tokenizer_file.exists():
+            return None
+        try:
+            backend = BackendTokenizer.from_file(str(tokenizer_file))
+        except Exception as exc:  # the tokenizers library raises its own untyped exceptions
+            raise ModelLoadError(f"{tokenizer_file}: not a valid tokenizer.json ({exc})") from exc
+        settings = _read_json_if_present(directory / "tokenizer_config.json")
+        bos_token = _token_content(settings.get("bos_token"))
+        bos_id = backend.token_to_id(bos_token) if bos_token else None
+        return cls(
+            backend,
+            bos_token_id=bos_id,
+            eos_token_ids=eos_token_ids,
+            add_bos_token=bool(settings.get("add_bos_token", False)),
+            chat_template=settings.get("chat_template"),
+        )
+
+
+def _gguf_pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
+    if pre in _DIGIT_SPLITTING_PRE:
+        return pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        )
+    if pre in _REGEX_PRE:
+        return pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(_REGEX_PRE[pre]), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    # "gpt2", "default" and the rest: GPT-2's own regex, the byte-level default.
+    return pre_tokenizers.ByteLevel(add_prefix_space=False)
+
+
+def _read_json_if_present(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def _token_content(token: object) -> str | None:
+    if isinstance(token, dict):
+        return token.get("content")
+    return token if isinstance(token, str) else None
+
+
+def _raise_template_error(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)

@@ -1,0 +1,76 @@
+"""Attention over a paged KV cache (torch reference implementation).
+
+Cache layout, per layer: key_cache and value_cache of shape [num_blocks, block_size, kv_heads, head_dim].
+A sequence's tokens live in the blocks its block table lists, in order; token at position p sits in
+block block_table[p // block_size], slot p % block_size.
+
+Grouped-query attention: query head h reads kv head h // (num_heads // kv_heads), the Hugging Face
+layout. Queries are viewed as [kv_heads, group, ...] so K/V are never materialised per query head.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def write_kv_cache(
+    key: torch.Tensor,  # [num_tokens, kv_heads, head_dim]
+    value: torch.Tensor,
+    key_cache: torch.Tensor,  # [num_blocks, block_size, kv_heads, head_dim]
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,  # [num_tokens], block_id * block_size + offset
+) -> None:
+    kv_heads, head_dim = key.shape[1], key.shape[2]
+    key_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, key)
+    value_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, value)
+
+
+def paged_decode_attention(
+    query: torch.Tensor,  # [num_seqs, num_heads, head_dim]: one new token per sequence
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,  # [num_seqs, max_blocks], padded with any valid block id
+    context_lens: torch.Tensor,  # [num_seqs], tokens in each sequence's context, the new one included
+    scale: float,
+) -> torch.Tensor:
+    num_seqs, num_heads, head_dim = query.shape
+    kv_heads = key_cache.shape[2]
+    keys = key_cache[block_tables].flatten(1, 2).transpose(1, 2)  # [num_seqs, kv_heads, max_len, head_dim]
+    values = value_cache[block_tables].flatten(1, 2).transpose(1, 2)
+    positions = torch.arange(keys.shape[2], device=query.device)
+    visible = positions[None, :] < context_lens[:, None]  # [num_seqs, max_len]
+    grouped_query = query.view(num_seqs, kv_heads, num_heads // kv_heads, head_dim)
+    out = F.scaled_dot_product_attention(
+        grouped_query, keys, values, attn_mask=visible[:, None, None, :], scale=scale
+    )
+    return out.reshape(num_seqs, num_heads, head_dim)
+
+
+def paged_prefill_attention(
+    query: torch.Tensor,  # [num_new, num_heads, head_dim]: the last num_new positions of the context
+    key: torch.Tensor,  # [num_new, kv_heads, head_dim]: the same positions' keys (already in the cache)
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_table: torch.Tensor,  # [num_blocks_of_this_sequence]
+    context_len: int,
+    scale: float,
+) -> torch.Tensor:
+    num_new, num_heads, head_dim = query.shape
+    kv_heads = key.shape[1]
+    group = num_heads // kv_heads
+    if context_len == num_new:
+        # Nothing cached before this chunk: attend to the fresh keys, no gather needed.
+        keys, values = key, value
+    else:
+        keys = key_cache[block_table].flatten(0, 1)[:context_len]
+        values = value_cache[block_table].flatten(0, 1)[:context_len]
+    # [kv_heads, group * num_new, head_dim]: rows ordered (group member, token).
+    grouped_query = query.view(num_new, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * num_new, head_dim)
+    query_positions = torch.arange(context_len - num_new, context_len, device=query.device)
+    causal = torch.arange(context_len, device=query.device)[None, :] <= query_positions[:, None]
+    out = F.scaled_dot_product_attention(
+        grouped_query, keys.transpose(0, 1), values.transpose(0, 1), attn_mask=causal.repeat(group, 1), scale=scale
+    )
+    return out.view(kv_heads, group, num_new, head_dim).permute(2, 0, 1, 3).reshape(num_new, num_heads, head_dim)

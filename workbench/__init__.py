@@ -1,0 +1,1 @@
+"""The Workbench desktop app (all Qt code lives in this package)."""
