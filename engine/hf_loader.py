@@ -21,8 +21,8 @@ from engine.tokenizer import Tokenizer
 
 def read_hf_directory(directory: Path, progress: ProgressCallback) -> ModelSource:
     progress("read file", 0.0)
-    config = _model_config(directory)
     files = _safetensors_files(directory)
+    config = _model_config(directory)
     tensors: dict[str, torch.Tensor] = {}
     stored: Counter[str] = Counter()
     for index, file in enumerate(files):

@@ -41,12 +41,15 @@ class LLMEngine:
         config: EngineConfig | None = None,
         progress: ProgressCallback = no_progress,
         clock: Callable[[], float] = time.perf_counter,
+        source: ModelSource | None = None,
     ):
+        """`source`: an already read model file, reused instead of reading `config.model` again
+        (a reconfiguration that keeps the model, or tests that build many engines)."""
         self.config = config = config or EngineConfig()
         self.clock = clock
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
-        source = read_model(config.model, progress)
+        source = source or read_model(config.model, progress)
         self.model_path = source.path
         self.model_config = source.config
         self.tokenizer = source.tokenizer

@@ -1,0 +1,70 @@
+"""Shared fixtures: tiny random Llama/Qwen2 checkpoints written as safetensors, and the bundled
+SmolLM2 model read once per session."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import EngineConfig, LLMEngine
+from engine.model_source import read_model
+
+TINY_SHAPE = dict(
+    vocab_size=96,
+    hidden_size=48,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=6,
+    max_position_embeddings=512,
+    rms_norm_eps=1e-5,
+)
+
+
+def save_tiny_model(directory, architecture: str, num_kv_heads: int, tie: bool = False):
+    """A randomly initialised transformers model saved as safetensors; returns the model."""
+    import transformers
+
+    torch.manual_seed(0)
+    if architecture == "qwen2":
+        config = transformers.Qwen2Config(**TINY_SHAPE, num_key_value_heads=num_kv_heads, tie_word_embeddings=tie, rope_theta=10000.0)
+        model = transformers.Qwen2ForCausalLM(config)
+    else:
+        config = transformers.LlamaConfig(**TINY_SHAPE, num_key_value_heads=num_kv_heads, tie_word_embeddings=tie, rope_theta=50000.0)
+        model = transformers.LlamaForCausalLM(config)
+    # Random init leaves Qwen2's q/k/v biases at zero; give them values so the bias path is tested.
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias"):
+                parameter.normal_(0, 0.5)
+    model.eval()
+    model.save_pretrained(directory, safe_serialization=True)
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tiny-llama")
+    return directory, save_tiny_model(directory, "llama", num_kv_heads=2)
+
+
+def tiny_engine(directory, **overrides) -> LLMEngine:
+    settings = dict(model=str(directory), device="cpu", dtype="float32", num_kv_blocks=256, block_size=4)
+    settings.update(overrides)
+    return LLMEngine(EngineConfig(**settings))
+
+
+@pytest.fixture(scope="session")
+def smollm_source():
+    return read_model("smollm2-135m")
+
+
+@pytest.fixture
+def make_smollm_engine(smollm_source):
+    """Build engines on the bundled model with any config, reading the file only once."""
+
+    def make(**overrides) -> LLMEngine:
+        settings = dict(device="cpu", dtype="float32", kv_cache_memory=256 << 20)
+        settings.update(overrides)
+        return LLMEngine(EngineConfig(**settings), source=smollm_source)
+
+    return make

@@ -1,0 +1,115 @@
+"""Bad input gets the engine's own error, naming the file, key or value and what was expected."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from engine import ConfigError, EngineConfig, EngineError, LLMEngine, ModelLoadError, SamplingParams
+from engine.model_source import resolve_model_path
+from tests.conftest import tiny_engine
+
+
+def load(path):
+    return LLMEngine(EngineConfig(model=str(path), device="cpu", num_kv_blocks=8))
+
+
+def test_missing_path_names_the_path(tmp_path):
+    missing = tmp_path / "nowhere" / "model.gguf"
+    with pytest.raises(ModelLoadError, match="no such file or directory") as error:
+        load(missing)
+    assert str(missing) in str(error.value)
+
+
+def test_truncated_gguf_is_reported_as_truncated(tmp_path):
+    truncated = tmp_path / "cut.gguf"
+    with open(resolve_model_path("smollm2-135m"), "rb") as source:
+        truncated.write_bytes(source.read(40 << 20))
+    with pytest.raises(ModelLoadError, match="truncated") as error:
+        load(truncated)
+    assert str(truncated) in str(error.value)
+
+
+def test_garbage_gguf_is_reported(tmp_path):
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"not a gguf file at all" * 100)
+    with pytest.raises(ModelLoadError, match="not a readable GGUF file"):
+        load(garbage)
+
+
+def test_corrupt_safetensors_header_names_the_file(tmp_path, tiny_llama):
+    directory, _ = tiny_llama
+    broken = tmp_path / "broken"
+    shutil.copytree(directory, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes((10**6).to_bytes(8, "little") + b"{ this is not json")
+    with pytest.raises(ModelLoadError, match="not a readable safetensors file") as error:
+        load(broken)
+    assert str(weights) in str(error.value)
+
+
+def test_unknown_architecture_lists_the_supported_ones(tmp_path, tiny_llama):
+    directory, _ = tiny_llama
+    other = tmp_path / "other"
+    shutil.copytree(directory, other)
+    config = json.loads((other / "config.json").read_text())
+    config["model_type"] = "gpt_neox"
+    (other / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="'gpt_neox' is not supported; expected one of llama, mistral, qwen2"):
+        load(other)
+
+
+def test_pickle_checkpoints_are_refused_not_unpickled(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x04 pickle bytes that must never be loaded")
+    with pytest.raises(ModelLoadError, match="never unpickled"):
+        load(tmp_path)
+
+
+def test_missing_config_key_is_named(tmp_path, tiny_llama):
+    directory, _ = tiny_llama
+    other = tmp_path / "other"
+    shutil.copytree(directory, other)
+    config = json.loads((other / "config.json").read_text())
+    del config["hidden_size"]
+    (other / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="'hidden_size' is missing"):
+        load(other)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"block_size": 0}, "block_size: expected at least 1, got 0"),
+        ({"max_num_seqs": "8"}, "max_num_seqs: expected an integer, got '8'"),
+        ({"kv_cache_memory": 1.5}, r"kv_cache_memory: a fraction must be in \(0, 1\]"),
+        ({"scheduling_policy": "lifo"}, "scheduling_policy: expected one of fcfs, priority, got 'lifo'"),
+        ({"dtype": "int3"}, "dtype: expected one of"),
+        ({"device": "tpu"}, "device: expected 'auto', 'cpu' or 'cuda"),
+    ],
+)
+def test_bad_config_values_name_the_key(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        EngineConfig(**settings)
+
+
+def test_cache_smaller_than_one_block_is_explained(tiny_llama):
+    directory, _ = tiny_llama
+    with pytest.raises(ConfigError, match="cannot hold one KV block"):
+        LLMEngine(EngineConfig(model=str(directory), device="cpu", kv_cache_memory=10))
+
+
+def test_bad_requests_are_refused_before_they_enter_the_engine(tiny_llama):
+    directory, _ = tiny_llama
+    engine = tiny_engine(directory)
+    with pytest.raises(EngineError, match=r"token ids must be integers in \[0, 96\), got \[96, -1\]"):
+        engine.add_request([1, 96, -1])
+    with pytest.raises(EngineError, match="has no tokenizer"):
+        engine.add_request("text needs a tokenizer")
+    with pytest.raises(ConfigError, match="top_p"):
+        SamplingParams(top_p=0.0)
+    engine.add_request([1, 2], request_id="dup")
+    with pytest.raises(EngineError, match="'dup' is already in use"):
+        engine.add_request([1, 2], request_id="dup")

@@ -1,0 +1,67 @@
+"""Paged attention equals plain causal attention on contiguous K/V, for uneven lengths, scattered
+blocks and GQA ratios 1 and 3."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.paged_attention import paged_decode_attention, paged_prefill_attention, write_kv_cache
+
+BLOCK_SIZE, HEAD_DIM = 4, 16
+
+
+def dense_attention(query, keys, values, query_positions):
+    """query [n, heads, d] at the given positions; keys/values [context, kv_heads, d]."""
+    group = query.shape[1] // keys.shape[1]
+    keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", query, keys) / HEAD_DIM**0.5
+    visible = torch.arange(keys.shape[0])[None, :] <= query_positions[:, None]
+    scores = scores.masked_fill(~visible, float("-inf"))
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), values)
+
+
+def scattered_cache(lengths, kv_heads, generator):
+    """Random K/V per sequence written into shuffled blocks of a shared cache."""
+    blocks_needed = [-(-length // BLOCK_SIZE) for length in lengths]
+    order = torch.randperm(sum(blocks_needed) + 3, generator=generator).tolist()
+    key_cache = torch.zeros(len(order), BLOCK_SIZE, kv_heads, HEAD_DIM)
+    value_cache = torch.zeros_like(key_cache)
+    tables, contents = [], []
+    for length, count in zip(lengths, blocks_needed):
+        table, order = order[:count], order[count:]
+        keys, values = torch.randn(length, kv_heads, HEAD_DIM, generator=generator), torch.randn(length, kv_heads, HEAD_DIM, generator=generator)
+        slots = torch.tensor([table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(length)])
+        write_kv_cache(keys, values, key_cache, value_cache, slots)
+        tables.append(table)
+        contents.append((keys, values))
+    return key_cache, value_cache, tables, contents
+
+
+@pytest.mark.parametrize("kv_heads, group", [(2, 1), (2, 3), (1, 3)])
+@pytest.mark.parametrize("lengths", [[1], [5, 1, 17, 8, 4], [33]])
+def test_decode_matches_dense(kv_heads, group, lengths):
+    generator = torch.Generator().manual_seed(len(lengths) * 10 + group)
+    key_cache, value_cache, tables, contents = scattered_cache(lengths, kv_heads, generator)
+    query = torch.randn(len(lengths), kv_heads * group, HEAD_DIM, generator=generator)
+    widest = max(len(table) for table in tables)
+    block_tables = torch.tensor([table + [0] * (widest - len(table)) for table in tables])
+    out = paged_decode_attention(query, key_cache, value_cache, block_tables, torch.tensor(lengths), HEAD_DIM**-0.5)
+    for index, (length, (keys, values)) in enumerate(zip(lengths, contents)):
+        expected = dense_attention(query[index : index + 1], keys, values, torch.tensor([length - 1]))
+        torch.testing.assert_close(out[index : index + 1], expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kv_heads, group", [(2, 1), (1, 3)])
+@pytest.mark.parametrize("context_len, num_new", [(7, 7), (13, 5), (16, 1), (9, 8)])
+def test_prefill_chunk_matches_dense(kv_heads, group, context_len, num_new):
+    generator = torch.Generator().manual_seed(context_len * 100 + num_new)
+    key_cache, value_cache, tables, contents = scattered_cache([context_len], kv_heads, generator)
+    keys, values = contents[0]
+    query = torch.randn(num_new, kv_heads * group, HEAD_DIM, generator=generator)
+    out = paged_prefill_attention(
+        query, keys[-num_new:], values[-num_new:], key_cache, value_cache,
+        torch.tensor(tables[0]), context_len, HEAD_DIM**-0.5,
+    )
+    expected = dense_attention(query, keys, values, torch.arange(context_len - num_new, context_len))
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
