@@ -33,6 +33,7 @@ class BlockManager:
         self.blocks = [Block(block_id) for block_id in range(num_blocks)]
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self._block_by_hash: dict[int, int] = {}
+        self._num_cached_free = 0  # free blocks still holding a findable prefix
         self.prefix_hit_tokens = 0
         self.prefix_query_tokens = 0
 
@@ -49,8 +50,10 @@ class BlockManager:
         return len(self.blocks) - len(self._free)
 
     @property
-    def num_prefix_cached_blocks(self) -> int:
-        return len(self._block_by_hash)
+    def num_cached_free_blocks(self) -> int:
+        """Free blocks whose content is still findable by prefix hash (reused on a hit, else
+        overwritten first-in first-out). They count as free, not used, as in vLLM's usage figure."""
+        return self._num_cached_free
 
     def blocks_to_cover(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -87,6 +90,7 @@ class BlockManager:
             block = self.blocks[block_id]
             if block.ref_count == 0:
                 del self._free[block_id]
+                self._num_cached_free -= 1
             block.ref_count += 1
             seq.block_table.append(block_id)
             seq.block_hashes.append(block.prefix_hash)
@@ -99,8 +103,9 @@ class BlockManager:
         for _ in range(self.new_blocks_needed(seq, num_new_tokens)):
             block_id, _ = self._free.popitem(last=False)
             block = self.blocks[block_id]
-            if block.prefix_hash is not None and self._block_by_hash.get(block.prefix_hash) == block_id:
+            if block.prefix_hash is not None:
                 del self._block_by_hash[block.prefix_hash]
+                self._num_cached_free -= 1
             block.prefix_hash, block.token_ids = None, ()
             block.ref_count = 1
             seq.block_table.append(block_id)
@@ -116,9 +121,10 @@ class BlockManager:
             parent_hash = seq.block_hashes[-1] if seq.block_hashes else 0
             prefix_hash = hash((parent_hash, tokens))
             block = self.blocks[seq.block_table[index]]
-            block.prefix_hash, block.token_ids = prefix_hash, tokens
-            # Another sequence may have computed the same prefix concurrently; the first one stays.
-            self._block_by_hash.setdefault(prefix_hash, block.block_id)
+            # Another sequence may have computed the same prefix concurrently: the first block
+            # stays the findable one, and only findable blocks carry a hash.
+            if self._block_by_hash.setdefault(prefix_hash, block.block_id) == block.block_id:
+                block.prefix_hash, block.token_ids = prefix_hash, tokens
             seq.block_hashes.append(prefix_hash)
 
     def free(self, seq: Sequence) -> None:
@@ -128,6 +134,7 @@ class BlockManager:
             block.ref_count -= 1
             if block.ref_count == 0:
                 self._free[block_id] = None
+                self._num_cached_free += block.prefix_hash is not None
         seq.block_table.clear()
         seq.block_hashes.clear()
         seq.num_computed_tokens = 0

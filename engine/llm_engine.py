@@ -253,7 +253,7 @@ class LLMEngine:
             num_seqs=len(batch.decodes) + len(batch.prefills),
             kv_blocks_used=manager.num_used_blocks,
             kv_blocks_total=manager.num_blocks,
-            kv_blocks_prefix_cached=manager.num_prefix_cached_blocks,
+            kv_blocks_cached_free=manager.num_cached_free_blocks,
             num_waiting=len(scheduler.waiting),
             num_waiting_long=len(scheduler.waiting_long),
             num_running=len(scheduler.running),

@@ -19,7 +19,7 @@ class StepStats:
     num_seqs: int  # sequences in this step's batch
     kv_blocks_used: int  # blocks referenced by at least one sequence
     kv_blocks_total: int
-    kv_blocks_prefix_cached: int  # full blocks whose content is findable by prefix hash (used or free)
+    kv_blocks_cached_free: int  # free blocks still holding a reusable prefix (see BlockManager)
     num_waiting: int
     num_waiting_long: int
     num_running: int

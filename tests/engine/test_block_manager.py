@@ -48,11 +48,11 @@ def test_freed_blocks_stay_findable_until_reused():
     seq = make_sequence(list(range(8)), 0)
     fill(manager, seq)
     manager.free(seq)
-    assert manager.num_used_blocks == 0 and manager.num_prefix_cached_blocks == 2
+    assert manager.num_used_blocks == 0 and manager.num_cached_free_blocks == 2
     assert len(manager.find_cached_prefix(make_sequence(list(range(9)), 1))) == 2
     hog = make_sequence([99] * 16, 2)  # takes every block, overwriting the cached ones
     manager.grow(hog, 16)
-    assert manager.num_prefix_cached_blocks == 0
+    assert manager.num_cached_free_blocks == 0
     assert manager.find_cached_prefix(make_sequence(list(range(9)), 3)) == []
 
 
@@ -95,10 +95,15 @@ def test_reference_counts_and_free_list_stay_consistent(operations):
         for block in manager.blocks:
             assert block.ref_count == holders.get(block.block_id, 0)
         assert manager.num_used_blocks == len(holders)
-        # Shared blocks really hold the same tokens for every holder.
+        cached_free = [block for block in manager.blocks if block.ref_count == 0 and block.prefix_hash is not None]
+        assert manager.num_cached_free_blocks == len(cached_free)
+        # Findable blocks hold exactly the tokens of every holder; only findable blocks are shared.
         for seq in live:
             for position, block_id in enumerate(seq.block_table[: seq.num_tokens // 4]):
-                assert manager.blocks[block_id].token_ids == tuple(seq.token_ids[position * 4 : position * 4 + 4])
+                block = manager.blocks[block_id]
+                assert block.ref_count == 1 or block.prefix_hash is not None
+                if block.prefix_hash is not None:
+                    assert block.token_ids == tuple(seq.token_ids[position * 4 : position * 4 + 4])
     for seq in live:
         manager.free(seq)
     assert manager.num_used_blocks == 0 and manager.num_free_blocks == 24

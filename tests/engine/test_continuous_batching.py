@@ -89,7 +89,7 @@ def test_prefix_caching_hits_on_a_shared_system_prompt_without_changing_outputs(
     manager = cached.block_manager
     assert manager.prefix_hit_tokens >= 3 * 32  # at least two shared blocks for each later request
     assert uncached.block_manager.prefix_hit_tokens == 0
-    assert manager.num_used_blocks == 0 and manager.num_prefix_cached_blocks > 0
+    assert manager.num_used_blocks == 0 and manager.num_cached_free_blocks > 0
 
 
 def test_same_seed_same_tokens_whatever_the_batch(make_smollm_engine):

@@ -1,0 +1,144 @@
+"""Compare two runs: every metric side by side with absolute and relative deltas, and a decision
+record that checks the intended gain and the tolerated regression declared before the runs.
+
+A criterion reads `METRIC:+20%` or `METRIC:-50%` (relative) or `METRIC:+5` (absolute, in the
+metric's unit). For an intended gain the candidate must move at least that far in that direction;
+for a tolerated regression it must not move further than that in that direction.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import ConfigError
+
+_CRITERION = re.compile(r"^(?P<metric>[\w/.-]+):(?P<sign>[+-])(?P<amount>\d+(?:\.\d+)?)(?P<percent>%?)$")
+
+
+@dataclass(frozen=True)
+class Criterion:
+    metric: str
+    change: float  # signed; a fraction when relative (+20% -> +0.2), else in the metric's unit
+    relative: bool
+
+    @classmethod
+    def parse(cls, text: str) -> Criterion:
+        match = _CRITERION.match(text.strip())
+        if match is None:
+            raise ConfigError(f"criterion {text!r}: expected METRIC:+N% or METRIC:-N (e.g. output_tok_s:+20%)")
+        amount = float(match["amount"]) * (1 if match["sign"] == "+" else -1)
+        relative = bool(match["percent"])
+        return cls(match["metric"], amount / 100 if relative else amount, relative)
+
+    def __str__(self) -> str:
+        amount = f"{self.change * 100:+g}%" if self.relative else f"{self.change:+g}"
+        return f"{self.metric}:{amount}"
+
+
+def load_report(run: str | Path) -> dict:
+    path = Path(run)
+    path = path / "report.json" if path.is_dir() else path
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: no report found (expected a run folder with report.json)") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def metric_rows(baseline: dict, candidate: dict) -> list[dict]:
+    rows = []
+    for name in sorted(set(baseline["metrics"]) | set(candidate["metrics"])):
+        first, second = baseline["metrics"].get(name), candidate["metrics"].get(name)
+        a = first["value"] if first else None
+        b = second["value"] if second else None
+        delta = b - a if _number(a) and _number(b) else None
+        relative = delta / abs(a) if delta is not None and a else None
+        unit = (first or second)["unit"]
+        rows.append({
+            "metric": name, "unit": unit, "baseline": a, "candidate": b, "delta": delta, "relative": relative,
+            "n_baseline": first["n"] if first else 0, "n_candidate": second["n"] if second else 0,
+        })
+    return rows
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not math.isnan(value)
+
+
+def check(criterion: Criterion, rows: dict[str, dict], kind: str) -> dict:
+    row = rows.get(criterion.metric)
+    if row is None:
+        raise ConfigError(f"criterion {criterion}: no metric {criterion.metric!r} in the reports")
+    moved = row["relative"] if criterion.relative else row["delta"]
+    if moved is None:
+        passed, note = False, "not measurable in both runs"
+    elif kind == "intended":
+        # A gain of +20% needs moved >= +0.2; a reduction of -50% needs moved <= -0.5.
+        passed = moved >= criterion.change if criterion.change >= 0 else moved <= criterion.change
+        note = ""
+    else:
+        # Tolerating -10% allows any move down to -0.1 (and any move in the other direction).
+        passed = moved <= criterion.change if criterion.change >= 0 else moved >= criterion.change
+        note = ""
+    return {
+        "kind": kind, "criterion": str(criterion), "observed": moved, "relative": criterion.relative, "passed": passed,
+        "n_baseline": row["n_baseline"], "n_candidate": row["n_candidate"], "note": note,
+    }
+
+
+def compare(baseline: dict, candidate: dict, intended: list[str], tolerated: list[str]) -> dict:
+    rows = metric_rows(baseline, candidate)
+    by_name = {row["metric"]: row for row in rows}
+    checks = [check(Criterion.parse(text), by_name, "intended") for text in intended]
+    checks += [check(Criterion.parse(text), by_name, "tolerated") for text in tolerated]
+    if not checks:
+        verdict = "no decision: no intended gain or tolerated regression was declared"
+    elif all(result["passed"] for result in checks):
+        verdict = "accept: every intended gain reached, every regression within tolerance"
+    else:
+        failed = ", ".join(result["criterion"] for result in checks if not result["passed"])
+        verdict = f"reject: not met: {failed}"
+    return {
+        "baseline": _identity(baseline), "candidate": _identity(candidate),
+        "intended": intended, "tolerated": tolerated, "checks": checks, "verdict": verdict, "metrics": rows,
+    }
+
+
+def _identity(report: dict) -> dict:
+    return {"scenario": report["scenario"]["name"], "variant": report.get("variant"), "seed": report["seed"], "complete": report["complete"]}
+
+
+def format_comparison(result: dict) -> str:
+    def show(value) -> str:
+        if value is None:
+            return "-"
+        return f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
+
+    base, cand = result["baseline"], result["candidate"]
+    lines = [
+        f"baseline:  {base['scenario']} / {base['variant'] or '-'} (seed {base['seed']})",
+        f"candidate: {cand['scenario']} / {cand['variant'] or '-'} (seed {cand['seed']})",
+        "",
+        f"{'metric':<34} {'baseline':>12} {'candidate':>12} {'delta':>12} {'rel':>8}  n (b/c)  unit",
+    ]
+    for row in result["metrics"]:
+        relative = f"{row['relative'] * 100:+.1f}%" if row["relative"] is not None else "-"
+        lines.append(
+            f"{row['metric']:<34} {show(row['baseline']):>12} {show(row['candidate']):>12} {show(row['delta']):>12} "
+            f"{relative:>8}  {row['n_baseline']}/{row['n_candidate']}  {row['unit']}"
+        )
+    lines += ["", "decision record:"]
+    for item in result["checks"]:
+        observed = item["observed"]
+        shown = "-" if observed is None else (f"{observed * 100:+.1f}%" if item["relative"] else f"{observed:+.3g}")
+        lines.append(
+            f"  {'PASS' if item['passed'] else 'FAIL'} {item['kind']:<9} {item['criterion']:<28} observed {shown} "
+            f"(n {item['n_baseline']}/{item['n_candidate']}) {item['note']}"
+        )
+    lines.append(f"verdict: {result['verdict']}")
+    return "\n".join(lines)

@@ -1,0 +1,124 @@
+"""`MetricsStore`: bounded numpy ring buffers of step and request metrics, filled by the engine
+loop and read as consistent snapshots by the plots (live in the GUI, once for PNG reports).
+
+Writers and readers may be on different threads; one lock guards both. Memory is bounded by the
+capacities whatever the run length: the oldest entries are overwritten.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.metrics import RequestMetrics, StepStats
+
+_STEP_FIELDS = (
+    "time_s", "kv_used_perc", "kv_cached_perc", "waiting", "waiting_long", "running",
+    "prefill_tokens", "decode_tokens", "preemptions_total", "rejections_total",
+)
+_REQUEST_FIELDS = ("finish_s", "ttft_ms", "tpot_ms", "e2e_ms")
+
+
+class _Ring:
+    """Fixed-capacity float64 columns; `ordered()` returns them oldest first."""
+
+    def __init__(self, fields: tuple[str, ...], capacity: int):
+        self.data = {name: np.full(capacity, np.nan) for name in fields}
+        self.capacity, self.count = capacity, 0
+
+    def append(self, values: dict[str, float]) -> None:
+        index = self.count % self.capacity
+        for name, column in self.data.items():
+            column[index] = values[name]
+        self.count += 1
+
+    def ordered(self) -> dict[str, np.ndarray]:
+        size = min(self.count, self.capacity)
+        start = self.count % self.capacity if self.count > self.capacity else 0
+        return {name: np.roll(column, -start)[:size].copy() for name, column in self.data.items()}
+
+
+@dataclass
+class MetricsSnapshot:
+    steps: dict[str, np.ndarray]  # per step, time in seconds since the run started
+    requests: dict[str, np.ndarray]  # per ended request, at its finish time
+    request_tags: list[str]
+    prefill_tok_s: np.ndarray  # per step, over the sliding window
+    decode_tok_s: np.ndarray
+    window_s: float
+    kv_capacity_tokens: int
+    kv_cache_bytes: int
+
+
+class MetricsStore:
+    def __init__(self, start_time: float, *, kv_capacity_tokens: int = 0, kv_cache_bytes: int = 0,
+                 step_capacity: int = 200_000, request_capacity: int = 100_000, window_s: float = 2.0):
+        self.start_time = start_time
+        self.kv_capacity_tokens, self.kv_cache_bytes = kv_capacity_tokens, kv_cache_bytes
+        self.window_s = window_s
+        self._steps = _Ring(_STEP_FIELDS, step_capacity)
+        self._requests = _Ring(_REQUEST_FIELDS, request_capacity)
+        self._tags: list[str] = [""] * request_capacity
+        self._lock = threading.Lock()
+
+    def add_step(self, stats: StepStats) -> None:
+        total = stats.kv_blocks_total
+        values = {
+            "time_s": stats.time_s - self.start_time,
+            "kv_used_perc": 100.0 * stats.kv_blocks_used / total,
+            "kv_cached_perc": 100.0 * stats.kv_blocks_cached_free / total,
+            "waiting": stats.num_waiting,
+            "waiting_long": stats.num_waiting_long,
+            "running": stats.num_running,
+            "prefill_tokens": stats.prefill_tokens,
+            "decode_tokens": stats.decode_tokens,
+            "preemptions_total": stats.preemptions_total,
+            "rejections_total": stats.rejections_total,
+        }
+        with self._lock:
+            self._steps.append(values)
+
+    def add_request(self, metrics: RequestMetrics, tag: str = "") -> None:
+        finish = metrics.finish_time if metrics.finish_time is not None else self.start_time
+        values = {
+            "finish_s": finish - self.start_time,
+            "ttft_ms": _or_nan(metrics.ttft_ms),
+            "tpot_ms": _or_nan(metrics.tpot_ms),
+            "e2e_ms": _or_nan(metrics.e2e_ms),
+        }
+        with self._lock:
+            self._tags[self._requests.count % self._requests.capacity] = tag
+            self._requests.append(values)
+
+    def snapshot(self) -> MetricsSnapshot:
+        with self._lock:
+            steps = self._steps.ordered()
+            requests = self._requests.ordered()
+            count, capacity = self._requests.count, self._requests.capacity
+            tags = self._tags[count % capacity :] + self._tags[: count % capacity] if count > capacity else self._tags[:count]
+        return MetricsSnapshot(
+            steps=steps,
+            requests=requests,
+            request_tags=list(tags),
+            prefill_tok_s=_windowed_rate(steps["time_s"], steps["prefill_tokens"], self.window_s),
+            decode_tok_s=_windowed_rate(steps["time_s"], steps["decode_tokens"], self.window_s),
+            window_s=self.window_s,
+            kv_capacity_tokens=self.kv_capacity_tokens,
+            kv_cache_bytes=self.kv_cache_bytes,
+        )
+
+
+def _or_nan(value: float | None) -> float:
+    return np.nan if value is None else value
+
+
+def _windowed_rate(times: np.ndarray, counts: np.ndarray, window_s: float) -> np.ndarray:
+    """Tokens per second over the window ending at each step (shorter at the very start)."""
+    if times.size == 0:
+        return times.copy()
+    cumulative = np.concatenate([[0.0], np.cumsum(counts)])
+    window_start = np.searchsorted(times, times - window_s, side="right")
+    span = np.where(times - times[0] < window_s, np.maximum(times - times[0], 1e-3), window_s)
+    return (cumulative[1:] - cumulative[window_start]) / span

@@ -1,0 +1,50 @@
+"""Prompt token ids for synthetic traffic, made of real text so that outputs stay readable.
+
+Synthetic prompts of N tokens are cut at a seeded offset from a stream of tokenised ShareGPT
+replies. Models without a tokenizer (test checkpoints) get seeded random token ids instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.sharegpt import load_sharegpt
+from engine.tokenizer import Tokenizer
+
+_CORPUS_CONVERSATIONS = 400  # about 150k tokens of English text, tokenised once
+
+
+class PromptMaker:
+    def __init__(self, tokenizer: Tokenizer | None, vocab_size: int):
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self._stream: np.ndarray | None = None
+
+    def synthetic(self, num_tokens: int, rng: np.random.Generator) -> list[int]:
+        if self.tokenizer is None:
+            return rng.integers(0, self.vocab_size, num_tokens).tolist()
+        stream = self._text_stream()
+        start = int(rng.integers(0, len(stream)))
+        # Wrap around the end of the stream; prompts longer than the stream repeat it.
+        indices = (start + np.arange(num_tokens)) % len(stream)
+        return stream[indices].tolist()
+
+    def sharegpt(self, rng: np.random.Generator) -> tuple[list[int], int, str]:
+        """A random conversation's first question (chat-formatted when the model has a template)
+        and the token length of the reference reply."""
+        if self.tokenizer is None:
+            raise ValueError("ShareGPT prompts need a model with a tokenizer")
+        conversations = load_sharegpt().conversations
+        conversation = conversations[int(rng.integers(0, len(conversations)))]
+        text = conversation.prompt
+        if self.tokenizer.chat_template:
+            text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}])
+        reply_tokens = len(self.tokenizer.encode(conversation.reply, add_special_tokens=False))
+        return self.tokenizer.encode(text), reply_tokens, text
+
+    def _text_stream(self) -> np.ndarray:
+        if self._stream is None:
+            replies = [conversation.reply for conversation in load_sharegpt().conversations[:_CORPUS_CONVERSATIONS]]
+            ids = self.tokenizer.encode("\n\n".join(replies), add_special_tokens=False)
+            self._stream = np.asarray(ids, dtype=np.int64)
+        return self._stream

@@ -1,0 +1,49 @@
+"""What a run needs to be reproduced: package versions, device, and the model file's identity."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import platform
+from pathlib import Path
+
+import torch
+
+from engine.device import device_name
+from engine.llm_engine import LLMEngine
+
+
+@functools.lru_cache(maxsize=8)
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def model_identity(path: Path) -> dict:
+    if path.is_dir():
+        files = sorted(path.glob("*.safetensors")) + sorted(path.glob("*.json"))
+        return {"path": str(path), "files": {file.name: file_sha256(file) for file in files}}
+    return {"path": str(path), "sha256": file_sha256(path), "size_bytes": path.stat().st_size}
+
+
+def environment(engine: LLMEngine) -> dict:
+    return {
+        "workbench": _version("workbench"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": device_name(engine.device),
+        "dtype": str(engine.dtype).removeprefix("torch."),
+        "model": model_identity(engine.model_path),
+    }
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"

@@ -1,0 +1,77 @@
+"""The run log: an append-only JSONL file written while a run happens, one line per event.
+
+Lines: a "header" (configuration, versions, seed, SLOs), a "step" per engine step, a "request"
+per ended request, and a "footer" when the run ends cleanly. Each line is flushed as it is
+written, so a crash or Ctrl-C loses at most the step in flight and a partial report can still
+be built from what is there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from engine.metrics import RequestMetrics, StepStats
+
+
+class RunLogWriter:
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file: IO[str] = path.open("a", encoding="utf-8")
+
+    def write(self, kind: str, record: dict) -> None:
+        self._file.write(json.dumps({"type": kind, **record}) + "\n")
+        self._file.flush()
+
+    def step(self, stats: StepStats) -> None:
+        self.write("step", dataclasses.asdict(stats))
+
+    def request(self, request_id: str, tag: str, metrics: RequestMetrics) -> None:
+        self.write("request", {"request_id": request_id, "tag": tag, **dataclasses.asdict(metrics)})
+
+    def close(self) -> None:
+        self._file.close()
+
+
+@dataclass
+class RunLog:
+    header: dict
+    steps: list[dict]
+    requests: list[dict]
+    footer: dict | None  # None when the run did not end cleanly
+
+    @property
+    def complete(self) -> bool:
+        return self.footer is not None
+
+
+def read_run_log(path: Path) -> RunLog:
+    header, steps, requests, footer = None, [], [], None
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                break  # a line cut short by the crash
+            kind = record.pop("type")
+            if kind == "header":
+                header = record
+            elif kind == "step":
+                steps.append(record)
+            elif kind == "request":
+                requests.append(record)
+            elif kind == "footer":
+                footer = record
+    if header is None:
+        raise ValueError(f"{path}: no header line; not a workbench run log")
+    return RunLog(header, steps, requests, footer)
+
+
+def request_metrics(record: dict) -> RequestMetrics:
+    """A logged request back as `RequestMetrics` (for its derived latencies)."""
+    fields = {field.name for field in dataclasses.fields(RequestMetrics)}
+    return RequestMetrics(**{key: value for key, value in record.items() if key in fields})

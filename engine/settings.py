@@ -1,0 +1,94 @@
+"""Build validated dataclasses from plain mappings (parsed TOML, `--set key=value` overrides).
+
+Every complaint names where the value came from (file and section), the key, what was expected
+and what was found; nothing falls back to a silent default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from typing import Any, TypeVar
+
+from engine.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def build(cls: type[T], values: dict[str, Any], where: str) -> T:
+    """An instance of dataclass `cls` from `values`; `where` prefixes every error message."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where}: expected a table of settings, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    names = [field.name for field in dataclasses.fields(cls) if field.init]
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; expected one of {', '.join(names)}")
+    arguments = {name: _convert(hints[name], value, f"{where}.{name}") for name, value in values.items()}
+    try:
+        return cls(**arguments)
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from error
+
+
+def _convert(expected: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(expected)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(expected)
+        if value is None and type(None) in options:
+            return None
+        for option in options:
+            if option is not type(None):
+                try:
+                    return _convert(option, value, where)
+                except ConfigError:
+                    continue
+        raise ConfigError(f"{where}: expected {_describe(expected)}, got {value!r}")
+    if origin is list:
+        (item_type,) = typing.get_args(expected)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_convert(item_type, item, f"{where}[{index}]") for index, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table, got {value!r}")
+        _, item_type = typing.get_args(expected)
+        return {key: _convert(item_type, item, f"{where}.{key}") for key, item in value.items()}
+    if dataclasses.is_dataclass(expected):
+        return build(expected, value, where)
+    if expected is Any:
+        return value
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if expected in (int, float) and isinstance(value, bool):
+        raise ConfigError(f"{where}: expected {_describe(expected)}, got {value!r}")
+    if not isinstance(value, expected):
+        raise ConfigError(f"{where}: expected {_describe(expected)}, got {value!r}")
+    return value
+
+
+def _describe(expected: Any) -> str:
+    if typing.get_origin(expected) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(option) for option in typing.get_args(expected))
+    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "nothing"}
+    return names.get(expected, getattr(expected, "__name__", str(expected)))
+
+
+def apply_override(values: dict[str, Any], assignment: str) -> None:
+    """Apply `section.key=value` (value in TOML syntax; bare words are strings) to nested tables."""
+    path, separator, text = assignment.partition("=")
+    if not separator or not path.strip():
+        raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, e.g. engine.max_num_seqs=32")
+    try:
+        value = tomllib.loads(f"value = {text.strip()}")["value"]
+    except tomllib.TOMLDecodeError:
+        value = text.strip()
+    *tables, key = path.strip().split(".")
+    target = values
+    for table in tables:
+        target = target.setdefault(table, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"--set {assignment!r}: {table!r} is not a table")
+    target[key] = value

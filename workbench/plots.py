@@ -1,0 +1,191 @@
+"""The workbench's plots, one class per plot, each owning long-lived pyqtgraph items that
+`update(snapshot)` refreshes with `setData`. The live window and the PNG reports of
+`workbench bench` use these same classes, so each plot is drawn one way only.
+
+Time axes are seconds since the run started; every axis names its unit; percentiles show n.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+
+from engine.metrics_store import MetricsSnapshot
+from engine.scenario import SLO
+
+ROLLING_WINDOW = 100  # requests behind each rolling percentile point
+MAX_ROLLING_POINTS = 400  # rolling percentiles are evaluated at most this often along the axis
+
+COLORS = {
+    "used": "#4C9BE8", "cached": "#9B59B6", "waiting": "#E67E22", "waiting_long": "#C0392B",
+    "running": "#27AE60", "prefill": "#E67E22", "decode": "#4C9BE8", "ttft": "#4C9BE8",
+    "e2e": "#E67E22", "tpot": "#27AE60", "p50": "#2ECC71", "p90": "#F1C40F", "p99": "#E74C3C",
+    "slo": "#E74C3C", "preempt": "#C0392B", "reject": "#7F8C8D",
+}
+
+
+def _curve(plot: pg.PlotItem, color: str, name: str, width: float = 1.5, **options) -> pg.PlotDataItem:
+    item = plot.plot(pen=pg.mkPen(color, width=width), name=name, **options)
+    item.setClipToView(True)
+    item.setDownsampling(auto=True, method="peak")
+    return item
+
+
+def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since start", bottom_unit: str = "s") -> pg.PlotItem:
+    plot = pg.PlotItem(title=title)
+    plot.setLabel("left", left, units=left_unit)
+    plot.setLabel("bottom", bottom, units=bottom_unit)
+    plot.showGrid(x=True, y=True, alpha=0.25)
+    for axis in ("left", "bottom"):
+        plot.getAxis(axis).enableAutoSIPrefix(False)  # "ms" must not become "kms"
+
+    plot.addLegend(offset=(5, 5))
+    return plot
+
+
+class KvOccupancyPlot:
+    def __init__(self):
+        self.plot = _new_plot("KV-cache occupancy", "blocks used", "%")
+        self.plot.setYRange(0, 100)
+        self.used = _curve(self.plot, COLORS["used"], "used (% of blocks)", fillLevel=0, brush=pg.mkBrush(76, 155, 232, 60))
+        self.cached = _curve(self.plot, COLORS["cached"], "used + free prefix cache (% of blocks)")
+
+    def update(self, snapshot: MetricsSnapshot) -> None:
+        steps = snapshot.steps
+        self.used.setData(steps["time_s"], steps["kv_used_perc"])
+        self.cached.setData(steps["time_s"], steps["kv_used_perc"] + steps["kv_cached_perc"])
+        self.plot.setTitle(
+            f"KV-cache occupancy — capacity {snapshot.kv_capacity_tokens:,} tokens, {snapshot.kv_cache_bytes / 2**20:,.0f} MiB"
+        )
+
+
+class QueueDepthPlot:
+    def __init__(self):
+        self.plot = _new_plot("Queue depth", "requests", "")
+        self.curves = {
+            key: _curve(self.plot, COLORS[key], label)
+            for key, label in (("waiting", "waiting"), ("waiting_long", "waiting_long (long prompts)"), ("running", "running"))
+        }
+        self.preemptions = self.plot.plot(pen=None, symbol="t", symbolBrush=COLORS["preempt"], symbolSize=9, name="preemption")
+        self.rejections = self.plot.plot(pen=None, symbol="x", symbolBrush=COLORS["reject"], symbolSize=9, name="rejection")
+
+    def update(self, snapshot: MetricsSnapshot) -> None:
+        steps = snapshot.steps
+        for key, curve in self.curves.items():
+            curve.setData(steps["time_s"], steps[key])
+        for markers, column in ((self.preemptions, "preemptions_total"), (self.rejections, "rejections_total")):
+            markers.setData(*_event_points(steps["time_s"], steps[column]))
+
+
+def _event_points(times: np.ndarray, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Markers at y=0 where a cumulative counter went up."""
+    if times.size == 0:
+        return times, times
+    rises = np.flatnonzero(np.diff(totals, prepend=totals[0]) > 0)
+    return times[rises], np.zeros(rises.size)
+
+
+class LatencyPlot:
+    """One point per ended request at its finish time (TTFT and e2e, or TPOT), rolling p50/p90/p99
+    over the last ROLLING_WINDOW requests, and the SLO threshold."""
+
+    MODES = ("ttft+e2e", "tpot")
+
+    def __init__(self, mode: str = "ttft+e2e"):
+        self.plot = _new_plot("Per-request latency", "latency", "ms", bottom="finish time since start")
+        self.points = {
+            key: self.plot.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None, symbolBrush=COLORS[key], name=key.upper())
+            for key in ("ttft", "e2e", "tpot")
+        }
+        for item in self.points.values():
+            item.setClipToView(True)
+            item.setDownsampling(auto=True)
+        self.rolling = {key: _curve(self.plot, COLORS[key], f"{key} (rolling)", width=2) for key in ("p50", "p90", "p99")}
+        self.slo_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(COLORS["slo"], width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine), label="SLO", labelOpts={"position": 0.05})
+        self.plot.addItem(self.slo_line)
+        self.mode = mode
+        self.slo = SLO()
+
+    def set_mode(self, mode: str) -> None:
+        self.mode = mode
+
+    def update(self, snapshot: MetricsSnapshot) -> None:
+        requests = snapshot.requests
+        finish = requests["finish_s"]
+        shown = ("ttft", "e2e") if self.mode == "ttft+e2e" else ("tpot",)
+        for key, item in self.points.items():
+            if key in shown:
+                item.setData(finish, requests[f"{key}_ms"])
+            else:
+                item.setData([], [])
+        # Percentiles follow the first shown metric (TTFT, or TPOT).
+        primary = requests[f"{shown[0]}_ms"]
+        valid = ~np.isnan(primary)
+        x, values = finish[valid], primary[valid]
+        rolling = _rolling_percentiles(values)
+        n = values.size
+        summary = np.percentile(values, [50, 90, 99]) if n else [np.nan] * 3
+        points = x[rolling_index(n)]
+        for item, column in zip(self.rolling.values(), rolling):
+            item.setData(points, column)
+        unit = "ms/token" if shown[0] == "tpot" else "ms"
+        self.plot.setTitle(
+            f"Per-request latency — {shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} "
+            f"(n={n}; rolling over {ROLLING_WINDOW})"
+        )
+        threshold = self.slo.tpot_ms if shown[0] == "tpot" else self.slo.ttft_ms
+        self.slo_line.setVisible(threshold is not None)
+        if threshold is not None:
+            self.slo_line.setValue(threshold)
+            self.slo_line.label.setFormat(f"SLO {shown[0].upper()} {threshold:g} {unit}")
+
+
+def rolling_index(n: int) -> np.ndarray:
+    """Indices (into the n values) where rolling percentiles are evaluated."""
+    return np.unique(np.linspace(0, n - 1, min(n, MAX_ROLLING_POINTS)).astype(int)) if n else np.array([], dtype=int)
+
+
+def _rolling_percentiles(values: np.ndarray) -> np.ndarray:
+    """p50/p90/p99 of the ROLLING_WINDOW values ending at each evaluated index: shape [3, points]."""
+    n = values.size
+    if n == 0:
+        return np.empty((3, 0))
+    padded = np.concatenate([np.full(ROLLING_WINDOW - 1, np.nan), values])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, ROLLING_WINDOW)[rolling_index(n)]
+    return np.nanpercentile(windows, [50, 90, 99], axis=1)
+
+
+class ThroughputPlot:
+    def __init__(self):
+        self.plot = _new_plot("Throughput", "tokens/s", "")
+        self.prefill = _curve(self.plot, COLORS["prefill"], "prefill tok/s")
+        self.decode = _curve(self.plot, COLORS["decode"], "decode tok/s")
+
+    def update(self, snapshot: MetricsSnapshot) -> None:
+        times = snapshot.steps["time_s"]
+        self.prefill.setData(times, snapshot.prefill_tok_s)
+        self.decode.setData(times, snapshot.decode_tok_s)
+        self.plot.setTitle(f"Throughput (sliding window {snapshot.window_s:g} s)")
+
+
+class BatchCompositionPlot:
+    def __init__(self):
+        self.plot = _new_plot("Batch composition per step", "per step", "")
+        self.decode = _curve(self.plot, COLORS["decode"], "decode sequences", stepMode=None)
+        self.prefill = _curve(self.plot, COLORS["prefill"], "prefill tokens")
+
+    def update(self, snapshot: MetricsSnapshot) -> None:
+        steps = snapshot.steps
+        self.decode.setData(steps["time_s"], steps["decode_tokens"])
+        self.prefill.setData(steps["time_s"], steps["prefill_tokens"])
+
+
+def all_plots() -> dict[str, object]:
+    """One of each plot, keyed by the file stem its PNG report uses."""
+    return {
+        "kv_occupancy": KvOccupancyPlot(),
+        "queue_depth": QueueDepthPlot(),
+        "latency": LatencyPlot(),
+        "throughput": ThroughputPlot(),
+        "batch_composition": BatchCompositionPlot(),
+    }
