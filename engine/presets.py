@@ -50,8 +50,9 @@ def load_preset(name: str, overrides: list[str] = (), variant: str | None = None
         raw = copy.deepcopy(raw)
         changes = base.variants[variant]
         for table, values in (("engine", changes.engine), ("traffic", changes.traffic)):
-            raw.setdefault(table, {}).update(values)
-        where = f"{path} (variant {variant})"
+            if values:
+                raw.setdefault(table, {}).update(values)
+        where = f"{path} (variant {variant!r})"
     # Overrides from the command line win over the variant's own settings.
     for assignment in overrides:
         apply_override(raw, assignment)

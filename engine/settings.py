@@ -17,47 +17,54 @@ from engine.errors import ConfigError
 T = TypeVar("T")
 
 
-def build(cls: type[T], values: dict[str, Any], where: str) -> T:
-    """An instance of dataclass `cls` from `values`; `where` prefixes every error message."""
+def build(cls: type[T], values: dict[str, Any], source: str, table: str = "") -> T:
+    """An instance of dataclass `cls` from `values`. Errors read "SOURCE: TABLE.KEY: problem",
+    SOURCE being the file (or "--set") and TABLE the dotted path of the table."""
+    where = f"{source}: {table}" if table else source
     if not isinstance(values, dict):
         raise ConfigError(f"{where}: expected a table of settings, got {values!r}")
     hints = typing.get_type_hints(cls)
     names = [field.name for field in dataclasses.fields(cls) if field.init]
     unknown = sorted(set(values) - set(names))
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; expected one of {', '.join(names)}")
-    arguments = {name: _convert(hints[name], value, f"{where}.{name}") for name, value in values.items()}
+        key = f"{table}.{unknown[0]}" if table else unknown[0]
+        raise ConfigError(f"{source}: unknown key {key!r}; expected one of {', '.join(names)}")
+    arguments = {
+        name: _convert(hints[name], value, source, f"{table}.{name}" if table else name) for name, value in values.items()
+    }
     try:
         return cls(**arguments)
     except ConfigError as error:
-        raise ConfigError(f"{where}: {error}") from error
+        raise ConfigError(f"{where}: {error}" if table else f"{source}: {error}") from error
 
 
-def _convert(expected: Any, value: Any, where: str) -> Any:
+def _convert(expected: Any, value: Any, source: str, key: str) -> Any:
+    where = f"{source}: {key}"
     origin = typing.get_origin(expected)
     if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(expected)
-        if value is None and type(None) in options:
+        options = [option for option in typing.get_args(expected) if option is not type(None)]
+        if value is None and len(options) < len(typing.get_args(expected)):
             return None
+        if len(options) == 1:  # X | None: X's own message is the useful one
+            return _convert(options[0], value, source, key)
         for option in options:
-            if option is not type(None):
-                try:
-                    return _convert(option, value, where)
-                except ConfigError:
-                    continue
+            try:
+                return _convert(option, value, source, key)
+            except ConfigError:
+                continue
         raise ConfigError(f"{where}: expected {_describe(expected)}, got {value!r}")
     if origin is list:
         (item_type,) = typing.get_args(expected)
         if not isinstance(value, list):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
-        return [_convert(item_type, item, f"{where}[{index}]") for index, item in enumerate(value)]
+        return [_convert(item_type, item, source, f"{key}[{index}]") for index, item in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a table, got {value!r}")
         _, item_type = typing.get_args(expected)
-        return {key: _convert(item_type, item, f"{where}.{key}") for key, item in value.items()}
+        return {name: _convert(item_type, item, source, f"{key}.{name}") for name, item in value.items()}
     if dataclasses.is_dataclass(expected):
-        return build(expected, value, where)
+        return build(expected, value, source, key)
     if expected is Any:
         return value
     if expected is float and isinstance(value, int) and not isinstance(value, bool):

@@ -1,0 +1,142 @@
+"""Arrival processes, length distributions, prompts and trace replay: seeded and measurable."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from engine import ConfigError
+from engine.prompts import PromptMaker
+from engine.sharegpt import load_sharegpt
+from engine.traffic import LengthDistribution, TrafficProfile, arrival_times, plan_traffic, read_trace
+
+
+def gaps(profile, seed=0, changes=()):
+    return np.diff([0.0] + arrival_times(profile, np.random.default_rng(seed), list(changes)))
+
+
+def test_poisson_mean_rate_matches_the_setting():
+    observed = gaps(TrafficProfile(arrival="poisson", rate=5.0, num_requests=20_000))
+    assert 1 / observed.mean() == pytest.approx(5.0, rel=0.03)
+    assert observed.std() / observed.mean() == pytest.approx(1.0, rel=0.05)  # exponential: CV 1
+
+
+@pytest.mark.parametrize("burstiness", [0.25, 1.0, 4.0])
+def test_gamma_coefficient_of_variation_is_one_over_sqrt_burstiness(burstiness):
+    observed = gaps(TrafficProfile(arrival="gamma", rate=3.0, burstiness=burstiness, num_requests=20_000))
+    assert 1 / observed.mean() == pytest.approx(3.0, rel=0.05)
+    assert observed.std() / observed.mean() == pytest.approx(1 / burstiness**0.5, rel=0.06)
+
+
+def test_constant_rate_is_evenly_spaced():
+    assert np.allclose(gaps(TrafficProfile(arrival="constant", rate=4.0, num_requests=10)), 0.25)
+
+
+def test_ramp_rises_from_rate_to_end_rate():
+    times = np.array(arrival_times(TrafficProfile(arrival="ramp", rate=1.0, end_rate=9.0, duration_s=200, num_requests=0), np.random.default_rng(1)))
+    first, second = np.sum(times < 100), np.sum(times >= 100)
+    # Expected counts: integral of the rate over each half = 300 and 700.
+    assert first == pytest.approx(300, rel=0.15) and second == pytest.approx(700, rel=0.15)
+
+
+def test_a_set_rate_event_changes_the_pace_from_then_on():
+    times = np.array(arrival_times(TrafficProfile(arrival="poisson", rate=2.0, duration_s=400, num_requests=0), np.random.default_rng(2), [(200.0, 8.0)]))
+    assert np.sum(times < 200) == pytest.approx(400, rel=0.15)
+    assert np.sum(times >= 200) == pytest.approx(1600, rel=0.1)
+
+
+def test_same_seed_same_schedule_byte_for_byte():
+    maker = PromptMaker(None, vocab_size=1000)
+    profile = TrafficProfile(
+        arrival="gamma", burstiness=0.5, num_requests=50,
+        prompt_len=LengthDistribution(kind="lognormal", mean=40, std=0.6), output_len=LengthDistribution(kind="uniform", low=4, high=20),
+    )
+
+    def schedule(seed):
+        planned = plan_traffic(profile, maker, np.random.default_rng(seed), max_model_len=512)
+        return json.dumps([[request.arrival_s, list(request.prompt_token_ids), request.max_tokens] for request in planned])
+
+    assert schedule(7) == schedule(7)
+    assert schedule(7) != schedule(8)
+
+
+@pytest.mark.parametrize(
+    "distribution, mean",
+    [
+        (LengthDistribution(kind="fixed", mean=50), 50),
+        (LengthDistribution(kind="uniform", low=10, high=30), 20),
+        (LengthDistribution(kind="normal", mean=100, std=10), 100),
+        (LengthDistribution(kind="lognormal", mean=100, std=0.5), 100),
+    ],
+)
+def test_length_distributions_have_their_mean(distribution, mean):
+    rng = np.random.default_rng(0)
+    samples = [distribution.sample(rng, limit=10_000) for _ in range(5000)]
+    assert np.mean(samples) == pytest.approx(mean, rel=0.03)
+
+
+def test_lengths_are_clipped_to_the_model_limit():
+    rng = np.random.default_rng(0)
+    samples = [LengthDistribution(kind="lognormal", mean=500, std=1.5).sample(rng, limit=600) for _ in range(2000)]
+    assert max(samples) == 600 and min(samples) >= 1
+
+
+def test_bad_traffic_settings_are_named():
+    with pytest.raises(ConfigError, match="arrival: expected one of poisson, gamma"):
+        TrafficProfile(arrival="bursty")
+    with pytest.raises(ConfigError, match="num_requests, duration_s: set at least one"):
+        TrafficProfile(num_requests=0, duration_s=0)
+    with pytest.raises(ConfigError, match="high: a uniform length needs an upper bound"):
+        LengthDistribution(kind="uniform")
+
+
+@pytest.mark.slow
+def test_synthetic_prompts_are_real_text_of_the_requested_length(smollm_source):
+    maker = PromptMaker(smollm_source.tokenizer, smollm_source.config.vocab_size)
+    ids = maker.synthetic(200, np.random.default_rng(3))
+    text = smollm_source.tokenizer.decode(ids)
+    assert len(ids) == 200
+    letters = sum(character.isalpha() or character.isspace() for character in text)
+    assert letters / len(text) > 0.8  # words, not random token soup
+    assert len(text.split()) > 80
+
+
+def test_sharegpt_reads_complete_records_only():
+    data = load_sharegpt()
+    assert 17_000 < data.num_complete_records < 18_000  # the file is cut off after ~17,700 records
+    assert len(data.conversations) > 0.9 * data.num_complete_records
+    assert all(conversation.prompt and conversation.reply for conversation in data.conversations[:100])
+
+
+@pytest.mark.slow
+def test_sharegpt_prompts_carry_their_reference_reply_length(smollm_source):
+    maker = PromptMaker(smollm_source.tokenizer, smollm_source.config.vocab_size)
+    profile = TrafficProfile(prompts="sharegpt", num_requests=5)
+    planned = plan_traffic(profile, maker, np.random.default_rng(0), max_model_len=8192)
+    assert len(planned) == 5 and all(request.max_tokens >= 1 for request in planned)
+    assert len({request.max_tokens for request in planned}) > 1
+
+
+def test_trace_replay_from_csv_and_jsonl(tmp_path):
+    maker = PromptMaker(None, vocab_size=100)
+    csv_trace = tmp_path / "trace.csv"
+    csv_trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.5,12,4\n0.1,30,8\n")
+    planned = read_trace(csv_trace, maker, np.random.default_rng(0), tag="trace")
+    assert [(request.arrival_s, len(request.prompt_token_ids), request.max_tokens) for request in planned] == [(0.1, 30, 8), (0.5, 12, 4)]
+    jsonl_trace = tmp_path / "trace.jsonl"
+    jsonl_trace.write_text('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 2}\n')
+    assert len(read_trace(jsonl_trace, maker, np.random.default_rng(0), tag="trace")) == 1
+
+
+def test_bad_trace_rows_name_file_and_line(tmp_path):
+    maker = PromptMaker(None, vocab_size=100)
+    trace = tmp_path / "bad.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.5,12,4\nsoon,3,4\n")
+    with pytest.raises(ConfigError, match=r"bad.csv:3: expected numbers"):
+        read_trace(trace, maker, np.random.default_rng(0), tag="trace")
+    missing = tmp_path / "missing.jsonl"
+    missing.write_text('{"arrival_s": 0, "output_tokens": 2}\n')
+    with pytest.raises(ConfigError, match=r"missing.jsonl:1: missing column 'prompt_tokens'"):
+        read_trace(missing, maker, np.random.default_rng(0), tag="trace")

@@ -1,0 +1,92 @@
+"""`workbench bench` and `workbench compare` end to end on a tiny model, PNG plots included."""
+
+from __future__ import annotations
+
+import json
+
+from PySide6.QtGui import QImage
+
+from workbench.cli import main
+
+
+def distinct_colours(path) -> tuple[int, int]:
+    """Width of the image and the number of distinct colours on a sampled grid."""
+    image = QImage(str(path))
+    assert not image.isNull(), path
+    colours = {image.pixel(x, y) for x in range(0, image.width(), 7) for y in range(0, image.height(), 7)}
+    return image.width(), len(colours)
+
+PRESET = """
+name = "tiny-isolation"
+description = "A long prompt and short chats on a tiny model."
+seed = 1
+
+[engine]
+model = "{model}"
+device = "cpu"
+num_kv_blocks = 256
+block_size = 4
+max_num_batched_tokens = 64
+
+[[events]]
+at_s = 0.0
+action = "inject"
+count = 1
+prompt_tokens = 300
+output_tokens = 4
+tag = "long"
+
+[[events]]
+at_s = 0.0
+action = "inject"
+count = 6
+prompt_tokens = 8
+output_tokens = 6
+tag = "chat"
+
+[slo]
+ttft_ms = 60000
+
+[variants.admission-off]
+engine = {{ long_prompt_threshold = 0 }}
+
+[variants.admission-on]
+engine = {{ long_prompt_threshold = 32 }}
+
+[decision]
+baseline = "admission-off"
+candidate = "admission-on"
+intended = ["chat/ttft_p99_ms:-1%"]
+tolerated = ["requests_finished:+0"]
+"""
+
+
+def test_bench_runs_every_variant_writes_files_and_compares(tmp_path, tiny_llama, capsys):
+    directory, _ = tiny_llama
+    preset = tmp_path / "tiny.toml"
+    preset.write_text(PRESET.format(model=directory))
+    out = tmp_path / "runs"
+    assert main(["bench", "--preset", str(preset), "--out", str(out), "--set", "engine.max_num_seqs=16"]) == 0
+    for variant in ("admission-off", "admission-on"):
+        folder = out / variant
+        report = json.loads((folder / "report.json").read_text())
+        assert report["variant"] == variant and report["scenario"]["engine"]["max_num_seqs"] == 16
+        for name in ("kv_occupancy", "queue_depth", "latency", "throughput", "batch_composition"):
+            width, colours = distinct_colours(folder / f"{name}.png")
+            assert width >= 1000 and colours > 8  # drawn, not blank
+    comparison = json.loads((out / "comparison.json").read_text())
+    assert comparison["baseline"]["variant"] == "admission-off" and len(comparison["checks"]) == 2
+    printed = capsys.readouterr().out
+    assert "decision record:" in printed and "verdict:" in printed
+
+    assert main(["compare", str(out / "admission-off"), str(out / "admission-on"), "--intended", "output_tok_s:+1000%"]) == 0
+    assert "FAIL intended" in capsys.readouterr().out
+
+
+def test_bad_preset_gives_one_line_and_exit_code_2(tmp_path, capsys):
+    preset = tmp_path / "bad.toml"
+    preset.write_text('name = "bad"\n[traffic]\narrival = "sometimes"\n')
+    assert main(["bench", "--preset", str(preset), "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("workbench: ") and "bad.toml: traffic: arrival: expected one of poisson" in error
+    assert "Traceback" not in error
