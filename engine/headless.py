@@ -32,6 +32,19 @@ def engine_summary(engine: LLMEngine) -> dict:
     }
 
 
+def run_header(engine: LLMEngine, scenario: dict, *, variant: str | None, seed: int, requests_planned: int, start_time: float) -> dict:
+    """The run log's first line: everything needed to read and reproduce the run."""
+    return {
+        "start_time": start_time,
+        "scenario": scenario,
+        "variant": variant,
+        "seed": seed,
+        "versions": environment(engine),
+        "engine": engine_summary(engine),
+        "requests_planned": requests_planned,
+    }
+
+
 def run_headless(
     scenario: Scenario,
     out_dir: Path,
@@ -49,21 +62,17 @@ def run_headless(
         log_path.unlink()  # a rerun into the same folder starts a fresh log
     writer = RunLogWriter(log_path)
     start_time = engine.clock()
-    writer.write("header", {
-        "start_time": start_time,
-        "scenario": dataclasses.asdict(scenario),
-        "variant": variant,
-        "seed": scenario.seed,
-        "versions": environment(engine),
-        "engine": engine_summary(engine),
-        "requests_planned": runner.total_requests,
-    })
+    writer.write("header", run_header(
+        engine, dataclasses.asdict(scenario), variant=variant, seed=scenario.seed,
+        requests_planned=runner.total_requests, start_time=start_time,
+    ))
 
     def request_ended(ended: EndedRequest) -> None:
         writer.request(ended.request_id, ended.tag, ended.metrics)
         on_progress(ended, runner.total_requests)
 
-    runner.on_step, runner.on_request_end = writer.step, request_ended
+    runner.on_step = lambda step: writer.step(step.stats)
+    runner.on_request_end = request_ended
     try:
         result = runner.run(start_time)
         writer.write("footer", {"duration_s": result.duration_s, "stopped_early": result.interrupted})

@@ -184,7 +184,8 @@ class LLMEngine:
                 self._finish_if_done(seq, now)
                 outputs.append(self._output(seq, seq.token_ids[-1:]))
         end = self.clock()
-        return StepResult(outputs, self._stats(batch, start, end))
+        scheduled = {entry.request_id: len(entry.token_ids) for entry in batch.sequences}
+        return StepResult(outputs, self._stats(batch, start, end), scheduled)
 
     def generate(
         self, prompts: SequenceOf[str | list[int]], params: SamplingParams | SequenceOf[SamplingParams] | None = None

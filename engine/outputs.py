@@ -22,3 +22,5 @@ class RequestOutput:
 class StepResult:
     outputs: list[RequestOutput]
     stats: StepStats
+    # Tokens each request computed in this step (prefill chunk size, or 1 for a decode).
+    scheduled: dict[str, int]

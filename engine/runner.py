@@ -15,7 +15,7 @@ import numpy as np
 
 from engine.llm_engine import LLMEngine
 from engine.metrics import RequestMetrics, StepStats
-from engine.outputs import RequestOutput
+from engine.outputs import RequestOutput, StepResult
 from engine.prompts import PromptMaker
 from engine.sampling_params import SamplingParams
 from engine.scenario import Scenario
@@ -62,84 +62,149 @@ def plan_scenario(scenario: Scenario, engine: LLMEngine) -> list[PlannedRequest]
 
 
 class ScenarioRunner:
+    """Drives one engine with one scenario's traffic. `run()` goes to the end; the GUI's worker
+    instead calls `tick()` between its own commands, and may `inject`, `pause` or `stop_traffic`.
+    `scenario` may be None: then only injected requests arrive."""
+
     def __init__(
         self,
         engine: LLMEngine,
-        scenario: Scenario,
+        scenario: Scenario | None,
         *,
-        on_step: Callable[[StepStats], None] = lambda stats: None,
+        on_step: Callable[[StepResult], None] = lambda step: None,
         on_request_end: Callable[[EndedRequest], None] = lambda ended: None,
         on_output: Callable[[RequestOutput], None] = lambda output: None,
+        on_send: Callable[[str], None] = lambda request_id: None,
         should_stop: Callable[[], bool] = lambda: False,
         sleep: Callable[[float], None] = time.sleep,
     ):
         self.engine = engine
         self.scenario = scenario
-        self.on_step, self.on_request_end, self.on_output = on_step, on_request_end, on_output
+        self.on_step, self.on_request_end, self.on_output, self.on_send = on_step, on_request_end, on_output, on_send
         self.should_stop = should_stop
         self.sleep = sleep
-        self.planned = plan_scenario(scenario, engine)
-        self._tags: dict[str, str] = {}
+        self.tags: dict[str, str] = {}  # request id -> tag, for every request sent
+        self.result = RunResult(start_time=engine.clock(), duration_s=0.0)
         self._closed_loop_in_flight: set[str] = set()
+        self._paused_since: float | None = None
+        self._prompt_maker = PromptMaker(engine.tokenizer, engine.model_config.vocab_size)
+        self._inject_rng = np.random.default_rng(scenario.seed if scenario else 0)
+        self.load_traffic(scenario)
+
+    def load_traffic(self, scenario: Scenario | None) -> None:
+        """Replace the planned traffic (requests in flight carry on); arrivals count from now."""
+        self.scenario = scenario
+        self.planned = plan_scenario(scenario, self.engine) if scenario is not None else []
+        self._timed = [request for request in self.planned if request.arrival_s is not None]
+        self._closed_loop = [request for request in self.planned if request.arrival_s is None]
+        self._paused_since = None
+        self.result.start_time = self.engine.clock()
 
     @property
     def total_requests(self) -> int:
         return len(self.planned)
 
+    @property
+    def start_time(self) -> float:
+        return self.result.start_time
+
+    @property
+    def traffic_pending(self) -> bool:
+        return bool(self._timed or self._closed_loop)
+
     def run(self, start_time: float | None = None) -> RunResult:
         """Run to the end of the traffic (or the scenario's max_duration_s, or should_stop).
         start_time: the engine-clock instant arrival times count from (default: now)."""
-        engine, traffic = self.engine, self.scenario.traffic
-        start = engine.clock() if start_time is None else start_time
-        result = RunResult(start_time=start, duration_s=0.0)
-        timed = [request for request in self.planned if request.arrival_s is not None]
-        closed_loop = [request for request in self.planned if request.arrival_s is None]
-        concurrency = traffic.concurrency if traffic is not None else 0
-        next_timed = 0
+        self.start(start_time)
         try:
-            while True:
-                now = engine.clock()
-                if self.should_stop() or self._past_deadline(now - start):
-                    result.interrupted = True
-                    break
-                while next_timed < len(timed) and timed[next_timed].arrival_s <= now - start:
-                    self._send(timed[next_timed], start + timed[next_timed].arrival_s)
-                    next_timed += 1
-                while closed_loop and len(self._closed_loop_in_flight) < concurrency:
-                    self._closed_loop_in_flight.add(self._send(closed_loop.pop(0), now))
-                if engine.has_unfinished():
-                    self._step(result)
-                elif next_timed < len(timed):
-                    wait = start + timed[next_timed].arrival_s - engine.clock()
-                    self.sleep(min(max(wait, 0.0), _IDLE_POLL_S))
-                elif not closed_loop:
-                    break
+            while self.tick():
+                pass
         finally:
-            result.duration_s = engine.clock() - start
-        return result
+            self.result.duration_s = self.engine.clock() - self.start_time
+        return self.result
+
+    def start(self, start_time: float | None = None) -> None:
+        self.result.start_time = self.engine.clock() if start_time is None else start_time
+
+    def tick(self) -> bool:
+        """Send what is due, then one engine step (or a short idle wait). False once finished."""
+        engine = self.engine
+        now = engine.clock()
+        if self.should_stop() or self._past_deadline(now - self.start_time):
+            self.result.interrupted = True
+            return False
+        paused = self._paused_since is not None
+        if not paused:
+            self._send_due(now)
+        if engine.has_unfinished():
+            self._step()
+            return True
+        if paused:
+            self.sleep(_IDLE_POLL_S)
+            return self.traffic_pending
+        if self._timed:
+            self.sleep(min(max(self.start_time + self._timed[0].arrival_s - engine.clock(), 0.0), _IDLE_POLL_S))
+            return True
+        return bool(self._closed_loop)
+
+    def _send_due(self, now: float) -> None:
+        while self._timed and self._timed[0].arrival_s <= now - self.start_time:
+            request = self._timed.pop(0)
+            self._send(request, self.start_time + request.arrival_s)
+        concurrency = self.scenario.traffic.concurrency if self.scenario and self.scenario.traffic else 0
+        while self._closed_loop and len(self._closed_loop_in_flight) < concurrency:
+            self._closed_loop_in_flight.add(self._send(self._closed_loop.pop(0), now))
+
+    def inject(self, count: int, prompt_tokens: int, output_tokens: int, tag: str) -> list[str]:
+        """Send `count` synthetic requests now (prompts of real text, lengths clipped to the model)."""
+        limit = self.engine.max_model_len
+        now = self.engine.clock()
+        sent = []
+        for _ in range(count):
+            prompt = self._prompt_maker.synthetic(min(prompt_tokens, limit - 2), self._inject_rng)
+            output = max(1, min(output_tokens, limit - len(prompt) - 1))
+            sent.append(self._send(PlannedRequest(None, tuple(prompt), output, tag), now))
+        return sent
+
+    def pause(self) -> None:
+        if self._paused_since is None:
+            self._paused_since = self.engine.clock()
+
+    def resume(self) -> None:
+        """Shift the remaining arrivals by the pause, so the traffic picks up where it left."""
+        if self._paused_since is not None:
+            self.result.start_time += self.engine.clock() - self._paused_since
+            self._paused_since = None
+
+    def stop_traffic(self) -> None:
+        """Send nothing more; requests in flight run to completion."""
+        self._timed.clear()
+        self._closed_loop.clear()
 
     def _past_deadline(self, elapsed: float) -> bool:
-        return bool(self.scenario.max_duration_s) and elapsed >= self.scenario.max_duration_s
+        return bool(self.scenario and self.scenario.max_duration_s) and elapsed >= self.scenario.max_duration_s
 
     def _send(self, request: PlannedRequest, arrival_time: float) -> str:
-        traffic = self.scenario.traffic
+        traffic = self.scenario.traffic if self.scenario else None
         params = SamplingParams(
             max_tokens=request.max_tokens,
             temperature=traffic.temperature if traffic is not None else 0.0,
             ignore_eos=traffic.ignore_eos if traffic is not None else True,
         )
-        request_id = f"{request.tag}-{len(self._tags)}"
-        self._tags[request_id] = request.tag
-        return self.engine.add_request(list(request.prompt_token_ids), params, arrival_time=arrival_time, request_id=request_id)
+        request_id = f"{request.tag}-{len(self.tags)}"
+        self.tags[request_id] = request.tag
+        self.engine.add_request(list(request.prompt_token_ids), params, arrival_time=arrival_time, request_id=request_id)
+        self.on_send(request_id)
+        return request_id
 
-    def _step(self, result: RunResult) -> None:
+    def _step(self) -> None:
         step = self.engine.step()
-        result.steps.append(step.stats)
-        self.on_step(step.stats)
+        self.result.steps.append(step.stats)
+        self.on_step(step)
         for output in step.outputs:
             self.on_output(output)
             if output.finished:
                 self._closed_loop_in_flight.discard(output.request_id)
-                ended = EndedRequest(output.request_id, self._tags.get(output.request_id, ""), output.metrics)
-                result.requests.append(ended)
+                ended = EndedRequest(output.request_id, self.tags.get(output.request_id, ""), output.metrics)
+                self.result.requests.append(ended)
                 self.on_request_end(ended)

@@ -34,6 +34,37 @@ def paged_decode_attention(
     context_lens: torch.Tensor,  # [num_seqs], tokens in each sequence's context, the new one included
     scale: float,
 ) -> torch.Tensor:
+    """Sequences of similar length are gathered together, so one long context does not make every
+    short sequence in the batch gather (and attend over) that many padded slots."""
+    out = torch.empty_like(query)
+    block_size = key_cache.shape[1]
+    for rows, num_blocks in _length_buckets(context_lens, block_size):
+        out[rows] = _decode_bucket(
+            query[rows], key_cache, value_cache, block_tables[rows, :num_blocks], context_lens[rows], scale
+        )
+    return out
+
+
+def _length_buckets(context_lens: torch.Tensor, block_size: int, max_padding: float = 2.0):
+    """(row indices, blocks to gather) per group whose longest context is at most `max_padding`
+    times its shortest (short contexts all share one group)."""
+    lengths = context_lens.tolist()
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    groups, current = [], [order[0]]
+    for row in order[1:]:
+        shortest = max(lengths[current[0]], 64 * block_size)
+        if lengths[row] > max_padding * shortest:
+            groups.append(current)
+            current = []
+        current.append(row)
+    groups.append(current)
+    for group in groups:
+        longest = lengths[group[-1]]
+        rows = torch.tensor(group, device=context_lens.device) if len(groups) > 1 else slice(None)
+        yield rows, -(-longest // block_size)
+
+
+def _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, scale):
     num_seqs, num_heads, head_dim = query.shape
     kv_heads = key_cache.shape[2]
     keys = key_cache[block_tables].flatten(1, 2).transpose(1, 2)  # [num_seqs, kv_heads, max_len, head_dim]

@@ -134,6 +134,6 @@ def test_closed_loop_keeps_the_concurrency(tiny_llama):
     scenario.events = []
     engine = LLMEngine(scenario.engine)
     running = []
-    runner = ScenarioRunner(engine, scenario, on_step=lambda stats: running.append(stats.num_running + stats.num_waiting))
+    runner = ScenarioRunner(engine, scenario, on_step=lambda step: running.append(step.stats.num_running + step.stats.num_waiting))
     result = runner.run()
     assert len(result.requests) == 9 and max(running) == 3

@@ -39,7 +39,7 @@ def scattered_cache(lengths, kv_heads, generator):
 
 
 @pytest.mark.parametrize("kv_heads, group", [(2, 1), (2, 3), (1, 3)])
-@pytest.mark.parametrize("lengths", [[1], [5, 1, 17, 8, 4], [33]])
+@pytest.mark.parametrize("lengths", [[1], [5, 1, 17, 8, 4], [33], [3, 1500, 7, 700, 2900, 40]])
 def test_decode_matches_dense(kv_heads, group, lengths):
     generator = torch.Generator().manual_seed(len(lengths) * 10 + group)
     key_cache, value_cache, tables, contents = scattered_cache(lengths, kv_heads, generator)
