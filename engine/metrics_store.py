@@ -13,12 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.metrics import RequestMetrics, StepStats
+from engine.report import FINISHED_REASONS
+from engine.scenario import SLO
 
 _STEP_FIELDS = (
     "time_s", "kv_used_perc", "kv_cached_perc", "waiting", "waiting_long", "running",
     "prefill_tokens", "decode_tokens", "preemptions_total", "rejections_total",
 )
-_REQUEST_FIELDS = ("finish_s", "ttft_ms", "tpot_ms", "e2e_ms")
+_REQUEST_FIELDS = ("finish_s", "ttft_ms", "tpot_ms", "e2e_ms", "finished", "meets_slo")
 
 
 class _Ring:
@@ -50,12 +52,21 @@ class MetricsSnapshot:
     window_s: float
     kv_capacity_tokens: int
     kv_cache_bytes: int
+    slo: SLO
+
+    @property
+    def goodput(self) -> tuple[int, int]:
+        """(finished requests meeting every SLO, finished requests), as in the run report."""
+        finished = self.requests["finished"] == 1
+        return int((self.requests["meets_slo"][finished] == 1).sum()), int(finished.sum())
 
 
 class MetricsStore:
     def __init__(self, start_time: float, *, kv_capacity_tokens: int = 0, kv_cache_bytes: int = 0,
-                 step_capacity: int = 200_000, request_capacity: int = 100_000, window_s: float = 2.0):
+                 step_capacity: int = 200_000, request_capacity: int = 100_000, window_s: float = 2.0,
+                 slo: SLO | None = None):
         self.start_time = start_time
+        self.slo = slo or SLO()  # fixed when a run starts; goodput is judged against it
         self.kv_capacity_tokens, self.kv_cache_bytes = kv_capacity_tokens, kv_cache_bytes
         self.window_s = window_s
         self._steps = _Ring(_STEP_FIELDS, step_capacity)
@@ -87,6 +98,8 @@ class MetricsStore:
             "ttft_ms": _or_nan(metrics.ttft_ms),
             "tpot_ms": _or_nan(metrics.tpot_ms),
             "e2e_ms": _or_nan(metrics.e2e_ms),
+            "finished": float(metrics.finish_reason in FINISHED_REASONS),
+            "meets_slo": float(self.slo.met_by(metrics)),
         }
         with self._lock:
             self._tags[self._requests.count % self._requests.capacity] = tag
@@ -107,6 +120,7 @@ class MetricsStore:
             window_s=self.window_s,
             kv_capacity_tokens=self.kv_capacity_tokens,
             kv_cache_bytes=self.kv_cache_bytes,
+            slo=self.slo,
         )
 
 
@@ -115,10 +129,10 @@ def _or_nan(value: float | None) -> float:
 
 
 def _windowed_rate(times: np.ndarray, counts: np.ndarray, window_s: float) -> np.ndarray:
-    """Tokens per second over the window ending at each step (shorter at the very start)."""
+    """Tokens per second over the window_s seconds ending at each step. Always divided by the
+    full window, so the first seconds read low rather than spiking on a tiny denominator."""
     if times.size == 0:
         return times.copy()
     cumulative = np.concatenate([[0.0], np.cumsum(counts)])
     window_start = np.searchsorted(times, times - window_s, side="right")
-    span = np.where(times - times[0] < window_s, np.maximum(times - times[0], 1e-3), window_s)
-    return (cumulative[1:] - cumulative[window_start]) / span
+    return (cumulative[1:] - cumulative[window_start]) / window_s

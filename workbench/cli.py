@@ -1,6 +1,7 @@
 """The `workbench` command line.
 
-    workbench                      the desktop app (until it lands: a terminal demo)
+    workbench                      the desktop app on the bundled model
+    workbench gui [--preset NAME] [--run-for SECONDS] [--screenshot FILE.png]
     workbench presets              list the presets
     workbench bench --preset NAME [--variant V] [--set table.key=value ...] [--seed N] --out DIR
     workbench compare RUN_A RUN_B [--intended 'metric:+20%' ...] [--tolerated 'metric:+10%' ...]
@@ -21,6 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command")
 
     commands.add_parser("presets", help="list the presets")
+
+    gui = commands.add_parser("gui", help="the desktop app (the default command)")
+    gui.add_argument("--preset", help="load and run this preset")
+    gui.add_argument("--run-for", type=float, metavar="SECONDS", help="run the traffic this long after loading, then exit")
+    gui.add_argument("--screenshot", metavar="FILE.png", help="with --run-for: save a screenshot of the window before exiting")
 
     bench = commands.add_parser("bench", help="run a preset headless and write its report")
     bench.add_argument("--preset", required=True, help="a preset name (see `workbench presets`) or a .toml file")
@@ -46,10 +52,11 @@ def main(argv: list[str] | None = None) -> int:
             return _bench(args)
         if args.command == "compare":
             return _compare(args)
-        from engine.demo import main as demo
+        from workbench.app import run_gui
 
-        demo()
-        return 0
+        if args.command == "gui":
+            return run_gui(args.preset, args.run_for, args.screenshot)
+        return run_gui()
     except EngineError as error:
         print(f"workbench: {error}", file=sys.stderr)
         return 2

@@ -20,15 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 from PySide6.QtCore import QObject, Signal
 
 from engine import EngineConfig, EngineError, LLMEngine
 from engine.headless import RUN_LOG_NAME, engine_summary, run_header
 from engine.metrics_store import MetricsStore
+from engine.model_config import ModelConfig
 from engine.model_source import ModelSource, read_model
 from engine.run_log import RunLogWriter
 from engine.runner import EndedRequest, ScenarioRunner
 from engine.scenario import SLO, Scenario
+from engine.tokenizer import Tokenizer
 
 BLOCK_FREE, BLOCK_CACHED, BLOCK_SHARED = -1, -2, -3
 _REFRESH_S = 0.1  # how often waiting rows and the block map are refreshed
@@ -52,13 +55,16 @@ class RequestRow:
 
 @dataclass
 class EngineInfo:
+    """What the window may know about the loaded engine (all immutable or thread-safe)."""
+
     config: EngineConfig
     summary: dict  # engine_summary(): capacity and byte counts, all measured
     dtype: str
+    bytes_per_element: int
     device: str
     model_path: str
-    hidden_size: int
-    num_layers: int
+    model_config: ModelConfig
+    tokenizer: Tokenizer | None  # decoding is thread-safe (the tokenizers library is immutable)
 
 
 class EngineWorker(QObject):
@@ -172,7 +178,7 @@ class EngineWorker(QObject):
         if self._runner is None:
             raise EngineError("no model is loaded yet")
         if command == "traffic":
-            self.slo = argument.slo
+            self.slo = self.store.slo = argument.slo
             self._runner.load_traffic(argument)
             self._open_log(dataclasses.asdict(argument))
             self.traffic_state.emit("running")
@@ -201,7 +207,9 @@ class EngineWorker(QObject):
         runner = ScenarioRunner(
             engine, None, on_step=self._on_step, on_request_end=self._on_end, on_output=self._on_output, on_send=self._track,
         )
-        self.store = MetricsStore(runner.start_time, kv_capacity_tokens=engine.kv_capacity_tokens, kv_cache_bytes=engine.kv_cache_bytes)
+        self.store = MetricsStore(
+            runner.start_time, kv_capacity_tokens=engine.kv_capacity_tokens, kv_cache_bytes=engine.kv_cache_bytes, slo=self.slo,
+        )
         with self._lock:
             self._rows.clear()
             self._block_map = np.full(engine.num_kv_blocks, BLOCK_FREE)
@@ -210,8 +218,8 @@ class EngineWorker(QObject):
         self.loading.emit("ready", 1.0)
         self.loaded.emit(EngineInfo(
             config=config, summary=engine_summary(engine), dtype=str(engine.dtype).removeprefix("torch."),
-            device=str(engine.device), model_path=str(engine.model_path),
-            hidden_size=engine.model_config.hidden_size, num_layers=engine.model_config.num_layers,
+            bytes_per_element=torch.finfo(engine.dtype).bits // 8, device=str(engine.device),
+            model_path=str(engine.model_path), model_config=engine.model_config, tokenizer=engine.tokenizer,
         ))
 
     def _open_log(self, scenario: dict) -> None:

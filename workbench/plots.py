@@ -11,7 +11,6 @@ import numpy as np
 import pyqtgraph as pg
 
 from engine.metrics_store import MetricsSnapshot
-from engine.scenario import SLO
 
 ROLLING_WINDOW = 100  # requests behind each rolling percentile point
 MAX_ROLLING_POINTS = 400  # rolling percentiles are evaluated at most this often along the axis
@@ -104,7 +103,6 @@ class LatencyPlot:
         self.slo_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(COLORS["slo"], width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine), label="SLO", labelOpts={"position": 0.05})
         self.plot.addItem(self.slo_line)
         self.mode = mode
-        self.slo = SLO()
 
     def set_mode(self, mode: str) -> None:
         self.mode = mode
@@ -133,7 +131,7 @@ class LatencyPlot:
             f"Per-request latency — {shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} "
             f"(n={n}; rolling over {ROLLING_WINDOW})"
         )
-        threshold = self.slo.tpot_ms if shown[0] == "tpot" else self.slo.ttft_ms
+        threshold = snapshot.slo.tpot_ms if shown[0] == "tpot" else snapshot.slo.ttft_ms
         self.slo_line.setVisible(threshold is not None)
         if threshold is not None:
             self.slo_line.setValue(threshold)

@@ -20,6 +20,7 @@ def store_from_log(log: RunLog) -> MetricsStore:
         kv_cache_bytes=engine["kv_cache_bytes"],
         step_capacity=max(len(log.steps), 1),
         request_capacity=max(len(log.requests), 1),
+        slo=SLO(**log.header["scenario"]["slo"]),
     )
     for record in log.steps:
         store.add_step(StepStats(**record))
@@ -40,11 +41,8 @@ def export_plot_images(log: RunLog, out_dir: Path, width: int = 1200, height: in
     QApplication.instance() or QApplication([])
     pg.setConfigOptions(background="w", foreground="k", antialias=True)
     snapshot = store_from_log(log).snapshot()
-    slo = SLO(**log.header["scenario"]["slo"])
     written = []
     for name, plot in all_plots().items():
-        if hasattr(plot, "slo"):
-            plot.slo = slo
         plot.update(snapshot)
         view = pg.GraphicsLayoutWidget()
         view.addItem(plot.plot)

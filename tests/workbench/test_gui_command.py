@@ -1,0 +1,62 @@
+"""`workbench gui` as a user runs it: a real X server (Xvfb), a screenshot, a clean exit; and a
+one-line hint instead of a Qt abort when there is no display."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.workbench.test_cli import distinct_colours
+
+PRESET = """
+name = "tiny-gui"
+description = "Poisson chats on a tiny model."
+[engine]
+model = "{model}"
+device = "cpu"
+num_kv_blocks = 128
+block_size = 4
+[traffic]
+rate = 40.0
+num_requests = 200
+prompt_len = {{ kind = "uniform", low = 4, high = 30 }}
+output_len = {{ kind = "fixed", mean = 12 }}
+[slo]
+ttft_ms = 200
+"""
+
+
+def workbench_command(*arguments: str) -> list[str]:
+    return [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())", *arguments]
+
+
+@pytest.mark.slow
+def test_gui_under_xvfb_writes_a_screenshot_of_the_main_window(tmp_path, tiny_llama):
+    if shutil.which("xvfb-run") is None:
+        if os.environ.get("CI"):
+            pytest.fail("xvfb-run is missing: .ci/run installs Xvfb")
+        pytest.skip("xvfb-run is not installed here (.ci/run installs it)")
+    directory, _ = tiny_llama
+    preset = tmp_path / "tiny-gui.toml"
+    preset.write_text(PRESET.format(model=directory))
+    screenshot = tmp_path / "window.png"
+    environment = {key: value for key, value in os.environ.items() if key not in ("QT_QPA_PLATFORM", "DISPLAY")}
+    environment["WORKBENCH_SETTINGS"] = str(tmp_path / "settings.ini")
+    result = subprocess.run(
+        ["xvfb-run", "-a", "-s", "-screen 0 1600x1000x24", *workbench_command("gui", "--preset", str(preset), "--run-for", "3", "--screenshot", str(screenshot))],
+        env=environment, capture_output=True, text=True, timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    width, colours = distinct_colours(screenshot)
+    assert width >= 1000 and colours > 50
+
+
+def test_no_display_gives_a_one_line_hint(tmp_path):
+    environment = {key: value for key, value in os.environ.items() if key not in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")}
+    result = subprocess.run(workbench_command("gui"), env=environment, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "no display found" in result.stderr

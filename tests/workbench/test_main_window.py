@@ -1,0 +1,121 @@
+"""The window with a real worker thread and a tiny model (pytest-qt, offscreen). Waits are on
+conditions, never on fixed sleeps."""
+
+from __future__ import annotations
+
+import time
+
+from engine.scenario import SLO, Scenario
+from engine.traffic import LengthDistribution, TrafficProfile
+from tests.workbench.conftest import load
+
+
+def all_ended(window) -> bool:
+    rows = window.worker.rows()
+    return bool(rows) and all(row.state in ("finished", "aborted", "rejected") for row in rows)
+
+
+def test_loading_drives_the_progress_bar_and_shows_memory(window, qtbot, tiny_config):
+    seen = []
+    window.worker.loading.connect(lambda stage, fraction: seen.append(stage))
+    load(window, qtbot, tiny_config)
+    assert {"read file", "allocate KV cache", "warm up", "ready"} <= set(seen)
+    assert "ready" in window.stage.text()
+    memory_text = window.memory.text.text()
+    assert "weights" in memory_text and "KV cache" in memory_text and "estimate" in memory_text and "measured" in memory_text
+
+
+def test_injected_traffic_fills_the_plots_and_the_table(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    window.traffic_panel.inject_requested.emit(6, 20, 8, "chat")
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 6, timeout=30_000)
+    window.refresh_plots()
+    window.refresh_tables()
+    plots = window.plots.plots
+    assert plots["kv_occupancy"].used.getData()[0].size > 0
+    assert plots["queue_depth"].curves["running"].getData()[1].max() > 0
+    assert plots["latency"].points["ttft"].getData()[0].size == 6
+    assert window.requests.model.rowCount() == 6
+    assert "n=6" in window.plots.goodput.text()
+
+
+def test_stopping_traffic_lets_every_request_finish(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    traffic = TrafficProfile(arrival="poisson", rate=50.0, num_requests=400, prompt_len=LengthDistribution(mean=12), output_len=LengthDistribution(mean=20))
+    window.start_traffic(Scenario(name="t", traffic=traffic, slo=SLO(ttft_ms=1000)))
+    qtbot.waitUntil(lambda: len(window.worker.rows()) >= 5, timeout=30_000)
+    window.traffic_panel.stop_requested.emit()
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: stopped", timeout=10_000)
+    sent = len(window.worker.rows())
+    qtbot.waitUntil(lambda: all_ended(window), timeout=60_000)
+    assert sent < 400 and len(window.worker.rows()) == sent
+    assert all(row.state == "finished" for row in window.worker.rows())
+
+
+def test_abort_from_the_table_aborts_the_request(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    window.traffic_panel.inject_requested.emit(1, 10, 400, "chat")  # 400 output tokens: time to abort
+    qtbot.waitUntil(lambda: any(row.state == "decoding" for row in window.worker.rows()), timeout=30_000)
+    window.refresh_tables()
+    window.requests.table.selectRow(0)
+    window.requests.abort_button.click()
+    qtbot.waitUntil(lambda: all_ended(window), timeout=30_000)
+    row = window.worker.rows()[0]
+    assert row.state == "aborted" and len(row.output_token_ids) < 400
+    window.requests.show_detail(window.worker.row(row.request_id))
+    assert "aborted (abort)" in window.requests.detail.toPlainText()
+
+
+def test_an_engine_error_is_shown_and_a_new_configuration_still_loads(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+
+    def broken(batch):
+        raise RuntimeError("simulated kernel failure")
+
+    window.worker._engine.executor.execute = broken
+    window.traffic_panel.inject_requested.emit(2, 10, 5, "chat")
+    qtbot.waitUntil(lambda: "simulated kernel failure" in window.error_label.text(), timeout=30_000)
+    assert "Apply a configuration to reload" in window.error_label.text()
+    window.engine_panel.set_config(tiny_config)
+    window.engine_panel.apply_requested.emit(window.engine_panel.config())
+    qtbot.waitUntil(lambda: window.error_label.text() == "" and "ready" in window.stage.text(), timeout=30_000)
+    window.traffic_panel.inject_requested.emit(2, 10, 5, "chat")
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
+
+
+def test_closing_during_a_run_joins_the_worker_within_two_seconds(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    traffic = TrafficProfile(arrival="poisson", rate=100.0, num_requests=10_000, prompt_len=LengthDistribution(mean=30), output_len=LengthDistribution(mean=50))
+    window.start_traffic(Scenario(name="t", traffic=traffic))
+    qtbot.waitUntil(lambda: len(window.worker.rows()) >= 10, timeout=30_000)
+    started = time.monotonic()
+    window.close()
+    assert time.monotonic() - started < 2.0
+    assert not window.worker._thread.is_alive()
+
+
+def test_saved_run_can_be_opened_and_compared(window, qtbot, tiny_config, tmp_path):
+    load(window, qtbot, tiny_config)
+    traffic = TrafficProfile(arrival="poisson", rate=200.0, num_requests=8, prompt_len=LengthDistribution(mean=12), output_len=LengthDistribution(mean=6))
+    window.start_traffic(Scenario(name="t", traffic=traffic, slo=SLO(ttft_ms=5000)))
+    qtbot.waitUntil(lambda: len(window.worker.rows()) == 8 and all_ended(window), timeout=30_000)
+    first = window.save_run(str(tmp_path / "first"))
+    assert (first / "report.json").exists() and (first / "latency.png").exists()
+    window.open_run(str(first))
+    assert window.viewing_past_run and "viewing" in window.runs_text.toPlainText()
+    window.compare_runs(str(first), str(first))
+    assert "verdict:" in window.runs_text.toPlainText()
+
+
+def test_settings_are_remembered_between_launches(qtbot, tmp_path, monkeypatch, tiny_config):
+    monkeypatch.setenv("WORKBENCH_SETTINGS", str(tmp_path / "settings.ini"))
+    from workbench.main_window import MainWindow
+
+    first = MainWindow()
+    qtbot.addWidget(first)
+    first.engine_panel.max_num_seqs.setValue(7)
+    first.close()
+    second = MainWindow()
+    qtbot.addWidget(second)
+    assert second.engine_panel.max_num_seqs.value() == 7
+    second.close()

@@ -1,0 +1,127 @@
+"""The engine panel: every EngineConfig knob, with a tooltip saying what it trades."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QPushButton, QSpinBox, QVBoxLayout, QWidget,
+)
+
+from engine.config import DTYPES, SCHEDULING_POLICIES, EngineConfig
+from engine.model_source import BUNDLED_MODELS
+
+
+def _spin(minimum: int, maximum: int, value: int, tip: str, step: int = 1) -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(minimum, maximum)
+    box.setValue(value)
+    box.setSingleStep(step)
+    box.setToolTip(tip)
+    return box
+
+
+class EnginePanel(QGroupBox):
+    apply_requested = Signal(object)  # EngineConfig
+
+    def __init__(self):
+        super().__init__("Engine")
+        defaults = EngineConfig()
+        self.model = QComboBox()
+        self.model.setEditable(True)
+        self.model.addItems(list(BUNDLED_MODELS))
+        self.model.setToolTip("The bundled SmolLM2-135M (Q4_1 GGUF), a .gguf file or a Hugging Face folder (safetensors).")
+        browse_file, browse_folder = QPushButton("File…"), QPushButton("Folder…")
+        browse_file.clicked.connect(self._pick_file)
+        browse_folder.clicked.connect(self._pick_folder)
+        self.device = QComboBox()
+        self.device.addItems(["auto", "cpu", "cuda"])
+        self.device.setToolTip("auto: CUDA when available, else CPU.")
+        self.dtype = QComboBox()
+        self.dtype.addItems(list(DTYPES))
+        self.dtype.setToolTip("Compute dtype. float32 is exact on CPU; bfloat16 halves weight and KV memory.")
+        self.kv_cache_mib = _spin(1, 1 << 20, 1024, "KV cache size. More blocks admit more concurrent tokens before preemption.", 64)
+        # A preset may fix the cache by block count (kv-pressure); editing the size drops that.
+        self._num_kv_blocks: int | None = None
+        self.kv_cache_mib.valueChanged.connect(lambda _: setattr(self, "_num_kv_blocks", None))
+        self.block_size = _spin(1, 256, defaults.block_size, "Tokens per KV block: small blocks waste less at sequence ends, large ones mean shorter block tables.")
+        self.max_num_seqs = _spin(1, 4096, defaults.max_num_seqs, "Most sequences in one step: more raise tokens/s and per-user latency together.")
+        self.max_tokens = _spin(1, 1 << 20, defaults.max_num_batched_tokens, "Token budget per step (prefill + decode): larger prefill chunks, longer steps.", 64)
+        self.chunked = QCheckBox("chunked prefill")
+        self.chunked.setChecked(defaults.enable_chunked_prefill)
+        self.chunked.setToolTip("Split long prompts over steps that also carry decodes, instead of one huge step.")
+        self.long_threshold = _spin(0, 1 << 20, defaults.long_prompt_threshold, "Prompts of at least this many tokens wait in the long-prompt queue (0 = off), and prefill in chunks of at most this size.", 64)
+        self.long_prefills = _spin(1, 64, defaults.max_long_prefills, "At most this many long prompts prefill at once.")
+        self.policy = QComboBox()
+        self.policy.addItems(list(SCHEDULING_POLICIES))
+        self.policy.setToolTip("fcfs: arrival order; priority: lower priority values first (and preempted last).")
+        self.prefix_caching = QCheckBox("prefix caching")
+        self.prefix_caching.setChecked(defaults.enable_prefix_caching)
+        self.prefix_caching.setToolTip("Reuse KV blocks of identical prompt prefixes instead of recomputing them.")
+        apply = QPushButton("Apply and load")
+        apply.setToolTip("Reload the engine with these settings (requests in flight are dropped after confirmation).")
+        apply.clicked.connect(lambda: self.apply_requested.emit(self.config()))
+
+        model_row = QHBoxLayout()
+        model_row.addWidget(self.model, 1)
+        model_row.addWidget(browse_file)
+        model_row.addWidget(browse_folder)
+        form = QFormLayout()
+        form.addRow("model", model_row)
+        form.addRow("device", self.device)
+        form.addRow("dtype", self.dtype)
+        form.addRow("KV cache (MiB)", self.kv_cache_mib)
+        form.addRow("block size (tokens)", self.block_size)
+        form.addRow("max sequences", self.max_num_seqs)
+        form.addRow("token budget / step", self.max_tokens)
+        form.addRow("long-prompt threshold", self.long_threshold)
+        form.addRow("max long prefills", self.long_prefills)
+        form.addRow("policy", self.policy)
+        form.addRow(self.chunked)
+        form.addRow(self.prefix_caching)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(apply)
+
+    def _pick_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "GGUF model", "", "GGUF (*.gguf)")
+        if path:
+            self.model.setCurrentText(path)
+
+    def _pick_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Hugging Face model folder")
+        if path:
+            self.model.setCurrentText(path)
+
+    def config(self) -> EngineConfig:
+        """The panel's settings as a validated EngineConfig (raises ConfigError)."""
+        return EngineConfig(
+            model=self.model.currentText().strip(),
+            device=self.device.currentText(),
+            dtype=self.dtype.currentText(),
+            kv_cache_memory=self.kv_cache_mib.value() << 20,
+            num_kv_blocks=self._num_kv_blocks,
+            block_size=self.block_size.value(),
+            max_num_seqs=self.max_num_seqs.value(),
+            max_num_batched_tokens=self.max_tokens.value(),
+            enable_chunked_prefill=self.chunked.isChecked(),
+            long_prompt_threshold=self.long_threshold.value(),
+            max_long_prefills=self.long_prefills.value(),
+            scheduling_policy=self.policy.currentText(),
+            enable_prefix_caching=self.prefix_caching.isChecked(),
+        )
+
+    def set_config(self, config: EngineConfig) -> None:
+        self.model.setCurrentText(config.model)
+        self.device.setCurrentText(config.device)
+        self.dtype.setCurrentText(config.dtype)
+        if isinstance(config.kv_cache_memory, int):
+            self.kv_cache_mib.setValue(max(1, config.kv_cache_memory >> 20))
+        self.block_size.setValue(config.block_size)
+        self.max_num_seqs.setValue(config.max_num_seqs)
+        self.max_tokens.setValue(config.max_num_batched_tokens)
+        self.chunked.setChecked(config.enable_chunked_prefill)
+        self.long_threshold.setValue(config.long_prompt_threshold)
+        self.long_prefills.setValue(config.max_long_prefills)
+        self.policy.setCurrentText(config.scheduling_policy)
+        self.prefix_caching.setChecked(config.enable_prefix_caching)
+        self._num_kv_blocks = config.num_kv_blocks

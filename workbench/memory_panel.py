@@ -1,0 +1,60 @@
+"""The memory panel: a bar of weights / KV cache / activations / other against the device's
+memory, and the arithmetic behind each figure, marked measured or estimated."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QPainter
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from engine.memory import MemoryLine
+
+_COLOURS = {"weights": "#4C9BE8", "KV cache": "#9B59B6", "activations": "#E67E22", "other": "#7F8C8D"}
+
+
+class MemoryBar(QWidget):
+    def __init__(self):
+        super().__init__()
+        self.setMinimumHeight(28)
+        self.lines: list[MemoryLine] = []
+        self.total = 1
+
+    def paintEvent(self, event) -> None:
+        painter = QPainter(self)
+        area = self.rect().adjusted(1, 1, -1, -1)
+        painter.fillRect(area, self.palette().base())
+        x = float(area.left())
+        for line in self.lines:
+            width = area.width() * line.bytes / self.total
+            painter.fillRect(QRectF(x, area.top(), width, area.height()), QColor(_COLOURS.get(line.name, "#999999")))
+            x += width
+        painter.setPen(self.palette().text().color())
+        painter.drawRect(area)
+        painter.end()
+
+
+class MemoryPanel(QWidget):
+    def __init__(self):
+        super().__init__()
+        self.bar = MemoryBar()
+        self.text = QLabel("Load a model to see where memory goes.")
+        self.text.setTextFormat(Qt.TextFormat.RichText)
+        self.text.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.text, 1)
+
+    def show_lines(self, lines: list[MemoryLine], device_total: int, device: str) -> None:
+        self.bar.lines, self.bar.total = lines, max(device_total, 1)
+        self.bar.update()
+        rows = "".join(
+            f"<tr><td><span style='color:{_COLOURS.get(line.name, '#999')}'>■</span> {line.name}</td>"
+            f"<td align='right'>{line.bytes / 2**20:,.1f} MiB</td><td>{'measured' if line.measured else 'estimate'}</td>"
+            f"<td>{line.arithmetic}</td></tr>"
+            for line in lines
+        )
+        used = sum(line.bytes for line in lines)
+        self.text.setText(
+            f"<b>{device}</b>: {used / 2**30:,.2f} GiB of {device_total / 2**30:,.1f} GiB "
+            f"({100 * used / max(device_total, 1):.1f}%)<table cellspacing='6'>{rows}</table>"
+        )
