@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from engine.errors import ConfigError
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
+QUANTIZATION_METHODS = ("none", "int8", "int4", "bnb-int8", "bnb-nf4")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -48,6 +49,13 @@ class EngineConfig:
     # "fcfs" serves in arrival order; "priority" serves lower `priority` values first.
     scheduling_policy: str = "fcfs"
 
+    # Weight-only quantization of the attention and MLP projections (see engine/quantization.py):
+    # none, int8, int4 (group_size 32, 64 or 128), bnb-int8, bnb-nf4. Less memory and, with the
+    # packed kernels, faster decode, at some quality cost.
+    quantization: str = "none"
+    group_size: int = 32
+    quantize_lm_head: bool = False
+
     # Seed for requests that carry none of their own.
     seed: int = 0
 
@@ -75,6 +83,8 @@ class EngineConfig:
             raise ConfigError(
                 f"scheduling_policy: expected one of {', '.join(SCHEDULING_POLICIES)}, got {self.scheduling_policy!r}"
             )
+        if self.quantization not in QUANTIZATION_METHODS:
+            raise ConfigError(f"quantization: expected one of {', '.join(QUANTIZATION_METHODS)}, got {self.quantization!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):

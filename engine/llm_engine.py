@@ -28,6 +28,7 @@ from engine.metrics import StepStats
 from engine.model import CausalLM, RotaryEmbedding
 from engine.model_source import ModelSource, ProgressCallback, no_progress, read_model
 from engine.outputs import RequestOutput, StepResult
+from engine.quantization import check_quantization, quantize_model, weight_bytes
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import FinishReason, Sequence
@@ -55,7 +56,10 @@ class LLMEngine:
         self.tokenizer = source.tokenizer
         self.stored_tensor_types = source.stored_tensor_types
         model = _build_model(source, self.device, self.dtype)
-        self.weight_bytes = sum(tensor.nbytes for tensor in model.state_dict().values())
+        self.unquantized_weight_bytes = weight_bytes(model)
+        check_quantization(config.quantization, config.group_size, source.config, config.quantize_lm_head, self.device)
+        quantize_model(model, config.quantization, config.group_size, config.quantize_lm_head, progress)
+        self.weight_bytes = weight_bytes(model)
         self.max_model_len = min(config.max_model_len or source.config.max_position_embeddings, source.config.max_position_embeddings)
         self.eos_token_ids = set(source.config.eos_token_ids) | set(self.tokenizer.eos_token_ids if self.tokenizer else ())
 

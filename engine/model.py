@@ -147,6 +147,7 @@ class CausalLM(nn.Module):
         self.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta)
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.quantized_head: nn.Module | None = None  # set by quantize_model(quantize_lm_head=True)
 
     def forward(self, token_ids, positions, kv_caches, metadata: AttentionMetadata) -> torch.Tensor:
         """Hidden states [num_tokens, hidden] before the final norm."""
@@ -158,5 +159,7 @@ class CausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Float32 logits for the given rows (only the rows that sample, to save the vocab matmul)."""
         normed = self.model.norm(hidden)
+        if self.quantized_head is not None:
+            return self.quantized_head(normed).float()
         head = self.model.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
         return F.linear(normed, head).float()

@@ -24,6 +24,7 @@ def frame_times(frames: int = 200) -> list[float]:
     from engine.metrics_store import MetricsStore
     from workbench.plots_view import PlotsView
 
+    application = pg.mkQApp()
     rng = np.random.default_rng(0)
     store = MetricsStore(0.0, kv_capacity_tokens=23_296, kv_cache_bytes=1 << 30)
     for index in range(50_000):
@@ -35,7 +36,6 @@ def frame_times(frames: int = 200) -> list[float]:
     view = PlotsView()
     view.resize(1400, 900)
     view.show()
-    application = pg.mkQApp()
     times = []
     for _ in range(frames):
         begin = time.perf_counter()

@@ -1,0 +1,52 @@
+"""Weight-only quantization formats and their torch reference (de)quantizers.
+
+int8 (W8A16): symmetric, one float scale per output channel; w ~= q * scale, q in [-127, 127].
+int4 (W4A16): asymmetric per group of `group_size` input columns: w ~= (q - zero) * scale with
+q, zero in [0, 15]; two 4-bit values per byte, the even column in the low nibble.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """weight [N, K] -> (q int8 [N, K], scales float32 [N])."""
+    scales = weight.float().abs().amax(dim=1).clamp(min=1e-8) / 127.0
+    q = torch.round(weight.float() / scales[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scales
+
+
+def dequantize_int8(q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    return q.float() * scales[:, None]
+
+
+def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """weight [N, K] -> (packed uint8 [N, K/2], scales float32 [N, K/g], zeros float32 [N, K/g])."""
+    rows, columns = weight.shape
+    if columns % group_size or group_size % 2:
+        raise ValueError(f"group_size {group_size} must be even and divide the input width {columns}")
+    groups = weight.float().view(rows, columns // group_size, group_size)
+    low, high = groups.amin(dim=-1), groups.amax(dim=-1)
+    scales = ((high - low) / 15.0).clamp(min=1e-8)
+    zeros = torch.round(-low / scales).clamp(0, 15)
+    q = (torch.round(groups / scales[..., None]) + zeros[..., None]).clamp(0, 15).to(torch.uint8).view(rows, columns)
+    return pack_int4(q), scales, zeros
+
+
+def pack_int4(q: torch.Tensor) -> torch.Tensor:
+    """[N, K] values in [0, 15] -> [N, K/2] bytes: column 2i in the low nibble, 2i+1 in the high."""
+    return (q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """[N, K/2] bytes -> [N, K] values in [0, 15] (uint8)."""
+    low, high = packed & 0x0F, packed >> 4
+    return torch.stack([low, high], dim=-1).view(packed.shape[0], packed.shape[1] * 2)
+
+
+def dequantize_int4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int) -> torch.Tensor:
+    q = unpack_int4(packed).float()
+    rows, columns = q.shape
+    groups = q.view(rows, columns // group_size, group_size)
+    return ((groups - zeros[..., None]) * scales[..., None]).view(rows, columns)

@@ -1,0 +1,44 @@
+"""Quantized linear layers' matmuls, dispatched by device.
+
+CUDA: the Triton kernels (dequantization inside the K loop). CPU: PyTorch's packed CPU kernels,
+`_weight_int8pack_mm` and `_weight_int4pack_mm_for_cpu`, which take bfloat16 activations: with
+bf16 they ran 2-10x faster than a dense fp32 matmul on the development machine for SmolLM2's
+shapes at M=1, and 5-30x slower with fp32 activations, so activations are cast to bf16 for the
+product and the result cast back to the compute dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.quant import dequantize_int4, dequantize_int8
+
+
+def int8_matmul_reference(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    return (x.float() @ dequantize_int8(q, scales).T).to(x.dtype)
+
+
+def int4_matmul_reference(x, packed, scales, zeros, group_size) -> torch.Tensor:
+    return (x.float() @ dequantize_int4(packed, scales, zeros, group_size).T).to(x.dtype)
+
+
+def int8_matmul_cpu(x: torch.Tensor, q: torch.Tensor, scales_bf16: torch.Tensor) -> torch.Tensor:
+    """x [..., K]; q int8 [N, K]; scales bfloat16 [N]."""
+    flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+    return torch.ops.aten._weight_int8pack_mm(flat, q, scales_bf16).to(x.dtype).reshape(*x.shape[:-1], q.shape[0])
+
+
+def prepare_int4_cpu(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Our int4 format -> the CPU kernel's: its own weight packing, and bf16 (scale, zero) pairs
+    [K/g, N, 2] in its convention w = (q - 8) * scale + zero, i.e. zero = (8 - our zero) * scale."""
+    from kernels.quant import unpack_int4
+
+    cpu_packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(unpack_int4(packed).to(torch.int32), 1)
+    scales_and_zeros = torch.stack([scales, (8.0 - zeros) * scales], dim=-1).transpose(0, 1).contiguous()
+    return cpu_packed, scales_and_zeros.to(torch.bfloat16)
+
+
+def int4_matmul_cpu(x: torch.Tensor, cpu_packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int, out_features: int) -> torch.Tensor:
+    flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+    out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, cpu_packed, group_size, scales_and_zeros)
+    return out.to(x.dtype).reshape(*x.shape[:-1], out_features)
