@@ -105,6 +105,11 @@ class MetricsStore:
             self._tags[self._requests.count % self._requests.capacity] = tag
             self._requests.append(values)
 
+    @property
+    def version(self) -> tuple[int, int]:
+        """Changes whenever a step or a request is added: readers skip unchanged snapshots."""
+        return self._steps.count, self._requests.count
+
     def snapshot(self) -> MetricsSnapshot:
         with self._lock:
             steps = self._steps.ordered()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -34,7 +35,8 @@ from workbench.requests_view import RequestsView
 from workbench.traffic_panel import TrafficPanel
 
 ICON = Path(__file__).resolve().parent.parent / "assets" / "icon.svg"
-PLOT_INTERVAL_MS = 50  # about 20 Hz
+PLOT_INTERVAL_MS = 50  # about 20 Hz, slower when frames are expensive (see refresh_plots)
+PLOT_BUDGET = 0.2  # share of the time the GUI thread may spend drawing plots
 TABLE_INTERVAL_MS = 500
 
 
@@ -66,8 +68,10 @@ class MainWindow(QMainWindow):
         self._connect()
         self._restore_settings()
 
+        self._plotted_version = None
         self.plot_timer = QTimer(self)
-        self.plot_timer.timeout.connect(self.refresh_plots)
+        self.plot_timer.setSingleShot(True)
+        self.plot_timer.timeout.connect(self._plot_tick)
         self.plot_timer.start(PLOT_INTERVAL_MS)
         self.table_timer = QTimer(self)
         self.table_timer.timeout.connect(self.refresh_tables)
@@ -206,8 +210,18 @@ class MainWindow(QMainWindow):
 
     def refresh_plots(self) -> None:
         store = self.worker.store
-        if store is not None and not self.viewing_past_run:
-            self.plots.update_from(store.snapshot())
+        if store is None or self.viewing_past_run or store.version == self._plotted_version:
+            return
+        self._plotted_version = store.version
+        self.plots.update_from(store.snapshot())
+
+    def _plot_tick(self) -> None:
+        """Redraw, then wait long enough that drawing takes at most PLOT_BUDGET of the time: the
+        GUI thread shares the GIL and the cores with the engine loop."""
+        started = time.perf_counter()
+        self.refresh_plots()
+        spent_ms = (time.perf_counter() - started) * 1000
+        self.plot_timer.start(max(PLOT_INTERVAL_MS, int(spent_ms / PLOT_BUDGET)))
 
     def refresh_tables(self) -> None:
         if self.viewing_past_run:
@@ -242,6 +256,7 @@ class MainWindow(QMainWindow):
 
     def back_to_live(self) -> None:
         self.viewing_past_run = False
+        self._plotted_version = None
 
     def compare_runs(self, baseline: str | None = None, candidate: str | None = None) -> None:
         baseline = baseline or QFileDialog.getExistingDirectory(self, "Baseline run folder")

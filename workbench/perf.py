@@ -37,7 +37,8 @@ def frame_times(frames: int = 200) -> list[float]:
     view.resize(1400, 900)
     view.show()
     times = []
-    for _ in range(frames):
+    for frame in range(frames):
+        store.add_step(StepStats(50_000 * 0.07 + frame, 0.07, 10, 32, 40, 700, 1456, 10, 5, 0, 32, 50, 0, 0, 0))  # new data each frame
         begin = time.perf_counter()
         view.update_from(store.snapshot())
         application.processEvents()  # includes the repaint

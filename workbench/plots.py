@@ -13,7 +13,35 @@ import pyqtgraph as pg
 from engine.metrics_store import MetricsSnapshot
 
 ROLLING_WINDOW = 100  # requests behind each rolling percentile point
-MAX_ROLLING_POINTS = 400  # rolling percentiles are evaluated at most this often along the axis
+MAX_ROLLING_POINTS = 200  # rolling percentiles are evaluated at most this often along the axis
+MAX_CURVE_POINTS = 2000  # longer series are reduced to per-bin minima and maxima before drawing
+MAX_SCATTER_POINTS = 3000  # older points are thinned beyond this; the newest are all drawn
+
+
+def decimate(x: np.ndarray, y: np.ndarray, limit: int = MAX_CURVE_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """At most `limit` points keeping every bin's minimum and maximum, so spikes stay visible
+    (pyqtgraph's "peak" method, done once here instead of per repaint)."""
+    if x.size <= limit:
+        return x, y
+    bins = limit // 2
+    usable = x.size // bins * bins
+    shaped_x, shaped_y = x[:usable].reshape(bins, -1), y[:usable].reshape(bins, -1)
+    lows, highs = np.nanargmin(np.nan_to_num(shaped_y, nan=np.inf), axis=1), np.nanargmax(np.nan_to_num(shaped_y, nan=-np.inf), axis=1)
+    rows = np.arange(bins)
+    first, second = np.minimum(lows, highs), np.maximum(lows, highs)
+    xs = np.column_stack([shaped_x[rows, first], shaped_x[rows, second]]).ravel()
+    ys = np.column_stack([shaped_y[rows, first], shaped_y[rows, second]]).ravel()
+    return np.concatenate([xs, x[usable:]]), np.concatenate([ys, y[usable:]])
+
+
+def thin(x: np.ndarray, y: np.ndarray, limit: int = MAX_SCATTER_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """All of the newest limit/2 points, and an even stride through the older ones."""
+    if x.size <= limit:
+        return x, y
+    keep_recent = limit // 2
+    older = np.linspace(0, x.size - keep_recent - 1, limit - keep_recent).astype(int)
+    index = np.concatenate([older, np.arange(x.size - keep_recent, x.size)])
+    return x[index], y[index]
 
 COLORS = {
     "used": "#4C9BE8", "cached": "#9B59B6", "waiting": "#E67E22", "waiting_long": "#C0392B",
@@ -23,11 +51,22 @@ COLORS = {
 }
 
 
-def _curve(plot: pg.PlotItem, color: str, name: str, width: float = 1.5, **options) -> pg.PlotDataItem:
-    item = plot.plot(pen=pg.mkPen(color, width=width), name=name, **options)
-    item.setClipToView(True)
-    item.setDownsampling(auto=True, method="peak")
-    return item
+class _Curve:
+    """A persistent curve whose data is decimated before it reaches pyqtgraph."""
+
+    def __init__(self, plot: pg.PlotItem, color: str, name: str, width: float = 1.5, **options):
+        self.item = plot.plot(pen=pg.mkPen(color, width=width), name=name, **options)
+        self.item.setClipToView(True)
+
+    def setData(self, x, y) -> None:
+        self.item.setData(*decimate(np.asarray(x), np.asarray(y)))
+
+    def getData(self):
+        return self.item.getData()
+
+
+def _curve(plot: pg.PlotItem, color: str, name: str, width: float = 1.5, **options) -> _Curve:
+    return _Curve(plot, color, name, width, **options)
 
 
 def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since start", bottom_unit: str = "s") -> pg.PlotItem:
@@ -37,6 +76,8 @@ def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since s
     plot.showGrid(x=True, y=True, alpha=0.25)
     for axis in ("left", "bottom"):
         plot.getAxis(axis).enableAutoSIPrefix(False)  # "ms" must not become "kms"
+        # Major grid lines only: minor ones, blended across the plot, cost most of a frame.
+        plot.getAxis(axis).setStyle(maxTickLevel=1)
 
     plot.addLegend(offset=(5, 5))
     return plot
@@ -46,7 +87,7 @@ class KvOccupancyPlot:
     def __init__(self):
         self.plot = _new_plot("KV-cache occupancy", "blocks used", "%")
         self.plot.setYRange(0, 100)
-        self.used = _curve(self.plot, COLORS["used"], "used (% of blocks)", fillLevel=0, brush=pg.mkBrush(76, 155, 232, 60))
+        self.used = _curve(self.plot, COLORS["used"], "used (% of blocks)", width=2)
         self.cached = _curve(self.plot, COLORS["cached"], "used + free prefix cache (% of blocks)")
 
     def update(self, snapshot: MetricsSnapshot) -> None:
@@ -96,9 +137,6 @@ class LatencyPlot:
             key: self.plot.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None, symbolBrush=COLORS[key], name=key.upper())
             for key in ("ttft", "e2e", "tpot")
         }
-        for item in self.points.values():
-            item.setClipToView(True)
-            item.setDownsampling(auto=True)
         self.rolling = {key: _curve(self.plot, COLORS[key], f"{key} (rolling)", width=2) for key in ("p50", "p90", "p99")}
         self.slo_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(COLORS["slo"], width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine), label="SLO", labelOpts={"position": 0.05})
         self.plot.addItem(self.slo_line)
@@ -113,7 +151,7 @@ class LatencyPlot:
         shown = ("ttft", "e2e") if self.mode == "ttft+e2e" else ("tpot",)
         for key, item in self.points.items():
             if key in shown:
-                item.setData(finish, requests[f"{key}_ms"])
+                item.setData(*thin(finish, requests[f"{key}_ms"]))
             else:
                 item.setData([], [])
         # Percentiles follow the first shown metric (TTFT, or TPOT).
@@ -127,9 +165,10 @@ class LatencyPlot:
         for item, column in zip(self.rolling.values(), rolling):
             item.setData(points, column)
         unit = "ms/token" if shown[0] == "tpot" else "ms"
+        drawn = "" if finish.size <= MAX_SCATTER_POINTS else f"; older points thinned to {MAX_SCATTER_POINTS:,} drawn"
         self.plot.setTitle(
             f"Per-request latency — {shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} "
-            f"(n={n}; rolling over {ROLLING_WINDOW})"
+            f"(n={n}; rolling over {ROLLING_WINDOW}{drawn})"
         )
         threshold = snapshot.slo.tpot_ms if shown[0] == "tpot" else snapshot.slo.ttft_ms
         self.slo_line.setVisible(threshold is not None)
@@ -144,13 +183,19 @@ def rolling_index(n: int) -> np.ndarray:
 
 
 def _rolling_percentiles(values: np.ndarray) -> np.ndarray:
-    """p50/p90/p99 of the ROLLING_WINDOW values ending at each evaluated index: shape [3, points]."""
+    """p50/p90/p99 of the (up to) ROLLING_WINDOW values ending at each evaluated index: [3, points]."""
     n = values.size
     if n == 0:
         return np.empty((3, 0))
-    padded = np.concatenate([np.full(ROLLING_WINDOW - 1, np.nan), values])
-    windows = np.lib.stride_tricks.sliding_window_view(padded, ROLLING_WINDOW)[rolling_index(n)]
-    return np.nanpercentile(windows, [50, 90, 99], axis=1)
+    indices = rolling_index(n)
+    out = np.empty((3, indices.size))
+    full = indices >= ROLLING_WINDOW - 1
+    if full.any():  # one vectorised call for all full windows
+        windows = np.lib.stride_tricks.sliding_window_view(values, ROLLING_WINDOW)[indices[full] - ROLLING_WINDOW + 1]
+        out[:, full] = np.percentile(windows, [50, 90, 99], axis=1)
+    for column in np.flatnonzero(~full):  # the first, shorter windows
+        out[:, column] = np.percentile(values[: indices[column] + 1], [50, 90, 99])
+    return out
 
 
 class ThroughputPlot:
@@ -169,7 +214,7 @@ class ThroughputPlot:
 class BatchCompositionPlot:
     def __init__(self):
         self.plot = _new_plot("Batch composition per step", "per step", "")
-        self.decode = _curve(self.plot, COLORS["decode"], "decode sequences", stepMode=None)
+        self.decode = _curve(self.plot, COLORS["decode"], "decode sequences")
         self.prefill = _curve(self.plot, COLORS["prefill"], "prefill tokens")
 
     def update(self, snapshot: MetricsSnapshot) -> None:

@@ -32,4 +32,4 @@ def apply_theme() -> None:
         ):
             palette.setColor(role, QColor(colour))
         app.setPalette(palette)
-    pg.setConfigOptions(background="#16181b" if dark else "w", foreground="#d0d0d0" if dark else "#202020", antialias=True)
+    pg.setConfigOptions(background="#16181b" if dark else "w", foreground="#d0d0d0" if dark else "#202020", antialias=False)  # antialiased grids and fills cost most of a frame
