@@ -11,7 +11,7 @@ from typing import Protocol
 
 import torch
 
-from engine.batch import ScheduledBatch
+from engine.batch import ScheduledBatch, ScheduledSequence
 from engine.model import AttentionMetadata, CausalLM, PrefillChunk
 from engine.sampler import sample
 
@@ -55,6 +55,17 @@ class TorchExecutor:
         metadata = self._attention_metadata(batch, slots)
         hidden = self.model(self._tensor(token_ids), self._tensor(positions), self.kv_caches, metadata)
         return self.model.compute_logits(hidden[self._tensor(sample_rows)])
+
+    @torch.inference_mode()
+    def sequence_logits(self, token_ids: list[int], block_size: int) -> torch.Tensor:
+        """Float32 logits at every position of one sequence, computed in one prefill through
+        the cache's first blocks (for evaluation; the engine must have no request in flight)."""
+        blocks = list(range(-(-len(token_ids) // block_size)))
+        entry = ScheduledSequence("score", list(token_ids), 0, blocks, list(range(len(token_ids))), True, None, 0)
+        batch = ScheduledBatch(decodes=[], prefills=[entry], block_size=block_size)
+        metadata = self._attention_metadata(batch, entry.slot_mapping)
+        hidden = self.model(self._tensor(token_ids), self._tensor(range(len(token_ids))), self.kv_caches, metadata)
+        return self.model.compute_logits(hidden)
 
     def _attention_metadata(self, batch: ScheduledBatch, slots: list[int]) -> AttentionMetadata:
         decodes = batch.decodes

@@ -3,7 +3,7 @@ applied at load time. Each option keeps real low-bit tensors and runs kernels th
 
   none      weights in the compute dtype
   int8      W8A16: int8, symmetric per output channel
-  int4      W4A16: 4-bit, asymmetric per group of `group_size` inputs, two per byte
+  int4      W4A16: 4-bit, a scale and a minimum per group of `group_size` inputs, two per byte
   bnb-int8  bitsandbytes LLM.int8() (Linear8bitLt, outlier threshold 6.0)
   bnb-nf4   bitsandbytes NF4 (Linear4bit, blocksize 64)
 """
@@ -61,13 +61,13 @@ class QuantizedLinear(nn.Module):
             self.register_buffer("qweight", q)
             self.register_buffer("scales", scales if self.on_cuda else scales.to(torch.bfloat16))
         else:
-            packed, scales, zeros = quantize_int4(weight, group_size)
+            packed, scales, minimums = quantize_int4(weight, group_size)
             if self.on_cuda:
                 self.register_buffer("qweight", packed)
                 self.register_buffer("scales", scales)
-                self.register_buffer("zeros", zeros)
+                self.register_buffer("minimums", minimums)
             else:
-                cpu_packed, scales_and_zeros = prepare_int4_cpu(packed, scales, zeros)
+                cpu_packed, scales_and_zeros = prepare_int4_cpu(packed, scales, minimums)
                 self.register_buffer("qweight", cpu_packed)
                 self.register_buffer("scales_and_zeros", scales_and_zeros)
 
@@ -78,7 +78,7 @@ class QuantizedLinear(nn.Module):
             if self.method == "int8":
                 out = int8_matmul_triton(x, self.qweight, self.scales)
             else:
-                out = int4_matmul_triton(x, self.qweight, self.scales, self.zeros, self.group_size)
+                out = int4_matmul_triton(x, self.qweight, self.scales, self.minimums, self.group_size)
         elif self.method == "int8":
             out = int8_matmul_cpu(x, self.qweight, self.scales)
         else:

@@ -34,8 +34,14 @@ def paged_decode_attention(
     context_lens: torch.Tensor,  # [num_seqs], tokens in each sequence's context, the new one included
     scale: float,
 ) -> torch.Tensor:
-    """Sequences of similar length are gathered together, so one long context does not make every
-    short sequence in the batch gather (and attend over) that many padded slots."""
+    """On CUDA, the Triton kernel reads K/V in place through the block tables. The torch path
+    gathers sequences of similar length together, so one long context does not make every short
+    sequence in the batch gather (and attend over) that many padded slots."""
+    if query.is_cuda:
+        from kernels.triton_paged_attention import paged_decode_attention_triton, supports
+
+        if supports(key_cache.shape[1], query.shape[2]):
+            return paged_decode_attention_triton(query, key_cache, value_cache, block_tables, context_lens, scale)
     out = torch.empty_like(query)
     block_size = key_cache.shape[1]
     for rows, num_blocks in _length_buckets(context_lens, block_size):

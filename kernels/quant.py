@@ -1,8 +1,10 @@
 """Weight-only quantization formats and their torch reference (de)quantizers.
 
 int8 (W8A16): symmetric, one float scale per output channel; w ~= q * scale, q in [-127, 127].
-int4 (W4A16): asymmetric per group of `group_size` input columns: w ~= (q - zero) * scale with
-q, zero in [0, 15]; two 4-bit values per byte, the even column in the low nibble.
+int4 (W4A16): asymmetric per group of `group_size` input columns: w ~= q * scale + minimum with
+q in [0, 15] and a float scale and minimum per group (llama.cpp's Q4_1 layout, so a Q4_1 file
+quantized with group 32 comes back exactly); two 4-bit values per byte, the even column in the
+low nibble.
 """
 
 from __future__ import annotations
@@ -22,16 +24,15 @@ def dequantize_int8(q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """weight [N, K] -> (packed uint8 [N, K/2], scales float32 [N, K/g], zeros float32 [N, K/g])."""
+    """weight [N, K] -> (packed uint8 [N, K/2], scales float32 [N, K/g], minimums float32 [N, K/g])."""
     rows, columns = weight.shape
     if columns % group_size or group_size % 2:
         raise ValueError(f"group_size {group_size} must be even and divide the input width {columns}")
     groups = weight.float().view(rows, columns // group_size, group_size)
     low, high = groups.amin(dim=-1), groups.amax(dim=-1)
     scales = ((high - low) / 15.0).clamp(min=1e-8)
-    zeros = torch.round(-low / scales).clamp(0, 15)
-    q = (torch.round(groups / scales[..., None]) + zeros[..., None]).clamp(0, 15).to(torch.uint8).view(rows, columns)
-    return pack_int4(q), scales, zeros
+    q = torch.round((groups - low[..., None]) / scales[..., None]).clamp(0, 15).to(torch.uint8).view(rows, columns)
+    return pack_int4(q), scales, low
 
 
 def pack_int4(q: torch.Tensor) -> torch.Tensor:
@@ -45,8 +46,8 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack([low, high], dim=-1).view(packed.shape[0], packed.shape[1] * 2)
 
 
-def dequantize_int4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int) -> torch.Tensor:
+def dequantize_int4(packed: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor, group_size: int) -> torch.Tensor:
     q = unpack_int4(packed).float()
     rows, columns = q.shape
     groups = q.view(rows, columns // group_size, group_size)
-    return ((groups - zeros[..., None]) * scales[..., None]).view(rows, columns)
+    return (groups * scales[..., None] + minimums[..., None]).view(rows, columns)

@@ -18,8 +18,8 @@ def int8_matmul_reference(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor
     return (x.float() @ dequantize_int8(q, scales).T).to(x.dtype)
 
 
-def int4_matmul_reference(x, packed, scales, zeros, group_size) -> torch.Tensor:
-    return (x.float() @ dequantize_int4(packed, scales, zeros, group_size).T).to(x.dtype)
+def int4_matmul_reference(x, packed, scales, minimums, group_size) -> torch.Tensor:
+    return (x.float() @ dequantize_int4(packed, scales, minimums, group_size).T).to(x.dtype)
 
 
 def int8_matmul_cpu(x: torch.Tensor, q: torch.Tensor, scales_bf16: torch.Tensor) -> torch.Tensor:
@@ -28,13 +28,13 @@ def int8_matmul_cpu(x: torch.Tensor, q: torch.Tensor, scales_bf16: torch.Tensor)
     return torch.ops.aten._weight_int8pack_mm(flat, q, scales_bf16).to(x.dtype).reshape(*x.shape[:-1], q.shape[0])
 
 
-def prepare_int4_cpu(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def prepare_int4_cpu(packed: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Our int4 format -> the CPU kernel's: its own weight packing, and bf16 (scale, zero) pairs
-    [K/g, N, 2] in its convention w = (q - 8) * scale + zero, i.e. zero = (8 - our zero) * scale."""
+    [K/g, N, 2] in its convention w = (q - 8) * scale + zero, i.e. zero = minimum + 8 * scale."""
     from kernels.quant import unpack_int4
 
     cpu_packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(unpack_int4(packed).to(torch.int32), 1)
-    scales_and_zeros = torch.stack([scales, (8.0 - zeros) * scales], dim=-1).transpose(0, 1).contiguous()
+    scales_and_zeros = torch.stack([scales, minimums + 8.0 * scales], dim=-1).transpose(0, 1).contiguous()
     return cpu_packed, scales_and_zeros.to(torch.bfloat16)
 
 

@@ -40,7 +40,7 @@ def _quant_matmul_kernel(
             group = offs_k[:, None] // group_size
             scale = tl.load(scale_ptr + offs_n[None, :] * stride_sn + group * stride_sg, mask=w_mask, other=0.0)
             zero = tl.load(zero_ptr + offs_n[None, :] * stride_sn + group * stride_sg, mask=w_mask, other=0.0)
-            w = (q - zero) * scale
+            w = q * scale + zero  # zero holds the group's minimum
         acc += tl.dot(x, w)
     if BITS == 8:  # per-channel scale: applied once, after the K loop
         acc = acc * tl.load(scale_ptr + offs_n * stride_sn, mask=n_mask, other=0.0)[None, :]
@@ -77,6 +77,6 @@ def int8_matmul_triton(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor) -
     return _launch(x, q, scales, None, 1, bits=8)
 
 
-def int4_matmul_triton(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int) -> torch.Tensor:
-    """x [..., K], packed uint8 [N, K/2], scales / zeros float32 [N, K/g] -> [..., N]."""
-    return _launch(x, packed, scales, zeros, group_size, bits=4)
+def int4_matmul_triton(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor, group_size: int) -> torch.Tensor:
+    """x [..., K], packed uint8 [N, K/2], scales / minimums float32 [N, K/g] -> [..., N]."""
+    return _launch(x, packed, scales, minimums, group_size, bits=4)

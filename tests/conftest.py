@@ -3,8 +3,15 @@ SmolLM2 model read once per session."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+# Triton kernels run on the CPU in interpreter mode unless a GPU is present; this must be set
+# before anything imports triton.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from engine import EngineConfig, LLMEngine
 from engine.model_source import read_model

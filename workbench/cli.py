@@ -4,6 +4,7 @@
     workbench gui [--preset NAME] [--run-for SECONDS] [--screenshot FILE.png]
     workbench presets              list the presets
     workbench bench --preset NAME [--variant V] [--set table.key=value ...] [--seed N] --out DIR
+    workbench quality --quant none,int8,int4 [--group-size 32,64,128] [--json OUT]
     workbench compare RUN_A RUN_B [--intended 'metric:+20%' ...] [--tolerated 'metric:+10%' ...]
 """
 
@@ -44,6 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     compare.add_argument("--tolerated", action="append", help="tolerated regression, e.g. ttft_p99_ms:+10%%")
     compare.add_argument("--json", type=Path, help="also write the comparison as JSON")
 
+    quality = commands.add_parser("quality", help="quantization quality, memory and speed on the bundled model")
+    quality.add_argument("--quant", default="none,int8,int4", help="comma-separated options: none,int8,int4,bnb-int8,bnb-nf4")
+    quality.add_argument("--group-size", default="32", help="int4 group sizes, comma-separated (32,64,128)")
+    quality.add_argument("--tokens", type=int, default=4096, help="evaluated tokens")
+    quality.add_argument("--model", default="smollm2-135m")
+    quality.add_argument("--dtype", default="auto")
+    quality.add_argument("--json", type=Path, help="also write the results as JSON")
+
     args = parser.parse_args(argv)
     try:
         if args.command == "presets":
@@ -52,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
             return _bench(args)
         if args.command == "compare":
             return _compare(args)
+        if args.command == "quality":
+            return _quality(args)
         from workbench.app import run_gui
 
         if args.command == "gui":
@@ -136,6 +147,28 @@ def _print_summary(report: dict) -> None:
     status = "complete" if report["complete"] else "INCOMPLETE (built from the run log)"
     print(f"{report['scenario']['name']} / {report['variant'] or '-'}: {status}")
     print("\n".join(line(name) for name in names))
+
+
+def _quality(args) -> int:
+    from engine.errors import ConfigError
+    from engine.model_source import read_model
+    from engine.quality import evaluate, format_results, results_json
+
+    options = []
+    for method in (name.strip() for name in args.quant.split(",")):
+        if method == "int4":
+            try:
+                options += [("int4", int(size)) for size in args.group_size.split(",")]
+            except ValueError as exc:
+                raise ConfigError(f"--group-size: expected integers like 32,64,128, got {args.group_size!r}") from exc
+        else:
+            options.append((method, None))
+    results, context = evaluate(read_model(args.model), options, args.tokens, dtype=args.dtype,
+                                progress=lambda message: print(message, file=sys.stderr))
+    print(format_results(results, context))
+    if args.json:
+        args.json.write_text(json.dumps(results_json(results, context), indent=2) + "\n")
+    return 0
 
 
 def _compare(args) -> int:

@@ -7,7 +7,7 @@ from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
-from engine.config import DTYPES, SCHEDULING_POLICIES, EngineConfig
+from engine.config import DTYPES, QUANTIZATION_METHODS, SCHEDULING_POLICIES, EngineConfig
 from engine.model_source import BUNDLED_MODELS
 
 
@@ -39,6 +39,13 @@ class EnginePanel(QGroupBox):
         self.dtype = QComboBox()
         self.dtype.addItems(list(DTYPES))
         self.dtype.setToolTip("Compute dtype. float32 is exact on CPU; bfloat16 halves weight and KV memory.")
+        self.quantization = QComboBox()
+        self.quantization.addItems(list(QUANTIZATION_METHODS))
+        self.quantization.setToolTip("Weight-only quantization of the projections: less weight memory and, with the packed "
+                                     "kernels, faster decode, at some quality cost (see workbench quality).")
+        self.group_size = QComboBox()
+        self.group_size.addItems(["32", "64", "128"])
+        self.group_size.setToolTip("int4 group size: smaller groups keep more quality and cost more scale/zero bytes.")
         self.kv_cache_mib = _spin(1, 1 << 20, 1024, "KV cache size. More blocks admit more concurrent tokens before preemption.", 64)
         # A preset may fix the cache by block count (kv-pressure); editing the size drops that.
         self._num_kv_blocks: int | None = None
@@ -69,6 +76,8 @@ class EnginePanel(QGroupBox):
         form.addRow("model", model_row)
         form.addRow("device", self.device)
         form.addRow("dtype", self.dtype)
+        form.addRow("quantization", self.quantization)
+        form.addRow("int4 group size", self.group_size)
         form.addRow("KV cache (MiB)", self.kv_cache_mib)
         form.addRow("block size (tokens)", self.block_size)
         form.addRow("max sequences", self.max_num_seqs)
@@ -98,6 +107,8 @@ class EnginePanel(QGroupBox):
             model=self.model.currentText().strip(),
             device=self.device.currentText(),
             dtype=self.dtype.currentText(),
+            quantization=self.quantization.currentText(),
+            group_size=int(self.group_size.currentText()),
             kv_cache_memory=self.kv_cache_mib.value() << 20,
             num_kv_blocks=self._num_kv_blocks,
             block_size=self.block_size.value(),
@@ -114,6 +125,8 @@ class EnginePanel(QGroupBox):
         self.model.setCurrentText(config.model)
         self.device.setCurrentText(config.device)
         self.dtype.setCurrentText(config.dtype)
+        self.quantization.setCurrentText(config.quantization)
+        self.group_size.setCurrentText(str(config.group_size))
         if isinstance(config.kv_cache_memory, int):
             self.kv_cache_mib.setValue(max(1, config.kv_cache_memory >> 20))
         self.block_size.setValue(config.block_size)

@@ -1,0 +1,90 @@
+"""Kernel timings for SmolLM2-135M's shapes on the current device (a script, not a test):
+
+    python -m kernels.bench
+
+Quantized matmul (int8, int4 g32) against the dense matmul in the compute dtype at M = 1, 8, 32,
+256, and paged-attention decode against the torch reference; times are medians of repeated runs
+measured in the same process, with ratios to the dense / reference path.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from kernels.paged_attention import _decode_bucket, paged_decode_attention
+from kernels.quant import quantize_int4, quantize_int8
+from kernels.quant_matmul import int4_matmul_cpu, int8_matmul_cpu, prepare_int4_cpu
+
+SHAPES = {"q_proj / o_proj": (576, 576), "k_proj / v_proj": (192, 576), "gate / up": (1536, 576), "down_proj": (576, 1536), "lm_head": (49152, 576)}
+
+
+def median_ms(function, repeats: int = 20) -> float:
+    function()  # warm-up (and Triton compilation)
+    times = []
+    for _ in range(repeats):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        function()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def matmul_rows(device: torch.device) -> list[str]:
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    lines = [f"{'layer':<16} {'M':>4} {'dense ms':>9} {'int8 ms':>8} {'int4 ms':>8} {'int8 x':>7} {'int4 x':>7}   (dense = {dtype})"]
+    for name, (width, depth) in SHAPES.items():
+        weight = torch.randn(width, depth, device=device)
+        q8, s8 = quantize_int8(weight)
+        packed, scales, minimums = quantize_int4(weight, 32)
+        dense_weight = weight.to(dtype)
+        if device.type == "cuda":
+            from kernels.triton_quant_matmul import int4_matmul_triton, int8_matmul_triton
+
+            int8 = lambda x: int8_matmul_triton(x, q8, s8)  # noqa: E731
+            int4 = lambda x: int4_matmul_triton(x, packed, scales, minimums, 32)  # noqa: E731
+        else:
+            s8_bf16, prepared = s8.to(torch.bfloat16), prepare_int4_cpu(packed, scales, minimums)
+            int8 = lambda x: int8_matmul_cpu(x, q8, s8_bf16)  # noqa: E731
+            int4 = lambda x: int4_matmul_cpu(x, *prepared, 32, width)  # noqa: E731
+        for rows in (1, 8, 32, 256):
+            x = torch.randn(rows, depth, device=device, dtype=dtype)
+            dense = median_ms(lambda: x @ dense_weight.T)
+            eight, four = median_ms(lambda: int8(x)), median_ms(lambda: int4(x))
+            lines.append(f"{name:<16} {rows:>4} {dense:>9.3f} {eight:>8.3f} {four:>8.3f} {dense / eight:>6.2f}x {dense / four:>6.2f}x")
+    return lines
+
+
+def attention_rows(device: torch.device) -> list[str]:
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    lines = [f"{'paged decode':<16} {'seqs':>4} {'context':>8} {'kernel ms':>10} {'torch ref ms':>13} {'ratio':>6}"]
+    block_size, kv_heads, heads, head_dim = 16, 3, 9, 64
+    for seqs, context in ((1, 512), (32, 256), (32, 2048), (64, 1024)):
+        blocks_per_seq = -(-context // block_size)
+        key_cache = torch.randn(seqs * blocks_per_seq, block_size, kv_heads, head_dim, device=device, dtype=dtype)
+        value_cache = torch.randn_like(key_cache)
+        tables = torch.randperm(seqs * blocks_per_seq, device=device).view(seqs, blocks_per_seq)
+        lengths = torch.full((seqs,), context, device=device)
+        query = torch.randn(seqs, heads, head_dim, device=device, dtype=dtype)
+        kernel = median_ms(lambda: paged_decode_attention(query, key_cache, value_cache, tables, lengths, head_dim**-0.5))
+        reference = median_ms(lambda: _decode_bucket(query, key_cache, value_cache, tables, lengths, head_dim**-0.5))
+        lines.append(f"{'':<16} {seqs:>4} {context:>8} {kernel:>10.3f} {reference:>13.3f} {reference / kernel:>5.2f}x")
+    return lines
+
+
+def main() -> None:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"device: {name}; torch {torch.__version__}")
+    print("\n".join(matmul_rows(device)))
+    print()
+    print("\n".join(attention_rows(device)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Quantized engines: real low-bit tensors, honest byte counts, fluent output, clear refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import ConfigError, SamplingParams
+from engine.quantization import QuantizedLinear
+from tests.conftest import tiny_engine
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nName three colours of the rainbow.<|im_end|>\n<|im_start|>assistant\n",
+]
+
+
+@pytest.mark.parametrize("method", ["int8", "int4", "bnb-int8", "bnb-nf4"])
+def test_quantized_models_stay_fluent_and_agree_with_none_at_first(make_smollm_engine, method):
+    reference = make_smollm_engine(kv_cache_memory=32 << 20)
+    quantized = make_smollm_engine(kv_cache_memory=32 << 20, quantization=method)
+    params = SamplingParams(max_tokens=24, temperature=0.0)
+    for prompt, expected, actual in zip(PROMPTS, reference.generate(PROMPTS, params), quantized.generate(PROMPTS, params)):
+        assert actual.token_ids[:3] == expected.token_ids[:3], (method, actual.text)
+        words = actual.text.split()
+        assert len(words) >= 3 and sum(word.strip(".,!?:;()").isalnum() for word in words) / len(words) > 0.8, actual.text
+    assert quantized.weight_bytes < 0.5 * reference.weight_bytes
+
+
+def test_int4_holds_packed_bytes_and_reports_them(make_smollm_engine):
+    engine = make_smollm_engine(kv_cache_memory=32 << 20, quantization="int4", group_size=32)
+    projection = engine.executor.model.model.layers[0].mlp.down_proj
+    assert isinstance(projection, QuantizedLinear) and projection.qweight.dtype == torch.uint8
+    assert projection.qweight.numel() == 576 * 1536 // 2  # two weights per byte
+    config = engine.model_config
+    projections = config.num_layers * (2 * config.hidden_size**2 + 2 * config.hidden_size * config.num_kv_heads * config.head_dim
+                                       + 3 * config.hidden_size * config.intermediate_size)
+    packed_and_groups = projections // 2 + projections // 32 * 2 * 2  # bytes + bf16 scale and zero per group
+    rest = engine.unquantized_weight_bytes - projections * 4  # embeddings and norms stay float32
+    assert engine.weight_bytes == packed_and_groups + rest
+
+
+def test_impossible_quantization_is_refused_with_the_layer_and_a_choice(tiny_llama):
+    directory, _ = tiny_llama  # hidden 48: group 32 does not divide it
+    with pytest.raises(ConfigError, match="group_size: 32 does not divide q/k/v/gate/up_proj's input width 48; choose int8 instead"):
+        tiny_engine(directory, quantization="int4", group_size=32)
+    with pytest.raises(ConfigError, match="group_size: int4 supports 32, 64, 128, got 48"):
+        tiny_engine(directory, quantization="int4", group_size=48)
+    with pytest.raises(ConfigError, match="quantization: expected one of none, int8"):
+        tiny_engine(directory, quantization="int2")
+
+
+def test_int8_works_on_any_width_with_the_lm_head_too(tiny_llama):
+    directory, _ = tiny_llama
+    engine = tiny_engine(directory, quantization="int8", quantize_lm_head=True)
+    output = engine.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True))[0]
+    assert len(output.token_ids) == 5 and engine.executor.model.quantized_head is not None

@@ -1,0 +1,66 @@
+"""Quantize -> dequantize round trips stay within their step size; the int4 packing is the
+documented layout; the CPU packed kernels agree with the references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernels.quant import dequantize_int4, dequantize_int8, pack_int4, quantize_int4, quantize_int8, unpack_int4
+from kernels.quant_matmul import int4_matmul_cpu, int4_matmul_reference, int8_matmul_cpu, int8_matmul_reference, prepare_int4_cpu
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 40), columns=st.sampled_from([32, 64, 96, 576]), seed=st.integers(0, 10_000))
+def test_int8_round_trip_error_is_at_most_half_a_step(rows, columns, seed):
+    weight = torch.randn(rows, columns, generator=torch.Generator().manual_seed(seed)) * 3
+    q, scales = quantize_int8(weight)
+    assert q.dtype == torch.int8 and q.abs().max() <= 127
+    error = (dequantize_int8(q, scales) - weight).abs()
+    assert (error <= scales[:, None] / 2 + 1e-6).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 40), group_size=st.sampled_from([32, 64, 128]), groups=st.integers(1, 5), seed=st.integers(0, 10_000))
+def test_int4_round_trip_error_is_within_one_step(rows, group_size, groups, seed):
+    weight = torch.randn(rows, group_size * groups, generator=torch.Generator().manual_seed(seed))
+    packed, scales, minimums = quantize_int4(weight, group_size)
+    assert packed.dtype == torch.uint8 and packed.shape == (rows, group_size * groups // 2)
+    assert scales.shape == minimums.shape == (rows, groups)
+    error = (dequantize_int4(packed, scales, minimums, group_size) - weight).abs().view(rows, groups, group_size)
+    assert (error <= scales[..., None] / 2 + 1e-5).all()  # rounding to the nearest level
+
+
+def test_int4_packing_layout_even_column_in_the_low_nibble():
+    values = torch.tensor([[1, 2, 15, 0, 7, 8]], dtype=torch.uint8)
+    packed = pack_int4(values)
+    assert packed.tolist() == [[0x21, 0x0F, 0x87]]
+    assert torch.equal(unpack_int4(packed), values)
+
+
+def test_int4_of_a_q4_1_weight_is_exact_with_group_32():
+    # Q4_1 stores w = q * d + m per 32 weights, with any float d and m: group 32 gives it back.
+    generator = torch.Generator().manual_seed(0)
+    levels = torch.randint(0, 16, (8, 64), generator=generator).float()
+    levels[:, 0], levels[:, 1], levels[:, 32], levels[:, 33] = 0, 15, 0, 15  # every group spans all 16 levels
+    d = torch.rand(8, 2, 1, generator=generator) * 0.02 + 0.001
+    m = torch.randn(8, 2, 1, generator=generator) * 0.1
+    weight = (levels.view(8, 2, 32) * d + m).view(8, 64)
+    packed, scales, minimums = quantize_int4(weight, 32)
+    assert torch.allclose(dequantize_int4(packed, scales, minimums, 32), weight, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows", [1, 7, 64])
+def test_cpu_packed_kernels_agree_with_the_references(rows):
+    generator = torch.Generator().manual_seed(rows)
+    weight, x = torch.randn(192, 576, generator=generator), torch.randn(rows, 576, generator=generator)
+    q, scales = quantize_int8(weight)
+    expected = int8_matmul_reference(x, q, scales)
+    actual = int8_matmul_cpu(x, q, scales.to(torch.bfloat16))
+    assert ((actual - expected).norm() / expected.norm()).item() < 1e-2  # bf16 activations
+    packed, scales4, minimums4 = quantize_int4(weight, 64)
+    expected4 = int4_matmul_reference(x, packed, scales4, minimums4, 64)
+    actual4 = int4_matmul_cpu(x, *prepare_int4_cpu(packed, scales4, minimums4), 64, 192)
+    assert ((actual4 - expected4).norm() / expected4.norm()).item() < 1e-2
