@@ -17,7 +17,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 @dataclass
 class EngineConfig:
-    # Model: the alias "smollm2-135m" (the bundled GGUF), a .gguf file or a Hugging Face directory.
+    # Model: the alias "smollm2-135m" (the bundled GGUF), a .gguf file, a Hugging Face directory,
+    # or "simulated:MODEL@HARDWARE" (a catalogued shape on a catalogued GPU, see engine.simulation).
     model: str = "smollm2-135m"
     # "auto" picks CUDA when available, else CPU.
     device: str = "auto"
@@ -56,6 +57,10 @@ class EngineConfig:
     group_size: int = 32
     quantize_lm_head: bool = False
 
+    # Simulated models only ("simulated:MODEL@HARDWARE"): simulated seconds per wall-clock
+    # second; 0 runs as fast as the host allows.
+    simulation_speed: float = 0.0
+
     # Seed for requests that carry none of their own.
     seed: int = 0
 
@@ -89,6 +94,8 @@ class EngineConfig:
             raise ConfigError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
             raise ConfigError(f"device: expected 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+        if isinstance(self.simulation_speed, bool) or not isinstance(self.simulation_speed, (int, float)) or self.simulation_speed < 0:
+            raise ConfigError(f"simulation_speed: expected a number >= 0, got {self.simulation_speed!r}")
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"model: expected an alias, a .gguf file or a directory, got {self.model!r}")
 

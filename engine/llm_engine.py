@@ -46,37 +46,43 @@ class LLMEngine:
     ):
         """`source`: an already read model file, reused instead of reading `config.model` again
         (a reconfiguration that keeps the model, or tests that build many engines)."""
-        self.config = config = config or EngineConfig()
-        self.clock = clock
-        self.device = resolve_device(config.device)
-        self.dtype = resolve_dtype(config.dtype, self.device)
+        config = config or EngineConfig()
+        device = resolve_device(config.device)
+        dtype = resolve_dtype(config.dtype, device)
         source = source or read_model(config.model, progress)
-        self.model_path = source.path
-        self.model_config = source.config
-        self.tokenizer = source.tokenizer
-        self.stored_tensor_types = source.stored_tensor_types
-        model = _build_model(source, self.device, self.dtype)
+        model = _build_model(source, device, dtype)
         self.unquantized_weight_bytes = weight_bytes(model)
-        check_quantization(config.quantization, config.group_size, source.config, config.quantize_lm_head, self.device)
+        check_quantization(config.quantization, config.group_size, source.config, config.quantize_lm_head, device)
         quantize_model(model, config.quantization, config.group_size, config.quantize_lm_head, progress)
-        self.weight_bytes = weight_bytes(model)
-        self.max_model_len = min(config.max_model_len or source.config.max_position_embeddings, source.config.max_position_embeddings)
-        self.eos_token_ids = set(source.config.eos_token_ids) | set(self.tokenizer.eos_token_ids if self.tokenizer else ())
+        self.model_path = source.path
+        self.stored_tensor_types = source.stored_tensor_types
+        self._init_scheduling(config, source.config, source.tokenizer, clock, device, dtype, weight_bytes(model))
 
         progress("allocate KV cache", 0.0)
-        num_blocks = self._num_kv_blocks()
-        self.executor = TorchExecutor(model, num_blocks, config.block_size, self.device, self.dtype)
-        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
-        self.scheduler = Scheduler(config, self.block_manager, self.max_model_len)
+        num_blocks = self._num_kv_blocks(free_memory_bytes(device))
+        self.executor = TorchExecutor(model, num_blocks, config.block_size, device, dtype)
+        self._init_cache(num_blocks)
         progress("allocate KV cache", 1.0)
         progress("warm up", 0.0)
         self._warm_up()
         progress("warm up", 1.0)
 
+    def _init_scheduling(self, config, model_config, tokenizer, clock, device, dtype, weight_bytes_: int) -> None:
+        """State every engine has, whatever executes its steps (see also engine.simulation)."""
+        self.config, self.model_config, self.tokenizer, self.clock = config, model_config, tokenizer, clock
+        # How a caller waits for the next arrival: wall time here, simulated time in simulations.
+        self.sleep: Callable[[float], None] = time.sleep
+        self.device, self.dtype, self.weight_bytes = device, dtype, weight_bytes_
+        self.max_model_len = min(config.max_model_len or model_config.max_position_embeddings, model_config.max_position_embeddings)
+        self.eos_token_ids = set(model_config.eos_token_ids) | set(tokenizer.eos_token_ids if tokenizer else ())
         self._sequences: dict[str, Sequence] = {}  # every unfinished request
         self._undelivered: list[RequestOutput] = []  # rejections and aborts, reported by the next step
         self._arrivals = itertools.count()
         self.num_rejections = 0
+
+    def _init_cache(self, num_blocks: int) -> None:
+        self.block_manager = BlockManager(num_blocks, self.config.block_size, self.config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.config, self.block_manager, self.max_model_len)
 
     # ----- capacity ------------------------------------------------------------------------------
 
@@ -96,12 +102,13 @@ class LLMEngine:
     def kv_cache_bytes(self) -> int:
         return self.executor.kv_cache_bytes
 
-    def _num_kv_blocks(self) -> int:
+    def _num_kv_blocks(self, free_bytes: int) -> int:
+        """Blocks from num_kv_blocks, or kv_cache_memory (bytes, or a fraction of free_bytes)."""
         if self.config.num_kv_blocks is not None:
             return self.config.num_kv_blocks
         block_bytes = self.kv_bytes_per_token * self.config.block_size
         memory = self.config.kv_cache_memory
-        budget = int(memory * free_memory_bytes(self.device)) if isinstance(memory, float) else memory
+        budget = int(memory * free_bytes) if isinstance(memory, float) else memory
         if budget < block_bytes:
             raise ConfigError(
                 f"kv_cache_memory: {budget} bytes cannot hold one KV block "

@@ -49,3 +49,52 @@ def memory_lines(config: ModelConfig, *, weight_bytes: int, kv_cache_bytes: int,
         lines.append(MemoryLine("other", other, f"process resident {resident_bytes / 1e6:,.1f} MB − the lines above = {other / 1e6:,.1f} MB "
                                 "(runtime, libraries, tokenizer, buffers)", measured=True))
     return lines
+
+
+# Allowance for what neither weights, KV cache nor activations account for (CUDA context,
+# allocator fragmentation, framework buffers): a stated assumption, not a measurement.
+RUNTIME_OVERHEAD_FRACTION = 0.05
+QUANT_GROUP_OVERHEAD_BYTES = 4  # a 16-bit scale and a 16-bit minimum per group
+
+
+def weight_bytes_estimate(config: ModelConfig, bits: int, group_size: int | None = None) -> int:
+    """Projections at `bits` (plus per-group scale and minimum when grouped); embeddings, norms
+    and biases at 16 bits, or at `bits` when that is wider (an fp32 model)."""
+    total = config.num_parameters
+    projections = config.num_layers * (
+        2 * config.hidden_size * config.num_heads * config.head_dim
+        + 2 * config.hidden_size * config.num_kv_heads * config.head_dim
+        + 3 * config.hidden_size * config.intermediate_size
+    )
+    rest_bits = max(bits, 16)
+    overhead = projections // group_size * QUANT_GROUP_OVERHEAD_BYTES if group_size else 0
+    return projections * bits // 8 + (total - projections) * rest_bits // 8 + overhead
+
+
+def params_only_line(params: float, bits: int) -> MemoryLine:
+    """The worked number: parameters x bytes per parameter, before KV cache and runtime overhead."""
+    total = int(params * bits / 8)
+    return MemoryLine("weights", total, f"{params / 1e9:.1f} × 10⁹ params × {bits / 8:g} bytes = {total / 1e9:.1f} GB "
+                      "(before KV cache and runtime overhead)", measured=False)
+
+
+def concurrency_lines(config: ModelConfig, memory_bytes: float, bits: int, kv_bytes: int, context: int,
+                      step_tokens: int, max_seqs: int, group_size: int | None = None) -> tuple[list[MemoryLine], int]:
+    """The memory budget of a device for a model, and how many `context`-token requests fit."""
+    weights = weight_bytes_estimate(config, bits, group_size)
+    kv_per_token = config.kv_bytes_per_token(kv_bytes)
+    activations = activation_bytes_estimate(config, step_tokens, max(bits, 16) // 8, max_seqs)
+    overhead = int(memory_bytes * RUNTIME_OVERHEAD_FRACTION)
+    free = int(memory_bytes) - weights - activations - overhead
+    per_request = kv_per_token * context
+    fits = max(0, free // per_request)
+    lines = [
+        MemoryLine("weights", weights, f"{config.num_parameters / 1e9:.2f} × 10⁹ params, projections at {bits} bits"
+                   + (f" + scale and minimum per {group_size}" if group_size else "") + f" = {weights / 1e9:.2f} GB", measured=False),
+        MemoryLine("activations", activations, f"{step_tokens} tokens/step, one layer live at a time ≈ {activations / 1e9:.3f} GB", measured=False),
+        MemoryLine("runtime overhead", overhead, f"{RUNTIME_OVERHEAD_FRACTION:.0%} of {memory_bytes / 1e9:.0f} GB (assumed allowance)", measured=False),
+        MemoryLine("KV cache", max(free, 0), f"{memory_bytes / 1e9:.1f} GB − the lines above = {free / 1e9:.2f} GB; "
+                   f"{kv_per_token / 1024:,.0f} KiB/token (2 × {config.num_layers} layers × {config.num_kv_heads} kv heads × "
+                   f"{config.head_dim} dims × {kv_bytes} B) × {context:,} tokens = {per_request / 1e9:.3f} GB per request", measured=False),
+    ]
+    return lines, int(fits)

@@ -24,6 +24,8 @@ def file_sha256(path: Path) -> str:
 
 
 def model_identity(path: Path) -> dict:
+    if str(path).startswith("simulated:"):
+        return {"simulated": str(path), "note": "shapes and hardware from presets/catalogue; no weights"}
     if path.is_dir():
         files = sorted(path.glob("*.safetensors")) + sorted(path.glob("*.json"))
         return {"path": str(path), "files": {file.name: file_sha256(file) for file in files}}

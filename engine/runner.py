@@ -76,13 +76,13 @@ class ScenarioRunner:
         on_output: Callable[[RequestOutput], None] = lambda output: None,
         on_send: Callable[[str], None] = lambda request_id: None,
         should_stop: Callable[[], bool] = lambda: False,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ):
         self.engine = engine
         self.scenario = scenario
         self.on_step, self.on_request_end, self.on_output, self.on_send = on_step, on_request_end, on_output, on_send
         self.should_stop = should_stop
-        self.sleep = sleep
+        self.sleep = sleep or engine.sleep
         self.tags: dict[str, str] = {}  # request id -> tag, for every request sent
         self.result = RunResult(start_time=engine.clock(), duration_s=0.0)
         self._closed_loop_in_flight: set[str] = set()

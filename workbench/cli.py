@@ -53,6 +53,20 @@ def main(argv: list[str] | None = None) -> int:
     quality.add_argument("--dtype", default="auto")
     quality.add_argument("--json", type=Path, help="also write the results as JSON")
 
+    estimate = commands.add_parser("estimate", help="memory arithmetic: weights, KV cache, how many requests fit")
+    estimate.add_argument("--params", type=float, help="parameter count, e.g. 7e9 (weights only)")
+    estimate.add_argument("--model", help="a catalogued model (see presets/catalogue/models.toml)")
+    estimate.add_argument("--hardware", help="a catalogued GPU, or this-machine")
+    estimate.add_argument("--bits", type=int, default=16, help="weight bits: 16, 8 or 4")
+    estimate.add_argument("--group-size", type=int, help="int4 group size (adds a scale and a minimum per group)")
+    estimate.add_argument("--kv-bits", type=int, default=16, help="KV cache bits")
+    estimate.add_argument("--context", type=int, default=4096, help="tokens per request (prompt + output)")
+    estimate.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    estimate.add_argument("--loaded", action="store_true", help="also load the bundled model and compare with measured bytes")
+
+    calibrate = commands.add_parser("calibrate", help="fit the cost model to this machine and save it as a hardware profile")
+    calibrate.add_argument("--name", default="this-machine-calibrated")
+
     args = parser.parse_args(argv)
     try:
         if args.command == "presets":
@@ -63,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
             return _compare(args)
         if args.command == "quality":
             return _quality(args)
+        if args.command == "estimate":
+            return _estimate(args)
+        if args.command == "calibrate":
+            return _calibrate(args)
         from workbench.app import run_gui
 
         if args.command == "gui":
@@ -87,12 +105,13 @@ def _bench(args) -> int:
     from engine.compare import compare, format_comparison
     from engine.model_source import read_model
     from engine.presets import load_preset
+    from engine.simulation import is_simulated
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
     base = load_preset(args.preset, overrides)
     variants = [args.variant] if args.variant else list(base.variants) or [None]
     scenarios = {variant: load_preset(args.preset, overrides, variant) for variant in variants}  # validate all first
-    source = read_model(base.engine.model)
+    source = None if is_simulated(base.engine.model) else read_model(base.engine.model)
     reports = {}
     for variant, scenario in scenarios.items():
         out_dir = args.out / variant if variant and len(variants) > 1 else args.out
@@ -168,6 +187,67 @@ def _quality(args) -> int:
     print(format_results(results, context))
     if args.json:
         args.json.write_text(json.dumps(results_json(results, context), indent=2) + "\n")
+    return 0
+
+
+def _estimate(args) -> int:
+    from engine.catalogue import hardware_profile, model_shape
+    from engine.errors import ConfigError
+    from engine.memory import concurrency_lines, params_only_line
+
+    if args.params is None and args.model is None:
+        raise ConfigError("estimate: give --params N (weights only) or --model NAME [--hardware NAME]")
+    if args.params is not None:
+        line = params_only_line(args.params, args.bits)
+        print(f"{line.name}: {line.arithmetic}")
+    if args.model is not None:
+        shape, source = model_shape(args.model)
+        print(f"{args.model}: {shape.num_parameters / 1e9:.2f} × 10⁹ parameters ({source})")
+        if args.hardware is not None:
+            profile = hardware_profile(args.hardware)
+            lines, fits = concurrency_lines(shape, profile.memory_bytes, args.bits, args.kv_bits // 8, args.context,
+                                            args.max_num_batched_tokens, 256, args.group_size)
+            print(f"{args.hardware}: {profile.memory_bytes / 1e9:.1f} GB ({profile.source})")
+            for line in lines:
+                print(f"  {line.name:<17} {line.bytes / 1e9:>8.2f} GB  {'measured' if line.measured else 'estimate'}  {line.arithmetic}")
+            weights = lines[0].bytes
+            if weights >= profile.memory_bytes:
+                print(f"=> impossible: the weights alone ({weights / 1e9:.2f} GB) exceed the device's {profile.memory_bytes / 1e9:.1f} GB")
+            else:
+                print(f"=> {fits:,} concurrent {args.context:,}-token requests fit")
+    if args.loaded:
+        _compare_with_loaded()
+    return 0
+
+
+def _compare_with_loaded() -> int:
+    from engine import EngineConfig, LLMEngine
+    from engine.memory import weight_bytes_estimate
+
+    engine = LLMEngine(EngineConfig(device="cpu", dtype="float32", kv_cache_memory=64 << 20))
+    estimate = weight_bytes_estimate(engine.model_config, 32)
+    kv_estimate = engine.num_kv_blocks * engine.config.block_size * engine.model_config.kv_bytes_per_token(4)
+    print(f"loaded {engine.model_path.name} (float32): weights estimated {estimate / 1e6:.2f} MB, measured {engine.weight_bytes / 1e6:.2f} MB "
+          f"({100 * (estimate / engine.weight_bytes - 1):+.2f}%); KV cache estimated {kv_estimate / 1e6:.2f} MB, "
+          f"measured {engine.kv_cache_bytes / 1e6:.2f} MB ({100 * (kv_estimate / engine.kv_cache_bytes - 1):+.2f}%)")
+    return 0
+
+
+def _calibrate(args) -> int:
+    from engine import EngineConfig, LLMEngine
+    from engine.calibration import fit, measure
+    from engine.catalogue import measure_this_machine, save_profile
+
+    engine = LLMEngine(EngineConfig(device="auto", kv_cache_memory=256 << 20))
+    base = measure_this_machine()
+    print(f"measured: {base.bandwidth_bytes_s / 1e9:.1f} GB/s copy bandwidth, {base.peak_flops / 1e9:.1f} GFLOP/s matmul ({base.source})")
+    points = measure(engine)
+    profile, train_error, held_out_error = fit(engine, base, points)
+    path = save_profile(args.name, profile)
+    print(f"fitted: bandwidth efficiency {profile.bandwidth_efficiency:.3f}, compute efficiency {profile.compute_efficiency:.3f}, "
+          f"step overhead {profile.step_overhead_s * 1000:.2f} ms")
+    print(f"median |prediction error|: {train_error:.1f}% on the {len(points[0::2])} fitted points, "
+          f"{held_out_error:.1f}% on the {len(points[1::2])} held-out points; saved as {args.name!r} in {path}")
     return 0
 
 

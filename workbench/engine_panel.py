@@ -29,7 +29,10 @@ class EnginePanel(QGroupBox):
         self.model = QComboBox()
         self.model.setEditable(True)
         self.model.addItems(list(BUNDLED_MODELS))
-        self.model.setToolTip("The bundled SmolLM2-135M (Q4_1 GGUF), a .gguf file or a Hugging Face folder (safetensors).")
+        self.model.addItems([f"simulated:{name}@{gpu}" for name, gpu in (("llama-2-7b", "h100-80gb"), ("llama-3-8b", "h100-80gb"),
+                                                                         ("llama-3-70b", "h200"), ("mistral-7b", "a100-80gb"))])
+        self.model.setToolTip("The bundled SmolLM2-135M (Q4_1 GGUF), a .gguf file, a Hugging Face folder (safetensors), "
+                              "or simulated:MODEL@HARDWARE: the same scheduler on a GPU you describe, timed by a cost model.")
         browse_file, browse_folder = QPushButton("File…"), QPushButton("Folder…")
         browse_file.clicked.connect(self._pick_file)
         browse_folder.clicked.connect(self._pick_folder)

@@ -24,6 +24,7 @@ import torch
 from PySide6.QtCore import QObject, Signal
 
 from engine import EngineConfig, EngineError, LLMEngine
+from engine.simulation import create_engine, is_simulated
 from engine.headless import RUN_LOG_NAME, engine_summary, run_header
 from engine.metrics_store import MetricsStore
 from engine.model_config import ModelConfig
@@ -200,10 +201,13 @@ class EngineWorker(QObject):
         self._engine, self._runner = None, None
         self._close_log()
         progress = self.loading.emit
-        if self._source is None or self._source_model != config.model:
+        if is_simulated(config.model):
+            # The window watches a simulated engine in real time, unless a speed was chosen.
+            config = dataclasses.replace(config, simulation_speed=config.simulation_speed or 1.0)
+        elif self._source is None or self._source_model != config.model:
             self._source = read_model(config.model, progress)
             self._source_model = config.model
-        engine = LLMEngine(config, progress=progress, source=self._source)
+        engine = create_engine(config, progress=progress, source=self._source)
         runner = ScenarioRunner(
             engine, None, on_step=self._on_step, on_request_end=self._on_end, on_output=self._on_output, on_send=self._track,
         )

@@ -1,0 +1,71 @@
+"""Fit the cost model to this machine: time the real executor over a grid of decode batches,
+contexts and prefill lengths, fit the efficiencies and per-step overhead on half the points,
+and report the prediction error on the other half."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from engine.batch import ScheduledBatch, ScheduledSequence
+from engine.catalogue import HardwareProfile
+from engine.cost_model import CostModel, StepShape
+from engine.llm_engine import LLMEngine
+from engine.sampling_params import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+def _batch(engine: LLMEngine, decodes: int, context: int, prefill: int) -> ScheduledBatch:
+    """A synthetic batch over the cache's blocks (no request needs to be in the engine)."""
+    size = engine.config.block_size
+    blocks_per_seq = -(-max(context, prefill) // size)
+    entries_decode, entries_prefill = [], []
+    for index in range(decodes):
+        table = [(index * blocks_per_seq + block) % engine.num_kv_blocks for block in range(blocks_per_seq)]
+        position = context - 1
+        slot = table[position // size] * size + position % size
+        entries_decode.append(ScheduledSequence(f"d{index}", [1], position, table, [slot], True, GREEDY, 0))
+    if prefill:
+        table = list(range(-(-prefill // size)))
+        slots = [table[p // size] * size + p % size for p in range(prefill)]
+        entries_prefill.append(ScheduledSequence("p", [1] * prefill, 0, table, slots, True, GREEDY, 0))
+    return ScheduledBatch(decodes=entries_decode, prefills=entries_prefill, block_size=size)
+
+
+def measure(engine: LLMEngine, repeats: int = 3) -> list[tuple[StepShape, float]]:
+    points = []
+    grid = [(batch, context, 0) for batch, context in itertools.product((1, 4, 16, 32), (64, 256, 1024))]
+    grid += [(0, 0, prefill) for prefill in (16, 64, 128, 256, 512)]
+    for decodes, context, prefill in grid:
+        batch = _batch(engine, decodes, context, prefill)
+        engine.executor.execute(batch)  # warm-up
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            engine.executor.execute(batch)
+            times.append(time.perf_counter() - start)
+        points.append((StepShape.of(batch), statistics.median(times)))
+    return points
+
+
+def fit(engine: LLMEngine, base: HardwareProfile, points: list[tuple[StepShape, float]]) -> tuple[HardwareProfile, float, float]:
+    """Grid search on the even points; returns (profile, median |error| train, held out) in %."""
+    train, held_out = points[0::2], points[1::2]
+
+    def errors(profile: HardwareProfile, subset) -> list[float]:
+        model = CostModel(engine.model_config, profile, engine.weight_bytes, engine.kv_bytes_per_token)
+        return [abs(model.step_time(shape) / measured - 1) for shape, measured in subset]
+
+    best, best_error = base, float("inf")
+    overheads = np.quantile([measured for _, measured in points], [0, 0.1, 0.25]) * np.array([0.0, 0.5, 0.5])
+    for bandwidth_eff, compute_eff, overhead in itertools.product(np.geomspace(0.02, 1, 24), np.geomspace(0.02, 1, 24), overheads):
+        candidate = replace(base, bandwidth_efficiency=float(bandwidth_eff), compute_efficiency=float(compute_eff), step_overhead_s=float(overhead))
+        error = statistics.median(errors(candidate, train))
+        if error < best_error:
+            best, best_error = candidate, error
+    return best, 100 * best_error, 100 * statistics.median(errors(best, held_out))

@@ -1,0 +1,138 @@
+"""Model shapes and hardware profiles from presets/catalogue/*.toml, each with its source, plus
+"this-machine", measured at first use (a large copy for memory bandwidth, a large product for
+matmul throughput) and kept in ~/.cache/workbench/this-machine.toml."""
+
+from __future__ import annotations
+
+import os
+import time
+import tomllib
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+
+from engine.device import total_memory_bytes
+from engine.errors import ConfigError
+from engine.model_config import ModelConfig
+from engine.settings import build
+
+CATALOGUE_DIR = Path(__file__).resolve().parent.parent / "presets" / "catalogue"
+THIS_MACHINE = "this-machine"
+
+
+@dataclass
+class HardwareProfile:
+    source: str
+    memory_bytes: float
+    bandwidth_bytes_s: float
+    peak_flops: float
+    # Fractions of peak that a serving step reaches, and a fixed cost per step (launches, Python):
+    # defaults are typical for a tuned engine; `workbench calibrate` fits them to measurements.
+    bandwidth_efficiency: float = 0.8
+    compute_efficiency: float = 0.6
+    step_overhead_s: float = 0.0005
+
+    def __post_init__(self) -> None:
+        for name in ("memory_bytes", "bandwidth_bytes_s", "peak_flops"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}: expected a positive number, got {getattr(self, name)}")
+        if not (0 < self.bandwidth_efficiency <= 1 and 0 < self.compute_efficiency <= 1) or self.step_overhead_s < 0:
+            raise ConfigError("efficiencies must be in (0, 1] and step_overhead_s >= 0")
+
+
+def _table(file_name: str) -> dict:
+    path = CATALOGUE_DIR / file_name
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+
+
+def model_names() -> list[str]:
+    return sorted(_table("models.toml"))
+
+
+def hardware_names() -> list[str]:
+    return sorted([*_table("hardware.toml"), THIS_MACHINE, *_cached_profiles()])
+
+
+def model_shape(name: str) -> tuple[ModelConfig, str]:
+    """(shape, source) of a catalogued model."""
+    table = _table("models.toml")
+    if name not in table:
+        raise ConfigError(f"unknown model {name!r}; known models: {', '.join(sorted(table))}")
+    entry = dict(table[name])
+    source = entry.pop("source", "")
+    return build(ModelConfig, entry, str(CATALOGUE_DIR / "models.toml"), name), source
+
+
+def hardware_profile(name: str) -> HardwareProfile:
+    table = _table("hardware.toml")
+    cached = _cached_profiles()
+    if name in table:
+        return build(HardwareProfile, table[name], str(CATALOGUE_DIR / "hardware.toml"), name)
+    if name in cached:
+        return build(HardwareProfile, cached[name], str(_cache_file()), name)
+    if name == THIS_MACHINE:
+        profile = measure_this_machine()
+        save_profile(THIS_MACHINE, profile)
+        return profile
+    raise ConfigError(f"unknown hardware {name!r}; known hardware: {', '.join(hardware_names())}")
+
+
+def measure_this_machine() -> HardwareProfile:
+    """Memory bandwidth from copying 256 MiB, compute from a 2048^2 float32 product (CUDA: bf16)."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    source = torch.empty(64 << 20, dtype=torch.float32, device=device)
+    target = torch.empty_like(source)
+    bandwidth = 2 * source.nbytes / _best_time(lambda: target.copy_(source))  # read + write
+    size = 2048
+    left, right = torch.randn(size, size, device=device, dtype=dtype), torch.randn(size, size, device=device, dtype=dtype)
+    flops = 2 * size**3 / _best_time(lambda: left @ right)
+    return HardwareProfile(
+        source=f"measured on this machine ({'CUDA ' + torch.cuda.get_device_name() if device.type == 'cuda' else 'CPU'}, "
+               f"{torch.get_num_threads()} threads): 256 MiB copy, {size}^2 {str(dtype).removeprefix('torch.')} product",
+        memory_bytes=float(total_memory_bytes(device)), bandwidth_bytes_s=bandwidth, peak_flops=flops,
+    )
+
+
+def _best_time(function, repeats: int = 5) -> float:
+    function()
+    best = float("inf")
+    for _ in range(repeats):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        function()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _cache_file() -> Path:
+    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench")) / "hardware.toml"
+
+
+def _cached_profiles() -> dict:
+    path = _cache_file()
+    return tomllib.loads(path.read_text()) if path.exists() else {}
+
+
+def save_profile(name: str, profile: HardwareProfile) -> Path:
+    """Add or replace a measured profile in the user's cache file (plain TOML, easy to edit)."""
+    profiles = _cached_profiles()
+    profiles[name] = asdict(profile)
+    path = _cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for profile_name, values in profiles.items():
+        lines.append(f"[{profile_name}]")
+        for field in fields(HardwareProfile):
+            value = values[field.name]
+            lines.append(f"{field.name} = {value!r}" if not isinstance(value, str) else f'{field.name} = "{value}"')
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path

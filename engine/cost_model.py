@@ -1,0 +1,53 @@
+"""A roofline cost model of one engine step, for the simulated executor and for calibration.
+
+step time = max(bytes moved / (bandwidth x bandwidth_efficiency),
+                FLOPs / (peak x compute_efficiency)) + step_overhead
+bytes moved: every weight once per step, plus the K/V read for each sequence's context and written
+             for its new tokens;
+FLOPs:       2 x (non-embedding parameters) per token, attention's QK^T and PV (4 x layers x
+             heads x head_dim x new tokens x context), and the LM head for the rows that sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.batch import ScheduledBatch
+from engine.catalogue import HardwareProfile
+from engine.model_config import ModelConfig
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What a step costs depends on: per sequence, (new tokens, context after the step, samples)."""
+
+    sequences: tuple[tuple[int, int, bool], ...]
+
+    @classmethod
+    def of(cls, batch: ScheduledBatch) -> StepShape:
+        return cls(tuple((len(entry.token_ids), entry.context_len, entry.samples) for entry in batch.sequences))
+
+
+class CostModel:
+    def __init__(self, model: ModelConfig, hardware: HardwareProfile, weight_bytes: int, kv_bytes_per_token: int):
+        self.model, self.hardware = model, hardware
+        self.weight_bytes, self.kv_bytes_per_token = weight_bytes, kv_bytes_per_token
+        embeddings = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
+        self.dense_params = model.num_parameters - embeddings
+
+    def bytes_moved(self, shape: StepShape) -> float:
+        kv = sum(context for _, context, _ in shape.sequences) * self.kv_bytes_per_token
+        return self.weight_bytes + kv
+
+    def flops(self, shape: StepShape) -> float:
+        model = self.model
+        tokens = sum(new for new, _, _ in shape.sequences)
+        attention = sum(4 * model.num_layers * model.num_heads * model.head_dim * new * context for new, context, _ in shape.sequences)
+        head = sum(2 * model.vocab_size * model.hidden_size for _, _, samples in shape.sequences if samples)
+        return 2 * self.dense_params * tokens + attention + head
+
+    def step_time(self, shape: StepShape) -> float:
+        hardware = self.hardware
+        memory_time = self.bytes_moved(shape) / (hardware.bandwidth_bytes_s * hardware.bandwidth_efficiency)
+        compute_time = self.flops(shape) / (hardware.peak_flops * hardware.compute_efficiency)
+        return max(memory_time, compute_time) + hardware.step_overhead_s

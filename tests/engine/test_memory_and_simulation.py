@@ -1,0 +1,133 @@
+"""The memory model's figures, and the simulated executor: same scheduler, cost-model time."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from engine import ConfigError, EngineConfig, SamplingParams
+from engine.catalogue import hardware_profile, model_names, model_shape
+from engine.cost_model import CostModel, StepShape
+from engine.memory import concurrency_lines, params_only_line, weight_bytes_estimate
+from engine.runner import ScenarioRunner
+from engine.scenario import Scenario
+from engine.simulated_executor import SimulatedClock, SimulatedExecutor
+from engine.simulation import simulated_engine
+from engine.traffic import LengthDistribution, TrafficProfile
+from tests.conftest import tiny_engine
+
+
+def test_the_mission_worked_number():
+    line = params_only_line(7e9, 16)
+    assert line.bytes == 14_000_000_000
+    assert "7.0 × 10⁹ params × 2 bytes = 14.0 GB (before KV cache and runtime overhead)" == line.arithmetic
+
+
+def test_kv_bytes_per_token():
+    llama, _ = model_shape("llama-2-7b")
+    assert llama.kv_bytes_per_token(2) == 512 * 1024  # 2 x 32 layers x 32 heads x 128 dims x 2 bytes
+    smollm, _ = model_shape("smollm2-135m")
+    assert smollm.kv_bytes_per_token(2) == 2 * 30 * 3 * 64 * 2 == 23_040
+
+
+def test_catalogue_covers_the_required_shapes_and_gpus():
+    assert {"llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-0.5b",
+            "qwen2.5-7b", "smollm2-135m", "smollm2-360m", "smollm2-1.7b"} <= set(model_names())
+    for gpu in ("h100-80gb", "h200", "a100-40gb", "a100-80gb", "l4", "rtx-4090"):
+        assert hardware_profile(gpu).source
+    assert model_shape("llama-3-8b")[0].num_parameters == pytest.approx(8.03e9, rel=0.01)
+    with pytest.raises(ConfigError, match="unknown hardware 'tpu-v9'; known hardware: .*h100-80gb"):
+        hardware_profile("tpu-v9")
+    with pytest.raises(ConfigError, match="unknown model 'gpt-5'; known models: .*llama-2-7b"):
+        model_shape("gpt-5")
+
+
+def test_concurrent_4k_chats_on_an_h100():
+    llama, _ = model_shape("llama-2-7b")
+    lines, fits = concurrency_lines(llama, 80e9, 16, 2, 4096, 2048, 256)
+    kv_line = lines[-1]
+    assert fits == kv_line.bytes // (512 * 1024 * 4096) and 20 < fits < 35
+
+
+def test_estimates_agree_with_a_loaded_models_bytes(tiny_llama):
+    directory, _ = tiny_llama
+    engine = tiny_engine(directory)  # float32
+    assert weight_bytes_estimate(engine.model_config, 32) == pytest.approx(engine.weight_bytes, rel=0.02)
+    kv_estimate = engine.num_kv_blocks * engine.config.block_size * engine.model_config.kv_bytes_per_token(4)
+    assert kv_estimate == pytest.approx(engine.kv_cache_bytes, rel=0.01)
+
+
+def test_ten_thousand_simulated_requests_in_seconds_none_lost():
+    config = EngineConfig(model="simulated:llama-2-7b@h100-80gb", max_num_seqs=256, max_num_batched_tokens=4096, kv_cache_memory=0.9)
+    engine = simulated_engine(config)
+    traffic = TrafficProfile(arrival="poisson", rate=60.0, num_requests=10_000,
+                             prompt_len=LengthDistribution(kind="lognormal", mean=200, std=0.8, high=3000),
+                             output_len=LengthDistribution(kind="lognormal", mean=150, std=0.8, high=1000))
+    started = time.perf_counter()
+    result = ScenarioRunner(engine, Scenario(name="sim", engine=config, traffic=traffic)).run()
+    elapsed = time.perf_counter() - started
+    assert len(result.requests) == 10_000
+    assert all(request.metrics.finish_reason in ("length", "stop", "rejected", "abort") for request in result.requests)
+    assert engine.block_manager.num_used_blocks == 0 and not engine.has_unfinished()
+    assert result.duration_s > 100  # simulated seconds: about 10,000 / 60 req/s of arrivals
+    assert elapsed < 30
+
+
+def test_impossible_simulations_are_refused_with_numbers():
+    with pytest.raises(ConfigError, match=r"llama-2-70b weights need 138.0 GB at 16 bits but a100-40gb has 40.0 GB"):
+        simulated_engine(EngineConfig(model="simulated:llama-2-70b@a100-40gb"))
+    with pytest.raises(ConfigError, match=r"one 4,096-token request needs 2.15 GB of KV cache"):
+        simulated_engine(EngineConfig(model="simulated:llama-2-7b@l4", kv_cache_memory=1 << 30))
+    with pytest.raises(ConfigError, match="expected 'simulated:MODEL@HARDWARE'"):
+        simulated_engine(EngineConfig(model="simulated:llama-2-7b"))
+
+
+def test_same_step_times_same_scheduling_decisions(tiny_llama):
+    """The real engine, its clock charged by the cost model, and the simulated engine make the
+    same decisions step for step: the scheduling code is shared, not copied."""
+    directory, _ = tiny_llama
+    settings = dict(num_kv_blocks=40, block_size=4, max_num_batched_tokens=48, max_num_seqs=8, long_prompt_threshold=32)
+    real = tiny_engine(directory, **settings)
+    hardware = hardware_profile("l4")
+    cost = CostModel(real.model_config, hardware, real.weight_bytes, real.kv_bytes_per_token)
+    clock = SimulatedClock()
+    real.clock, real.sleep = clock, clock.advance
+    execute = real.executor.execute
+
+    def charged(batch):
+        clock.advance(cost.step_time(StepShape.of(batch)))
+        return execute(batch)
+
+    real.executor.execute = charged
+    simulated = tiny_engine(directory, **settings)
+    simulated.clock = SimulatedClock()
+    simulated.sleep = simulated.clock.advance
+    simulated.executor = SimulatedExecutor(cost, simulated.clock)
+
+    traffic = TrafficProfile(arrival="gamma", rate=300.0, burstiness=0.5, num_requests=40,
+                             prompt_len=LengthDistribution(kind="uniform", low=2, high=60), output_len=LengthDistribution(kind="uniform", low=1, high=12))
+
+    def decisions(engine):
+        steps = []
+        ScenarioRunner(engine, Scenario(name="same", traffic=traffic, seed=4), on_step=lambda step: steps.append(
+            (sorted(step.scheduled.items()), step.stats.kv_blocks_used, step.stats.num_waiting_long, step.stats.preemptions_total))).run()
+        return steps
+
+    real_steps, simulated_steps = decisions(real), decisions(simulated)
+    assert real_steps == simulated_steps
+    assert real_steps[-1][3] > 0  # the small cache forced preemptions, decided the same way
+
+
+def test_cost_model_decode_is_bandwidth_bound_and_prefill_compute_bound():
+    llama, _ = model_shape("llama-2-7b")
+    model = CostModel(llama, hardware_profile("h100-80gb"), weight_bytes_estimate(llama, 16), llama.kv_bytes_per_token(2))
+
+    def decode(batch):
+        return model.step_time(StepShape(tuple((1, 512, True) for _ in range(batch))))
+
+    def prefill(tokens):
+        return model.step_time(StepShape(((tokens, tokens, True),)))
+
+    assert decode(32) / decode(1) < 2.0  # 32x the work, far less than 32x the time
+    assert prefill(8192) / prefill(4096) == pytest.approx(2.0, rel=0.15)  # linear once compute-bound
