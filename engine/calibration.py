@@ -62,9 +62,12 @@ def fit(engine: LLMEngine, base: HardwareProfile, points: list[tuple[StepShape, 
         return [abs(model.step_time(shape) / measured - 1) for shape, measured in subset]
 
     best, best_error = base, float("inf")
-    overheads = np.quantile([measured for _, measured in points], [0, 0.1, 0.25]) * np.array([0.0, 0.5, 0.5])
-    for bandwidth_eff, compute_eff, overhead in itertools.product(np.geomspace(0.02, 1, 24), np.geomspace(0.02, 1, 24), overheads):
-        candidate = replace(base, bandwidth_efficiency=float(bandwidth_eff), compute_efficiency=float(compute_eff), step_overhead_s=float(overhead))
+    fastest = min(measured for _, measured in points)
+    efficiencies = np.geomspace(0.01, 1, 12)
+    grid = itertools.product(efficiencies, efficiencies, efficiencies, np.linspace(0, 0.8 * fastest, 5), (0.0, 1e-4, 3e-4, 1e-3))
+    for bandwidth_eff, kv_eff, compute_eff, overhead, per_sequence in grid:
+        candidate = replace(base, bandwidth_efficiency=float(bandwidth_eff), kv_bandwidth_efficiency=float(kv_eff),
+                            compute_efficiency=float(compute_eff), step_overhead_s=float(overhead), sequence_overhead_s=float(per_sequence))
         error = statistics.median(errors(candidate, train))
         if error < best_error:
             best, best_error = candidate, error

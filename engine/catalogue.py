@@ -30,15 +30,19 @@ class HardwareProfile:
     # Fractions of peak that a serving step reaches, and a fixed cost per step (launches, Python):
     # defaults are typical for a tuned engine; `workbench calibrate` fits them to measurements.
     bandwidth_efficiency: float = 0.8
+    # Paged K/V reads are gathers through block tables, not streams: their own efficiency.
+    kv_bandwidth_efficiency: float = 0.5
     compute_efficiency: float = 0.6
     step_overhead_s: float = 0.0005
+    # Host-side cost per sequence in the batch (building its metadata, its attention call).
+    sequence_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "bandwidth_bytes_s", "peak_flops"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: expected a positive number, got {getattr(self, name)}")
-        if not (0 < self.bandwidth_efficiency <= 1 and 0 < self.compute_efficiency <= 1) or self.step_overhead_s < 0:
-            raise ConfigError("efficiencies must be in (0, 1] and step_overhead_s >= 0")
+        if not (0 < self.bandwidth_efficiency <= 1 and 0 < self.kv_bandwidth_efficiency <= 1 and 0 < self.compute_efficiency <= 1) or self.step_overhead_s < 0 or self.sequence_overhead_s < 0:
+            raise ConfigError("efficiencies must be in (0, 1], step_overhead_s and sequence_overhead_s >= 0")
 
 
 def _table(file_name: str) -> dict:

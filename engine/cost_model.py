@@ -1,9 +1,10 @@
 """A roofline cost model of one engine step, for the simulated executor and for calibration.
 
-step time = max(bytes moved / (bandwidth x bandwidth_efficiency),
-                FLOPs / (peak x compute_efficiency)) + step_overhead
-bytes moved: every weight once per step, plus the K/V read for each sequence's context and written
-             for its new tokens;
+step time = max(weight bytes / (bandwidth x bandwidth_efficiency)
+                  + K/V bytes / (bandwidth x kv_bandwidth_efficiency),
+                FLOPs / (peak x compute_efficiency)) + step_overhead + sequence_overhead x sequences
+bytes moved: every weight once per step (streamed), plus the K/V of each sequence's context
+             (gathered through its block table);
 FLOPs:       2 x (non-embedding parameters) per token, attention's QK^T and PV (4 x layers x
              heads x head_dim x new tokens x context), and the LM head for the rows that sample.
 """
@@ -35,9 +36,8 @@ class CostModel:
         embeddings = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
         self.dense_params = model.num_parameters - embeddings
 
-    def bytes_moved(self, shape: StepShape) -> float:
-        kv = sum(context for _, context, _ in shape.sequences) * self.kv_bytes_per_token
-        return self.weight_bytes + kv
+    def kv_bytes(self, shape: StepShape) -> float:
+        return sum(context for _, context, _ in shape.sequences) * self.kv_bytes_per_token
 
     def flops(self, shape: StepShape) -> float:
         model = self.model
@@ -48,6 +48,8 @@ class CostModel:
 
     def step_time(self, shape: StepShape) -> float:
         hardware = self.hardware
-        memory_time = self.bytes_moved(shape) / (hardware.bandwidth_bytes_s * hardware.bandwidth_efficiency)
+        memory_time = (self.weight_bytes / (hardware.bandwidth_bytes_s * hardware.bandwidth_efficiency)
+                       + self.kv_bytes(shape) / (hardware.bandwidth_bytes_s * hardware.kv_bandwidth_efficiency))
         compute_time = self.flops(shape) / (hardware.peak_flops * hardware.compute_efficiency)
-        return max(memory_time, compute_time) + hardware.step_overhead_s
+        host_time = hardware.step_overhead_s + hardware.sequence_overhead_s * len(shape.sequences)
+        return max(memory_time, compute_time) + host_time

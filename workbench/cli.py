@@ -244,8 +244,8 @@ def _calibrate(args) -> int:
     points = measure(engine)
     profile, train_error, held_out_error = fit(engine, base, points)
     path = save_profile(args.name, profile)
-    print(f"fitted: bandwidth efficiency {profile.bandwidth_efficiency:.3f}, compute efficiency {profile.compute_efficiency:.3f}, "
-          f"step overhead {profile.step_overhead_s * 1000:.2f} ms")
+    print(f"fitted: bandwidth efficiency {profile.bandwidth_efficiency:.3f} (weights) / {profile.kv_bandwidth_efficiency:.3f} (K/V), compute efficiency {profile.compute_efficiency:.3f}, "
+          f"step overhead {profile.step_overhead_s * 1000:.2f} ms, per-sequence overhead {profile.sequence_overhead_s * 1000:.3f} ms")
     print(f"median |prediction error|: {train_error:.1f}% on the {len(points[0::2])} fitted points, "
           f"{held_out_error:.1f}% on the {len(points[1::2])} held-out points; saved as {args.name!r} in {path}")
     return 0
