@@ -5,7 +5,6 @@ matmul throughput) and kept in ~/.cache/workbench/this-machine.toml."""
 from __future__ import annotations
 
 import os
-import time
 import tomllib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -16,6 +15,7 @@ from engine.device import total_memory_bytes
 from engine.errors import ConfigError
 from engine.model_config import ModelConfig
 from engine.settings import build
+from kernels.timing import timed_runs
 
 CATALOGUE_DIR = Path(__file__).resolve().parent.parent / "presets" / "catalogue"
 THIS_MACHINE = "this-machine"
@@ -102,18 +102,8 @@ def measure_this_machine() -> HardwareProfile:
     )
 
 
-def _best_time(function, repeats: int = 5) -> float:
-    function()
-    best = float("inf")
-    for _ in range(repeats):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        function()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
-    return best
+def _best_time(function) -> float:
+    return min(timed_runs(function, repeats=5))
 
 
 def _cache_file() -> Path:

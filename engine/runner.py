@@ -7,7 +7,6 @@ even if the loop was busy in a step then, so queueing delay is measured, not hid
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 

@@ -4,59 +4,59 @@
 
 Quantized matmul (int8, int4 g32) against the dense matmul in the compute dtype at M = 1, 8, 32,
 256, and paged-attention decode against the torch reference; times are medians of repeated runs
-measured in the same process, with ratios to the dense / reference path.
+measured in the same process, with ratios to the dense / reference path. Each timed call uses the
+next of several weight copies (about 256 MB of dense weights in all), so weights come from memory
+as they do in the model, not from a warm cache.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
 from kernels.paged_attention import _decode_bucket, paged_decode_attention
 from kernels.quant import quantize_int4, quantize_int8
 from kernels.quant_matmul import int4_matmul_cpu, int8_matmul_cpu, prepare_int4_cpu
+from kernels.timing import timed_runs
 
 SHAPES = {"q_proj / o_proj": (576, 576), "k_proj / v_proj": (192, 576), "gate / up": (1536, 576), "down_proj": (576, 1536), "lm_head": (49152, 576)}
 
 
+COLD_BYTES = 256 << 20
+
+
 def median_ms(function, repeats: int = 20) -> float:
-    function()  # warm-up (and Triton compilation)
-    times = []
-    for _ in range(repeats):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        function()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+    return statistics.median(timed_runs(function, repeats)) * 1000
 
 
 def matmul_rows(device: torch.device) -> list[str]:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     lines = [f"{'layer':<16} {'M':>4} {'dense ms':>9} {'int8 ms':>8} {'int4 ms':>8} {'int8 x':>7} {'int4 x':>7}   (dense = {dtype})"]
     for name, (width, depth) in SHAPES.items():
-        weight = torch.randn(width, depth, device=device)
-        q8, s8 = quantize_int8(weight)
-        packed, scales, minimums = quantize_int4(weight, 32)
-        dense_weight = weight.to(dtype)
+        copies = max(1, COLD_BYTES // (width * depth * 4))
+        weights = [torch.randn(width, depth, device=device) for _ in range(copies)]
+        dense = [weight.to(dtype) for weight in weights]
+        int8 = [quantize_int8(weight) for weight in weights]
+        int4 = [quantize_int4(weight, 32) for weight in weights]
         if device.type == "cuda":
             from kernels.triton_quant_matmul import int4_matmul_triton, int8_matmul_triton
 
-            int8 = lambda x: int8_matmul_triton(x, q8, s8)  # noqa: E731
-            int4 = lambda x: int4_matmul_triton(x, packed, scales, minimums, 32)  # noqa: E731
+            run8 = lambda x, index: int8_matmul_triton(x, *int8[index])  # noqa: E731
+            run4 = lambda x, index: int4_matmul_triton(x, *int4[index], 32)  # noqa: E731
         else:
-            s8_bf16, prepared = s8.to(torch.bfloat16), prepare_int4_cpu(packed, scales, minimums)
-            int8 = lambda x: int8_matmul_cpu(x, q8, s8_bf16)  # noqa: E731
-            int4 = lambda x: int4_matmul_cpu(x, *prepared, 32, width)  # noqa: E731
+            int8 = [(q, scales.to(torch.bfloat16)) for q, scales in int8]
+            int4 = [prepare_int4_cpu(*quantized) for quantized in int4]
+            run8 = lambda x, index: int8_matmul_cpu(x, *int8[index])  # noqa: E731
+            run4 = lambda x, index: int4_matmul_cpu(x, *int4[index], 32, width)  # noqa: E731
+        del weights
         for rows in (1, 8, 32, 256):
             x = torch.randn(rows, depth, device=device, dtype=dtype)
-            dense = median_ms(lambda: x @ dense_weight.T)
-            eight, four = median_ms(lambda: int8(x)), median_ms(lambda: int4(x))
-            lines.append(f"{name:<16} {rows:>4} {dense:>9.3f} {eight:>8.3f} {four:>8.3f} {dense / eight:>6.2f}x {dense / four:>6.2f}x")
+            cycle = iter(range(10**9))
+            dense_ms = median_ms(lambda: x @ dense[next(cycle) % copies].T)
+            eight = median_ms(lambda: run8(x, next(cycle) % copies))
+            four = median_ms(lambda: run4(x, next(cycle) % copies))
+            lines.append(f"{name:<16} {rows:>4} {dense_ms:>9.3f} {eight:>8.3f} {four:>8.3f} {dense_ms / eight:>6.2f}x {dense_ms / four:>6.2f}x")
     return lines
 
 

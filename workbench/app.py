@@ -65,5 +65,4 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
     # pyqtgraph can destroy C++ objects in the wrong order and abort the process.
     window.deleteLater()
     app.processEvents()
-    del window
     return outcome["code"]

@@ -4,20 +4,12 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QPushButton, QSpinBox, QVBoxLayout, QWidget,
+    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QPushButton, QVBoxLayout,
 )
 
 from engine.config import DTYPES, QUANTIZATION_METHODS, SCHEDULING_POLICIES, EngineConfig
 from engine.model_source import BUNDLED_MODELS
-
-
-def _spin(minimum: int, maximum: int, value: int, tip: str, step: int = 1) -> QSpinBox:
-    box = QSpinBox()
-    box.setRange(minimum, maximum)
-    box.setValue(value)
-    box.setSingleStep(step)
-    box.setToolTip(tip)
-    return box
+from workbench.form_widgets import int_box
 
 
 class EnginePanel(QGroupBox):
@@ -49,18 +41,18 @@ class EnginePanel(QGroupBox):
         self.group_size = QComboBox()
         self.group_size.addItems(["32", "64", "128"])
         self.group_size.setToolTip("int4 group size: smaller groups keep more quality and cost more scale/zero bytes.")
-        self.kv_cache_mib = _spin(1, 1 << 20, 1024, "KV cache size. More blocks admit more concurrent tokens before preemption.", 64)
+        self.kv_cache_mib = int_box(1, 1 << 20, 1024, "KV cache size. More blocks admit more concurrent tokens before preemption.", 64)
         # A preset may fix the cache by block count (kv-pressure); editing the size drops that.
         self._num_kv_blocks: int | None = None
         self.kv_cache_mib.valueChanged.connect(lambda _: setattr(self, "_num_kv_blocks", None))
-        self.block_size = _spin(1, 256, defaults.block_size, "Tokens per KV block: small blocks waste less at sequence ends, large ones mean shorter block tables.")
-        self.max_num_seqs = _spin(1, 4096, defaults.max_num_seqs, "Most sequences in one step: more raise tokens/s and per-user latency together.")
-        self.max_tokens = _spin(1, 1 << 20, defaults.max_num_batched_tokens, "Token budget per step (prefill + decode): larger prefill chunks, longer steps.", 64)
+        self.block_size = int_box(1, 256, defaults.block_size, "Tokens per KV block: small blocks waste less at sequence ends, large ones mean shorter block tables.")
+        self.max_num_seqs = int_box(1, 4096, defaults.max_num_seqs, "Most sequences in one step: more raise tokens/s and per-user latency together.")
+        self.max_tokens = int_box(1, 1 << 20, defaults.max_num_batched_tokens, "Token budget per step (prefill + decode): larger prefill chunks, longer steps.", 64)
         self.chunked = QCheckBox("chunked prefill")
         self.chunked.setChecked(defaults.enable_chunked_prefill)
         self.chunked.setToolTip("Split long prompts over steps that also carry decodes, instead of one huge step.")
-        self.long_threshold = _spin(0, 1 << 20, defaults.long_prompt_threshold, "Prompts of at least this many tokens wait in the long-prompt queue (0 = off), and prefill in chunks of at most this size.", 64)
-        self.long_prefills = _spin(1, 64, defaults.max_long_prefills, "At most this many long prompts prefill at once.")
+        self.long_threshold = int_box(0, 1 << 20, defaults.long_prompt_threshold, "Prompts of at least this many tokens wait in the long-prompt queue (0 = off), and prefill in chunks of at most this size.", 64)
+        self.long_prefills = int_box(1, 64, defaults.max_long_prefills, "At most this many long prompts prefill at once.")
         self.policy = QComboBox()
         self.policy.addItems(list(SCHEDULING_POLICIES))
         self.policy.setToolTip("fcfs: arrival order; priority: lower priority values first (and preempted last).")

@@ -55,6 +55,7 @@ class RequestsModel(QAbstractTableModel):
 
 class RequestsView(QWidget):
     abort_requested = Signal(str)
+    selection_changed = Signal(object)  # the selected request id, or None
 
     def __init__(self, decode):
         """decode: token ids -> text (the engine's tokenizer, or None for token-only models)."""
@@ -87,8 +88,6 @@ class RequestsView(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(splitter)
-
-    selection_changed = Signal(object)
 
     def selected_id(self) -> str | None:
         indexes = self.table.selectionModel().selectedRows()

@@ -5,29 +5,13 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QListWidget, QPushButton, QSpinBox, QVBoxLayout, QWidget,
+    QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QListWidget, QPushButton, QVBoxLayout, QWidget,
 )
 
 from engine.presets import load_preset, preset_names
 from engine.scenario import SLO, Scenario
 from engine.traffic import ARRIVAL_KINDS, LENGTH_KINDS, LengthDistribution, TrafficProfile
-
-
-def _number(minimum: float, maximum: float, value: float, tip: str, decimals: int = 2) -> QDoubleSpinBox:
-    box = QDoubleSpinBox()
-    box.setRange(minimum, maximum)
-    box.setDecimals(decimals)
-    box.setValue(value)
-    box.setToolTip(tip)
-    return box
-
-
-def _count(minimum: int, maximum: int, value: int, tip: str) -> QSpinBox:
-    box = QSpinBox()
-    box.setRange(minimum, maximum)
-    box.setValue(value)
-    box.setToolTip(tip)
-    return box
+from workbench.form_widgets import float_box, int_box
 
 
 class TrafficPanel(QWidget):
@@ -43,23 +27,23 @@ class TrafficPanel(QWidget):
         self.arrival = QComboBox()
         self.arrival.addItems(list(ARRIVAL_KINDS))
         self.arrival.setToolTip("poisson: random; gamma: burstiness sets the clumping; closed_loop: keep N in flight.")
-        self.rate = _number(0.01, 10_000, 2.0, "Mean arrival rate, requests per second.")
-        self.burstiness = _number(0.01, 100, 1.0, "Gamma shape: 1 is Poisson, below 1 burstier (CV = 1/sqrt(burstiness)).")
-        self.concurrency = _count(1, 4096, 8, "closed_loop: requests kept in flight.")
-        self.num_requests = _count(1, 1_000_000, 100, "Requests to send before the traffic ends.")
+        self.rate = float_box(0.01, 10_000, 2.0, "Mean arrival rate, requests per second.")
+        self.burstiness = float_box(0.01, 100, 1.0, "Gamma shape: 1 is Poisson, below 1 burstier (CV = 1/sqrt(burstiness)).")
+        self.concurrency = int_box(1, 4096, 8, "closed_loop: requests kept in flight.")
+        self.num_requests = int_box(1, 1_000_000, 100, "Requests to send before the traffic ends.")
         self.prompts = QComboBox()
         self.prompts.addItems(["synthetic", "sharegpt"])
         self.prompts.setToolTip("synthetic: real text cut to the chosen lengths; sharegpt: real questions with their reply lengths.")
         self.prompt_kind = QComboBox()
         self.prompt_kind.addItems(list(LENGTH_KINDS))
         self.prompt_kind.setCurrentText("lognormal")
-        self.prompt_mean = _count(1, 1 << 20, 128, "Prompt tokens (mean).")
-        self.prompt_spread = _number(0, 10_000, 0.5, "normal: standard deviation in tokens; lognormal: sigma; uniform: the range is mean/2 .. 3*mean/2.")
-        self.output_mean = _count(1, 1 << 20, 64, "Output tokens per request (fixed; end-of-sequence is ignored so runs compare).")
-        self.seed = _count(0, 2**31 - 1, 0, "Same seed and settings, same schedule.")
-        self.ttft_slo = _number(0, 1e7, 1500, "TTFT threshold in ms (0 = none), fixed when the run starts.", 0)
-        self.tpot_slo = _number(0, 1e7, 250, "TPOT threshold in ms/token (0 = none).", 0)
-        self.e2e_slo = _number(0, 1e8, 0, "End-to-end threshold in ms (0 = none).", 0)
+        self.prompt_mean = int_box(1, 1 << 20, 128, "Prompt tokens (mean).")
+        self.prompt_spread = float_box(0, 10_000, 0.5, "normal: standard deviation in tokens; lognormal: sigma; uniform: the range is mean/2 .. 3*mean/2.")
+        self.output_mean = int_box(1, 1 << 20, 64, "Output tokens per request (fixed; end-of-sequence is ignored so runs compare).")
+        self.seed = int_box(0, 2**31 - 1, 0, "Same seed and settings, same schedule.")
+        self.ttft_slo = float_box(0, 1e7, 1500, "TTFT threshold in ms (0 = none), fixed when the run starts.", 0)
+        self.tpot_slo = float_box(0, 1e7, 250, "TPOT threshold in ms/token (0 = none).", 0)
+        self.e2e_slo = float_box(0, 1e8, 0, "End-to-end threshold in ms (0 = none).", 0)
 
         self.start_button, self.pause_button, self.stop_button = QPushButton("Start"), QPushButton("Pause"), QPushButton("Stop")
         self.start_button.clicked.connect(lambda: self.start_requested.emit(self.scenario()))
@@ -67,11 +51,11 @@ class TrafficPanel(QWidget):
         self.pause_button.toggled.connect(lambda paused: (self.pause_requested if paused else self.resume_requested).emit())
         self.stop_button.clicked.connect(self.stop_requested.emit)
 
-        self.burst_count = _count(1, 10_000, 20, "How many short chats to inject at once.")
-        self.burst_prompt = _count(1, 1 << 20, 64, "Prompt tokens of each injected chat.")
+        self.burst_count = int_box(1, 10_000, 20, "How many short chats to inject at once.")
+        self.burst_prompt = int_box(1, 1 << 20, 64, "Prompt tokens of each injected chat.")
         burst = QPushButton("Inject burst of chats")
         burst.clicked.connect(lambda: self.inject_requested.emit(self.burst_count.value(), self.burst_prompt.value(), 32, "chat"))
-        self.long_tokens = _count(1, 1 << 20, 6000, "Prompt tokens of the long request (clipped to the model's context).")
+        self.long_tokens = int_box(1, 1 << 20, 6000, "Prompt tokens of the long request (clipped to the model's context).")
         long_prompt = QPushButton("Inject one long prompt")
         long_prompt.clicked.connect(lambda: self.inject_requested.emit(1, self.long_tokens.value(), 16, "long"))
 

@@ -7,7 +7,6 @@ import csv
 import itertools
 import json
 
-import pytest
 
 from engine import EngineConfig, LLMEngine
 from engine.headless import RUN_LOG_NAME, run_headless

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from engine import ConfigError, EngineConfig, SamplingParams
+from engine import ConfigError, EngineConfig
 from engine.catalogue import hardware_profile, model_names, model_shape
 from engine.cost_model import CostModel, StepShape
 from engine.memory import concurrency_lines, params_only_line, weight_bytes_estimate
