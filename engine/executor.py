@@ -14,6 +14,7 @@ import torch
 from engine.batch import ScheduledBatch, ScheduledSequence
 from engine.model import AttentionMetadata, CausalLM, PrefillChunk
 from engine.sampler import sample
+from kernels.paged_attention import length_buckets
 
 
 class ModelExecutor(Protocol):
@@ -76,11 +77,13 @@ class TorchExecutor:
         for entry in batch.prefills:
             prefills.append(PrefillChunk(query_start, len(entry.token_ids), entry.context_len, self._tensor(entry.block_table)))
             query_start += len(entry.token_ids)
+        context_lens = [entry.context_len for entry in decodes]
         return AttentionMetadata(
             slot_mapping=self._tensor(slots),
             num_decode_tokens=len(decodes),
             decode_block_tables=self._tensor(tables),
-            decode_context_lens=self._tensor([entry.context_len for entry in decodes]),
+            decode_context_lens=self._tensor(context_lens),
+            decode_buckets=length_buckets(context_lens, batch.block_size, self.device) if decodes else [],
             prefills=prefills,
         )
 

@@ -298,4 +298,6 @@ def _build_model(source: ModelSource, device: torch.device, dtype: torch.dtype) 
         raise ModelLoadError(f"{source.path}: a tensor has the wrong shape for the model's config ({exc})") from exc
     # The rotary tables are computed, not loaded: build them for real outside the meta device.
     model.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta)
-    return model.to(device=device, dtype=dtype).eval()
+    model = model.to(device=device, dtype=dtype).eval()
+    model.fuse_projections()
+    return model

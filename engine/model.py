@@ -31,6 +31,7 @@ class AttentionMetadata:
     num_decode_tokens: int
     decode_block_tables: torch.Tensor  # [num_decodes, max_blocks]
     decode_context_lens: torch.Tensor  # [num_decodes]
+    decode_buckets: list  # kernels.paged_attention.length_buckets, shared by every layer
     prefills: list[PrefillChunk]
 
 
@@ -58,10 +59,14 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
-        cos = self.cos[positions].unsqueeze(1).to(query.dtype)  # [num_tokens, 1, head_dim]
-        sin = self.sin[positions].unsqueeze(1).to(query.dtype)
-        return query * cos + _rotate_half(query) * sin, key * cos + _rotate_half(key) * sin
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin for these positions, [num_tokens, 1, head_dim]: looked up once per step and
+        shared by every layer."""
+        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
+
+
+def apply_rotary(query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    return query * cos + _rotate_half(query) * sin, key * cos + _rotate_half(key) * sin
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -80,12 +85,19 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
 
-    def forward(self, hidden, positions, rotary, kv_cache, metadata: AttentionMetadata):
+    def fuse(self) -> None:
+        """One matmul for q, k and v instead of three (fewer, larger calls; same numbers)."""
+        self.qkv_proj = _concatenated(self.q_proj, self.k_proj, self.v_proj)
+        del self.q_proj, self.k_proj, self.v_proj
+
+    def forward(self, hidden, rotary_tables, kv_cache, metadata: AttentionMetadata):
         num_tokens = hidden.shape[0]
-        query = self.q_proj(hidden).view(num_tokens, self.num_heads, self.head_dim)
-        key = self.k_proj(hidden).view(num_tokens, self.kv_heads, self.head_dim)
-        value = self.v_proj(hidden).view(num_tokens, self.kv_heads, self.head_dim)
-        query, key = rotary(positions, query, key)
+        q_width, kv_width = self.num_heads * self.head_dim, self.kv_heads * self.head_dim
+        query, key, value = self.qkv_proj(hidden).split([q_width, kv_width, kv_width], dim=-1)
+        query = query.reshape(num_tokens, self.num_heads, self.head_dim)
+        key = key.reshape(num_tokens, self.kv_heads, self.head_dim)
+        value = value.reshape(num_tokens, self.kv_heads, self.head_dim)
+        query, key = apply_rotary(query, key, *rotary_tables)
         key_cache, value_cache = kv_cache
         write_kv_cache(key, value, key_cache, value_cache, metadata.slot_mapping)
 
@@ -94,7 +106,7 @@ class Attention(nn.Module):
         if decodes:
             out[:decodes] = paged_decode_attention(
                 query[:decodes], key_cache, value_cache,
-                metadata.decode_block_tables, metadata.decode_context_lens, self.scale,
+                metadata.decode_block_tables, metadata.decode_context_lens, self.scale, metadata.decode_buckets,
             )
         for chunk in metadata.prefills:
             rows = slice(chunk.query_start, chunk.query_start + chunk.query_len)
@@ -112,8 +124,25 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
+    def fuse(self) -> None:
+        self.gate_up_proj = _concatenated(self.gate_proj, self.up_proj)
+        del self.gate_proj, self.up_proj
+
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(hidden)) * self.up_proj(hidden))
+        gate, up = self.gate_up_proj(hidden).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+def _concatenated(*linears: nn.Linear) -> nn.Linear:
+    """A Linear computing the given ones side by side (their outputs concatenated)."""
+    has_bias = linears[0].bias is not None
+    fused = nn.Linear(linears[0].in_features, sum(linear.out_features for linear in linears), bias=has_bias,
+                      device=linears[0].weight.device, dtype=linears[0].weight.dtype)
+    with torch.no_grad():
+        fused.weight.copy_(torch.cat([linear.weight for linear in linears]))
+        if has_bias:
+            fused.bias.copy_(torch.cat([linear.bias for linear in linears]))
+    return fused.requires_grad_(False)
 
 
 class DecoderLayer(nn.Module):
@@ -124,8 +153,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, hidden, positions, rotary, kv_cache, metadata):
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), positions, rotary, kv_cache, metadata)
+    def forward(self, hidden, rotary_tables, kv_cache, metadata):
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), rotary_tables, kv_cache, metadata)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
@@ -152,9 +181,16 @@ class CausalLM(nn.Module):
     def forward(self, token_ids, positions, kv_caches, metadata: AttentionMetadata) -> torch.Tensor:
         """Hidden states [num_tokens, hidden] before the final norm."""
         hidden = self.model.embed_tokens(token_ids)
+        rotary_tables = self.rotary.tables(positions, hidden.dtype)
         for layer, kv_cache in zip(self.model.layers, kv_caches):
-            hidden = layer(hidden, positions, self.rotary, kv_cache, metadata)
+            hidden = layer(hidden, rotary_tables, kv_cache, metadata)
         return hidden
+
+    def fuse_projections(self) -> None:
+        """Merge q/k/v and gate/up once the weights are loaded (the file's names are per projection)."""
+        for layer in self.model.layers:
+            layer.self_attn.fuse()
+            layer.mlp.fuse()
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Float32 logits for the given rows (only the rows that sample, to save the vocab matmul)."""

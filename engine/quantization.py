@@ -20,7 +20,7 @@ from kernels.quant import quantize_int4, quantize_int8
 from kernels.quant_matmul import int4_matmul_cpu, int8_matmul_cpu, prepare_int4_cpu
 
 INT4_GROUP_SIZES = (32, 64, 128)
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")  # after CausalLM.fuse_projections
 
 
 def check_quantization(method: str, group_size: int, config: ModelConfig, quantize_lm_head: bool, device: torch.device) -> None:

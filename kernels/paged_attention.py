@@ -33,6 +33,7 @@ def paged_decode_attention(
     block_tables: torch.Tensor,  # [num_seqs, max_blocks], padded with any valid block id
     context_lens: torch.Tensor,  # [num_seqs], tokens in each sequence's context, the new one included
     scale: float,
+    buckets: list | None = None,  # length_buckets(...), computed once per step rather than per layer
 ) -> torch.Tensor:
     """On CUDA, the Triton kernel reads K/V in place through the block tables. The torch path
     gathers sequences of similar length together, so one long context does not make every short
@@ -42,32 +43,30 @@ def paged_decode_attention(
 
         if supports(key_cache.shape[1], query.shape[2]):
             return paged_decode_attention_triton(query, key_cache, value_cache, block_tables, context_lens, scale)
+    if buckets is None:
+        buckets = length_buckets(context_lens.tolist(), key_cache.shape[1], query.device)
+    if len(buckets) == 1:
+        return _decode_bucket(query, key_cache, value_cache, block_tables[:, : buckets[0][1]], context_lens, scale)
     out = torch.empty_like(query)
-    block_size = key_cache.shape[1]
-    for rows, num_blocks in _length_buckets(context_lens, block_size):
-        out[rows] = _decode_bucket(
-            query[rows], key_cache, value_cache, block_tables[rows, :num_blocks], context_lens[rows], scale
-        )
+    for rows, num_blocks in buckets:
+        out[rows] = _decode_bucket(query[rows], key_cache, value_cache, block_tables[rows, :num_blocks], context_lens[rows], scale)
     return out
 
 
-def _length_buckets(context_lens: torch.Tensor, block_size: int, max_padding: float = 2.0):
-    """(row indices, blocks to gather) per group whose longest context is at most `max_padding`
-    times its shortest (short contexts all share one group)."""
-    lengths = context_lens.tolist()
+def length_buckets(lengths: list[int], block_size: int, device: torch.device, max_padding: float = 2.0) -> list:
+    """[(row indices, blocks to gather)] for groups whose longest context is at most `max_padding`
+    times their shortest (contexts up to 64 blocks all share one group)."""
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     groups, current = [], [order[0]]
     for row in order[1:]:
-        shortest = max(lengths[current[0]], 64 * block_size)
-        if lengths[row] > max_padding * shortest:
+        if lengths[row] > max_padding * max(lengths[current[0]], 64 * block_size):
             groups.append(current)
             current = []
         current.append(row)
     groups.append(current)
-    for group in groups:
-        longest = lengths[group[-1]]
-        rows = torch.tensor(group, device=context_lens.device) if len(groups) > 1 else slice(None)
-        yield rows, -(-longest // block_size)
+    if len(groups) == 1:
+        return [(slice(None), -(-lengths[order[-1]] // block_size))]
+    return [(torch.tensor(group, device=device), -(-lengths[group[-1]] // block_size)) for group in groups]
 
 
 def _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, scale):

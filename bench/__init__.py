@@ -1,0 +1,1 @@
+"""Performance scripts (not tests): `python -m bench.throughput`, `python -m bench.decode`."""
