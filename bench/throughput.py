@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from bench.common import OPTIONS, engine_run, machine_line, measure_this_machine, peak_resident_mb, read_model, workload
+from bench.common import OPTIONS, engine_run, fixed_workload, machine_line, measure_this_machine, peak_resident_mb, read_model
 
 
 def transformers_baseline(prompts: list[list[int]], output_len: int, batch: int = 32) -> float:
@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
 
     source = read_model("smollm2-135m")
-    prompts = workload(args.requests, args.prompt_len)
+    prompts = fixed_workload(args.requests, args.prompt_len, source.config.vocab_size)
     ceilings = measure_this_machine()
     rows = [engine_run(source, option, prompts, args.output_len) for option in OPTIONS]
     baseline = transformers_baseline(prompts[: args.baseline_requests], args.output_len) if args.baseline_requests else None
