@@ -25,13 +25,20 @@ def filled_store(steps: int = 300, requests: int = 200) -> MetricsStore:
     return store
 
 
-def test_every_plot_shows_the_snapshot_with_units(qtbot):
-    snapshot = filled_store().snapshot()
+def plots_in_a_view(qtbot) -> tuple[pg.GraphicsLayoutWidget, dict]:
+    """The view is returned too: the caller must keep it alive while the plots are used."""
     plots = all_plots()
     view = pg.GraphicsLayoutWidget()
     qtbot.addWidget(view)
     for plot in plots.values():
         view.addItem(plot.plot)
+    return view, plots
+
+
+def test_every_plot_shows_the_snapshot_with_units(qtbot):
+    snapshot = filled_store().snapshot()
+    _view, plots = plots_in_a_view(qtbot)
+    for plot in plots.values():
         plot.update(snapshot)
         assert plot.plot.getAxis("bottom").labelUnits == "s"
     assert plots["kv_occupancy"].used.getData()[1][0] == 100 * 30 / 64
@@ -45,11 +52,7 @@ def test_every_plot_shows_the_snapshot_with_units(qtbot):
 
 def test_repeated_updates_do_not_lose_references(qtbot):
     snapshot = filled_store().snapshot()
-    plots = all_plots()
-    view = pg.GraphicsLayoutWidget()
-    qtbot.addWidget(view)
-    for plot in plots.values():
-        view.addItem(plot.plot)
+    _view, plots = plots_in_a_view(qtbot)
     before = sys.getrefcount(None)
     for _ in range(100):
         for plot in plots.values():
