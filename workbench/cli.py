@@ -142,7 +142,7 @@ def _run_one(scenario, variant, out_dir: Path, source, plots: bool) -> dict:
             output_tokens += ended.metrics.num_output_tokens
             bar.total = total
             elapsed = bar.format_dict["elapsed"] or 1e-9
-            bar.set_postfix_str(f"{output_tokens / elapsed:.0f} output tok/s", refresh=False)
+            bar.set_postfix_str(f"{output_tokens / elapsed:.0f} output tok/s of wall-clock time", refresh=False)
             bar.update(1)
 
         report = run_headless(scenario, out_dir, variant=variant, source=source, on_progress=progress)
