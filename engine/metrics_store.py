@@ -37,9 +37,10 @@ class _Ring:
         self.count += 1
 
     def ordered(self) -> dict[str, np.ndarray]:
-        size = min(self.count, self.capacity)
-        start = self.count % self.capacity if self.count > self.capacity else 0
-        return {name: np.roll(column, -start)[:size].copy() for name, column in self.data.items()}
+        if self.count <= self.capacity:  # not wrapped yet: copy only what is filled
+            return {name: column[: self.count].copy() for name, column in self.data.items()}
+        start = self.count % self.capacity
+        return {name: np.concatenate([column[start:], column[:start]]) for name, column in self.data.items()}
 
 
 @dataclass
