@@ -65,8 +65,9 @@ class RotaryEmbedding(nn.Module):
         return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
 
 
-def apply_rotary(query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    return query * cos + _rotate_half(query) * sin, key * cos + _rotate_half(key) * sin
+def apply_rotary(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on [num_tokens, heads, head_dim]: query and key heads together, one set of operators."""
+    return heads * cos + _rotate_half(heads) * sin
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -92,12 +93,10 @@ class Attention(nn.Module):
 
     def forward(self, hidden, rotary_tables, kv_cache, metadata: AttentionMetadata):
         num_tokens = hidden.shape[0]
-        q_width, kv_width = self.num_heads * self.head_dim, self.kv_heads * self.head_dim
-        query, key, value = self.qkv_proj(hidden).split([q_width, kv_width, kv_width], dim=-1)
-        query = query.reshape(num_tokens, self.num_heads, self.head_dim)
-        key = key.reshape(num_tokens, self.kv_heads, self.head_dim)
-        value = value.reshape(num_tokens, self.kv_heads, self.head_dim)
-        query, key = apply_rotary(query, key, *rotary_tables)
+        heads = self.qkv_proj(hidden).view(num_tokens, self.num_heads + 2 * self.kv_heads, self.head_dim)
+        rotated = apply_rotary(heads[:, : self.num_heads + self.kv_heads], *rotary_tables)
+        query, key = rotated[:, : self.num_heads], rotated[:, self.num_heads :]
+        value = heads[:, self.num_heads + self.kv_heads :]
         key_cache, value_cache = kv_cache
         write_kv_cache(key, value, key_cache, value_cache, metadata.slot_mapping)
 

@@ -46,16 +46,21 @@ def paged_decode_attention(
     if buckets is None:
         buckets = length_buckets(context_lens.tolist(), key_cache.shape[1], query.device)
     if len(buckets) == 1:
-        return _decode_bucket(query, key_cache, value_cache, block_tables[:, : buckets[0][1]], context_lens, scale)
+        _, num_blocks, same_length = buckets[0]
+        return _decode_bucket(query, key_cache, value_cache, block_tables[:, :num_blocks], context_lens, scale, same_length)
     out = torch.empty_like(query)
-    for rows, num_blocks in buckets:
-        out[rows] = _decode_bucket(query[rows], key_cache, value_cache, block_tables[rows, :num_blocks], context_lens[rows], scale)
+    for rows, num_blocks, same_length in buckets:
+        out[rows] = _decode_bucket(
+            query[rows], key_cache, value_cache, block_tables[rows, :num_blocks], context_lens[rows], scale, same_length
+        )
     return out
 
 
 def length_buckets(lengths: list[int], block_size: int, device: torch.device, max_padding: float = 2.0) -> list:
-    """[(row indices, blocks to gather)] for groups whose longest context is at most `max_padding`
-    times their shortest (contexts up to 64 blocks all share one group)."""
+    """[(row indices, blocks to gather, the common length or None)] for groups whose longest
+    context is at most `max_padding` times their shortest (contexts up to 64 blocks all share one
+    group). A group whose sequences all have the same length needs no mask (one sequence, or a
+    benchmark's equal prompts), which lets attention take its unmasked path."""
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     groups, current = [], [order[0]]
     for row in order[1:]:
@@ -64,22 +69,28 @@ def length_buckets(lengths: list[int], block_size: int, device: torch.device, ma
             current = []
         current.append(row)
     groups.append(current)
+    def common_length(group: list[int]) -> int | None:
+        return lengths[group[0]] if lengths[group[0]] == lengths[group[-1]] else None
+
     if len(groups) == 1:
-        return [(slice(None), -(-lengths[order[-1]] // block_size))]
-    return [(torch.tensor(group, device=device), -(-lengths[group[-1]] // block_size)) for group in groups]
+        return [(slice(None), -(-lengths[order[-1]] // block_size), common_length(order))]
+    return [
+        (torch.tensor(group, device=device), -(-lengths[group[-1]] // block_size), common_length(group)) for group in groups
+    ]
 
 
-def _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, scale):
+def _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, scale, same_length: int | None = None):
     num_seqs, num_heads, head_dim = query.shape
     kv_heads = key_cache.shape[2]
     keys = key_cache[block_tables].flatten(1, 2).transpose(1, 2)  # [num_seqs, kv_heads, max_len, head_dim]
     values = value_cache[block_tables].flatten(1, 2).transpose(1, 2)
-    positions = torch.arange(keys.shape[2], device=query.device)
-    visible = positions[None, :] < context_lens[:, None]  # [num_seqs, max_len]
     grouped_query = query.view(num_seqs, kv_heads, num_heads // kv_heads, head_dim)
-    out = F.scaled_dot_product_attention(
-        grouped_query, keys, values, attn_mask=visible[:, None, None, :], scale=scale
-    )
+    if same_length is not None:  # every sequence sees exactly its first same_length slots
+        out = F.scaled_dot_product_attention(grouped_query, keys[:, :, :same_length], values[:, :, :same_length], scale=scale)
+    else:
+        positions = torch.arange(keys.shape[2], device=query.device)
+        visible = positions[None, :] < context_lens[:, None]  # [num_seqs, max_len]
+        out = F.scaled_dot_product_attention(grouped_query, keys, values, attn_mask=visible[:, None, None, :], scale=scale)
     return out.reshape(num_seqs, num_heads, head_dim)
 
 
