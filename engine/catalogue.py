@@ -65,7 +65,7 @@ def model_shape(name: str) -> tuple[ModelConfig, str]:
     """(shape, source) of a catalogued model."""
     table = _table("models.toml")
     if name not in table:
-        raise ConfigError(f"unknown model {name!r}; known models: {', '.join(sorted(table))}")
+        raise ConfigError(f"unknown model {name!r}; known models: {', '.join(model_names())}")
     entry = dict(table[name])
     source = entry.pop("source", "")
     return build(ModelConfig, entry, str(CATALOGUE_DIR / "models.toml"), name), source

@@ -27,7 +27,7 @@ def free_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         return free
-    return _available_host_memory()
+    return _meminfo_bytes("MemAvailable")
 
 
 def total_memory_bytes(device: torch.device) -> int:
@@ -40,10 +40,6 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"CPU ({torch.get_num_threads()} threads)"
-
-
-def _available_host_memory() -> int:
-    return _meminfo_bytes("MemAvailable")
 
 
 def _meminfo_bytes(key: str) -> int:

@@ -133,7 +133,7 @@ class LLMEngine:
         request_id: str | None = None,
     ) -> str:
         params = params or SamplingParams()
-        token_ids, prompt_text = self._prompt_token_ids(prompt)
+        token_ids = self._prompt_token_ids(prompt)
         arrival_index = next(self._arrivals)
         request_id = str(arrival_index) if request_id is None else request_id
         if request_id in self._sequences:
@@ -142,7 +142,7 @@ class LLMEngine:
         now = self.clock()
         seq = Sequence(
             request_id, token_ids, params, now if arrival_time is None else arrival_time,
-            arrival_index=arrival_index, seed=seed, priority=priority, prompt_text=prompt_text,
+            arrival_index=arrival_index, seed=seed, priority=priority,
         )
         reason = self.scheduler.rejection_reason(seq)
         if reason is not None:
@@ -154,17 +154,17 @@ class LLMEngine:
             self._sequences[request_id] = seq
         return request_id
 
-    def _prompt_token_ids(self, prompt: str | list[int]) -> tuple[list[int], str | None]:
+    def _prompt_token_ids(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise EngineError(f"{self.model_path}: this model has no tokenizer; pass token ids instead of text")
-            return self.tokenizer.encode(prompt), prompt
+            return self.tokenizer.encode(prompt)
         token_ids = list(prompt)
         vocab = self.model_config.vocab_size
         bad = [token for token in token_ids if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab]
         if bad:
             raise EngineError(f"prompt: token ids must be integers in [0, {vocab}), got {bad[:5]}")
-        return token_ids, None
+        return token_ids
 
     def abort(self, request_id: str) -> bool:
         """Stop a request and free everything it holds; False if it is unknown or already done."""

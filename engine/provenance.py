@@ -41,6 +41,7 @@ def environment(engine: LLMEngine) -> dict:
         "device": device_name(engine.device),
         "dtype": str(engine.dtype).removeprefix("torch."),
         "model": model_identity(engine.model_path),
+        "stored_tensor_types": engine.stored_tensor_types,  # how the file kept its weights, e.g. {"Q4_1": 210}
     }
 
 

@@ -39,11 +39,10 @@ class RunResult:
     interrupted: bool = False
 
 
-def plan_scenario(scenario: Scenario, engine: LLMEngine) -> list[PlannedRequest]:
+def plan_scenario(scenario: Scenario, engine: LLMEngine, maker: PromptMaker) -> list[PlannedRequest]:
     """All requests of a scenario, seeded: background traffic plus injected events, by arrival
     (closed-loop requests, with no arrival time, last)."""
     rng = np.random.default_rng(scenario.seed)
-    maker = PromptMaker(engine.tokenizer, engine.model_config.vocab_size)
     stops = [event.at_s for event in scenario.events if event.action == "stop"]
     stop_at = min(stops, default=float("inf"))
     planned: list[PlannedRequest] = []
@@ -78,14 +77,12 @@ class ScenarioRunner:
         sleep: Callable[[float], None] | None = None,
     ):
         self.engine = engine
-        self.scenario = scenario
         self.on_step, self.on_request_end, self.on_output, self.on_send = on_step, on_request_end, on_output, on_send
         self.should_stop = should_stop
         self.sleep = sleep or engine.sleep
         self.tags: dict[str, str] = {}  # request id -> tag, for every request sent
         self.result = RunResult(start_time=engine.clock(), duration_s=0.0)
         self._closed_loop_in_flight: set[str] = set()
-        self._paused_since: float | None = None
         self._prompt_maker = PromptMaker(engine.tokenizer, engine.model_config.vocab_size)
         self._inject_rng = np.random.default_rng(scenario.seed if scenario else 0)
         self.load_traffic(scenario)
@@ -93,7 +90,7 @@ class ScenarioRunner:
     def load_traffic(self, scenario: Scenario | None) -> None:
         """Replace the planned traffic (requests in flight carry on); arrivals count from now."""
         self.scenario = scenario
-        self.planned = plan_scenario(scenario, self.engine) if scenario is not None else []
+        self.planned = plan_scenario(scenario, self.engine, self._prompt_maker) if scenario is not None else []
         self._timed = [request for request in self.planned if request.arrival_s is not None]
         self._closed_loop = [request for request in self.planned if request.arrival_s is None]
         self._paused_since = None

@@ -38,7 +38,6 @@ class Sequence:
         arrival_index: int,
         seed: int,
         priority: int = 0,
-        prompt_text: str | None = None,
     ):
         self.request_id = request_id
         self.token_ids = list(prompt_token_ids)
@@ -47,7 +46,6 @@ class Sequence:
         self.priority = priority
         self.arrival_index = arrival_index  # tie-breaker that keeps arrival order in the queues
         self.seed = seed
-        self.prompt_text = prompt_text
         self.status = SequenceStatus.WAITING
         self.is_long = False  # set by the scheduler: waits in the long-prompt queue
         self.num_computed_tokens = 0

@@ -82,6 +82,7 @@ class EngineWorker(QObject):
         self._commands: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
         self._rows: dict[str, RequestRow] = {}
+        self._live: dict[str, int] = {}  # unfinished request id -> its row number (block-map colour)
         self._block_map = np.empty(0, dtype=np.int64)
         self._engine: LLMEngine | None = None
         self._runner: ScenarioRunner | None = None
@@ -216,6 +217,7 @@ class EngineWorker(QObject):
         )
         with self._lock:
             self._rows.clear()
+            self._live.clear()
             self._block_map = np.full(engine.num_kv_blocks, BLOCK_FREE)
         self._engine, self._runner = engine, runner
         self._open_log({"name": "interactive", "engine": dataclasses.asdict(config), "slo": dataclasses.asdict(self.slo), "events": []})
@@ -256,6 +258,8 @@ class EngineWorker(QObject):
                 request_id, self._runner.tags.get(request_id, ""), seq.state if seq else "rejected",
                 list(seq.token_ids) if seq else [], timeline=[(self._seconds(), "arrived")],
             )
+            if seq is not None:
+                self._live[request_id] = len(self._rows) - 1
 
     def _on_step(self, step) -> None:
         self.store.add_step(step.stats)
@@ -287,6 +291,7 @@ class EngineWorker(QObject):
             self._log.request(ended.request_id, ended.tag, ended.metrics)
         metrics = ended.metrics
         with self._lock:
+            self._live.pop(ended.request_id, None)
             row = self._rows.get(ended.request_id)
             if row is None:
                 return
@@ -306,11 +311,11 @@ class EngineWorker(QObject):
         manager = self._engine.block_manager
         owners = np.full(manager.num_blocks, BLOCK_FREE)
         with self._lock:
-            for index, (request_id, row) in enumerate(self._rows.items()):
+            for request_id, index in self._live.items():
                 seq = self._engine.sequence(request_id)
                 if seq is None:
                     continue
-                row.state = seq.state
+                self._rows[request_id].state = seq.state
                 for block_id in seq.block_table:
                     owners[block_id] = BLOCK_SHARED if manager.blocks[block_id].ref_count > 1 else index
             for block in manager.blocks:
