@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.paged_attention import paged_decode_attention, paged_prefill_attention, write_kv_cache
+from kernels.paged_attention import length_buckets, paged_decode_attention, paged_prefill_attention, write_kv_cache
 
 BLOCK_SIZE, HEAD_DIM = 4, 16
 
@@ -46,10 +46,12 @@ def test_decode_matches_dense(kv_heads, group, lengths):
     query = torch.randn(len(lengths), kv_heads * group, HEAD_DIM, generator=generator)
     widest = max(len(table) for table in tables)
     block_tables = torch.tensor([table + [0] * (widest - len(table)) for table in tables])
-    out = paged_decode_attention(query, key_cache, value_cache, block_tables, torch.tensor(lengths), HEAD_DIM**-0.5)
-    for index, (length, (keys, values)) in enumerate(zip(lengths, contents)):
-        expected = dense_attention(query[index : index + 1], keys, values, torch.tensor([length - 1]))
-        torch.testing.assert_close(out[index : index + 1], expected, rtol=1e-5, atol=1e-5)
+    # Grouped by length (the eager path) and as one masked group (the compiled path).
+    for buckets in (length_buckets(lengths, BLOCK_SIZE, query.device), None):
+        out = paged_decode_attention(query, key_cache, value_cache, block_tables, torch.tensor(lengths), HEAD_DIM**-0.5, buckets)
+        for index, (length, (keys, values)) in enumerate(zip(lengths, contents)):
+            expected = dense_attention(query[index : index + 1], keys, values, torch.tensor([length - 1]))
+            torch.testing.assert_close(out[index : index + 1], expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("kv_heads, group", [(2, 1), (1, 3)])
