@@ -7,6 +7,7 @@ interface while all scheduling code stays the same.
 
 from __future__ import annotations
 
+import warnings
 from typing import Protocol
 
 import torch
@@ -18,13 +19,16 @@ from kernels.paged_attention import length_buckets
 
 
 class ModelExecutor(Protocol):
+    decode_mode: str  # how decode steps run, recorded with every run
+
     def execute(self, batch: ScheduledBatch) -> list[int]:
         """One token id per sequence whose entry has `samples` set, in the batch's row order."""
         ...
 
 
 class TorchExecutor:
-    def __init__(self, model: CausalLM, num_blocks: int, block_size: int, device: torch.device, dtype: torch.dtype):
+    def __init__(self, model: CausalLM, num_blocks: int, block_size: int, device: torch.device, dtype: torch.dtype,
+                 compile_decode: bool = False):
         self.model = model
         self.device = device
         config = model.config
@@ -33,10 +37,18 @@ class TorchExecutor:
             (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
             for _ in range(config.num_layers)
         ]
+        self.decode_graph = DecodeGraph(model) if compile_decode else None
 
     @property
     def kv_cache_bytes(self) -> int:
         return sum(key.nbytes + value.nbytes for key, value in self.kv_caches)
+
+    @property
+    def decode_mode(self) -> str:
+        """How decode-only steps run: "compiled", "eager", or "eager (compile failed: ...)"."""
+        if self.decode_graph is None:
+            return "eager"
+        return self.decode_graph.mode
 
     def execute(self, batch: ScheduledBatch) -> list[int]:
         rows = [entry for entry in batch.sequences if entry.samples]
@@ -53,8 +65,15 @@ class TorchExecutor:
             slots += entry.slot_mapping
             if entry.samples:
                 sample_rows.append(len(token_ids) - 1)
-        metadata = self._attention_metadata(batch, slots)
-        hidden = self.model(self._tensor(token_ids), self._tensor(positions), self.kv_caches, metadata)
+        compiled = self.decode_graph is not None and self.decode_graph.usable and not batch.prefills
+        metadata = self._attention_metadata(batch, slots, group_by_length=not compiled)
+        token_ids, positions = self._tensor(token_ids), self._tensor(positions)
+        if compiled:  # every row of a decode-only batch samples
+            logits = self.decode_graph(token_ids, positions, self.kv_caches, metadata)
+            if logits is not None:
+                return logits
+            metadata = self._attention_metadata(batch, slots, group_by_length=True)
+        hidden = self.model(token_ids, positions, self.kv_caches, metadata)
         return self.model.compute_logits(hidden[self._tensor(sample_rows)])
 
     @torch.inference_mode()
@@ -64,28 +83,69 @@ class TorchExecutor:
         blocks = list(range(-(-len(token_ids) // block_size)))
         entry = ScheduledSequence("score", list(token_ids), 0, blocks, list(range(len(token_ids))), True, None, 0)
         batch = ScheduledBatch(decodes=[], prefills=[entry], block_size=block_size)
-        metadata = self._attention_metadata(batch, entry.slot_mapping)
+        metadata = self._attention_metadata(batch, entry.slot_mapping, group_by_length=True)
         hidden = self.model(self._tensor(token_ids), self._tensor(range(len(token_ids))), self.kv_caches, metadata)
         return self.model.compute_logits(hidden)
 
-    def _attention_metadata(self, batch: ScheduledBatch, slots: list[int]) -> AttentionMetadata:
+    def _attention_metadata(self, batch: ScheduledBatch, slots: list[int], group_by_length: bool) -> AttentionMetadata:
+        """`group_by_length`: decodes attend in groups of similar context length (eager), or all
+        together with a mask (the compiled graph, whose operators must not depend on the lengths)."""
         decodes = batch.decodes
-        widest = max((len(entry.block_table) for entry in decodes), default=0)
         # Short block tables are padded with block 0; the context length masks those slots out.
+        # The compiled graph gets at least two columns: a width of 1 would be compiled separately.
+        widest = max([len(entry.block_table) for entry in decodes] + [0 if group_by_length else 2])
         tables = [entry.block_table + [0] * (widest - len(entry.block_table)) for entry in decodes]
         prefills, query_start = [], len(decodes)
         for entry in batch.prefills:
             prefills.append(PrefillChunk(query_start, len(entry.token_ids), entry.context_len, self._tensor(entry.block_table)))
             query_start += len(entry.token_ids)
         context_lens = [entry.context_len for entry in decodes]
+        buckets = length_buckets(context_lens, batch.block_size, self.device) if decodes and group_by_length else None
         return AttentionMetadata(
             slot_mapping=self._tensor(slots),
-            num_decode_tokens=len(decodes),
             decode_block_tables=self._tensor(tables),
             decode_context_lens=self._tensor(context_lens),
-            decode_buckets=length_buckets(context_lens, batch.block_size, self.device) if decodes else [],
+            decode_buckets=buckets,
             prefills=prefills,
         )
 
     def _tensor(self, values) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
+
+
+class DecodeGraph:
+    """The whole decode step (embedding, every layer, final norm and LM head) as one
+    `torch.compile` graph. Eagerly, a 30-layer step issues about 1,500 small operators, each paying
+    Python and dispatch time; compiled, the elementwise ones (norms, RoPE, SiLU, residual adds) are
+    fused into generated loops and the matmuls and attention are called from one wrapper.
+
+    The batch and block-table sizes are dynamic, so two graphs serve every batch: one for a single
+    sequence (torch specialises sizes of 1) and one for two or more. The engine compiles both while
+    warming up, so that no request waits minutes for a compile mid-run. If compiling or running the
+    graph fails, decode falls back to eager for the rest of the engine's life and `mode` says why.
+    """
+
+    def __init__(self, model: CausalLM):
+        # cpp_wrapper: the generated code that calls the kernels is C++ too, not Python. On the
+        # development CPU it took an int4 step from 10.8 to 9.4 ms, for a first compile about
+        # twice as long.
+        self._compiled = torch.compile(model.forward_logits, options={"cpp_wrapper": True})
+        self.mode = "compiled"
+
+    @property
+    def usable(self) -> bool:
+        return self.mode == "compiled"
+
+    def __call__(self, token_ids, positions, kv_caches, metadata: AttentionMetadata) -> torch.Tensor | None:
+        """Logits for every row, or None once compilation has failed (the caller runs eagerly)."""
+        # Only the batch and block-table sizes vary; the weights and the KV cache keep static
+        # shapes, which lets the compiler fold their sizes into the generated loops.
+        for tensor in (token_ids, positions, metadata.slot_mapping, metadata.decode_context_lens, metadata.decode_block_tables):
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)
+        torch._dynamo.maybe_mark_dynamic(metadata.decode_block_tables, 1)
+        try:
+            return self._compiled(token_ids, positions, kv_caches, metadata)
+        except Exception as exc:  # torch.compile raises many types (backend, codegen, C++ toolchain)
+            self.mode = f"eager (compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+            warnings.warn(f"decode step: {self.mode}; continuing without compilation", RuntimeWarning, stacklevel=2)
+            return None

@@ -60,7 +60,7 @@ class LLMEngine:
 
         progress("allocate KV cache", 0.0)
         num_blocks = self._num_kv_blocks(free_memory_bytes(device))
-        self.executor = TorchExecutor(model, num_blocks, config.block_size, device, dtype)
+        self.executor = TorchExecutor(model, num_blocks, config.block_size, device, dtype, config.compile_decode)
         self._init_cache(num_blocks)
         progress("allocate KV cache", 1.0)
         progress("warm up", 0.0)
@@ -117,10 +117,14 @@ class LLMEngine:
         return budget // block_bytes
 
     def _warm_up(self) -> None:
-        """One single-token forward pass, so the first real step does not pay one-time costs.
-        It writes into block 0's first slot, which is free and holds nothing yet."""
-        entry = ScheduledSequence("warm-up", [0], 0, [0], [0], True, SamplingParams(temperature=0.0), 0)
-        self.executor.execute(ScheduledBatch(decodes=[entry], prefills=[], block_size=self.config.block_size))
+        """Single-token forward passes, so the first real step does not pay one-time costs: one
+        sequence, then (when decode is compiled) two, the two graphs a decode step can take.
+        They write into block 0's first slots, which are free and hold nothing yet."""
+        batch_sizes = (1, 2) if self.config.compile_decode else (1,)
+        for size in batch_sizes:
+            entries = [ScheduledSequence(f"warm-up {row}", [0], 0, [0], [0], True, SamplingParams(temperature=0.0), 0)
+                       for row in range(size)]
+            self.executor.execute(ScheduledBatch(decodes=entries, prefills=[], block_size=self.config.block_size))
 
     # ----- requests ------------------------------------------------------------------------------
 

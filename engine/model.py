@@ -7,6 +7,7 @@ one per sequence, then each prefill chunk's tokens; `AttentionMetadata` says whi
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -28,11 +29,16 @@ class PrefillChunk:
 @dataclass
 class AttentionMetadata:
     slot_mapping: torch.Tensor  # [num_tokens]: cache slot each token's K/V is written to
-    num_decode_tokens: int
     decode_block_tables: torch.Tensor  # [num_decodes, max_blocks]
     decode_context_lens: torch.Tensor  # [num_decodes]
-    decode_buckets: list  # kernels.paged_attention.length_buckets, shared by every layer
+    decode_buckets: list | None  # kernels.paged_attention.length_buckets, shared by every layer; None: one masked group
     prefills: list[PrefillChunk]
+
+    @property
+    def num_decode_tokens(self) -> int:
+        # A tensor's size rather than a stored int: a compiled graph keeps sizes symbolic, while
+        # it would specialise (and recompile) on every distinct int.
+        return self.decode_context_lens.shape[0]
 
 
 class RMSNorm(nn.Module):
@@ -100,19 +106,23 @@ class Attention(nn.Module):
         key_cache, value_cache = kv_cache
         write_kv_cache(key, value, key_cache, value_cache, metadata.slot_mapping)
 
-        out = torch.empty_like(query)
         decodes = metadata.num_decode_tokens
-        if decodes:
-            out[:decodes] = paged_decode_attention(
-                query[:decodes], key_cache, value_cache,
-                metadata.decode_block_tables, metadata.decode_context_lens, self.scale, metadata.decode_buckets,
-            )
-        for chunk in metadata.prefills:
-            rows = slice(chunk.query_start, chunk.query_start + chunk.query_len)
-            out[rows] = paged_prefill_attention(
-                query[rows], key[rows], value[rows], key_cache, value_cache,
-                chunk.block_table, chunk.context_len, self.scale,
-            )
+        decode_attention = functools.partial(
+            paged_decode_attention, key_cache=key_cache, value_cache=value_cache, block_tables=metadata.decode_block_tables,
+            context_lens=metadata.decode_context_lens, scale=self.scale, buckets=metadata.decode_buckets,
+        )
+        if not metadata.prefills:  # decode only: no slicing, so no size for a compiled graph to specialise on
+            out = decode_attention(query)
+        else:
+            out = torch.empty_like(query)
+            if decodes:
+                out[:decodes] = decode_attention(query[:decodes])
+            for chunk in metadata.prefills:
+                rows = slice(chunk.query_start, chunk.query_start + chunk.query_len)
+                out[rows] = paged_prefill_attention(
+                    query[rows], key[rows], value[rows], key_cache, value_cache,
+                    chunk.block_table, chunk.context_len, self.scale,
+                )
         return self.o_proj(out.view(num_tokens, self.num_heads * self.head_dim))
 
 
@@ -184,6 +194,10 @@ class CausalLM(nn.Module):
         for layer, kv_cache in zip(self.model.layers, kv_caches):
             hidden = layer(hidden, rotary_tables, kv_cache, metadata)
         return hidden
+
+    def forward_logits(self, token_ids, positions, kv_caches, metadata: AttentionMetadata) -> torch.Tensor:
+        """Float32 logits for every row (a decode-only batch, where every row samples)."""
+        return self.compute_logits(self(token_ids, positions, kv_caches, metadata))
 
     def fuse_projections(self) -> None:
         """Merge q/k/v and gate/up once the weights are loaded (the file's names are per projection)."""

@@ -40,6 +40,7 @@ def environment(engine: LLMEngine) -> dict:
         "platform": platform.platform(),
         "device": device_name(engine.device),
         "dtype": str(engine.dtype).removeprefix("torch."),
+        "decode_step": engine.executor.decode_mode,  # "compiled", "eager", or why compilation fell back
         "model": model_identity(engine.model_path),
         "stored_tensor_types": engine.stored_tensor_types,  # how the file kept its weights, e.g. {"Q4_1": 210}
     }

@@ -37,6 +37,7 @@ class SimulatedExecutor:
     def __init__(self, cost_model: CostModel, clock: SimulatedClock):
         self.cost_model, self.clock = cost_model, clock
         self.kv_cache_bytes = 0  # set by the engine from the planned capacity
+        self.decode_mode = "simulated"  # as TorchExecutor.decode_mode: no model runs
 
     def execute(self, batch: ScheduledBatch) -> list[int]:
         self.clock.advance(self.cost_model.step_time(StepShape.of(batch)))

@@ -1,0 +1,53 @@
+"""The compiled decode step (EngineConfig.compile_decode) gives the eager engine's greedy tokens,
+compiles only while warming up, and falls back to eager when compilation fails."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+import engine.executor
+from engine import SamplingParams
+from tests.conftest import tiny_engine
+
+pytestmark = pytest.mark.slow  # compiling takes tens of seconds on two cores
+
+GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+PROMPTS = [[5, 9, 2, 40, 7], [3] * 19, [11, 12], list(range(1, 38))]  # mixed lengths: masked attention
+
+
+def generate_each_way(engine):
+    """One request alone (batch of one), then all together (a batch of several)."""
+    return [engine.generate([PROMPTS[0]], GREEDY)[0].token_ids] + [output.token_ids for output in engine.generate(PROMPTS, GREEDY)]
+
+
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+def test_compiled_decode_matches_eager_without_compiling_mid_run(tiny_llama, quantization):
+    directory, _ = tiny_llama
+    expected = generate_each_way(tiny_engine(directory, quantization=quantization))
+    torch._dynamo.reset()
+    graphs_before = counters["stats"]["unique_graphs"]
+    compiled = tiny_engine(directory, quantization=quantization, compile_decode=True)
+    assert compiled.executor.decode_mode == "compiled"
+    graphs_after_warm_up = counters["stats"]["unique_graphs"]
+    assert graphs_after_warm_up == graphs_before + 2  # one sequence, and two or more
+    assert generate_each_way(compiled) == expected
+    assert counters["stats"]["unique_graphs"] == graphs_after_warm_up  # no compile once serving
+    assert compiled.executor.decode_mode == "compiled"
+
+
+def test_failed_compile_falls_back_to_eager(tiny_llama, monkeypatch):
+    directory, _ = tiny_llama
+    expected = generate_each_way(tiny_engine(directory))
+
+    def broken_compile(function, **options):
+        def run(*args):
+            raise RuntimeError("no C++ compiler found")
+        return run
+
+    monkeypatch.setattr(engine.executor.torch, "compile", broken_compile)
+    with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler found"):
+        fallen_back = tiny_engine(directory, compile_decode=True)
+    assert fallen_back.executor.decode_mode == "eager (compile failed: RuntimeError: no C++ compiler found)"
+    assert generate_each_way(fallen_back) == expected
