@@ -17,6 +17,16 @@ from engine.model_source import read_model
 OPTIONS = ("none", "int8", "int4")
 
 
+def variants(compile_too: bool) -> list[tuple[str, dict]]:
+    """(label, EngineConfig overrides) per quantization option, eager and, if asked, with the
+    decode step compiled (EngineConfig.compile_decode)."""
+    rows = [(option, {"quantization": option}) for option in OPTIONS]
+    rows.append(("int4 + int8 head", {"quantization": "int4", "quantize_lm_head": True}))
+    if compile_too:
+        rows += [(f"{label}, compiled", {**overrides, "compile_decode": True}) for label, overrides in rows]
+    return rows
+
+
 def peak_resident_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
@@ -26,9 +36,9 @@ def machine_line() -> str:
     return f"{platform.machine()}, {device_name(device)}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}"
 
 
-def engine_run(source, quantization: str, prompts: list[list[int]], output_len: int) -> dict:
-    engine = LLMEngine(EngineConfig(quantization=quantization, max_num_seqs=len(prompts), max_num_batched_tokens=2048), source=source)
-    return {"option": quantization, "weight_bytes": engine.weight_bytes, **run_fixed_workload(engine, prompts, output_len)}
+def engine_run(source, label: str, overrides: dict, prompts: list[list[int]], output_len: int) -> dict:
+    engine = LLMEngine(EngineConfig(max_num_seqs=len(prompts), max_num_batched_tokens=2048, **overrides), source=source)
+    return {"option": label, "weight_bytes": engine.weight_bytes, **run_fixed_workload(engine, prompts, output_len)}
 
 
-__all__ = ["OPTIONS", "engine_run", "fixed_workload", "machine_line", "measure_this_machine", "peak_resident_mb", "read_model"]
+__all__ = ["engine_run", "variants", "fixed_workload", "machine_line", "measure_this_machine", "peak_resident_mb", "read_model"]
