@@ -1,5 +1,6 @@
 """The compiled decode step (EngineConfig.compile_decode) gives the eager engine's greedy tokens,
-compiles only while warming up, and falls back to eager when compilation fails."""
+compiles only while warming up, keeps engines' graphs apart, and falls back to eager when
+compilation fails."""
 
 from __future__ import annotations
 
@@ -22,19 +23,23 @@ def generate_each_way(engine):
     return [engine.generate([PROMPTS[0]], GREEDY)[0].token_ids] + [output.token_ids for output in engine.generate(PROMPTS, GREEDY)]
 
 
-@pytest.mark.parametrize("quantization", ["none", "int8"])
-def test_compiled_decode_matches_eager_without_compiling_mid_run(tiny_llama, quantization):
+def test_compiled_decode_matches_eager_without_compiling_mid_run(tiny_llama):
     directory, _ = tiny_llama
-    expected = generate_each_way(tiny_engine(directory, quantization=quantization))
+    methods = ("none", "int8")
+    expected = {method: generate_each_way(tiny_engine(directory, quantization=method)) for method in methods}
     torch._dynamo.reset()
-    graphs_before = counters["stats"]["unique_graphs"]
-    compiled = tiny_engine(directory, quantization=quantization, compile_decode=True)
-    assert compiled.executor.decode_mode == "compiled"
+    compiled = {}
+    for method in methods:  # both alive at once: each must keep running its own model's graphs
+        graphs_before = counters["stats"]["unique_graphs"]
+        compiled[method] = tiny_engine(directory, quantization=method, compile_decode=True)
+        assert compiled[method].executor.decode_mode == "compiled"
+        assert counters["stats"]["unique_graphs"] == graphs_before + 2  # one sequence, and two or more
     graphs_after_warm_up = counters["stats"]["unique_graphs"]
-    assert graphs_after_warm_up == graphs_before + 2  # one sequence, and two or more
-    assert generate_each_way(compiled) == expected
+    for method in methods:
+        assert generate_each_way(compiled[method]) == expected[method]
+    assert generate_each_way(compiled["none"]) == expected["none"]  # after the int8 engine ran
     assert counters["stats"]["unique_graphs"] == graphs_after_warm_up  # no compile once serving
-    assert compiled.executor.decode_mode == "compiled"
+    assert all(engine.executor.decode_mode == "compiled" for engine in compiled.values())
 
 
 def test_failed_compile_falls_back_to_eager(tiny_llama, monkeypatch):
