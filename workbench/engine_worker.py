@@ -66,6 +66,7 @@ class EngineInfo:
     model_path: str
     model_config: ModelConfig
     tokenizer: Tokenizer | None  # decoding is thread-safe (the tokenizers library is immutable)
+    decode_mode: str  # "compiled", "eager", "simulated", or why compilation fell back to eager
 
 
 class EngineWorker(QObject):
@@ -226,6 +227,7 @@ class EngineWorker(QObject):
             config=config, summary=engine_summary(engine), dtype=str(engine.dtype).removeprefix("torch."),
             bytes_per_element=torch.finfo(engine.dtype).bits // 8, device=str(engine.device),
             model_path=str(engine.model_path), model_config=engine.model_config, tokenizer=engine.tokenizer,
+            decode_mode=engine.executor.decode_mode,
         ))
 
     def _open_log(self, scenario: dict) -> None:

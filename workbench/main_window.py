@@ -187,7 +187,7 @@ class MainWindow(QMainWindow):
         self.info = info
         self.tokenizer_decode = info.tokenizer.decode if info.tokenizer else None
         self.viewing_past_run = False
-        self.stage.setText(f"ready: {Path(info.model_path).name} ({info.dtype}, {info.device})")
+        self.stage.setText(f"ready: {Path(info.model_path).name} ({info.dtype}, {info.device}, decode {info.decode_mode})")
         self.progress.setValue(100)
         self._show_memory(info)
 
