@@ -48,7 +48,7 @@ def main() -> None:
     source = read_model("smollm2-135m")
     bandwidth = measure_this_machine().bandwidth_bytes_s
     print(f"machine: {machine_line()}; copy bandwidth {bandwidth / 1e9:.1f} GB/s")
-    print(f"{'option':<22} {'tok/s':>7} {'step ms':>8} {'kernel ms':>10} {'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}")
+    print(f"{'option':<28} {'tok/s':>7} {'step ms':>8} {'kernel ms':>10} {'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}")
     for label, overrides in variants(not args.no_compile):
         engine = LLMEngine(EngineConfig(kv_cache_memory=64 << 20, **overrides), source=source)
         params = SamplingParams(max_tokens=args.tokens, temperature=0.0, ignore_eos=True)
@@ -68,7 +68,7 @@ def main() -> None:
             split = f"{kernel_ms:>10.2f} {step_s * 1000 - kernel_ms:>10.2f}"
         read = bytes_read_per_token(engine)
         roofline = bandwidth / read
-        print(f"{label:<22} {1 / step_s:>7.1f} {step_s * 1000:>8.2f} {split} "
+        print(f"{label:<28} {1 / step_s:>7.1f} {step_s * 1000:>8.2f} {split} "
               f"{engine.weight_bytes / 1e6:>11.1f} {read / 1e6:>8.1f} {roofline:>15.1f} {100 / step_s / roofline:>8.0f}%")
 
 

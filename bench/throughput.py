@@ -55,14 +55,14 @@ def main() -> None:
     print(f"machine: {machine_line()}")
     print(f"ceilings: {ceilings.bandwidth_bytes_s / 1e9:.1f} GB/s copy bandwidth, {ceilings.peak_flops / 1e9:.1f} GFLOP/s matmul")
     print(f"workload: {args.requests} requests x ({args.prompt_len} prompt + {args.output_len} output) tokens at t=0, ignore_eos")
-    print(f"{'engine':<34} {'output tok/s':>12} {'vs transformers':>16} {'TTFT p50/p99 ms':>20} {'TPOT p50/p99 ms':>18}  n")
+    print(f"{'engine':<38} {'output tok/s':>12} {'vs transformers':>16} {'TTFT p50/p99 ms':>20} {'TPOT p50/p99 ms':>18}  n")
     for row in rows:
         ratio = f"{row['output_tok_s'] / baseline:.1f}x" if baseline else "-"
         ttft, tpot = row["ttft"], row["tpot"]
-        print(f"{'workbench ' + row['option']:<34} {row['output_tok_s']:>12.1f} {ratio:>16} {ttft.p50:>9.0f}/{ttft.p99:<9.0f} "
+        print(f"{'workbench ' + row['option']:<38} {row['output_tok_s']:>12.1f} {ratio:>16} {ttft.p50:>9.0f}/{ttft.p99:<9.0f} "
               f"{tpot.p50:>8.1f}/{tpot.p99:<8.1f} {ttft.n}")
     if baseline:
-        print(f"{'transformers generate':<34} {baseline:>12.1f} {'1.0x':>16}   (static batches of 32, {args.baseline_requests} requests)")
+        print(f"{'transformers generate':<38} {baseline:>12.1f} {'1.0x':>16}   (static batches of 32, {args.baseline_requests} requests)")
     print(f"peak resident memory: {peak_resident_mb():,.0f} MB (the whole process, every engine above included)")
 
 
