@@ -5,6 +5,9 @@ int4 (W4A16): asymmetric per group of `group_size` input columns: w ~= q * scale
 q in [0, 15] and a float scale and minimum per group (llama.cpp's Q4_1 layout, so a Q4_1 file
 quantized with group 32 comes back exactly); two 4-bit values per byte, the even column in the
 low nibble.
+W8A8 activations: symmetric int8 per token (per row), computed on the fly for each product; with
+int8 weights per output channel the product accumulates exactly in int32 and both scales apply
+once at the end (vLLM's dynamic per-token W8A8 int8 scheme, SmoothQuant without the smoothing).
 """
 
 from __future__ import annotations
@@ -17,6 +20,16 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scales = weight.float().abs().amax(dim=1).clamp(min=1e-8) / 127.0
     q = torch.round(weight.float() / scales[:, None]).clamp(-127, 127).to(torch.int8)
     return q, scales
+
+
+def quantize_per_token_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] -> (q int8 [M, K], scales float32 [M, 1]); q = round(x * 127 / max|row|).
+    Each row depends on itself only, so a token's result does not change with its batch mates.
+    Multiplying by the reciprocal (not dividing) and rounding in place ran 3x faster in eager
+    mode on the development CPU; |x * 127 / max| <= 127 needs no clamp."""
+    absmax = x.abs().amax(dim=-1, keepdim=True).float().clamp_(min=1e-8)
+    q = x.float().mul(absmax.reciprocal().mul_(127.0)).round_().to(torch.int8)
+    return q, absmax.div_(127.0)
 
 
 def dequantize_int8(q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

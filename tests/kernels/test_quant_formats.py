@@ -8,8 +8,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.quant import dequantize_int4, dequantize_int8, pack_int4, quantize_int4, quantize_int8, unpack_int4
-from kernels.quant_matmul import int4_matmul_cpu, int4_matmul_reference, int8_matmul_cpu, int8_matmul_reference, prepare_int4_cpu
+from kernels.quant import (
+    dequantize_int4, dequantize_int8, pack_int4, quantize_int4, quantize_int8, quantize_per_token_int8, unpack_int4,
+)
+from kernels.quant_matmul import (
+    int4_matmul_cpu, int4_matmul_reference, int8_matmul_cpu, int8_matmul_reference, prepare_int4_cpu, w8a8_matmul_cpu,
+    w8a8_matmul_reference,
+)
 
 
 @settings(max_examples=30, deadline=None)
@@ -64,3 +69,27 @@ def test_cpu_packed_kernels_agree_with_the_references(rows):
     expected4 = int4_matmul_reference(x, packed, scales4, minimums4, 64)
     actual4 = int4_matmul_cpu(x, *prepare_int4_cpu(packed, scales4, minimums4), 64, 192)
     assert ((actual4 - expected4).norm() / expected4.norm()).item() < 1e-2
+
+
+def test_per_token_int8_is_within_half_a_step_per_row_and_rows_are_independent():
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(6, 96, generator=generator) * torch.tensor([1e-3, 1.0, 5.0, 30.0, 1.0, 0.0])[:, None]
+    q, scales = quantize_per_token_int8(x)
+    assert q.dtype == torch.int8 and scales.shape == (6, 1)
+    assert q.abs().amax(dim=1)[:4].eq(127).all()  # each non-zero row uses the whole range
+    assert ((q.float() * scales - x).abs() <= scales / 2 * (1 + 1e-5)).all()
+    assert q[5].eq(0).all()  # an all-zero row stays zero
+    alone, _ = quantize_per_token_int8(x[1:2])
+    assert torch.equal(alone, q[1:2])  # a row's quantization ignores its batch mates
+
+
+@pytest.mark.parametrize("rows", [1, 7, 64])
+def test_w8a8_cpu_product_is_the_exact_integer_product_scaled(rows):
+    generator = torch.Generator().manual_seed(rows)
+    weight, x = torch.randn(192, 576, generator=generator), torch.randn(rows, 576, generator=generator)
+    q, scales = quantize_int8(weight)
+    actual = w8a8_matmul_cpu(x, q, scales)
+    assert ((actual - w8a8_matmul_reference(x, q, scales)).norm() / actual.norm()).item() < 1e-6
+    dense = x @ weight.T  # and the whole scheme stays close to the unquantized product
+    assert ((actual - dense).norm() / dense.norm()).item() < 2e-2
+    assert torch.equal(w8a8_matmul_cpu(x[:1], q, scales), actual[:1])  # batch-invariant, bit for bit

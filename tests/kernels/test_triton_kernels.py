@@ -9,9 +9,9 @@ import torch
 
 from kernels.paged_attention import _decode_bucket
 from kernels.quant import quantize_int4, quantize_int8
-from kernels.quant_matmul import int4_matmul_reference, int8_matmul_reference
+from kernels.quant_matmul import int4_matmul_reference, int8_matmul_reference, w8a8_matmul_reference
 from kernels.triton_paged_attention import paged_decode_attention_triton
-from kernels.triton_quant_matmul import int4_matmul_triton, int8_matmul_triton
+from kernels.triton_quant_matmul import int4_matmul_triton, int8_matmul_triton, w8a8_matmul_triton
 from tests.kernels.test_paged_attention import BLOCK_SIZE, HEAD_DIM, scattered_cache
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -28,6 +28,16 @@ def test_int8_matmul_matches_reference(rows, width, depth):
     q, scales = quantize_int8(weight)
     actual = int8_matmul_triton(x.to(DEVICE), q.to(DEVICE), scales.to(DEVICE)).cpu()
     assert relative_error(actual, int8_matmul_reference(x, q, scales)) < 1e-5
+
+
+@pytest.mark.parametrize("rows, width, depth", [(1, 96, 128), (17, 100, 192), (64, 70, 576)])
+def test_w8a8_matmul_matches_reference(rows, width, depth):
+    generator = torch.Generator().manual_seed(rows * width)
+    weight, x = torch.randn(width, depth, generator=generator), torch.randn(rows, depth, generator=generator)
+    x[0, 3] = 40.0  # an outlier: its row's scale grows, the other rows' must not
+    q, scales = quantize_int8(weight)
+    actual = w8a8_matmul_triton(x.to(DEVICE), q.to(DEVICE), scales.to(DEVICE)).cpu()
+    assert relative_error(actual, w8a8_matmul_reference(x, q, scales)) < 1e-5
 
 
 @pytest.mark.parametrize("rows, width, depth, group_size", [(1, 96, 128, 32), (5, 100, 192, 64), (33, 64, 256, 128), (2, 192, 576, 32)])
