@@ -14,7 +14,7 @@ from engine.catalogue import measure_this_machine
 from engine.device import device_name
 from engine.model_source import read_model
 
-OPTIONS = ("none", "int8", "int4")
+OPTIONS = ("none", "int8", "int4", "w8a8")
 
 
 def variants(compile_too: bool) -> list[tuple[str, dict]]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from engine.errors import ConfigError
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
-QUANTIZATION_METHODS = ("none", "int8", "int4", "bnb-int8", "bnb-nf4")
+QUANTIZATION_METHODS = ("none", "int8", "int4", "w8a8", "bnb-int8", "bnb-nf4")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -50,12 +50,13 @@ class EngineConfig:
     # "fcfs" serves in arrival order; "priority" serves lower `priority` values first.
     scheduling_policy: str = "fcfs"
 
-    # Weight-only quantization of the attention and MLP projections (see engine/quantization.py):
-    # none, int8, int4 (group_size 32, 64 or 128), bnb-int8, bnb-nf4. Less memory and, with the
-    # packed kernels, faster decode, at some quality cost.
+    # Quantization of the attention and MLP projections (see engine/quantization.py): weight-only
+    # none, int8, int4 (group_size 32, 64 or 128), bnb-int8, bnb-nf4 (less memory and, with the
+    # packed kernels, faster single-stream decode), or w8a8, int8 weights and per-token int8
+    # activations (integer products: faster batched steps), at some quality cost.
     quantization: str = "none"
     group_size: int = 32
-    # Quantize the LM head too, to int8 per channel (for int8 and int4): in fp32 it is a fifth of
+    # Quantize the LM head too, to int8 per channel (for int8, int4, w8a8): in fp32 it is a fifth of
     # SmolLM2's weights, read in full every decode step.
     quantize_lm_head: bool = False
 

@@ -1,10 +1,13 @@
-"""Weight-only quantization of the attention and MLP projections (and optionally the LM head),
-applied at load time. Each option keeps real low-bit tensors and runs kernels that read them.
-With `quantize_lm_head`, the LM head is quantized to int8 (for int8 and int4 alike).
+"""Quantization of the attention and MLP projections (and optionally the LM head), applied at
+load time. Each option keeps real low-bit tensors and runs kernels that read them. With
+`quantize_lm_head`, the LM head is quantized to int8 weight-only (whatever the method).
 
   none      weights in the compute dtype
   int8      W8A16: int8, symmetric per output channel
   int4      W4A16: 4-bit, a scale and a minimum per group of `group_size` inputs, two per byte
+  w8a8      int8 weights per output channel and int8 activations per token, quantized on the
+            fly: the product itself runs on integers, which pays when it is compute-bound
+            (batched decode, prefill) rather than bound by reading the weights
   bnb-int8  bitsandbytes LLM.int8() (Linear8bitLt, outlier threshold 6.0)
   bnb-nf4   bitsandbytes NF4 (Linear4bit, blocksize 64)
 """
@@ -18,7 +21,7 @@ from engine.config import QUANTIZATION_METHODS
 from engine.errors import ConfigError
 from engine.model_config import ModelConfig
 from kernels.quant import quantize_int4, quantize_int8
-from kernels.quant_matmul import int4_matmul_cpu, int8_matmul_cpu, prepare_int4_cpu
+from kernels.quant_matmul import int4_matmul_cpu, int8_matmul_cpu, prepare_int4_cpu, w8a8_matmul_cpu
 
 INT4_GROUP_SIZES = (32, 64, 128)
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")  # after CausalLM.fuse_projections
@@ -45,11 +48,12 @@ def check_quantization(method: str, group_size: int, config: ModelConfig, quanti
         except Exception as exc:  # bitsandbytes raises assorted errors where its native library cannot load
             raise ConfigError(f"quantization: {method} needs bitsandbytes, which cannot run here ({exc}); choose int8 or int4") from exc
     if quantize_lm_head and method.startswith("bnb-"):
-        raise ConfigError("quantize_lm_head: supported for int8 and int4 only")
+        raise ConfigError("quantize_lm_head: supported for int8, int4 and w8a8 only")
 
 
 class QuantizedLinear(nn.Module):
-    """A Linear whose weight is int8 or packed int4; the matmul runs on the quantized tensors."""
+    """A Linear whose weight is int8 or packed int4; the matmul runs on the quantized tensors
+    (and, for w8a8, on the activations quantized per token)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, method: str, group_size: int):
         super().__init__()
@@ -57,7 +61,11 @@ class QuantizedLinear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
         self.on_cuda = weight.is_cuda
-        if method == "int8":
+        if method == "w8a8":  # _int_mm and the Triton kernel both take the [N, K] int8 weight as stored
+            q, scales = quantize_int8(weight)
+            self.register_buffer("qweight", q)
+            self.register_buffer("scales", scales)
+        elif method == "int8":
             q, scales = quantize_int8(weight)
             self.register_buffer("qweight", q)
             self.register_buffer("scales", scales if self.on_cuda else scales.to(torch.bfloat16))
@@ -74,12 +82,16 @@ class QuantizedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.on_cuda:
-            from kernels.triton_quant_matmul import int4_matmul_triton, int8_matmul_triton
+            from kernels.triton_quant_matmul import int4_matmul_triton, int8_matmul_triton, w8a8_matmul_triton
 
-            if self.method == "int8":
+            if self.method == "w8a8":
+                out = w8a8_matmul_triton(x, self.qweight, self.scales)
+            elif self.method == "int8":
                 out = int8_matmul_triton(x, self.qweight, self.scales)
             else:
                 out = int4_matmul_triton(x, self.qweight, self.scales, self.minimums, self.group_size)
+        elif self.method == "w8a8":
+            out = w8a8_matmul_cpu(x, self.qweight, self.scales)
         elif self.method == "int8":
             out = int8_matmul_cpu(x, self.qweight, self.scales)
         else:

@@ -21,7 +21,7 @@ from engine.model_source import ProgressCallback, no_progress
 from engine.simulated_executor import SimulatedClock, SimulatedExecutor
 
 PREFIX = "simulated:"
-QUANTIZATION_BITS = {"none": 16, "int8": 8, "int4": 4, "bnb-int8": 8, "bnb-nf4": 4}
+QUANTIZATION_BITS = {"none": 16, "int8": 8, "int4": 4, "w8a8": 8, "bnb-int8": 8, "bnb-nf4": 4}
 
 
 def is_simulated(model: str) -> bool:

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     compare.add_argument("--json", type=Path, help="also write the comparison as JSON")
 
     quality = commands.add_parser("quality", help="quantization quality, memory and speed on the bundled model")
-    quality.add_argument("--quant", default="none,int8,int4", help="comma-separated options: none,int8,int4,bnb-int8,bnb-nf4")
+    quality.add_argument("--quant", default="none,int8,int4", help="comma-separated options: none,int8,int4,w8a8,bnb-int8,bnb-nf4")
     quality.add_argument("--group-size", default="32", help="int4 group sizes, comma-separated (32,64,128)")
     quality.add_argument("--tokens", type=int, default=4096, help="evaluated tokens")
     quality.add_argument("--model", default="smollm2-135m")

@@ -36,8 +36,9 @@ class EnginePanel(QGroupBox):
         self.dtype.setToolTip("Compute dtype. float32 is exact on CPU; bfloat16 halves weight and KV memory.")
         self.quantization = QComboBox()
         self.quantization.addItems(list(QUANTIZATION_METHODS))
-        self.quantization.setToolTip("Weight-only quantization of the projections: less weight memory and, with the packed "
-                                     "kernels, faster decode, at some quality cost (see workbench quality).")
+        self.quantization.setToolTip("Quantization of the projections, at some quality cost (see workbench quality). int8/int4/"
+                                     "bnb: weight-only, less memory and faster single-stream decode. w8a8: int8 weights and "
+                                     "per-token int8 activations, integer products that speed up large batches and prefill.")
         self.group_size = QComboBox()
         self.group_size.addItems(["32", "64", "128"])
         self.group_size.setToolTip("int4 group size: smaller groups keep more quality and cost more scale/zero bytes.")

@@ -25,7 +25,7 @@ def generate_each_way(engine):
 
 def test_compiled_decode_matches_eager_without_compiling_mid_run(tiny_llama):
     directory, _ = tiny_llama
-    methods = ("none", "int8")
+    methods = ("none", "int8", "w8a8")
     expected = {method: generate_each_way(tiny_engine(directory, quantization=method)) for method in methods}
     torch._dynamo.reset()
     compiled = {}
@@ -37,7 +37,7 @@ def test_compiled_decode_matches_eager_without_compiling_mid_run(tiny_llama):
     graphs_after_warm_up = counters["stats"]["unique_graphs"]
     for method in methods:
         assert generate_each_way(compiled[method]) == expected[method]
-    assert generate_each_way(compiled["none"]) == expected["none"]  # after the int8 engine ran
+    assert generate_each_way(compiled["none"]) == expected["none"]  # after the quantized engines ran
     assert counters["stats"]["unique_graphs"] == graphs_after_warm_up  # no compile once serving
     assert all(engine.executor.decode_mode == "compiled" for engine in compiled.values())
 

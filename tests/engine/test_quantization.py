@@ -17,7 +17,7 @@ PROMPTS = [
 ]
 
 
-@pytest.mark.parametrize("method", ["int8", "int4", "bnb-int8", "bnb-nf4"])
+@pytest.mark.parametrize("method", ["int8", "int4", "w8a8", "bnb-int8", "bnb-nf4"])
 def test_quantized_models_stay_fluent_and_agree_with_none_at_first(make_smollm_engine, method):
     reference = make_smollm_engine(kv_cache_memory=32 << 20)
     quantized = make_smollm_engine(kv_cache_memory=32 << 20, quantization=method)
@@ -52,8 +52,11 @@ def test_impossible_quantization_is_refused_with_the_layer_and_a_choice(tiny_lla
         tiny_engine(directory, quantization="int2")
 
 
-def test_int8_works_on_any_width_with_the_lm_head_too(tiny_llama):
+@pytest.mark.parametrize("method", ["int8", "w8a8"])
+def test_int8_weights_work_on_any_width_with_the_lm_head_too(tiny_llama, method):
     directory, _ = tiny_llama
-    engine = tiny_engine(directory, quantization="int8", quantize_lm_head=True)
+    engine = tiny_engine(directory, quantization=method, quantize_lm_head=True)
     output = engine.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True))[0]
     assert len(output.token_ids) == 5 and engine.executor.model.quantized_head is not None
+    projection = engine.executor.model.model.layers[0].mlp.gate_up_proj
+    assert isinstance(projection, QuantizedLinear) and projection.qweight.dtype == torch.int8
