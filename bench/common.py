@@ -21,7 +21,8 @@ def variants(compile_too: bool) -> list[tuple[str, dict]]:
     """(label, EngineConfig overrides) per quantization option, eager and, if asked, with the
     decode step compiled (EngineConfig.compile_decode)."""
     rows = [(option, {"quantization": option}) for option in OPTIONS]
-    rows.append(("int4 + int8 head", {"quantization": "int4", "quantize_lm_head": True}))
+    rows += [("int4 + int8 head", {"quantization": "int4", "quantize_lm_head": True}),
+             ("w8a8 + w8a8 head", {"quantization": "w8a8", "quantize_lm_head": True})]
     if compile_too:
         rows += [(f"{label}, compiled", {**overrides, "compile_decode": True}) for label, overrides in rows]
     return rows

@@ -2,8 +2,8 @@
 
     python -m bench.decode [--tokens 128] [--no-compile]
 
-Rows: none, int8, int4, and int4 with the LM head quantized to int8 ("+ int8 head"), each eager and with
-the decode step compiled (EngineConfig.compile_decode; the first compile takes minutes).
+Rows: none, int8, int4, w8a8, int4 with the LM head quantized to int8 ("+ int8 head") and w8a8
+with a W8A8 head, each eager and with the decode step compiled (EngineConfig.compile_decode; the first compile takes minutes).
 
 Roofline: one decode step reads every weight once (the embedding table only a row of it, unless
 it is also the LM head), so tokens/s <= bandwidth / bytes read per token. The
