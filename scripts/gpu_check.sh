@@ -25,7 +25,7 @@ from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.model_source import read_model
 source = read_model("smollm2-135m")
 rows = []
-for quantization in ("none", "int8", "int4"):
+for quantization in ("none", "int8", "int4", "w8a8"):
     engine = LLMEngine(EngineConfig(device="cuda", dtype="bfloat16", quantization=quantization), source=source)
     params = SamplingParams(max_tokens=128, temperature=0.0, ignore_eos=True)
     engine.generate([[1] * 16], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))  # warm-up
