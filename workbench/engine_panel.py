@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QPushButton, QVBoxLayout,
+    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout,
 )
 
 from engine.config import DTYPES, QUANTIZATION_METHODS, SCHEDULING_POLICIES, EngineConfig
@@ -43,15 +43,19 @@ class EnginePanel(QGroupBox):
         self.group_size.addItems(["32", "64", "128"])
         self.group_size.setToolTip("int4 group size: smaller groups keep more quality and cost more scale/zero bytes.")
         self.quantize_head = QCheckBox("quantize LM head")
-        self.quantize_head.setToolTip("Quantize the vocabulary projection too (int8/int4): in fp32 it is a fifth of SmolLM2's "
-                                      "weights and read in full every decode step.")
+        self.quantize_head.setToolTip("Quantize the vocabulary projection too, to int8 (W8A8 with w8a8): in fp32 it is a fifth "
+                                      "of SmolLM2's weights and read in full every decode step.")
         self.compile_decode = QCheckBox("compile decode step")
         self.compile_decode.setToolTip("Run decode-only steps as one torch.compile graph: fewer, fused operators and less Python "
                                        "per step. Loading compiles two graphs first: minutes on a 2-core CPU, seconds once cached.")
         self.kv_cache_mib = int_box(1, 1 << 20, 1024, "KV cache size. More blocks admit more concurrent tokens before preemption.", 64)
-        # A preset may fix the cache by block count (kv-pressure); editing the size drops that.
+        # A preset may size the cache by block count (kv-pressure) or as a fraction of free
+        # memory, which a MiB box cannot show: both are kept, and named below the box, until the
+        # size is edited.
         self._num_kv_blocks: int | None = None
-        self.kv_cache_mib.valueChanged.connect(lambda _: setattr(self, "_num_kv_blocks", None))
+        self._kv_cache_fraction: float | None = None
+        self.kv_cache_source = QLabel()
+        self.kv_cache_mib.valueChanged.connect(lambda _: self._set_preset_cache_size(None, None))
         self.block_size = int_box(1, 256, defaults.block_size, "Tokens per KV block: small blocks waste less at sequence ends, large ones mean shorter block tables.")
         self.max_num_seqs = int_box(1, 4096, defaults.max_num_seqs, "Most sequences in one step: more raise tokens/s and per-user latency together.")
         self.max_tokens = int_box(1, 1 << 20, defaults.max_num_batched_tokens, "Token budget per step (prefill + decode): larger prefill chunks, longer steps.", 64)
@@ -82,6 +86,7 @@ class EnginePanel(QGroupBox):
         form.addRow("int4 group size", self.group_size)
         form.addRow(self.quantize_head)
         form.addRow("KV cache (MiB)", self.kv_cache_mib)
+        form.addRow("", self.kv_cache_source)
         form.addRow("block size (tokens)", self.block_size)
         form.addRow("max sequences", self.max_num_seqs)
         form.addRow("token budget / step", self.max_tokens)
@@ -115,7 +120,7 @@ class EnginePanel(QGroupBox):
             group_size=int(self.group_size.currentText()),
             quantize_lm_head=self.quantize_head.isChecked(),
             compile_decode=self.compile_decode.isChecked(),
-            kv_cache_memory=self.kv_cache_mib.value() << 20,
+            kv_cache_memory=self._kv_cache_fraction or self.kv_cache_mib.value() << 20,
             num_kv_blocks=self._num_kv_blocks,
             block_size=self.block_size.value(),
             max_num_seqs=self.max_num_seqs.value(),
@@ -137,6 +142,8 @@ class EnginePanel(QGroupBox):
         self.compile_decode.setChecked(config.compile_decode)
         if isinstance(config.kv_cache_memory, int):
             self.kv_cache_mib.setValue(max(1, config.kv_cache_memory >> 20))
+        fraction = config.kv_cache_memory if isinstance(config.kv_cache_memory, float) else None
+        self._set_preset_cache_size(config.num_kv_blocks, fraction)
         self.block_size.setValue(config.block_size)
         self.max_num_seqs.setValue(config.max_num_seqs)
         self.max_tokens.setValue(config.max_num_batched_tokens)
@@ -145,4 +152,14 @@ class EnginePanel(QGroupBox):
         self.long_prefills.setValue(config.max_long_prefills)
         self.policy.setCurrentText(config.scheduling_policy)
         self.prefix_caching.setChecked(config.enable_prefix_caching)
-        self._num_kv_blocks = config.num_kv_blocks
+
+    def _set_preset_cache_size(self, num_kv_blocks: int | None, fraction: float | None) -> None:
+        self._num_kv_blocks, self._kv_cache_fraction = num_kv_blocks, fraction
+        if num_kv_blocks is not None:
+            note = f"set by the preset: {num_kv_blocks:,} blocks (edit the size to replace)"
+        elif fraction is not None:
+            note = f"set by the preset: {fraction:.0%} of free memory (edit the size to replace)"
+        else:
+            note = ""
+        self.kv_cache_source.setText(note)
+        self.kv_cache_source.setVisible(bool(note))
