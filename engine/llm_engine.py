@@ -29,6 +29,7 @@ from engine.model import CausalLM, RotaryEmbedding
 from engine.model_source import ModelSource, ProgressCallback, no_progress, read_model
 from engine.outputs import RequestOutput, StepResult
 from engine.quantization import check_quantization, quantize_model, weight_bytes
+from engine.smoothing import Smoothing, smooth_for_w8a8
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import FinishReason, Sequence
@@ -53,7 +54,13 @@ class LLMEngine:
         model = _build_model(source, device, dtype)
         self.unquantized_weight_bytes = weight_bytes(model)
         check_quantization(config.quantization, config.group_size, source.config, config.quantize_lm_head, device)
-        quantize_model(model, config.quantization, config.group_size, config.quantize_lm_head, progress)
+        self.activation_smoothing: Smoothing | None = None
+        head_weight = None
+        if config.quantization == "w8a8":
+            progress("calibrate activation smoothing", 0.0)
+            self.activation_smoothing, head_weight = smooth_for_w8a8(model, source.tokenizer, config.quantize_lm_head)
+            progress("calibrate activation smoothing", 1.0)
+        quantize_model(model, config.quantization, config.group_size, config.quantize_lm_head, progress, head_weight)
         self.model_path = source.path
         self.stored_tensor_types = source.stored_tensor_types
         self._init_scheduling(config, source.config, source.tokenizer, clock, device, dtype, weight_bytes(model))

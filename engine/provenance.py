@@ -43,6 +43,7 @@ def environment(engine: LLMEngine) -> dict:
         "decode_step": engine.executor.decode_mode,  # "compiled", "eager", or why compilation fell back
         "model": model_identity(engine.model_path),
         "stored_tensor_types": engine.stored_tensor_types,  # how the file kept its weights, e.g. {"Q4_1": 210}
+        "activation_smoothing": engine.activation_smoothing.describe() if engine.activation_smoothing else None,  # w8a8
     }
 
 

@@ -8,7 +8,8 @@ for the others.
   int4      W4A16: 4-bit, a scale and a minimum per group of `group_size` inputs, two per byte
   w8a8      int8 weights per output channel and int8 activations per token, quantized on the
             fly: the product itself runs on integers, which pays when it is compute-bound
-            (batched decode, prefill) rather than bound by reading the weights
+            (batched decode, prefill) rather than bound by reading the weights. The model is
+            smoothed first (engine.smoothing, SmoothQuant), calibrated at load
   bnb-int8  bitsandbytes LLM.int8() (Linear8bitLt, outlier threshold 6.0)
   bnb-nf4   bitsandbytes NF4 (Linear4bit, blocksize 64)
 """
@@ -115,8 +116,10 @@ def _bitsandbytes_linear(linear: nn.Linear, method: str, dtype: torch.dtype) -> 
     return module.to(linear.weight.device)
 
 
-def quantize_model(model: nn.Module, method: str, group_size: int, quantize_lm_head: bool, progress) -> None:
-    """Replace the projections (and the LM head when asked) in place, reporting progress."""
+def quantize_model(model: nn.Module, method: str, group_size: int, quantize_lm_head: bool, progress,
+                   head_weight: torch.Tensor | None = None) -> None:
+    """Replace the projections (and the LM head when asked) in place, reporting progress.
+    `head_weight`: the head to quantize when smoothing rescaled a copy of it (engine.smoothing)."""
     if method == "none":
         return
     layers = model.model.layers
@@ -139,8 +142,9 @@ def quantize_model(model: nn.Module, method: str, group_size: int, quantize_lm_h
         # of the same model keeps its embedding at 8 bits (Q8_0) too. w8a8 keeps its integer
         # product for the head (+3.70% perplexity against +3.00% for w8a8 alone): at 256 rows the
         # weight-only int8 kernel ran 2.3x slower than fp32, the integer product 2.5x faster.
-        head = model.model.embed_tokens.weight if model.config.tie_word_embeddings else model.lm_head.weight
-        model.quantized_head = QuantizedLinear(head.data, None, "w8a8" if method == "w8a8" else "int8", group_size)
+        if head_weight is None:
+            head_weight = model.model.embed_tokens.weight if model.config.tie_word_embeddings else model.lm_head.weight
+        model.quantized_head = QuantizedLinear(head_weight.data, None, "w8a8" if method == "w8a8" else "int8", group_size)
 
 
 def weight_bytes(model: nn.Module) -> int:

@@ -58,6 +58,7 @@ def simulated_engine(config: EngineConfig) -> LLMEngine:
     engine = LLMEngine.__new__(LLMEngine)
     engine.model_path = Path(config.model)
     engine.stored_tensor_types = {}
+    engine.activation_smoothing = None
     engine.unquantized_weight_bytes = shape.num_parameters * 2
     engine._init_scheduling(config, shape, None, clock, torch.device("cpu"), torch.float16, weights)
     engine.sleep = clock.advance
