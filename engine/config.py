@@ -53,7 +53,8 @@ class EngineConfig:
     # Quantization of the attention and MLP projections (see engine/quantization.py): weight-only
     # none, int8, int4 (group_size 32, 64 or 128), bnb-int8, bnb-nf4 (less memory and, with the
     # packed kernels, faster single-stream decode), or w8a8, int8 weights and per-token int8
-    # activations (integer products: faster batched steps), at some quality cost.
+    # activations (integer products: faster batched steps; smoothed at load, engine/smoothing.py),
+    # at some quality cost.
     quantization: str = "none"
     group_size: int = 32
     # Quantize the LM head too, to int8 per channel (for int8, int4, w8a8): in fp32 it is a fifth of
