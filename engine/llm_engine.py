@@ -29,10 +29,10 @@ from engine.model import CausalLM, RotaryEmbedding
 from engine.model_source import ModelSource, ProgressCallback, no_progress, read_model
 from engine.outputs import RequestOutput, StepResult
 from engine.quantization import check_quantization, quantize_model, weight_bytes
-from engine.smoothing import Smoothing, smooth_for_w8a8
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import FinishReason, Sequence
+from engine.smoothing import Smoothing, smooth_for_w8a8
 
 _SEED_MASK = 0x7FFF_FFFF_FFFF_FFFF
 

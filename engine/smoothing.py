@@ -70,8 +70,9 @@ def calibration_prompts(tokenizer: Tokenizer | None, vocab_size: int) -> tuple[l
 
 
 def smooth_for_w8a8(model: nn.Module, tokenizer: Tokenizer | None, smooth_head: bool) -> tuple[Smoothing, torch.Tensor | None]:
-    """Rescale the unquantized `model` in place (same function, flatter activations). Returns
-    what was done and, when `smooth_head`, the rescaled LM head weight to quantize."""
+    """Rescale the unquantized `model` (same function, flatter activations; its parameters are
+    replaced, not modified). Returns what was done and, when `smooth_head`, the rescaled LM head
+    weight to quantize."""
     prompts, source = calibration_prompts(tokenizer, model.config.vocab_size)
     maxima = _input_maxima(model, prompts)
     head_weight = None
