@@ -1,7 +1,8 @@
 """The KV cache's bookkeeping: which blocks are free, who holds which, which hold reusable prefixes.
 
-Blocks are reference counted so sequences can share a common prefix. A full block is known by a
-hash of (previous block's hash, its token ids); a new sequence whose prompt starts with the same
+Blocks are reference counted so sequences can share a common prefix. A full block is known by the
+SHA-256 of (previous block's hash, its token ids), so its key stands for the whole chain of tokens
+before it, and a collision is as unlikely as in vLLM, which hashes the same way; a new sequence whose prompt starts with the same
 blocks reuses them instead of recomputing (prefix caching). A freed block keeps its content and
 hash until it is handed out again, so a popular prefix survives while the cache has room; the free
 list is FIFO, so the least recently freed block is overwritten first.
@@ -11,19 +12,27 @@ Knows nothing of tensors: it hands out block ids; the executor owns the memory.
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections import OrderedDict
 
 from engine.sequence import Sequence
 
+ROOT_HASH = b""  # the "parent" of a sequence's first block
+
+
+def block_hash(parent_hash: bytes, token_ids: tuple[int, ...]) -> bytes:
+    """The key of a full block: it changes if any token in it or in any block before it does."""
+    return hashlib.sha256(parent_hash + array("q", token_ids).tobytes()).digest()
+
 
 class Block:
-    __slots__ = ("block_id", "ref_count", "prefix_hash", "token_ids")
+    __slots__ = ("block_id", "ref_count", "prefix_hash")
 
     def __init__(self, block_id: int):
         self.block_id = block_id
         self.ref_count = 0
-        self.prefix_hash: int | None = None
-        self.token_ids: tuple[int, ...] = ()
+        self.prefix_hash: bytes | None = None
 
 
 class BlockManager:
@@ -32,7 +41,7 @@ class BlockManager:
         self.enable_prefix_caching = enable_prefix_caching
         self.blocks = [Block(block_id) for block_id in range(num_blocks)]
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-        self._block_by_hash: dict[int, int] = {}
+        self._block_by_hash: dict[bytes, int] = {}
         self._num_cached_free = 0  # free blocks still holding a findable prefix
         self.prefix_hit_tokens = 0
         self.prefix_query_tokens = 0
@@ -66,13 +75,12 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return []
         found: list[int] = []
-        parent_hash = 0
+        parent_hash = ROOT_HASH
         for index in range((seq.num_tokens - 1) // self.block_size):
             tokens = tuple(seq.token_ids[index * self.block_size : (index + 1) * self.block_size])
-            parent_hash = hash((parent_hash, tokens))
+            parent_hash = block_hash(parent_hash, tokens)
             block_id = self._block_by_hash.get(parent_hash)
-            # Compare the tokens too: a hash collision must never serve another prompt's K/V.
-            if block_id is None or self.blocks[block_id].token_ids != tokens:
+            if block_id is None:
                 break
             found.append(block_id)
         return found
@@ -106,7 +114,7 @@ class BlockManager:
             if block.prefix_hash is not None:
                 del self._block_by_hash[block.prefix_hash]
                 self._num_cached_free -= 1
-            block.prefix_hash, block.token_ids = None, ()
+            block.prefix_hash = None
             block.ref_count = 1
             seq.block_table.append(block_id)
 
@@ -118,13 +126,13 @@ class BlockManager:
         while len(seq.block_hashes) < num_full:
             index = len(seq.block_hashes)
             tokens = tuple(seq.token_ids[index * self.block_size : (index + 1) * self.block_size])
-            parent_hash = seq.block_hashes[-1] if seq.block_hashes else 0
-            prefix_hash = hash((parent_hash, tokens))
+            parent_hash = seq.block_hashes[-1] if seq.block_hashes else ROOT_HASH
+            prefix_hash = block_hash(parent_hash, tokens)
             block = self.blocks[seq.block_table[index]]
             # Another sequence may have computed the same prefix concurrently: the first block
             # stays the findable one, and only findable blocks carry a hash.
             if self._block_by_hash.setdefault(prefix_hash, block.block_id) == block.block_id:
-                block.prefix_hash, block.token_ids = prefix_hash, tokens
+                block.prefix_hash = prefix_hash
             seq.block_hashes.append(prefix_hash)
 
     def free(self, seq: Sequence) -> None:

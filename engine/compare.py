@@ -16,6 +16,7 @@ from pathlib import Path
 
 from engine.errors import ConfigError
 
+REPORT_KEYS = ("scenario", "seed", "complete", "metrics")
 _CRITERION = re.compile(r"^(?P<metric>[\w/.-]+):(?P<sign>[+-])(?P<amount>\d+(?:\.\d+)?)(?P<percent>%?)$")
 
 
@@ -43,11 +44,17 @@ def load_report(run: str | Path) -> dict:
     path = Path(run)
     path = path / "report.json" if path.is_dir() else path
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError as exc:
+        report = json.loads(path.read_text())
+    except (FileNotFoundError, NotADirectoryError) as exc:
         raise ConfigError(f"{path}: no report found (expected a run folder with report.json)") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc})") from exc
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
+    missing = [key for key in REPORT_KEYS if not isinstance(report, dict) or key not in report]
+    if missing:
+        raise ConfigError(f"{path}: not a workbench report (missing {', '.join(missing)})")
+    return report
 
 
 def metric_rows(baseline: dict, candidate: dict) -> list[dict]:
@@ -96,7 +103,11 @@ def compare(baseline: dict, candidate: dict, intended: list[str], tolerated: lis
     by_name = {row["metric"]: row for row in rows}
     checks = [check(Criterion.parse(text), by_name, "intended") for text in intended]
     checks += [check(Criterion.parse(text), by_name, "tolerated") for text in tolerated]
-    if not checks:
+    incomplete = [f"{role} ({'; '.join(report.get('incomplete_because') or ['incomplete'])})"
+                  for role, report in (("baseline", baseline), ("candidate", candidate)) if not report["complete"]]
+    if incomplete:
+        verdict = f"no verdict: incomplete run: {', '.join(incomplete)}"
+    elif not checks:
         verdict = "no decision: no intended gain or tolerated regression was declared"
     elif all(result["passed"] for result in checks):
         verdict = "accept: every intended gain reached, every regression within tolerance"

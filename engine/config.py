@@ -30,8 +30,11 @@ class EngineConfig:
     # Paged KV cache. Tokens per block: smaller blocks waste less memory at the end of each
     # sequence but make block tables longer.
     block_size: int = 16
-    # KV cache size: an int is bytes; a float in (0, 1] is a fraction of the device's free memory.
-    kv_cache_memory: int | float = 1 << 30
+    # KV cache size: an int is bytes; a float in (0, 1] is a fraction of the device's free memory
+    # once the weights are loaded. None (the default) is vLLM's convention on GPUs, real or
+    # simulated: whatever is left of 90% of the device's memory after the weights and a step's
+    # activations; on the CPU, 1 GiB.
+    kv_cache_memory: int | float | None = None
     # Exact number of KV blocks, overriding kv_cache_memory (for experiments and tests).
     num_kv_blocks: int | None = None
     enable_prefix_caching: bool = True
@@ -47,6 +50,9 @@ class EngineConfig:
     # 0 turns the long-prompt queue off (one FIFO queue for everyone).
     long_prompt_threshold: int = 512
     max_long_prefills: int = 1
+    # The long queue's guarantee: a long prompt that has waited this long (seconds since arrival)
+    # is admitted before anyone else, so steady short traffic cannot starve it. 0 = no guarantee.
+    long_prompt_max_wait_s: float = 10.0
     # "fcfs" serves in arrival order; "priority" serves lower `priority` values first.
     scheduling_policy: str = "fcfs"
 
@@ -86,10 +92,11 @@ class EngineConfig:
             _require_int("max_model_len", self.max_model_len, 2)
         if self.num_kv_blocks is not None:
             _require_int("num_kv_blocks", self.num_kv_blocks, 1)
+        _require_number("long_prompt_max_wait_s", self.long_prompt_max_wait_s)
         memory = self.kv_cache_memory
-        if isinstance(memory, bool) or not isinstance(memory, (int, float)):
+        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float))):
             raise ConfigError(f"kv_cache_memory: expected bytes (int) or a fraction (float), got {memory!r}")
-        if isinstance(memory, float) and not 0.0 < memory <= 1.0:
+        if isinstance(memory, float) and not 0.0 < memory <= 1.0:  # also refuses NaN
             raise ConfigError(f"kv_cache_memory: a fraction must be in (0, 1], got {memory}")
         if isinstance(memory, int) and memory < 1:
             raise ConfigError(f"kv_cache_memory: expected a positive number of bytes, got {memory}")
@@ -103,8 +110,11 @@ class EngineConfig:
             raise ConfigError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
             raise ConfigError(f"device: expected 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
-        if isinstance(self.simulation_speed, bool) or not isinstance(self.simulation_speed, (int, float)) or self.simulation_speed < 0:
-            raise ConfigError(f"simulation_speed: expected a number >= 0, got {self.simulation_speed!r}")
+        _require_number("simulation_speed", self.simulation_speed)
+        _require_int("seed", self.seed, 0)
+        for name in ("enable_prefix_caching", "enable_chunked_prefill", "quantize_lm_head", "compile_decode"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"model: expected an alias, a .gguf file or a directory, got {self.model!r}")
 
@@ -114,6 +124,12 @@ class EngineConfig:
 
     def to_dict(self) -> dict:
         return {field.name: getattr(self, field.name) for field in fields(self)}
+
+
+def _require_number(name: str, value: object) -> None:
+    """A finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r}")
 
 
 def _require_int(name: str, value: object, minimum: int) -> None:

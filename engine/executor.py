@@ -66,10 +66,13 @@ class TorchExecutor:
             slots += entry.slot_mapping
             if entry.samples:
                 sample_rows.append(len(token_ids) - 1)
-        compiled = self.decode_graph is not None and self.decode_graph.usable and not batch.prefills
+        # The graph returns a row of logits for every row: only a batch whose rows all sample
+        # may use it, or a row's token would go to another.
+        compiled = (self.decode_graph is not None and self.decode_graph.usable and not batch.prefills
+                    and len(sample_rows) == len(batch.decodes))
         metadata = self._attention_metadata(batch, slots, group_by_length=not compiled)
         token_ids, positions = self._tensor(token_ids), self._tensor(positions)
-        if compiled:  # every row of a decode-only batch samples
+        if compiled:
             logits = self.decode_graph(token_ids, positions, self.kv_caches, metadata)
             if logits is not None:
                 return logits

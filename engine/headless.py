@@ -76,7 +76,10 @@ def run_headless(
     runner.on_request_end = request_ended
     try:
         result = runner.run(start_time)
-        writer.write("footer", {"duration_s": result.duration_s, "stopped_early": result.interrupted})
+        writer.write("footer", {
+            "duration_s": result.duration_s, "stopped_early": result.interrupted,
+            "requests_unfinished": result.num_unfinished, "requests_not_sent": result.num_not_sent,
+        })
     except KeyboardInterrupt:
         pass
     finally:

@@ -13,6 +13,8 @@ Per `step()`:
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 import time
 from collections.abc import Callable, Sequence as SequenceOf
 
@@ -21,9 +23,10 @@ import torch
 from engine.batch import ScheduledBatch, ScheduledSequence
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.device import free_memory_bytes, resolve_device, resolve_dtype
+from engine.device import free_memory_bytes, resolve_device, resolve_dtype, total_memory_bytes
 from engine.errors import ConfigError, EngineError, ModelLoadError
 from engine.executor import TorchExecutor
+from engine.memory import CPU_DEFAULT_KV_CACHE_BYTES, GPU_MEMORY_UTILIZATION, activation_bytes_estimate
 from engine.metrics import StepStats
 from engine.model import CausalLM, RotaryEmbedding
 from engine.model_source import ModelSource, ProgressCallback, no_progress, read_model
@@ -66,7 +69,7 @@ class LLMEngine:
         self._init_scheduling(config, source.config, source.tokenizer, clock, device, dtype, weight_bytes(model))
 
         progress("allocate KV cache", 0.0)
-        num_blocks = self._num_kv_blocks(free_memory_bytes(device))
+        num_blocks = self._num_kv_blocks(*self._kv_memory_limits())
         self.executor = TorchExecutor(model, num_blocks, config.block_size, device, dtype, config.compile_decode)
         self._init_cache(num_blocks)
         progress("allocate KV cache", 1.0)
@@ -85,6 +88,7 @@ class LLMEngine:
         self._sequences: dict[str, Sequence] = {}  # every unfinished request
         self._undelivered: list[RequestOutput] = []  # rejections and aborts, reported by the next step
         self._arrivals = itertools.count()
+        self._automatic_ids = itertools.count()
         self.num_rejections = 0
 
     def _init_cache(self, num_blocks: int) -> None:
@@ -109,13 +113,36 @@ class LLMEngine:
     def kv_cache_bytes(self) -> int:
         return self.executor.kv_cache_bytes
 
-    def _num_kv_blocks(self, free_bytes: int) -> int:
-        """Blocks from num_kv_blocks, or kv_cache_memory (bytes, or a fraction of free_bytes)."""
-        if self.config.num_kv_blocks is not None:
-            return self.config.num_kv_blocks
+    def _kv_memory_limits(self) -> tuple[int, int, str]:
+        """(bytes free for the KV cache now that the weights are loaded, the default KV size, where)."""
+        free = free_memory_bytes(self.device)
+        if self.device.type != "cuda":
+            return free, min(CPU_DEFAULT_KV_CACHE_BYTES, free), "this machine's available memory"
+        activations = activation_bytes_estimate(
+            self.model_config, self.config.max_num_batched_tokens, torch.finfo(self.dtype).bits // 8, self.config.max_num_seqs)
+        share = int(total_memory_bytes(self.device) * GPU_MEMORY_UTILIZATION)
+        default = min(free, share - torch.cuda.memory_allocated(self.device) - activations)
+        return free, default, f"{self.device}'s free memory"
+
+    def _num_kv_blocks(self, free_bytes: int, default_bytes: int, where: str) -> int:
+        """Blocks from num_kv_blocks, or kv_cache_memory: bytes, a fraction of free_bytes, or
+        default_bytes when unset. Never more than free_bytes: asking for more is a ConfigError."""
         block_bytes = self.kv_bytes_per_token * self.config.block_size
         memory = self.config.kv_cache_memory
-        budget = int(memory * free_bytes) if isinstance(memory, float) else memory
+        if self.config.num_kv_blocks is not None:
+            budget = self.config.num_kv_blocks * block_bytes
+        elif memory is None:
+            budget = default_bytes
+        elif isinstance(memory, float):
+            budget = int(memory * free_bytes)
+        else:
+            budget = memory
+        name = "num_kv_blocks" if self.config.num_kv_blocks is not None else "kv_cache_memory"
+        if budget > free_bytes:
+            raise ConfigError(
+                f"{name}: {budget / 2**20:,.0f} MiB asked for, but {where} leaves {max(free_bytes, 0) / 2**20:,.0f} MiB "
+                "once the weights are loaded; choose a smaller size or a fraction"
+            )
         if budget < block_bytes:
             raise ConfigError(
                 f"kv_cache_memory: {budget} bytes cannot hold one KV block "
@@ -144,11 +171,19 @@ class LLMEngine:
         request_id: str | None = None,
     ) -> str:
         params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise EngineError(f"params: expected SamplingParams, got {type(params).__name__}")
+        if isinstance(priority, bool) or not isinstance(priority, numbers.Integral):
+            raise EngineError(f"priority: expected an integer, got {priority!r}")
+        if arrival_time is not None and not (isinstance(arrival_time, numbers.Real) and math.isfinite(arrival_time)):
+            raise EngineError(f"arrival_time: expected a finite number of seconds on the engine clock, got {arrival_time!r}")
+        if request_id is not None and not isinstance(request_id, str):
+            raise EngineError(f"request_id: expected a string, got {request_id!r}")
         token_ids = self._prompt_token_ids(prompt)
-        arrival_index = next(self._arrivals)
-        request_id = str(arrival_index) if request_id is None else request_id
         if request_id in self._sequences:
             raise EngineError(f"request_id {request_id!r} is already in use by an unfinished request")
+        arrival_index = next(self._arrivals)
+        request_id = self._new_request_id() if request_id is None else request_id
         seed = params.seed if params.seed is not None else hash((self.config.seed, arrival_index)) & _SEED_MASK
         now = self.clock()
         seq = Sequence(
@@ -165,17 +200,27 @@ class LLMEngine:
             self._sequences[request_id] = seq
         return request_id
 
+    def _new_request_id(self) -> str:
+        """The next number not already taken by a caller's own id."""
+        while (request_id := str(next(self._automatic_ids))) in self._sequences:
+            pass
+        return request_id
+
     def _prompt_token_ids(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise EngineError(f"{self.model_path}: this model has no tokenizer; pass token ids instead of text")
             return self.tokenizer.encode(prompt)
-        token_ids = list(prompt)
+        try:
+            token_ids = list(prompt)
+        except TypeError:
+            raise EngineError(f"prompt: expected a text or a list of token ids, got {type(prompt).__name__}") from None
         vocab = self.model_config.vocab_size
-        bad = [token for token in token_ids if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab]
+        bad = [token for token in token_ids
+               if isinstance(token, bool) or not isinstance(token, numbers.Integral) or not 0 <= token < vocab]
         if bad:
             raise EngineError(f"prompt: token ids must be integers in [0, {vocab}), got {bad[:5]}")
-        return token_ids
+        return [int(token) for token in token_ids]
 
     def abort(self, request_id: str) -> bool:
         """Stop a request and free everything it holds; False if it is unknown or already done."""
@@ -213,14 +258,21 @@ class LLMEngine:
         self, prompts: SequenceOf[str | list[int]], params: SamplingParams | SequenceOf[SamplingParams] | None = None
     ) -> list[RequestOutput]:
         """Run the prompts to completion (alongside anything already queued); outputs in prompt order."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], numbers.Integral)):
             raise EngineError("generate: expected a list of prompts (texts or token-id lists)")
-        per_prompt = params if isinstance(params, SequenceOf) else [params] * len(prompts)
+        if isinstance(params, SequenceOf):
+            if len(params) != len(prompts):
+                raise EngineError(f"generate: {len(prompts)} prompts but {len(params)} SamplingParams; give one, or one per prompt")
+            per_prompt = list(params)
+        else:
+            per_prompt = [params] * len(prompts)
         ids = [self.add_request(prompt, prompt_params) for prompt, prompt_params in zip(prompts, per_prompt)]
         done: dict[str, RequestOutput] = {}
-        while len(done) < len(ids):
+        waiting_for = set(ids)
+        while waiting_for:
             for output in self.step().outputs:
-                if output.finished:
+                if output.finished and output.request_id in waiting_for:
+                    waiting_for.discard(output.request_id)
                     done[output.request_id] = output
         return [done[request_id] for request_id in ids]
 

@@ -54,6 +54,11 @@ def memory_lines(config: ModelConfig, *, weight_bytes: int, kv_cache_bytes: int,
 # Allowance for what neither weights, KV cache nor activations account for (CUDA context,
 # allocator fragmentation, framework buffers): a stated assumption, not a measurement.
 RUNTIME_OVERHEAD_FRACTION = 0.05
+# The default KV cache: on a GPU (real or simulated), what is left of this share of its memory
+# after the weights and one step's activations (vLLM's gpu_memory_utilization); on the CPU, a
+# fixed size, since the host's memory is shared with everything else.
+GPU_MEMORY_UTILIZATION = 0.9
+CPU_DEFAULT_KV_CACHE_BYTES = 1 << 30
 QUANT_GROUP_OVERHEAD_BYTES = 4  # a 16-bit scale and a 16-bit minimum per group
 
 

@@ -4,7 +4,6 @@ ending in `_ms` are milliseconds."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +32,10 @@ class StepStats:
         return 100.0 * self.kv_blocks_used / self.kv_blocks_total
 
 
+# The finish reason a run's report gives requests still waiting or running when the run ended.
+UNFINISHED = "unfinished"
+
+
 @dataclass
 class RequestMetrics:
     arrival_time: float
@@ -43,7 +46,7 @@ class RequestMetrics:
     # When each output token became available to the caller (end of the step that sampled it).
     token_times: list[float] = field(default_factory=list)
     preemptions: int = 0
-    finish_reason: str | None = None  # stop, length, abort, rejected
+    finish_reason: str | None = None  # stop, length, abort, rejected; in run reports also UNFINISHED
     finish_detail: str = ""  # e.g. why a request was rejected
 
     @property
@@ -82,20 +85,24 @@ def _elapsed_ms(start: float, end: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class Percentiles:
+    """None for every statistic when n = 0: there is nothing to summarise (and JSON has no NaN)."""
+
     n: int
-    mean: float
-    p50: float
-    p90: float
-    p99: float
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
 
     def __str__(self) -> str:
+        if self.n == 0:
+            return "no values yet (n=0)"
         return f"p50 {self.p50:.1f} / p90 {self.p90:.1f} / p99 {self.p99:.1f} (mean {self.mean:.1f}, n={self.n})"
 
 
 def percentiles(values) -> Percentiles:
-    """Mean and p50/p90/p99 (linear interpolation) of the values that are not None; NaN when n=0."""
+    """Mean and p50/p90/p99 (linear interpolation) of the values that are not None."""
     present = np.asarray([value for value in values if value is not None], dtype=np.float64)
     if present.size == 0:
-        return Percentiles(0, math.nan, math.nan, math.nan, math.nan)
+        return Percentiles(0, None, None, None, None)
     p50, p90, p99 = np.percentile(present, [50, 90, 99])
     return Percentiles(int(present.size), float(present.mean()), float(p50), float(p90), float(p99))

@@ -1,7 +1,12 @@
 """Turn a run log into the run's report: every number with its unit and its n.
 
 `build_report` reads only the log, so a finished run and a crashed one (a log without footer)
-are reported by the same code; the report then says `"complete": false`.
+are reported by the same code. A run is `"complete"` when its log was closed cleanly and every
+planned request was sent and ended; otherwise `"incomplete_because"` says what is missing.
+
+Denominators: latency percentiles cover finished requests (stop or length) only; goodput counts
+every request that arrived (rejected, aborted and unfinished ones are misses); output tok/s counts
+every token generated, aborted and unfinished requests' included. `notes` in the report says so.
 
 Metric names carry their unit (`ttft_p99_ms`, `output_tok_s`); per-tag figures are prefixed with
 the tag (`chat/ttft_p99_ms`). Each entry is {"value", "unit", "n"}, n being the number of
@@ -15,7 +20,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from engine.metrics import RequestMetrics, StepStats, percentiles
+from engine.metrics import UNFINISHED, RequestMetrics, StepStats, percentiles
 from engine.run_log import RunLog, request_metrics
 from engine.scenario import SLO
 
@@ -32,11 +37,20 @@ REQUEST_COLUMNS = ["request_id", "tag"] + [field.name for field in dataclasses.f
 ]
 
 
+NOTES = {
+    "latency": "ttft, tpot, itl, e2e and queue_time cover finished requests (stop or length) only",
+    "goodput": "requests meeting every SLO over every request that arrived: rejected, aborted and unfinished ones count as misses",
+    "output_tok_s": "every output token generated, aborted and unfinished requests' included",
+    "requests_not_sent": "planned requests the run ended before sending; they did not arrive and are in no other figure",
+}
+
+
 def _metric(value: float | None, unit: str, n: int) -> dict:
     return {"value": value, "unit": unit, "n": n}
 
 
-def latency_metrics(requests: list[RequestMetrics], slo: SLO, prefix: str = "") -> dict:
+def latency_metrics(requests: list[RequestMetrics], slo: SLO, duration_s: float, prefix: str = "") -> dict:
+    """Latency percentiles of the finished requests, and goodput over all of them."""
     finished = [metrics for metrics in requests if metrics.finish_reason in FINISHED_REASONS]
     out = {}
     for name, read in LATENCIES.items():
@@ -46,8 +60,11 @@ def latency_metrics(requests: list[RequestMetrics], slo: SLO, prefix: str = "") 
         for statistic in ("mean", "p50", "p90", "p99"):
             out[f"{prefix}{name}_{statistic}_ms"] = _metric(getattr(stats, statistic), unit, stats.n)
     meeting = sum(1 for metrics in finished if slo.met_by(metrics))
-    goodput = 100.0 * meeting / len(finished) if finished else None
-    out[f"{prefix}goodput_perc"] = _metric(goodput, f"% of finished requests meeting every SLO ({meeting} of {len(finished)})", len(finished))
+    goodput = 100.0 * meeting / len(requests) if requests else None
+    out[f"{prefix}goodput_perc"] = _metric(
+        goodput, f"% of arrived requests meeting every SLO ({meeting} of {len(requests)})", len(requests))
+    out[f"{prefix}goodput_req_s"] = _metric(
+        meeting / duration_s if duration_s > 0 else None, "requests meeting every SLO per second", len(requests))
     return out
 
 
@@ -62,6 +79,10 @@ def build_report(log: RunLog) -> dict:
     duration = log.footer["duration_s"] if log.complete else last_time - start
 
     finished = [metrics for metrics in requests if metrics.finish_reason in FINISHED_REASONS]
+    unfinished = _count(requests, UNFINISHED)
+    # Without a footer nobody knows which of the requests not logged were sent: they are counted
+    # as not sent, and the report is incomplete anyway.
+    not_sent = log.footer.get("requests_not_sent", 0) if log.complete else max(0, header["requests_planned"] - len(requests))
     output_tokens = sum(metrics.num_output_tokens for metrics in requests)
     prompt_tokens = sum(metrics.num_prompt_tokens for metrics in finished)
     prefill_tokens = sum(step.prefill_tokens for step in steps)
@@ -72,13 +93,15 @@ def build_report(log: RunLog) -> dict:
     metrics = {
         "duration_s": _metric(duration, "s", len(steps)),
         "request_throughput_req_s": _metric(per_second(len(finished)), "finished requests/s", len(finished)),
-        "output_tok_s": _metric(per_second(output_tokens), "output tokens/s", len(requests)),
+        "output_tok_s": _metric(per_second(output_tokens), "output tokens/s (all generated, see notes)", len(requests)),
         "prompt_tok_s": _metric(per_second(prompt_tokens), "prompt tokens of finished requests/s", len(finished)),
         "prefill_tok_s": _metric(per_second(prefill_tokens), "prefilled tokens/s (recomputes included)", len(steps)),
-        **latency_metrics(requests, slo),
+        **latency_metrics(requests, slo, duration),
         "requests_finished": _metric(len(finished), "requests", len(requests)),
         "requests_rejected": _metric(_count(requests, "rejected"), "requests", len(requests)),
         "requests_aborted": _metric(_count(requests, "abort"), "requests", len(requests)),
+        "requests_unfinished": _metric(unfinished, "requests still waiting or running when the run ended", len(requests)),
+        "requests_not_sent": _metric(not_sent, "planned requests never sent", header["requests_planned"]),
         "preemptions": _metric(last.preemptions_total if last else 0, "events", len(steps)),
         "kv_usage_peak_perc": _metric(max(kv_usage, default=None), "% of KV blocks", len(steps)),
         "kv_usage_mean_perc": _metric(sum(kv_usage) / len(kv_usage) if kv_usage else None, "% of KV blocks", len(steps)),
@@ -91,10 +114,16 @@ def build_report(log: RunLog) -> dict:
     }
     for tag in sorted(set(tags)):
         tagged = [metrics for metrics, request_tag in zip(requests, tags) if request_tag == tag]
-        metrics.update(latency_metrics(tagged, slo, prefix=f"{tag}/"))
+        metrics.update(latency_metrics(tagged, slo, duration, prefix=f"{tag}/"))
+    incomplete_because = [reason for reason, applies in (
+        ("the run log was not closed (crash or interruption)", not log.complete),
+        (f"{unfinished} requests were still in flight when the run ended", unfinished),
+        (f"{not_sent} planned requests were never sent", not_sent),
+    ) if applies]
     return {
-        "schema": "workbench-report/1",
-        "complete": log.complete,
+        "schema": "workbench-report/2",
+        "complete": not incomplete_because,
+        "incomplete_because": incomplete_because,
         "stopped_early": bool(log.footer and log.footer.get("stopped_early")),
         "scenario": header["scenario"],
         "variant": header.get("variant"),
@@ -104,6 +133,7 @@ def build_report(log: RunLog) -> dict:
         "engine": header["engine"],
         "requests_planned": header["requests_planned"],
         "metrics": metrics,
+        "notes": NOTES,
     }
 
 
@@ -115,7 +145,7 @@ def write_report_files(log: RunLog, out_dir: Path) -> dict:
     """report.json, requests.csv and steps.csv in out_dir; returns the report."""
     out_dir.mkdir(parents=True, exist_ok=True)
     report = build_report(log)
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
     with (out_dir / "requests.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=REQUEST_COLUMNS)
         writer.writeheader()

@@ -7,13 +7,14 @@ even if the loop was busy in a step then, so queueing delay is measured, not hid
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from engine.llm_engine import LLMEngine
-from engine.metrics import RequestMetrics, StepStats
+from engine.metrics import UNFINISHED, RequestMetrics, StepStats
 from engine.outputs import RequestOutput, StepResult
 from engine.prompts import PromptMaker
 from engine.sampling_params import SamplingParams
@@ -35,8 +36,12 @@ class RunResult:
     start_time: float  # engine clock when the run started
     duration_s: float
     steps: list[StepStats] = field(default_factory=list)
+    # Every request sent: ended ones, then those still in flight when the run stopped (finish
+    # reason "unfinished"), so that no request that arrived is missing from the run's figures.
     requests: list[EndedRequest] = field(default_factory=list)
     interrupted: bool = False
+    num_unfinished: int = 0  # sent, still waiting or running at the end
+    num_not_sent: int = 0  # planned, but the run stopped before they were due
 
 
 def plan_scenario(scenario: Scenario, engine: LLMEngine, maker: PromptMaker) -> list[PlannedRequest]:
@@ -81,6 +86,7 @@ class ScenarioRunner:
         self.should_stop = should_stop
         self.sleep = sleep or engine.sleep
         self.tags: dict[str, str] = {}  # request id -> tag, for every request sent
+        self._in_flight: dict[str, None] = {}  # sent and not ended, in order of sending
         self.result = RunResult(start_time=engine.clock(), duration_s=0.0)
         self._closed_loop_in_flight: set[str] = set()
         self._prompt_maker = PromptMaker(engine.tokenizer, engine.model_config.vocab_size)
@@ -117,7 +123,21 @@ class ScenarioRunner:
                 pass
         finally:
             self.result.duration_s = self.engine.clock() - self.start_time
+            self._account_for_the_rest()
         return self.result
+
+    def _account_for_the_rest(self) -> None:
+        """Report the requests the run ends without: those in flight as "unfinished" (with what
+        they had so far), those never sent as a count."""
+        unfinished = [(request_id, self.engine.sequence(request_id)) for request_id in self._in_flight]
+        self.result.num_unfinished = len(unfinished)
+        for request_id, seq in unfinished:
+            if seq is None:  # ended inside a step that was interrupted before it returned
+                continue
+            metrics = dataclasses.replace(seq.metrics, token_times=list(seq.metrics.token_times), finish_reason=UNFINISHED,
+                                          finish_detail=f"{seq.state} when the run ended")
+            self._record_end(EndedRequest(request_id, self.tags[request_id], metrics))
+        self.result.num_not_sent = len(self._timed) + len(self._closed_loop)
 
     def start(self, start_time: float | None = None) -> None:
         self.result.start_time = self.engine.clock() if start_time is None else start_time
@@ -189,6 +209,7 @@ class ScenarioRunner:
         )
         request_id = f"{request.tag}-{len(self.tags)}"
         self.tags[request_id] = request.tag
+        self._in_flight[request_id] = None
         self.engine.add_request(list(request.prompt_token_ids), params, arrival_time=arrival_time, request_id=request_id)
         self.on_send(request_id)
         return request_id
@@ -201,6 +222,9 @@ class ScenarioRunner:
             self.on_output(output)
             if output.finished:
                 self._closed_loop_in_flight.discard(output.request_id)
-                ended = EndedRequest(output.request_id, self.tags.get(output.request_id, ""), output.metrics)
-                self.result.requests.append(ended)
-                self.on_request_end(ended)
+                self._record_end(EndedRequest(output.request_id, self.tags.get(output.request_id, ""), output.metrics))
+
+    def _record_end(self, ended: EndedRequest) -> None:
+        self._in_flight.pop(ended.request_id, None)
+        self.result.requests.append(ended)
+        self.on_request_end(ended)

@@ -1,4 +1,5 @@
-"""Logits -> token ids: greedy, temperature, top-k, top-p, each row with its own seed.
+"""Logits -> token ids: greedy, temperature, min-p, top-k, top-p (in that order, as vLLM), each
+row with its own seed.
 
 Random rows draw with a generator seeded per (request, output index), so a request's tokens are
 the same whatever else shares its batch and whether or not it was preempted and recomputed.
@@ -30,6 +31,10 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], seeds: list[int])
 def _filtered_probabilities(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
     temperatures = torch.tensor([p.temperature for p in params], device=logits.device).unsqueeze(1)
     logits = logits / temperatures
+    min_ps = torch.tensor([p.min_p for p in params], device=logits.device).unsqueeze(1)
+    if bool((min_ps > 0).any()):
+        # p < min_p * p_max  <=>  logit < max logit + log(min_p)
+        logits = logits.masked_fill(logits < logits.amax(dim=-1, keepdim=True) + min_ps.log(), float("-inf"))
     top_ks = [p.top_k for p in params]
     if any(top_ks):
         vocab = logits.shape[-1]

@@ -1,10 +1,19 @@
-"""`SamplingParams`: how one request turns logits into tokens, and when it stops."""
+"""`SamplingParams`: how one request turns logits into tokens, and when it stops.
+
+Every field is checked here, when the request is made: a value the sampler could not use must
+never reach a step (where it would fail the step, or quietly sample garbage)."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 
 from engine.errors import ConfigError
+
+# Below this temperature, sampling is greedy (as in vLLM): dividing logits by a tiny temperature
+# overflows float32 and turns every probability into NaN.
+GREEDY_TEMPERATURE = 1e-5
 
 
 @dataclass
@@ -15,6 +24,8 @@ class SamplingParams:
     top_k: int = 0
     # Keep the smallest set of tokens whose probability adds up to top_p (1.0 = no limit).
     top_p: float = 1.0
+    # Drop tokens less likely than min_p times the most likely one (0.0 = no limit).
+    min_p: float = 0.0
     # Same seed, same prompt, same tokens, whatever else is in the batch. None: the engine's seed
     # stream, so results still repeat for a whole run with the same engine seed.
     seed: int | None = None
@@ -25,17 +36,37 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ConfigError(f"temperature: expected >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ConfigError(f"top_k: expected >= 0 (0 = off), got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"top_p: expected a value in (0, 1], got {self.top_p}")
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ConfigError(f"max_tokens: expected a positive integer, got {self.max_tokens!r}")
+        self.temperature = _real("temperature", self.temperature, "a finite number >= 0 (0 = greedy)", lambda value: value >= 0)
+        self.top_p = _real("top_p", self.top_p, "a number in (0, 1]", lambda value: 0.0 < value <= 1.0)
+        self.min_p = _real("min_p", self.min_p, "a number in [0, 1]", lambda value: 0.0 <= value <= 1.0)
+        self.top_k = _integer("top_k", self.top_k, "an integer >= 0 (0 = off)", lambda value: value >= 0)
+        self.max_tokens = _integer("max_tokens", self.max_tokens, "a positive integer", lambda value: value >= 1)
+        if self.seed is not None:
+            self.seed = _integer("seed", self.seed, "an integer or None", lambda value: True)
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        if not isinstance(self.stop, (list, tuple)) or not all(isinstance(text, str) and text for text in self.stop):
+            raise ConfigError(f"stop: expected a list of non-empty strings, got {self.stop!r}")
+        self.stop = list(self.stop)
+        if not isinstance(self.stop_token_ids, (list, tuple)):
+            raise ConfigError(f"stop_token_ids: expected a list of token ids, got {self.stop_token_ids!r}")
+        self.stop_token_ids = [_integer("stop_token_ids", token, "token ids >= 0", lambda value: value >= 0)
+                               for token in self.stop_token_ids]
+        if not isinstance(self.ignore_eos, bool):
+            raise ConfigError(f"ignore_eos: expected true or false, got {self.ignore_eos!r}")
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_TEMPERATURE
+
+
+def _real(name: str, value: object, expected: str, valid) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or not valid(value):
+        raise ConfigError(f"{name}: expected {expected}, got {value!r}")
+    return float(value)
+
+
+def _integer(name: str, value: object, expected: str, valid) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not valid(value):
+        raise ConfigError(f"{name}: expected {expected}, got {value!r}")
+    return int(value)

@@ -3,18 +3,23 @@ prefix caching and preemption by recompute.
 
 Each `schedule()` builds one step's batch under two budgets, `max_num_seqs` and
 `max_num_batched_tokens`:
-  1. running sequences: decodes first (one token each), then unfinished prefill chunks; when the
-     KV cache has no block for one of them, the newest running sequence (lowest priority first
-     under the "priority" policy) is preempted: its blocks are freed and it waits to be recomputed;
+  1. running sequences: decodes first (one token each), then unfinished prefill chunks. When the
+     KV cache has no block for one of them, a running sequence is preempted, as in vLLM V1: the
+     lowest-priority one (under the "priority" policy), then the latest to arrive, which may be
+     the sequence that asked. Its blocks are freed and it waits to be recomputed;
   2. if nothing was preempted, waiting sequences are admitted: the regular queue first, then the
      long-prompt queue, where at most `max_long_prefills` prefill at once in chunks of at most
      `long_prompt_threshold` tokens. A burst of short chats therefore never waits behind a very
-     long prompt; the long one uses the budget they leave.
+     long prompt; the long one uses the budget they leave. Two rules keep that fair: a long prompt
+     that has waited `long_prompt_max_wait_s` goes first (nobody is admitted ahead of it), and
+     under the "priority" policy the queues are served by priority across both, a waiting
+     request preempting running ones of lower priority when it has no slot or no blocks.
 `update()` then records what the executor computed and sampled.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from engine.batch import ScheduledBatch, ScheduledSequence
@@ -29,14 +34,21 @@ class _Budget:
     tokens: int
 
 
+class _Admission(enum.Enum):
+    ADMITTED = "admitted"
+    NO_SLOT = "max_num_seqs reached"
+    NO_BLOCKS = "not enough free KV blocks"
+    NO_BUDGET = "the whole prompt does not fit this step's token budget (chunked prefill is off)"
+
+
 class Scheduler:
     def __init__(self, config: EngineConfig, block_manager: BlockManager, max_model_len: int):
         self.config = config
         self.block_manager = block_manager
         self.max_model_len = max_model_len
-        by_priority = config.scheduling_policy == "priority"
-        self.waiting = WaitQueue(by_priority)
-        self.waiting_long = WaitQueue(by_priority)
+        self.by_priority = config.scheduling_policy == "priority"
+        self.waiting = WaitQueue(self.by_priority)
+        self.waiting_long = WaitQueue(self.by_priority)
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self._in_flight: list[Sequence] = []  # row order of the last batch
@@ -81,25 +93,24 @@ class Scheduler:
 
     def schedule(self, now: float) -> ScheduledBatch:
         budget = _Budget(self.config.max_num_batched_tokens)
-        scheduled: list[tuple[Sequence, int]] = []
+        scheduled: dict[Sequence, int] = {}  # sequence -> tokens it computes this step, in order
         preempted = self._schedule_running(scheduled, budget)
         if not preempted:
             self._admit_waiting(scheduled, budget, now)
         return self._build_batch(scheduled)
 
-    def _schedule_running(self, scheduled: list[tuple[Sequence, int]], budget: _Budget) -> bool:
-        decoding = [seq for seq in self.running if not seq.is_prefilling]
-        prefilling = [seq for seq in self.running if seq.is_prefilling]
+    def _schedule_running(self, scheduled: dict[Sequence, int], budget: _Budget) -> bool:
         preempted = False
-        for seq in decoding + prefilling:
+        decodes_first = sorted(self.running, key=lambda seq: seq.is_prefilling)  # stable: keeps running order
+        for seq in decodes_first:
             if budget.tokens == 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:  # preempted earlier in this loop
                 continue
             count = self._chunk_size(seq, seq.num_uncomputed_tokens, budget)
             while not self.block_manager.can_grow(seq, count):
-                victim = self._preemption_victim(scheduled, seq)
-                self._preempt(victim)
+                victim = self._preemption_victim()
+                self._preempt(victim, scheduled, budget)
                 preempted = True
                 if victim is seq:
                     break
@@ -107,18 +118,17 @@ class Scheduler:
                 self._take(seq, count, scheduled, budget)
         return preempted
 
-    def _preemption_victim(self, scheduled: list[tuple[Sequence, int]], needy: Sequence) -> Sequence:
-        """The newest running sequence not already in this batch (lowest priority first under the
-        priority policy); the needy sequence itself when there is no other."""
-        in_batch = {id(seq) for seq, _ in scheduled}
-        candidates = [seq for seq in self.running if id(seq) not in in_batch and seq is not needy]
-        if not candidates:
-            return needy
-        if self.config.scheduling_policy == "priority":
-            return max(candidates, key=lambda seq: (seq.priority, self.running.index(seq)))
-        return candidates[-1]
+    def _preemption_order(self, seq: Sequence) -> tuple[int, int]:
+        """Larger goes first: lower priority (a larger value) under the priority policy, then later arrival."""
+        return (seq.priority if self.by_priority else 0, seq.arrival_index)
 
-    def _preempt(self, seq: Sequence) -> None:
+    def _preemption_victim(self) -> Sequence:
+        return max(self.running, key=self._preemption_order)
+
+    def _preempt(self, seq: Sequence, scheduled: dict[Sequence, int], budget: _Budget) -> None:
+        """Free the sequence's blocks and send it back to its queue; if it was already part of this
+        step's batch, it leaves the batch and its tokens return to the budget."""
+        budget.tokens += scheduled.pop(seq, 0)
         self.block_manager.free(seq)
         self.running.remove(seq)
         seq.status = SequenceStatus.WAITING
@@ -126,28 +136,75 @@ class Scheduler:
         self.num_preemptions += 1
         self._queue_of(seq).push(seq)
 
-    def _admit_waiting(self, scheduled: list[tuple[Sequence, int]], budget: _Budget, now: float) -> None:
-        for queue in (self.waiting, self.waiting_long):
-            while queue and budget.tokens > 0 and len(self.running) < self.config.max_num_seqs:
-                seq = queue.peek()
-                if seq.is_long and self._num_long_prefills() >= self.config.max_long_prefills:
-                    break
-                cached = self.block_manager.find_cached_prefix(seq)
-                uncomputed = seq.num_tokens - len(cached) * self.block_manager.block_size
-                count = self._chunk_size(seq, uncomputed, budget)
-                if not self.config.enable_chunked_prefill and count < uncomputed <= self.config.max_num_batched_tokens:
-                    break  # the whole prompt must fit in one step; wait for a step with room
-                if not self._blocks_available(seq, cached, count):
-                    break
-                queue.pop()
-                self.block_manager.admit(seq, cached)
-                seq.status = SequenceStatus.RUNNING
-                if seq.metrics.first_scheduled_time is None:
-                    seq.metrics.first_scheduled_time = now
-                self.running.append(seq)
-                self._take(seq, count, scheduled, budget)
+    def _admit_waiting(self, scheduled: dict[Sequence, int], budget: _Budget, now: float) -> None:
+        skipped: list[WaitQueue] = []  # queues whose head cannot start this step
+        while budget.tokens > 0:
+            queue = self._next_queue(skipped, now)
+            if queue is None:
+                return
+            seq = queue.peek()
+            outcome = self._try_admit(seq, scheduled, budget, now)
+            if outcome is _Admission.ADMITTED:
+                continue
+            if outcome is not _Admission.NO_BUDGET and self._preempt_for(seq, scheduled, budget):
+                continue
+            if self._is_overdue(seq, now):
+                return  # the long queue's guarantee: nobody is admitted ahead of it
+            skipped.append(queue)
 
-    def _blocks_available(self, seq: Sequence, cached: list[int], count: int) -> bool:
+    def _next_queue(self, skipped: list[WaitQueue], now: float) -> WaitQueue | None:
+        """The queue whose head is admitted next: an overdue long prompt, else by priority across
+        both queues under the priority policy, the regular queue before the long one otherwise."""
+        candidates = [queue for queue in (self.waiting, self.waiting_long) if queue and queue not in skipped]
+        if self.waiting_long in candidates and self._num_long_prefills() >= self.config.max_long_prefills:
+            candidates.remove(self.waiting_long)
+        if not candidates:
+            return None
+
+        def order(queue: WaitQueue) -> tuple:
+            head = queue.peek()
+            overdue = self._is_overdue(head, now)
+            return (not overdue, head.priority if self.by_priority else 0, head.is_long, head.arrival_index)
+
+        return min(candidates, key=order)
+
+    def _is_overdue(self, seq: Sequence, now: float) -> bool:
+        limit = self.config.long_prompt_max_wait_s
+        return seq.is_long and limit > 0 and now - seq.metrics.arrival_time >= limit
+
+    def _try_admit(self, seq: Sequence, scheduled: dict[Sequence, int], budget: _Budget, now: float) -> _Admission:
+        if len(self.running) >= self.config.max_num_seqs:
+            return _Admission.NO_SLOT
+        cached = self.block_manager.find_cached_prefix(seq)
+        uncomputed = seq.num_tokens - len(cached) * self.block_manager.block_size
+        count = self._chunk_size(seq, uncomputed, budget)
+        if not self.config.enable_chunked_prefill and count < uncomputed <= self.config.max_num_batched_tokens:
+            # The whole prompt must fit in one step. (Only a recompute after preemption can be
+            # longer than the budget; that one is chunked, or it could never run again.)
+            return _Admission.NO_BUDGET
+        if not self._blocks_available(cached, count):
+            return _Admission.NO_BLOCKS
+        self._queue_of(seq).pop()
+        self.block_manager.admit(seq, cached)
+        seq.status = SequenceStatus.RUNNING
+        if seq.metrics.first_scheduled_time is None:
+            seq.metrics.first_scheduled_time = now
+        self.running.append(seq)
+        self._take(seq, count, scheduled, budget)
+        return _Admission.ADMITTED
+
+    def _preempt_for(self, seq: Sequence, scheduled: dict[Sequence, int], budget: _Budget) -> bool:
+        """Under the priority policy, make room for a waiting sequence by preempting the running
+        sequence that would be preempted first, if its priority is strictly lower."""
+        if not self.by_priority or not self.running:
+            return False
+        victim = self._preemption_victim()
+        if victim.priority <= seq.priority:
+            return False
+        self._preempt(victim, scheduled, budget)
+        return True
+
+    def _blocks_available(self, cached: list[int], count: int) -> bool:
         manager = self.block_manager
         # Cached blocks that nobody holds sit in the free list; taking them shrinks it.
         cached_free = sum(1 for block_id in cached if manager.blocks[block_id].ref_count == 0)
@@ -156,22 +213,22 @@ class Scheduler:
 
     def _chunk_size(self, seq: Sequence, uncomputed: int, budget: _Budget) -> int:
         count = min(uncomputed, budget.tokens)
-        if seq.is_long:
+        if seq.is_long and self.config.enable_chunked_prefill:
             count = min(count, self.config.long_prompt_threshold)
         return count
 
     def _num_long_prefills(self) -> int:
         return sum(1 for seq in self.running if seq.is_long and seq.is_prefilling)
 
-    def _take(self, seq: Sequence, count: int, scheduled: list[tuple[Sequence, int]], budget: _Budget) -> None:
+    def _take(self, seq: Sequence, count: int, scheduled: dict[Sequence, int], budget: _Budget) -> None:
         self.block_manager.grow(seq, count)
-        scheduled.append((seq, count))
+        scheduled[seq] = count
         budget.tokens -= count
 
-    def _build_batch(self, scheduled: list[tuple[Sequence, int]]) -> ScheduledBatch:
+    def _build_batch(self, scheduled: dict[Sequence, int]) -> ScheduledBatch:
         batch = ScheduledBatch(decodes=[], prefills=[], block_size=self.block_manager.block_size)
         decode_seqs, prefill_seqs = [], []
-        for seq, count in scheduled:
+        for seq, count in scheduled.items():
             start = seq.num_computed_tokens
             entry = ScheduledSequence(
                 request_id=seq.request_id,
@@ -183,7 +240,9 @@ class Scheduler:
                 params=seq.params,
                 sample_seed=hash((seq.seed, seq.num_output_tokens)) & 0x7FFF_FFFF_FFFF_FFFF,
             )
-            if count == 1:
+            # A decode extends an output: its one token is the last one sampled. A one-token chunk
+            # of a prompt (or of a recompute) is prefill, and need not sample.
+            if count == 1 and entry.samples and seq.num_output_tokens > 0:
                 batch.decodes.append(entry)
                 decode_seqs.append(seq)
             else:

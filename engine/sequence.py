@@ -51,7 +51,7 @@ class Sequence:
         self.num_computed_tokens = 0
         self.block_table: list[int] = []
         # Prefix hashes of this sequence's full, computed blocks, in block order.
-        self.block_hashes: list[int] = []
+        self.block_hashes: list[bytes] = []
         self.finish_reason: FinishReason | None = None
         # Output text cut at a matched stop string, when one was hit.
         self.stop_text_end: int | None = None

@@ -16,7 +16,7 @@ from engine.config import EngineConfig
 from engine.cost_model import CostModel
 from engine.errors import ConfigError
 from engine.llm_engine import LLMEngine
-from engine.memory import RUNTIME_OVERHEAD_FRACTION, activation_bytes_estimate, weight_bytes_estimate
+from engine.memory import GPU_MEMORY_UTILIZATION, RUNTIME_OVERHEAD_FRACTION, activation_bytes_estimate, weight_bytes_estimate
 from engine.model_source import ProgressCallback, no_progress
 from engine.simulated_executor import SimulatedClock, SimulatedExecutor
 
@@ -49,10 +49,12 @@ def simulated_engine(config: EngineConfig) -> LLMEngine:
     hardware = hardware_profile(hardware_name)
     bits = QUANTIZATION_BITS[config.quantization]
     weights = weight_bytes_estimate(shape, bits, config.group_size if bits == 4 else None)
-    if weights >= hardware.memory_bytes:
+    activations = activation_bytes_estimate(shape, config.max_num_batched_tokens, 2, config.max_num_seqs)
+    usable = hardware.memory_bytes * (1 - RUNTIME_OVERHEAD_FRACTION) - activations
+    if weights >= usable:
         raise ConfigError(
-            f"{name} weights need {weights / 1e9:.1f} GB at {bits} bits but {hardware_name} has {hardware.memory_bytes / 1e9:.1f} GB; "
-            "choose fewer bits, a smaller model or a larger GPU"
+            f"{name} weights need {weights / 1e9:.1f} GB at {bits} bits but {hardware_name} has {hardware.memory_bytes / 1e9:.1f} GB "
+            f"({usable / 1e9:.1f} GB after runtime overhead and activations); choose fewer bits, a smaller model or a larger GPU"
         )
     clock = SimulatedClock(speed=config.simulation_speed)
     engine = LLMEngine.__new__(LLMEngine)
@@ -62,9 +64,10 @@ def simulated_engine(config: EngineConfig) -> LLMEngine:
     engine.unquantized_weight_bytes = shape.num_parameters * 2
     engine._init_scheduling(config, shape, None, clock, torch.device("cpu"), torch.float16, weights)
     engine.sleep = clock.advance
-    activations = activation_bytes_estimate(shape, config.max_num_batched_tokens, 2, config.max_num_seqs)
-    free = hardware.memory_bytes * (1 - RUNTIME_OVERHEAD_FRACTION) - weights - activations
-    num_blocks = engine._num_kv_blocks(int(free))
+    free = int(usable - weights)
+    default = int(hardware.memory_bytes * GPU_MEMORY_UTILIZATION - weights - activations)
+    where = f"{hardware_name} ({hardware.memory_bytes / 2**30:,.1f} GiB, {weights / 2**30:,.2f} GiB of weights)"
+    num_blocks = engine._num_kv_blocks(free, default, where)
     executor = SimulatedExecutor(CostModel(shape, hardware, weights, engine.kv_bytes_per_token), clock)
     executor.kv_cache_bytes = num_blocks * config.block_size * engine.kv_bytes_per_token
     engine.executor = executor
@@ -72,8 +75,8 @@ def simulated_engine(config: EngineConfig) -> LLMEngine:
     longest = engine.max_model_len
     if engine.block_manager.blocks_to_cover(longest) > num_blocks:
         raise ConfigError(
-            f"one {longest:,}-token request needs {longest * engine.kv_bytes_per_token / 1e9:.2f} GB of KV cache but "
-            f"{hardware_name} has {executor.kv_cache_bytes / 1e9:.2f} GB left for it after the weights; "
-            "lower max_model_len or use fewer weight bits"
+            f"one {longest:,}-token request needs {longest * engine.kv_bytes_per_token / 1e9:.2f} GB of KV cache but the "
+            f"KV cache holds {executor.kv_cache_bytes / 1e9:.2f} GB ({num_blocks:,} blocks); at most {max(free, 0) / 1e9:.2f} GB "
+            f"fit on {hardware_name} after the weights: raise kv_cache_memory, lower max_model_len or use fewer weight bits"
         )
     return engine

@@ -158,6 +158,11 @@ def plan_traffic(
 ) -> list[PlannedRequest]:
     if profile.prompts == "trace":
         return read_trace(Path(profile.trace_file), prompt_maker, rng, profile.tag)
+    if profile.prompts == "synthetic" and profile.shared_prefix_tokens > max_model_len - 3:
+        raise ConfigError(
+            f"shared_prefix_tokens: {profile.shared_prefix_tokens} leaves no room for a prompt and an output within "
+            f"max_model_len ({max_model_len} tokens); expected at most {max_model_len - 3}"
+        )
     if profile.arrival == "closed_loop":
         if not profile.num_requests:
             raise ConfigError("num_requests: closed_loop traffic needs a number of requests")
