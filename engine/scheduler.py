@@ -138,6 +138,7 @@ class Scheduler:
 
     def _admit_waiting(self, scheduled: dict[Sequence, int], budget: _Budget, now: float) -> None:
         skipped: list[WaitQueue] = []  # queues whose head cannot start this step
+        admitted: list[Sequence] = []  # never preempted in the step that admitted them: no cycles
         while budget.tokens > 0:
             queue = self._next_queue(skipped, now)
             if queue is None:
@@ -145,8 +146,9 @@ class Scheduler:
             seq = queue.peek()
             outcome = self._try_admit(seq, scheduled, budget, now)
             if outcome is _Admission.ADMITTED:
+                admitted.append(seq)
                 continue
-            if outcome is not _Admission.NO_BUDGET and self._preempt_for(seq, scheduled, budget):
+            if outcome is not _Admission.NO_BUDGET and self._preempt_for(seq, admitted, scheduled, budget, now):
                 continue
             if self._is_overdue(seq, now):
                 return  # the long queue's guarantee: nobody is admitted ahead of it
@@ -193,12 +195,16 @@ class Scheduler:
         self._take(seq, count, scheduled, budget)
         return _Admission.ADMITTED
 
-    def _preempt_for(self, seq: Sequence, scheduled: dict[Sequence, int], budget: _Budget) -> bool:
+    def _preempt_for(self, seq: Sequence, admitted: list[Sequence], scheduled: dict[Sequence, int], budget: _Budget,
+                     now: float) -> bool:
         """Under the priority policy, make room for a waiting sequence by preempting the running
-        sequence that would be preempted first, if its priority is strictly lower."""
-        if not self.by_priority or not self.running:
+        sequence that would be preempted first, if its priority is strictly lower. Exempt: those
+        admitted in this step, and overdue long prompts (the long queue's guarantee would admit
+        them straight back, round after round)."""
+        candidates = [running for running in self.running if running not in admitted and not self._is_overdue(running, now)]
+        if not self.by_priority or not candidates:
             return False
-        victim = self._preemption_victim()
+        victim = max(candidates, key=self._preemption_order)
         if victim.priority <= seq.priority:
             return False
         self._preempt(victim, scheduled, budget)
