@@ -58,7 +58,7 @@ def model_names() -> list[str]:
 
 
 def hardware_names() -> list[str]:
-    return sorted([*_table("hardware.toml"), THIS_MACHINE, *_cached_profiles()])
+    return sorted({*_table("hardware.toml"), THIS_MACHINE, *_cached_profiles()})
 
 
 def model_shape(name: str) -> tuple[ModelConfig, str]:

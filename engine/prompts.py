@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.errors import ConfigError
 from engine.sharegpt import load_sharegpt
 from engine.tokenizer import Tokenizer
 
@@ -33,7 +34,8 @@ class PromptMaker:
         """A random conversation's first question (chat-formatted when the model has a template)
         and the token length of the reference reply."""
         if self.tokenizer is None:
-            raise ValueError("ShareGPT prompts need a model with a tokenizer")
+            raise ConfigError("prompts: ShareGPT prompts need a model with a tokenizer (a simulated model has none); "
+                              "use synthetic prompts")
         conversations = load_sharegpt().conversations
         conversation = conversations[int(rng.integers(0, len(conversations)))]
         text = conversation.prompt

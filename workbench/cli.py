@@ -89,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as error:
         print(f"workbench: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a path that cannot be read or written: say which, without a traceback
+        print(f"workbench: {error.filename or ''}: {error.strerror or error}", file=sys.stderr)
+        return 2
 
 
 def _list_presets() -> int:

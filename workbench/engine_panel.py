@@ -8,12 +8,14 @@ from PySide6.QtWidgets import (
 )
 
 from engine.config import DTYPES, QUANTIZATION_METHODS, SCHEDULING_POLICIES, EngineConfig
+from engine.errors import ConfigError
 from engine.model_source import BUNDLED_MODELS
-from workbench.form_widgets import int_box
+from workbench.form_widgets import float_box, int_box
 
 
 class EnginePanel(QGroupBox):
     apply_requested = Signal(object)  # EngineConfig
+    invalid = Signal(str)  # a configuration error, for the status line (never an exception in a slot)
 
     def __init__(self):
         super().__init__("Engine")
@@ -48,7 +50,10 @@ class EnginePanel(QGroupBox):
         self.compile_decode = QCheckBox("compile decode step")
         self.compile_decode.setToolTip("Run decode-only steps as one torch.compile graph: fewer, fused operators and less Python "
                                        "per step. Loading compiles two graphs first: minutes on a 2-core CPU, seconds once cached.")
-        self.kv_cache_mib = int_box(1, 1 << 20, 1024, "KV cache size. More blocks admit more concurrent tokens before preemption.", 64)
+        self.kv_cache_mib = int_box(0, 1 << 20, 0, "KV cache size. More blocks admit more concurrent tokens before preemption.\n"
+                                    "auto: what 90% of a GPU's memory leaves after the weights (vLLM's convention; "
+                                    "simulated GPUs too), 1 GiB on the CPU.", 64)
+        self.kv_cache_mib.setSpecialValueText("auto")
         # A preset may size the cache by block count (kv-pressure) or as a fraction of free
         # memory, which a MiB box cannot show: both are kept, and named below the box, until the
         # size is edited.
@@ -64,15 +69,17 @@ class EnginePanel(QGroupBox):
         self.chunked.setToolTip("Split long prompts over steps that also carry decodes, instead of one huge step.")
         self.long_threshold = int_box(0, 1 << 20, defaults.long_prompt_threshold, "Prompts of at least this many tokens wait in the long-prompt queue (0 = off), and prefill in chunks of at most this size.", 64)
         self.long_prefills = int_box(1, 64, defaults.max_long_prefills, "At most this many long prompts prefill at once.")
+        self.long_max_wait = float_box(0, 1e6, defaults.long_prompt_max_wait_s, "The long queue's guarantee: a long prompt that "
+                                       "has waited this many seconds is admitted before anyone else (0 = no guarantee).", 1)
         self.policy = QComboBox()
         self.policy.addItems(list(SCHEDULING_POLICIES))
         self.policy.setToolTip("fcfs: arrival order; priority: lower priority values first (and preempted last).")
         self.prefix_caching = QCheckBox("prefix caching")
         self.prefix_caching.setChecked(defaults.enable_prefix_caching)
         self.prefix_caching.setToolTip("Reuse KV blocks of identical prompt prefixes instead of recomputing them.")
-        apply = QPushButton("Apply and load")
-        apply.setToolTip("Reload the engine with these settings (requests in flight are dropped after confirmation).")
-        apply.clicked.connect(lambda: self.apply_requested.emit(self.config()))
+        self.apply_button = QPushButton("Apply and load")
+        self.apply_button.setToolTip("Reload the engine with these settings (requests in flight are dropped after confirmation).")
+        self.apply_button.clicked.connect(self._request_apply)
 
         model_row = QHBoxLayout()
         model_row.addWidget(self.model, 1)
@@ -92,13 +99,14 @@ class EnginePanel(QGroupBox):
         form.addRow("token budget / step", self.max_tokens)
         form.addRow("long-prompt threshold", self.long_threshold)
         form.addRow("max long prefills", self.long_prefills)
+        form.addRow("long prompt max wait (s)", self.long_max_wait)
         form.addRow("policy", self.policy)
         form.addRow(self.chunked)
         form.addRow(self.prefix_caching)
         form.addRow(self.compile_decode)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
-        layout.addWidget(apply)
+        layout.addWidget(self.apply_button)
 
     def _pick_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "GGUF model", "", "GGUF (*.gguf)")
@@ -110,6 +118,14 @@ class EnginePanel(QGroupBox):
         if path:
             self.model.setCurrentText(path)
 
+    def _request_apply(self) -> None:
+        try:
+            config = self.config()
+        except ConfigError as error:
+            self.invalid.emit(f"engine: {error}")
+            return
+        self.apply_requested.emit(config)
+
     def config(self) -> EngineConfig:
         """The panel's settings as a validated EngineConfig (raises ConfigError)."""
         return EngineConfig(
@@ -120,7 +136,7 @@ class EnginePanel(QGroupBox):
             group_size=int(self.group_size.currentText()),
             quantize_lm_head=self.quantize_head.isChecked(),
             compile_decode=self.compile_decode.isChecked(),
-            kv_cache_memory=self._kv_cache_fraction or self.kv_cache_mib.value() << 20,
+            kv_cache_memory=self._kv_cache_fraction or (self.kv_cache_mib.value() << 20) or None,
             num_kv_blocks=self._num_kv_blocks,
             block_size=self.block_size.value(),
             max_num_seqs=self.max_num_seqs.value(),
@@ -128,6 +144,7 @@ class EnginePanel(QGroupBox):
             enable_chunked_prefill=self.chunked.isChecked(),
             long_prompt_threshold=self.long_threshold.value(),
             max_long_prefills=self.long_prefills.value(),
+            long_prompt_max_wait_s=self.long_max_wait.value(),
             scheduling_policy=self.policy.currentText(),
             enable_prefix_caching=self.prefix_caching.isChecked(),
         )
@@ -140,7 +157,9 @@ class EnginePanel(QGroupBox):
         self.group_size.setCurrentText(str(config.group_size))
         self.quantize_head.setChecked(config.quantize_lm_head)
         self.compile_decode.setChecked(config.compile_decode)
-        if isinstance(config.kv_cache_memory, int):
+        if config.kv_cache_memory is None:
+            self.kv_cache_mib.setValue(0)
+        elif isinstance(config.kv_cache_memory, int):
             self.kv_cache_mib.setValue(max(1, config.kv_cache_memory >> 20))
         fraction = config.kv_cache_memory if isinstance(config.kv_cache_memory, float) else None
         self._set_preset_cache_size(config.num_kv_blocks, fraction)
@@ -150,6 +169,7 @@ class EnginePanel(QGroupBox):
         self.chunked.setChecked(config.enable_chunked_prefill)
         self.long_threshold.setValue(config.long_prompt_threshold)
         self.long_prefills.setValue(config.max_long_prefills)
+        self.long_max_wait.setValue(config.long_prompt_max_wait_s)
         self.policy.setCurrentText(config.scheduling_policy)
         self.prefix_caching.setChecked(config.enable_prefix_caching)
 

@@ -169,8 +169,13 @@ class EngineWorker(QObject):
             except EngineError as error:
                 self.failed.emit(str(error))
             except Exception as error:  # noqa: BLE001 - the loop must survive anything a step raises
-                # The engine may be half-way through a step: drop it; a new configuration reloads.
+                # The engine may be half-way through a step: drop it, stop its traffic and close the
+                # run log without a footer (its report says incomplete); a new configuration reloads.
+                engine_was_running = self._engine is not None
                 self._engine, self._runner = None, None
+                self._close_log()
+                if engine_was_running:
+                    self.traffic_state.emit("stopped")
                 self.failed.emit(f"engine stopped: {type(error).__name__}: {error}. Apply a configuration to reload.")
                 traceback.print_exc()
 

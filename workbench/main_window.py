@@ -140,6 +140,8 @@ class MainWindow(QMainWindow):
         worker.failed.connect(self.on_failed)
         worker.traffic_state.connect(lambda state: self.traffic_label.setText(f"traffic: {state}"))
         self.engine_panel.apply_requested.connect(self.apply_config)
+        self.engine_panel.invalid.connect(self.on_failed)
+        self.traffic_panel.invalid.connect(self.on_failed)
         panel = self.traffic_panel
         panel.start_requested.connect(self.start_traffic)
         panel.pause_requested.connect(worker.pause_traffic)

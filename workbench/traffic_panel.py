@@ -8,6 +8,7 @@ from PySide6.QtWidgets import (
     QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QListWidget, QPushButton, QVBoxLayout, QWidget,
 )
 
+from engine.errors import ConfigError
 from engine.presets import load_preset, preset_names
 from engine.scenario import SLO, Scenario
 from engine.traffic import ARRIVAL_KINDS, LENGTH_KINDS, LengthDistribution, TrafficProfile
@@ -21,13 +22,17 @@ class TrafficPanel(QWidget):
     stop_requested = Signal()
     inject_requested = Signal(int, int, int, str)  # count, prompt tokens, output tokens, tag
     preset_chosen = Signal(object)  # Scenario
+    invalid = Signal(str)  # a configuration error, for the status line (never an exception in a slot)
 
     def __init__(self):
         super().__init__()
         self.arrival = QComboBox()
         self.arrival.addItems(list(ARRIVAL_KINDS))
         self.arrival.setToolTip("poisson: random; gamma: burstiness sets the clumping; closed_loop: keep N in flight.")
-        self.rate = float_box(0.01, 10_000, 2.0, "Mean arrival rate, requests per second.")
+        self.rate = float_box(0.01, 10_000, 2.0, "Mean arrival rate, requests per second (a ramp's starting rate).")
+        self.end_rate = float_box(0.01, 10_000, 10.0, "ramp: the rate reached at the end of the duration, requests per second.")
+        self.duration = float_box(0, 1e6, 0, "ramp: how long the rate takes to move from rate to end rate (needed).\n"
+                                  "Every arrival: stop sending after this many seconds (0 = the request count decides).", 1)
         self.burstiness = float_box(0.01, 100, 1.0, "Gamma shape: 1 is Poisson, below 1 burstier (CV = 1/sqrt(burstiness)).")
         self.concurrency = int_box(1, 4096, 8, "closed_loop: requests kept in flight.")
         self.num_requests = int_box(1, 1_000_000, 100, "Requests to send before the traffic ends.")
@@ -46,7 +51,7 @@ class TrafficPanel(QWidget):
         self.e2e_slo = float_box(0, 1e8, 0, "End-to-end threshold in ms (0 = none).", 0)
 
         self.start_button, self.pause_button, self.stop_button = QPushButton("Start"), QPushButton("Pause"), QPushButton("Stop")
-        self.start_button.clicked.connect(lambda: self.start_requested.emit(self.scenario()))
+        self.start_button.clicked.connect(self._request_start)
         self.pause_button.setCheckable(True)
         self.pause_button.toggled.connect(lambda paused: (self.pause_requested if paused else self.resume_requested).emit())
         self.stop_button.clicked.connect(self.stop_requested.emit)
@@ -68,7 +73,8 @@ class TrafficPanel(QWidget):
 
         shape = QFormLayout()
         for label, widget in (
-            ("arrival", self.arrival), ("rate (req/s)", self.rate), ("burstiness", self.burstiness),
+            ("arrival", self.arrival), ("rate (req/s)", self.rate), ("end rate (req/s)", self.end_rate),
+            ("duration (s)", self.duration), ("burstiness", self.burstiness),
             ("concurrency", self.concurrency), ("requests", self.num_requests), ("prompts", self.prompts),
             ("prompt length", self.prompt_kind), ("prompt tokens", self.prompt_mean), ("spread", self.prompt_spread),
             ("output tokens", self.output_mean), ("seed", self.seed),
@@ -110,6 +116,14 @@ class TrafficPanel(QWidget):
         name, _, variant = entry.partition(" / ")
         return load_preset(name, variant=variant or None)
 
+    def _request_start(self) -> None:
+        try:
+            scenario = self.scenario()
+        except ConfigError as error:
+            self.invalid.emit(f"traffic: {error}")
+            return
+        self.start_requested.emit(scenario)
+
     def slo(self) -> SLO:
         def threshold(box: QDoubleSpinBox) -> float | None:
             return box.value() or None
@@ -123,7 +137,8 @@ class TrafficPanel(QWidget):
             low=max(1, mean // 2) if kind == "uniform" else 1, high=mean * 3 // 2 if kind == "uniform" else 0,
         )
         traffic = TrafficProfile(
-            arrival=self.arrival.currentText(), rate=self.rate.value(), burstiness=self.burstiness.value(),
+            arrival=self.arrival.currentText(), rate=self.rate.value(), end_rate=self.end_rate.value(),
+            duration_s=self.duration.value(), burstiness=self.burstiness.value(),
             concurrency=self.concurrency.value(), num_requests=self.num_requests.value(), prompts=self.prompts.currentText(),
             prompt_len=prompt_len, output_len=LengthDistribution(kind="fixed", mean=self.output_mean.value()),
         )
@@ -135,6 +150,8 @@ class TrafficPanel(QWidget):
         if traffic is not None:
             self.arrival.setCurrentText(traffic.arrival)
             self.rate.setValue(traffic.rate)
+            self.end_rate.setValue(traffic.end_rate or self.end_rate.value())
+            self.duration.setValue(traffic.duration_s)
             self.burstiness.setValue(traffic.burstiness)
             self.concurrency.setValue(traffic.concurrency)
             self.num_requests.setValue(max(1, traffic.num_requests))

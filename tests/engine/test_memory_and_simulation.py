@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from engine import ConfigError, EngineConfig
+from bench.soak import soak
 from engine.catalogue import hardware_profile, model_names, model_shape
 from engine.cost_model import CostModel, StepShape
 from engine.memory import concurrency_lines, params_only_line, weight_bytes_estimate
@@ -58,20 +57,13 @@ def test_estimates_agree_with_a_loaded_models_bytes(tiny_llama):
     assert kv_estimate == pytest.approx(engine.kv_cache_bytes, rel=0.01)
 
 
-def test_ten_thousand_simulated_requests_in_seconds_none_lost():
-    config = EngineConfig(model="simulated:llama-2-7b@h100-80gb", max_num_seqs=256, max_num_batched_tokens=4096, kv_cache_memory=0.9)
-    engine = simulated_engine(config)
-    traffic = TrafficProfile(arrival="poisson", rate=60.0, num_requests=10_000,
-                             prompt_len=LengthDistribution(kind="lognormal", mean=200, std=0.8, high=3000),
-                             output_len=LengthDistribution(kind="lognormal", mean=150, std=0.8, high=1000))
-    started = time.perf_counter()
-    result = ScenarioRunner(engine, Scenario(name="sim", engine=config, traffic=traffic)).run()
-    elapsed = time.perf_counter() - started
-    assert len(result.requests) == 10_000
-    assert all(request.metrics.finish_reason in ("length", "stop", "rejected", "abort") for request in result.requests)
-    assert engine.block_manager.num_used_blocks == 0 and not engine.has_unfinished()
-    assert result.duration_s > 100  # simulated seconds: about 10,000 / 60 req/s of arrivals
-    assert elapsed < 30
+def test_a_soak_with_random_aborts_loses_no_request():
+    """bench.soak's run on fewer requests (its 10,000-request run and its wall time are a benchmark)."""
+    outcome = soak(num_requests=2_000, abort_probability=0.2, seed=1)
+    assert outcome["sent"] == outcome["ended"] == 2_000
+    assert outcome["lost"] == outcome["ended_twice"] == outcome["blocks_in_use_at_end"] == 0
+    assert outcome["finish_reasons"]["abort"] > 50 and outcome["finish_reasons"]["length"] > 1_000
+    assert outcome["simulated_s"] > 2_000 / 60 * 0.8  # simulated seconds: about 2,000 / 60 req/s of arrivals
 
 
 def test_impossible_simulations_are_refused_with_numbers():

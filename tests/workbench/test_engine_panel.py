@@ -22,3 +22,12 @@ def test_a_preset_fraction_or_block_count_survives_until_the_size_is_edited(qtbo
 
     panel.set_config(EngineConfig(kv_cache_memory=64 << 20))
     assert panel.config().kv_cache_memory == 64 << 20 and panel.kv_cache_mib.value() == 64
+
+
+def test_the_default_cache_size_is_auto_and_round_trips(qtbot):
+    panel = EnginePanel()
+    qtbot.addWidget(panel)
+    assert panel.config().kv_cache_memory is None and panel.kv_cache_mib.text() == "auto"
+    panel.set_config(EngineConfig(kv_cache_memory=64 << 20, long_prompt_max_wait_s=2.5))
+    panel.set_config(EngineConfig())
+    assert panel.config().kv_cache_memory is None and panel.config().long_prompt_max_wait_s == 10.0

@@ -3,8 +3,11 @@ conditions, never on fixed sleeps."""
 
 from __future__ import annotations
 
+import itertools
 import time
 
+from engine.report import build_report
+from engine.run_log import read_run_log
 from engine.scenario import SLO, Scenario
 from engine.traffic import LengthDistribution, TrafficProfile
 from tests.workbench.conftest import load
@@ -72,10 +75,22 @@ def test_an_engine_error_is_shown_and_a_new_configuration_still_loads(window, qt
     def broken(batch):
         raise RuntimeError("simulated kernel failure")
 
-    window.worker._engine.executor.execute = broken
-    window.traffic_panel.inject_requested.emit(2, 10, 5, "chat")
+    steps = itertools.count(1)
+    execute = window.worker._engine.executor.execute
+
+    def fails_on_step_three(batch):
+        if next(steps) == 3:
+            raise RuntimeError("simulated kernel failure")
+        return execute(batch)
+
+    window.worker._engine.executor.execute = fails_on_step_three
+    window.start_traffic(Scenario(name="t", traffic=TrafficProfile(arrival="poisson", rate=100.0, num_requests=50)))
     qtbot.waitUntil(lambda: "simulated kernel failure" in window.error_label.text(), timeout=30_000)
     assert "Apply a configuration to reload" in window.error_label.text()
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: stopped", timeout=5_000)
+    log = read_run_log(window.worker.run_log_path)
+    assert not log.complete and len(log.steps) == 2
+    assert build_report(log)["incomplete_because"][0].startswith("the run log was not closed")
     window.engine_panel.set_config(tiny_config)
     window.engine_panel.apply_requested.emit(window.engine_panel.config())
     qtbot.waitUntil(lambda: window.error_label.text() == "" and "ready" in window.stage.text(), timeout=30_000)
@@ -119,3 +134,30 @@ def test_settings_are_remembered_between_launches(qtbot, tmp_path, monkeypatch, 
     qtbot.addWidget(second)
     assert second.engine_panel.max_num_seqs.value() == 7
     second.close()
+
+
+def test_ramp_traffic_takes_its_end_rate_and_duration_from_the_panel(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    panel = window.traffic_panel
+    started = []
+    panel.start_requested.connect(started.append)
+    panel.arrival.setCurrentText("ramp")
+    panel.duration.setValue(0)  # a ramp needs a duration: a message in the window, no exception
+    panel.start_button.click()
+    assert "traffic: end_rate, duration_s: a ramp needs" in window.error_label.text() and not started
+    panel.rate.setValue(20)
+    panel.end_rate.setValue(200)
+    panel.duration.setValue(0.5)
+    panel.num_requests.setValue(12)
+    panel.output_mean.setValue(4)
+    panel.start_button.click()
+    assert started[-1].traffic.arrival == "ramp" and started[-1].traffic.end_rate == 200 and started[-1].traffic.duration_s == 0.5
+    qtbot.waitUntil(lambda: len(window.worker.rows()) == 12 and all_ended(window), timeout=30_000)
+
+
+def test_an_invalid_engine_configuration_is_a_message_not_an_exception(window, qtbot):
+    window.engine_panel.model.setCurrentText("  ")
+    applied = []
+    window.engine_panel.apply_requested.connect(applied.append)
+    window.engine_panel.apply_button.click()
+    assert window.error_label.text().startswith("engine: model: expected") and not applied
