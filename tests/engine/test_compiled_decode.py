@@ -56,3 +56,14 @@ def test_failed_compile_falls_back_to_eager(tiny_llama, monkeypatch):
         fallen_back = tiny_engine(directory, compile_decode=True)
     assert fallen_back.executor.decode_mode == "eager (compile failed: RuntimeError: no C++ compiler found)"
     assert generate_each_way(fallen_back) == expected
+
+
+def test_compiled_decode_gives_each_row_its_own_token_with_one_token_prompt_chunks(tiny_llama):
+    """long_prompt_threshold = 1 prefills every prompt one token at a time: one-token rows that do
+    not sample sit in the same batches as decodes. Each sampled token must still be its own row's."""
+    directory, _ = tiny_llama
+    settings = dict(long_prompt_threshold=1, max_long_prefills=2)
+    prompts = [[5, 9, 2, 40, 7], [11], [3] * 7, [8, 1, 3]]
+    expected = [output.token_ids for output in tiny_engine(directory, **settings).generate(prompts, GREEDY)]
+    compiled = tiny_engine(directory, compile_decode=True, **settings)
+    assert [output.token_ids for output in compiled.generate(prompts, GREEDY)] == expected
