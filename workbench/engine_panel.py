@@ -8,9 +8,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine.config import DTYPES, QUANTIZATION_METHODS, SCHEDULING_POLICIES, EngineConfig
-from engine.errors import ConfigError
 from engine.model_source import BUNDLED_MODELS
-from workbench.form_widgets import float_box, int_box
+from workbench.form_widgets import emit_validated, float_box, int_box
 
 
 class EnginePanel(QGroupBox):
@@ -79,7 +78,7 @@ class EnginePanel(QGroupBox):
         self.prefix_caching.setToolTip("Reuse KV blocks of identical prompt prefixes instead of recomputing them.")
         self.apply_button = QPushButton("Apply and load")
         self.apply_button.setToolTip("Reload the engine with these settings (requests in flight are dropped after confirmation).")
-        self.apply_button.clicked.connect(self._request_apply)
+        self.apply_button.clicked.connect(lambda: emit_validated(self.config, self.apply_requested, self.invalid, "engine"))
 
         model_row = QHBoxLayout()
         model_row.addWidget(self.model, 1)
@@ -117,14 +116,6 @@ class EnginePanel(QGroupBox):
         path = QFileDialog.getExistingDirectory(self, "Hugging Face model folder")
         if path:
             self.model.setCurrentText(path)
-
-    def _request_apply(self) -> None:
-        try:
-            config = self.config()
-        except ConfigError as error:
-            self.invalid.emit(f"engine: {error}")
-            return
-        self.apply_requested.emit(config)
 
     def config(self) -> EngineConfig:
         """The panel's settings as a validated EngineConfig (raises ConfigError)."""

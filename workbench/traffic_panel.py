@@ -8,11 +8,10 @@ from PySide6.QtWidgets import (
     QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QListWidget, QPushButton, QVBoxLayout, QWidget,
 )
 
-from engine.errors import ConfigError
 from engine.presets import load_preset, preset_names
 from engine.scenario import SLO, Scenario
 from engine.traffic import ARRIVAL_KINDS, LENGTH_KINDS, LengthDistribution, TrafficProfile
-from workbench.form_widgets import float_box, int_box
+from workbench.form_widgets import emit_validated, float_box, int_box
 
 
 class TrafficPanel(QWidget):
@@ -51,7 +50,7 @@ class TrafficPanel(QWidget):
         self.e2e_slo = float_box(0, 1e8, 0, "End-to-end threshold in ms (0 = none).", 0)
 
         self.start_button, self.pause_button, self.stop_button = QPushButton("Start"), QPushButton("Pause"), QPushButton("Stop")
-        self.start_button.clicked.connect(self._request_start)
+        self.start_button.clicked.connect(lambda: emit_validated(self.scenario, self.start_requested, self.invalid, "traffic"))
         self.pause_button.setCheckable(True)
         self.pause_button.toggled.connect(lambda paused: (self.pause_requested if paused else self.resume_requested).emit())
         self.stop_button.clicked.connect(self.stop_requested.emit)
@@ -115,14 +114,6 @@ class TrafficPanel(QWidget):
         """"name" or "name / variant", as listed."""
         name, _, variant = entry.partition(" / ")
         return load_preset(name, variant=variant or None)
-
-    def _request_start(self) -> None:
-        try:
-            scenario = self.scenario()
-        except ConfigError as error:
-            self.invalid.emit(f"traffic: {error}")
-            return
-        self.start_requested.emit(scenario)
 
     def slo(self) -> SLO:
         def threshold(box: QDoubleSpinBox) -> float | None:
