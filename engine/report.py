@@ -117,8 +117,8 @@ def build_report(log: RunLog) -> dict:
         metrics.update(latency_metrics(tagged, slo, duration, prefix=f"{tag}/"))
     incomplete_because = [reason for reason, applies in (
         ("the run log was not closed (crash or interruption)", not log.complete),
-        (f"{unfinished} requests were still in flight when the run ended", unfinished),
-        (f"{not_sent} planned requests were never sent", not_sent),
+        (f"requests still in flight when the run ended: {unfinished}", unfinished),
+        (f"planned requests never sent: {not_sent}", not_sent),
     ) if applies]
     return {
         "schema": "workbench-report/2",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from engine.errors import ConfigError
 from engine.metrics import RequestMetrics, StepStats
 
 
@@ -50,13 +51,22 @@ class RunLog:
 
 
 def read_run_log(path: Path) -> RunLog:
+    """The log's records; ConfigError when the file is missing or is not a run log."""
     header, steps, requests, footer = None, [], [], None
-    with path.open(encoding="utf-8") as handle:
+    try:
+        handle = path.open(encoding="utf-8")
+    except FileNotFoundError as error:
+        raise ConfigError(f"{path}: no run log here (a run folder holds run.jsonl)") from error
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot be read ({error.strerror})") from error
+    with handle:
         for line in handle:
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, UnicodeDecodeError):
                 break  # a line cut short by the crash
+            if not isinstance(record, dict) or "type" not in record:
+                break
             kind = record.pop("type")
             if kind == "header":
                 header = record
@@ -66,8 +76,8 @@ def read_run_log(path: Path) -> RunLog:
                 requests.append(record)
             elif kind == "footer":
                 footer = record
-    if header is None:
-        raise ValueError(f"{path}: no header line; not a workbench run log")
+    if header is None or not {"start_time", "scenario", "engine"} <= set(header):
+        raise ConfigError(f"{path}: no header line; not a workbench run log")
     return RunLog(header, steps, requests, footer)
 
 

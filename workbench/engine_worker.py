@@ -144,6 +144,11 @@ class EngineWorker(QObject):
     def run_log_path(self) -> Path:
         return self.runs_dir / RUN_LOG_NAME
 
+    def at_rest(self) -> bool:
+        """Every request sent has ended and no traffic is left to send: the run so far is whole."""
+        runner = self._runner
+        return not self.has_requests_in_flight() and not (runner is not None and runner.traffic_pending)
+
     def has_requests_in_flight(self) -> bool:
         with self._lock:
             return any(row.state not in ("finished", "rejected", "aborted") for row in self._rows.values())

@@ -23,7 +23,7 @@ from engine.compare import compare, format_comparison, load_report
 from engine.device import total_memory_bytes
 from engine.memory import memory_lines, process_resident_bytes
 from engine.report import write_report_files
-from engine.run_log import read_run_log
+from engine.run_log import RunLogWriter, read_run_log
 from engine.scenario import Scenario
 from workbench.block_map import BlockMapView
 from workbench.engine_panel import EnginePanel
@@ -238,11 +238,27 @@ class MainWindow(QMainWindow):
         folder = folder or QFileDialog.getExistingDirectory(self, "Save the current run into")
         if not folder:
             return None
-        log = read_run_log(self.worker.run_log_path)
         target = Path(folder)
-        report = write_report_files(log, target)
-        (target / "run.jsonl").write_bytes(self.worker.run_log_path.read_bytes())
-        export_plot_images(log, target)
+        try:
+            at_rest = self.worker.at_rest()
+            log = read_run_log(self.worker.run_log_path)
+            target.mkdir(parents=True, exist_ok=True)
+            (target / "run.jsonl").write_bytes(self.worker.run_log_path.read_bytes())
+            if at_rest:  # nothing in flight or left to send: the saved copy is a whole run
+                last_time = log.steps[-1]["time_s"] if log.steps else log.header["start_time"]
+                log.footer = {"duration_s": last_time - log.header["start_time"], "stopped_early": False,
+                              "requests_unfinished": 0, "requests_not_sent": 0}
+                writer = RunLogWriter(target / "run.jsonl")
+                writer.write("footer", log.footer)
+                writer.close()
+            report = write_report_files(log, target)
+            export_plot_images(log, target)
+        except EngineError as error:
+            self.on_failed(f"save run: {error}")
+            return None
+        except OSError as error:
+            self.on_failed(f"save run: {error.filename or target}: {error.strerror or error}")
+            return None
         self.runs_text.setPlainText(f"saved to {target}\n\n{json.dumps(report['metrics'], indent=1)[:4000]}")
         return target
 
@@ -250,8 +266,12 @@ class MainWindow(QMainWindow):
         folder = folder or QFileDialog.getExistingDirectory(self, "Open a run folder")
         if not folder:
             return
-        log = read_run_log(Path(folder) / "run.jsonl")
-        store = store_from_log(log)
+        try:
+            log = read_run_log(Path(folder) / "run.jsonl")
+            store = store_from_log(log)
+        except (EngineError, KeyError, TypeError) as error:  # KeyError, TypeError: a header of another shape
+            self.on_failed(f"open run: {error if isinstance(error, EngineError) else f'{folder}: not a workbench run log'}")
+            return
         self.viewing_past_run = True
         self.plots.update_from(store.snapshot())
         self.runs_text.setPlainText(f"viewing {folder} ({'complete' if log.complete else 'incomplete'}); 'Back to live' returns")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QPushButton, QSplitter, QTableView, QVBoxLayout, QWidget
 
@@ -49,6 +51,8 @@ class RequestsModel(QAbstractTableModel):
                 return "-"
             return f"{value:,.1f}" if isinstance(value, float) else str(value)
         if role == Qt.ItemDataRole.UserRole:  # sort key: numbers as numbers, missing values last
+            if isinstance(value, str):  # ids sort naturally: chat-9 before chat-10
+                return re.sub(r"\d+", lambda digits: digits.group().zfill(12), value)
             return float("inf") if value is None else value
         return None
 

@@ -4,6 +4,7 @@ conditions, never on fixed sleeps."""
 from __future__ import annotations
 
 import itertools
+import json
 import time
 
 from engine.report import build_report
@@ -115,11 +116,27 @@ def test_saved_run_can_be_opened_and_compared(window, qtbot, tiny_config, tmp_pa
     window.start_traffic(Scenario(name="t", traffic=traffic, slo=SLO(ttft_ms=5000)))
     qtbot.waitUntil(lambda: len(window.worker.rows()) == 8 and all_ended(window), timeout=30_000)
     first = window.save_run(str(tmp_path / "first"))
-    assert (first / "report.json").exists() and (first / "latency.png").exists()
+    assert (first / "latency.png").exists()
+    report = json.loads((first / "report.json").read_text())
+    assert report["complete"] and report["metrics"]["requests_finished"]["value"] == 8  # every request ended: a whole run
+    assert read_run_log(first / "run.jsonl").complete
     window.open_run(str(first))
     assert window.viewing_past_run and "viewing" in window.runs_text.toPlainText()
     window.compare_runs(str(first), str(first))
-    assert "verdict:" in window.runs_text.toPlainText()
+    assert "verdict: no decision: no intended gain or tolerated regression was declared" in window.runs_text.toPlainText()
+
+
+def test_runs_tab_errors_are_messages(window, qtbot, tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / "run.jsonl").write_text("not json at all\n")
+    for folder, message in ((tmp_path / "empty", "no run log here"), (tmp_path / "missing", "no run log here"),
+                            (tmp_path / "garbage", "not a workbench run log")):
+        window.open_run(str(folder))
+        assert window.error_label.text().startswith("open run: ") and message in window.error_label.text(), folder
+    assert not window.viewing_past_run
+    assert window.save_run(str(tmp_path / "nothing-yet")) is None  # no engine loaded: no run log yet
+    assert window.error_label.text().startswith("save run: ")
 
 
 def test_settings_are_remembered_between_launches(qtbot, tmp_path, monkeypatch, tiny_config):
