@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
 CPU_TORCH_SOURCE := $(if $(wildcard /opt/wheels/torch-2.13.0*),--find-links /opt/wheels,--index-url https://download.pytorch.org/whl/cpu)
 
-.PHONY: run test bench setup
+.PHONY: run test test-fast mutation bench setup
 
 setup: $(STAMP)
 
@@ -32,6 +32,15 @@ run: $(STAMP)
 
 test: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+
+# The development loop: everything but the tests marked slow (SmolLM2, transformers, torch.compile).
+test-fast: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not slow"
+
+# Mutation testing of the core modules (configured in pyproject.toml); about half an hour, not in CI.
+mutation: $(STAMP)
+	$(PY) -m pip install --quiet 'mutmut==3.8.1'
+	QT_QPA_PLATFORM=offscreen TRITON_INTERPRET=1 HYPOTHESIS_PROFILE=mutation $(VENV)/bin/mutmut run --max-children 2; $(VENV)/bin/mutmut results
 
 bench: $(STAMP)
 	$(PY) -m engine.bench

@@ -13,8 +13,16 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from hypothesis import settings
+
 from engine import EngineConfig, LLMEngine
 from engine.model_source import read_model
+
+# Property tests that set no max_examples of their own run 150 cases; mutation testing, which runs
+# them once per mutant, 25 (HYPOTHESIS_PROFILE=mutation, set by `make mutation`).
+settings.register_profile("workbench", max_examples=150)
+settings.register_profile("mutation", max_examples=25)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "workbench"))
 
 TINY_SHAPE = dict(
     vocab_size=96,

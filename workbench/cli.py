@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"workbench: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # a path that cannot be read or written: say which, without a traceback
-        print(f"workbench: {error.filename or ''}: {error.strerror or error}", file=sys.stderr)
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"workbench: {where}{error.strerror or error}", file=sys.stderr)
         return 2
 
 

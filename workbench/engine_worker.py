@@ -119,8 +119,10 @@ class EngineWorker(QObject):
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
 
-    def shutdown(self, timeout_s: float = 2.0) -> bool:
-        """Stop traffic and the loop; True when the thread ended within the timeout."""
+    def shutdown(self, timeout_s: float | None = None) -> bool:
+        """Stop traffic and the loop; True when the thread has ended. The loop reads commands
+        between steps, so by default this waits for the step in flight (seconds, for a long
+        prefill on a CPU): tearing the interpreter down under a running step aborts the process."""
         self._commands.put(("shutdown", None))
         self._thread.join(timeout_s)
         return not self._thread.is_alive()

@@ -319,5 +319,5 @@ class MainWindow(QMainWindow):
         stored.sync()
         self.plot_timer.stop()
         self.table_timer.stop()
-        self.worker.shutdown(timeout_s=2.0)
+        self.worker.shutdown()
         super().closeEvent(event)

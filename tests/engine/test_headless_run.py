@@ -7,6 +7,8 @@ import csv
 import itertools
 import json
 
+import pytest
+
 
 from engine import EngineConfig, LLMEngine
 from engine.headless import RUN_LOG_NAME, run_headless
@@ -44,20 +46,26 @@ def test_a_run_writes_every_file_with_every_required_field(tmp_path, tiny_llama)
     assert report["versions"]["model"]["files"]["model.safetensors"]  # sha256 of the weights
     assert report["scenario"]["engine"]["max_num_batched_tokens"] == 64  # the full resolved configuration
     metrics = report["metrics"]
-    for name in ("request_throughput_req_s", "output_tok_s", "prompt_tok_s", "goodput_perc", "preemptions",
-                 "requests_rejected", "requests_aborted", "kv_usage_peak_perc", "kv_usage_mean_perc", "prefix_cache_hit_perc"):
-        assert {"value", "unit", "n"} <= set(metrics[name]), name
-    for latency in ("ttft", "tpot", "itl", "e2e", "queue_time"):
+    duration = metrics["duration_s"]["value"]
+    # 12 chats of 6 output tokens and 2 bursts of 3: 78 tokens; 5 gaps per chat and 2 per burst request.
+    assert metrics["output_tok_s"]["value"] == pytest.approx(78 / duration) and metrics["output_tok_s"]["n"] == 14
+    assert metrics["request_throughput_req_s"]["value"] == pytest.approx(14 / duration)
+    for latency, n in (("ttft", 14), ("tpot", 14), ("itl", 12 * 5 + 2 * 2), ("e2e", 14), ("queue_time", 14)):
         for statistic in ("mean", "p50", "p90", "p99"):
-            assert metrics[f"{latency}_{statistic}_ms"]["n"] > 0
+            assert metrics[f"{latency}_{statistic}_ms"]["n"] == n, latency
     assert metrics["requests_finished"]["value"] == 14 and metrics["goodput_perc"]["value"] == 100.0
+    assert metrics["requests_rejected"]["value"] == metrics["requests_aborted"]["value"] == metrics["requests_unfinished"]["value"] == 0
     assert metrics["chat/ttft_p99_ms"]["n"] == 12 and metrics["burst/ttft_p99_ms"]["n"] == 2
     with (tmp_path / "requests.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 14 and {"ttft_ms", "tpot_ms", "e2e_ms", "queue_time_ms", "preemptions", "finish_reason", "token_times"} <= set(rows[0])
+    ttfts = sorted(float(row["ttft_ms"]) for row in rows)
+    assert metrics["ttft_p50_ms"]["value"] == pytest.approx((ttfts[6] + ttfts[7]) / 2)  # the median of 14, from the CSV
+    log_lines = [json.loads(line) for line in (tmp_path / RUN_LOG_NAME).read_text().splitlines()]
     with (tmp_path / "steps.csv").open() as handle:
         steps = list(csv.DictReader(handle))
-    assert len(steps) == report["metrics"]["duration_s"]["n"] and "kv_blocks_used" in steps[0]
+    assert len(steps) == sum(1 for line in log_lines if line["type"] == "step") > 0
+    assert sum(int(step["prefill_tokens"]) for step in steps) == pytest.approx(metrics["prefill_tok_s"]["value"] * duration)
 
 
 def test_an_interrupted_run_still_yields_a_partial_report(tmp_path, tiny_llama):

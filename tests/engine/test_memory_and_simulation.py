@@ -45,8 +45,11 @@ def test_catalogue_covers_the_required_shapes_and_gpus():
 def test_concurrent_4k_chats_on_an_h100():
     llama, _ = model_shape("llama-2-7b")
     lines, fits = concurrency_lines(llama, 80e9, 16, 2, 4096, 2048, 256)
-    kv_line = lines[-1]
-    assert fits == kv_line.bytes // (512 * 1024 * 4096) and 20 < fits < 35
+    weights = 6_738_415_616 * 2  # parameters x 2 bytes
+    activations = 2048 * (4 * 4096 + 2 * 32 * 128 + 3 * 11008) * 2 + 256 * 32000 * 4  # one layer live, fp32 logits
+    overhead = 4_000_000_000  # 5% of 80 GB
+    assert [line.bytes for line in lines] == [weights, activations, overhead, 80_000_000_000 - weights - activations - overhead]
+    assert fits == 28  # 62.25 GB / (512 KiB x 4,096 tokens = 2.147 GB) = 28.99
 
 
 def test_estimates_agree_with_a_loaded_models_bytes(tiny_llama):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from engine import ConfigError
@@ -15,8 +17,14 @@ def test_required_presets_ship_and_every_variant_loads():
     for name in preset_names():
         scenario = load_preset(name)
         assert scenario.name == name and scenario.description
-        for variant in scenario.variants:
-            assert load_preset(name, variant=variant).name == name
+        for variant_name, variant in scenario.variants.items():
+            applied = load_preset(name, variant=variant_name)
+            assert applied.name == name
+            for key, value in variant.engine.items():
+                assert getattr(applied.engine, key) == value, (name, variant_name, key)
+            for key, value in variant.traffic.items():
+                actual = getattr(applied.traffic, key)
+                assert (dataclasses.asdict(actual) | value == dataclasses.asdict(actual)) if isinstance(value, dict) else actual == value
 
 
 def test_long_prompt_isolation_variants_differ_only_in_admission():

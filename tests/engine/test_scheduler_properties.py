@@ -161,7 +161,8 @@ class Checked:
         raise AssertionError(f"livelock: requests still unfinished after {MAX_STEPS_TO_DRAIN} steps")
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# 150 cases per run (the "workbench" profile, tests/conftest.py); `make mutation` runs fewer.
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(engine_configs(), OPERATIONS)
 def test_random_configurations_and_traffic_keep_every_invariant(config, operations):
     checked = Checked(config)

@@ -6,7 +6,9 @@ import json
 
 from PySide6.QtGui import QImage
 
+from engine.run_log import RunLog, read_run_log
 from workbench.cli import main
+from workbench.report_images import export_plot_images
 
 
 def distinct_colours(path) -> tuple[int, int]:
@@ -15,6 +17,13 @@ def distinct_colours(path) -> tuple[int, int]:
     assert not image.isNull(), path
     colours = {image.pixel(x, y) for x in range(0, image.width(), 7) for y in range(0, image.height(), 7)}
     return image.width(), len(colours)
+
+
+def pixels_unlike(path, empty_path, skip_top: int = 60) -> int:
+    """Pixels that differ from the same plot drawn with no data, below its title (sampled 1 in 4)."""
+    image, empty = QImage(str(path)), QImage(str(empty_path))
+    width, height = min(image.width(), empty.width()), min(image.height(), empty.height())
+    return 4 * sum(1 for x in range(0, width, 2) for y in range(skip_top, height, 2) if image.pixel(x, y) != empty.pixel(x, y))
 
 PRESET = """
 name = "tiny-isolation"
@@ -67,20 +76,28 @@ def test_bench_runs_every_variant_writes_files_and_compares(tmp_path, tiny_llama
     preset.write_text(PRESET.format(model=directory))
     out = tmp_path / "runs"
     assert main(["bench", "--preset", str(preset), "--out", str(out), "--set", "engine.max_num_seqs=16"]) == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    log = read_run_log(out / "admission-on" / "run.jsonl")
+    export_plot_images(RunLog(log.header, [], [], None), empty)  # the same plots with no data
     for variant in ("admission-off", "admission-on"):
         folder = out / variant
         report = json.loads((folder / "report.json").read_text())
         assert report["variant"] == variant and report["scenario"]["engine"]["max_num_seqs"] == 16
+        assert report["complete"] and report["metrics"]["requests_finished"]["value"] == 7
         for name in ("kv_occupancy", "queue_depth", "latency", "throughput", "batch_composition"):
-            width, colours = distinct_colours(folder / f"{name}.png")
-            assert width >= 1000 and colours > 8  # drawn, not blank
+            assert distinct_colours(folder / f"{name}.png")[0] >= 1000
+            # Curves and points cover thousands of pixels; a plot with no data differs only in its ticks.
+            assert pixels_unlike(folder / f"{name}.png", empty / f"{name}.png") > 10_000, name
     comparison = json.loads((out / "comparison.json").read_text())
     assert comparison["baseline"]["variant"] == "admission-off" and len(comparison["checks"]) == 2
+    assert [check["passed"] for check in comparison["checks"]] == [True, True]
+    assert comparison["verdict"] == "accept: every intended gain reached, every regression within tolerance"
     printed = capsys.readouterr().out
-    assert "decision record:" in printed and "verdict:" in printed
+    assert "decision record:" in printed and "verdict: accept" in printed
 
     assert main(["compare", str(out / "admission-off"), str(out / "admission-on"), "--intended", "output_tok_s:+1000%"]) == 0
-    assert "FAIL intended" in capsys.readouterr().out
+    assert "verdict: reject: not met: output_tok_s:+1000%" in capsys.readouterr().out
 
 
 def test_bad_preset_gives_one_line_and_exit_code_2(tmp_path, capsys):

@@ -1,0 +1,45 @@
+"""The CLI's smaller commands, checked for their values, not only their exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.presets import load_preset, preset_names
+from workbench.cli import main
+
+
+def test_estimate_prints_the_worked_number(capsys):
+    assert main(["estimate", "--params", "7e9", "--bits", "16"]) == 0
+    assert capsys.readouterr().out.strip() == "weights: 7.0 × 10⁹ params × 2 bytes = 14.0 GB (before KV cache and runtime overhead)"
+    assert main(["estimate", "--params", "7e9", "--bits", "4"]) == 0
+    assert "= 3.5 GB" in capsys.readouterr().out
+
+
+def test_estimate_for_a_catalogued_model_and_gpu(capsys):
+    assert main(["estimate", "--model", "llama-2-7b", "--hardware", "h100-80gb", "--bits", "16", "--context", "4096"]) == 0
+    printed = capsys.readouterr().out
+    assert "weights              13.48 GB" in printed and "KV cache             62.25 GB" in printed
+    assert printed.strip().endswith("=> 28 concurrent 4,096-token requests fit")
+
+
+def test_presets_lists_every_preset_with_its_variants(capsys):
+    assert main(["presets"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == preset_names()
+    for line, name in zip(lines, preset_names()):
+        variants = load_preset(name).variants
+        assert (f"[variants: {', '.join(variants)}]" in line) == bool(variants)
+
+
+@pytest.mark.slow
+def test_quality_of_the_unquantized_model_against_itself(tmp_path, capsys):
+    out = tmp_path / "quality.json"
+    assert main(["quality", "--quant", "none", "--tokens", "32", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())["results"][0]
+    assert result["option"] == "none" and result["evaluated_tokens"] == 31  # 32 tokens predict 31 next ones
+    assert (result["perplexity_change_perc"], result["kl_divergence_mean_nats"], result["top1_agreement_perc"]) == (0.0, 0.0, 100.0)
+    assert 1.0 < result["perplexity"] < 50.0 and result["weight_bytes"] == result["unquantized_weight_bytes"]
+    printed = capsys.readouterr().out
+    assert "none" in printed and "+0.00" in printed
