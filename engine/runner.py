@@ -159,14 +159,21 @@ class ScenarioRunner:
             self.sleep(_IDLE_POLL_S)
             return self.traffic_pending
         if self._timed:
-            self.sleep(min(max(self.start_time + self._timed[0].arrival_s - engine.clock(), 0.0), _IDLE_POLL_S))
+            self.sleep(min(max(self._due_time(self._timed[0]) - engine.clock(), 0.0), _IDLE_POLL_S))
             return True
         return bool(self._closed_loop)
 
+    def _due_time(self, request: PlannedRequest) -> float:
+        """When the request is due, on the engine clock. Idle waits sleep until exactly this sum
+        and `_send_due` compares against the same sum: comparing `arrival_s` with `now - start`
+        instead can stay false by one rounding step forever (a simulated clock then sleeps 1e-17 s
+        at a time, and no traffic arrives)."""
+        return self.start_time + request.arrival_s
+
     def _send_due(self, now: float) -> None:
-        while self._timed and self._timed[0].arrival_s <= now - self.start_time:
+        while self._timed and self._due_time(self._timed[0]) <= now:
             request = self._timed.pop(0)
-            self._send(request, self.start_time + request.arrival_s)
+            self._send(request, self._due_time(request))
         concurrency = self.scenario.traffic.concurrency if self.scenario and self.scenario.traffic else 0
         while self._closed_loop and len(self._closed_loop_in_flight) < concurrency:
             self._closed_loop_in_flight.add(self._send(self._closed_loop.pop(0), now))

@@ -86,3 +86,26 @@ def test_arrival_time_is_when_a_request_was_due_not_when_the_busy_loop_sent_it()
     assert arrivals == pytest.approx(planned, abs=1e-9)
     waited = [ended.metrics.first_scheduled_time - ended.metrics.arrival_time for ended in result.requests]
     assert max(waited) > 0.02  # some were due while the 3,900-token prefill ran
+
+
+def test_every_restart_of_traffic_on_a_simulated_clock_sends_all_of_it():
+    """Restarting the traffic again and again (the window's Start) at odd clock values: each run's
+    requests must all be sent, however the arrival times round against the clock."""
+    from engine.runner import ScenarioRunner
+    from engine.scenario import Scenario
+    from engine.traffic import LengthDistribution, TrafficProfile
+
+    engine = simulated_engine(EngineConfig(model="simulated:llama-2-7b@h100-80gb"))
+    traffic = TrafficProfile(arrival="poisson", rate=20.0, num_requests=10, prompt_len=LengthDistribution(mean=16),
+                             output_len=LengthDistribution(mean=4))
+    runner = ScenarioRunner(engine, None)
+    for start in range(8):
+        engine.sleep(0.3 + start * 0.0137)  # idle time between presses of Start
+        runner.load_traffic(Scenario(name="again", traffic=traffic, seed=start))
+        sent_before = len(runner.tags)
+        for _ in range(20_000):
+            if not (runner.traffic_pending or engine.has_unfinished()):
+                break
+            runner.tick()
+        assert len(runner.tags) - sent_before == 10, f"start {start + 1}"
+        assert not engine.has_unfinished()
