@@ -86,6 +86,10 @@ class Scenario:
     decision: Decision | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"seed: expected an integer >= 0, got {self.seed!r}")
+        if not 0 <= self.max_duration_s < float("inf"):
+            raise ConfigError(f"max_duration_s: expected a finite number of seconds >= 0 (0 = run to completion), got {self.max_duration_s!r}")
         if self.traffic is None and not any(event.action == "inject" for event in self.events):
             raise ConfigError("traffic, events: a scenario needs background traffic or an inject event")
         if self.decision is not None:

@@ -51,6 +51,12 @@ def simulated_engine(config: EngineConfig) -> LLMEngine:
     weights = weight_bytes_estimate(shape, bits, config.group_size if bits == 4 else None)
     activations = activation_bytes_estimate(shape, config.max_num_batched_tokens, 2, config.max_num_seqs)
     usable = hardware.memory_bytes * (1 - RUNTIME_OVERHEAD_FRACTION) - activations
+    if activations >= hardware.memory_bytes:
+        raise ConfigError(
+            f"max_num_batched_tokens, max_num_seqs: one step's activations ({config.max_num_batched_tokens:,} tokens, logits for "
+            f"{config.max_num_seqs:,} sequences) need {activations / 1e9:,.1f} GB but {hardware_name} has "
+            f"{hardware.memory_bytes / 1e9:.1f} GB; lower them"
+        )
     if weights >= usable:
         raise ConfigError(
             f"{name} weights need {weights / 1e9:.1f} GB at {bits} bits but {hardware_name} has {hardware.memory_bytes / 1e9:.1f} GB "

@@ -18,6 +18,21 @@ from pathlib import Path
 from engine.errors import EngineError
 
 
+def at_least(kind: type, minimum: float, inclusive: bool = True):
+    """An argparse type: a number of this kind, at least (or above) the minimum."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+        if value < minimum or (value == minimum and not inclusive) or value != value:
+            raise argparse.ArgumentTypeError(f"expected {'at least' if inclusive else 'more than'} {minimum:g}, got {text}")
+        return value
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="workbench", description="LLM serving workbench")
     commands = parser.add_subparsers(dest="command")
@@ -26,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     gui = commands.add_parser("gui", help="the desktop app (the default command)")
     gui.add_argument("--preset", help="load and run this preset")
-    gui.add_argument("--run-for", type=float, metavar="SECONDS", help="run the traffic this long after loading, then exit")
+    gui.add_argument("--run-for", type=at_least(float, 0.0, inclusive=False), metavar="SECONDS", help="run the traffic this long after loading, then exit")
     gui.add_argument("--screenshot", metavar="FILE.png", help="with --run-for: save a screenshot of the window before exiting")
 
     bench = commands.add_parser("bench", help="run a preset headless and write its report")
@@ -34,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--variant", help="run only this variant (default: every variant, then compare)")
     bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
                        help="override a preset setting, e.g. engine.max_num_seqs=16 or traffic.rate=4")
-    bench.add_argument("--seed", type=int, help="override the preset's seed")
+    bench.add_argument("--seed", type=at_least(int, 0), help="override the preset's seed")
     bench.add_argument("--out", required=True, type=Path, help="folder for report.json, CSVs, PNGs and the run log")
     bench.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
 
@@ -48,20 +63,20 @@ def main(argv: list[str] | None = None) -> int:
     quality = commands.add_parser("quality", help="quantization quality, memory and speed on the bundled model")
     quality.add_argument("--quant", default="none,int8,int4", help="comma-separated options: none,int8,int4,w8a8,bnb-int8,bnb-nf4")
     quality.add_argument("--group-size", default="32", help="int4 group sizes, comma-separated (32,64,128)")
-    quality.add_argument("--tokens", type=int, default=4096, help="evaluated tokens")
+    quality.add_argument("--tokens", type=at_least(int, 2), default=4096, help="evaluated tokens (at least 2)")
     quality.add_argument("--model", default="smollm2-135m")
     quality.add_argument("--dtype", default="auto")
     quality.add_argument("--json", type=Path, help="also write the results as JSON")
 
     estimate = commands.add_parser("estimate", help="memory arithmetic: weights, KV cache, how many requests fit")
-    estimate.add_argument("--params", type=float, help="parameter count, e.g. 7e9 (weights only)")
+    estimate.add_argument("--params", type=at_least(float, 0.0, inclusive=False), help="parameter count, e.g. 7e9 (weights only)")
     estimate.add_argument("--model", help="a catalogued model (see presets/catalogue/models.toml)")
     estimate.add_argument("--hardware", help="a catalogued GPU, or this-machine")
-    estimate.add_argument("--bits", type=int, default=16, help="weight bits: 16, 8 or 4")
-    estimate.add_argument("--group-size", type=int, help="int4 group size (adds a scale and a minimum per group)")
-    estimate.add_argument("--kv-bits", type=int, default=16, help="KV cache bits")
-    estimate.add_argument("--context", type=int, default=4096, help="tokens per request (prompt + output)")
-    estimate.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    estimate.add_argument("--bits", type=int, choices=(16, 8, 4), default=16, help="weight bits: 16, 8 or 4")
+    estimate.add_argument("--group-size", type=int, choices=(32, 64, 128), help="int4 group size (adds a scale and a minimum per group)")
+    estimate.add_argument("--kv-bits", type=int, choices=(16, 8), default=16, help="KV cache bits: 16 or 8")
+    estimate.add_argument("--context", type=at_least(int, 1), default=4096, help="tokens per request (prompt + output)")
+    estimate.add_argument("--max-num-batched-tokens", type=at_least(int, 1), default=2048)
     estimate.add_argument("--loaded", action="store_true", help="also load the bundled model and compare with measured bytes")
 
     calibrate = commands.add_parser("calibrate", help="fit the cost model to this machine and save it as a hardware profile")

@@ -43,3 +43,36 @@ def test_quality_of_the_unquantized_model_against_itself(tmp_path, capsys):
     assert 1.0 < result["perplexity"] < 50.0 and result["weight_bytes"] == result["unquantized_weight_bytes"]
     printed = capsys.readouterr().out
     assert "none" in printed and "+0.00" in printed
+
+
+DECISION_WITHOUT_ARMS = 'name = "d"\n[traffic]\nrate = 1.0\nnum_requests = 2\n[decision]\nintended = ["output_tok_s:+1%"]\n'
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["estimate", "--params=-7e9"], "argument --params: expected more than 0, got -7e9"),
+    (["estimate", "--params", "7e9", "--bits", "3"], "argument --bits: invalid choice: 3"),
+    (["estimate", "--model", "llama-2-7b", "--hardware", "h100-80gb", "--context", "0"], "argument --context: expected at least 1, got 0"),
+    (["estimate", "--params", "1e9", "--kv-bits", "4"], "argument --kv-bits: invalid choice: 4"),
+    (["estimate", "--model", "llama-2-7b", "--hardware", "h100-80gb", "--max-num-batched-tokens", "-1"], "expected at least 1, got -1"),
+    (["quality", "--tokens", "-5"], "argument --tokens: expected at least 2, got -5"),
+    (["bench", "--preset", "chat-steady", "--seed", "-5", "--out", "OUT"], "argument --seed: expected at least 0, got -5"),
+    (["bench", "--preset", "chat-steady", "--set", "seed=-1", "--out", "OUT"], "chat-steady.toml: seed: expected an integer >= 0, got -1"),
+    (["bench", "--preset", "DECISION", "--out", "OUT"], "missing key 'decision.baseline', 'decision.candidate'"),
+    (["bench", "--preset", "chat-steady", "--set", "engine.model=simulated:llama-2-7b@h100-80gb",
+      "--set", "engine.max_num_seqs=1000000000", "--out", "OUT"], "one step's activations"),
+    (["bench", "--preset", "chat-steady", "--set", "engine.model=simulated:llama-2-7b@h100-80gb", "--out", "/dev/null/x"],
+     "/dev/null/x: Not a directory"),
+    (["compare", "EMPTY", "EMPTY"], "not a workbench report (missing scenario, seed, complete, metrics)"),
+    (["gui", "--run-for", "-5"], "argument --run-for: expected more than 0, got -5"),
+])
+def test_bad_arguments_get_one_line_and_exit_code_2(arguments, message, tmp_path, capsys):
+    (tmp_path / "decision.toml").write_text(DECISION_WITHOUT_ARMS)
+    (tmp_path / "empty.json").write_text("{}")
+    places = {"OUT": str(tmp_path / "out"), "DECISION": str(tmp_path / "decision.toml"), "EMPTY": str(tmp_path / "empty.json")}
+    arguments = [places.get(argument, argument) for argument in arguments]
+    try:
+        code = main(arguments)
+    except SystemExit as exit_:  # argparse's own errors
+        code = exit_.code
+    error = capsys.readouterr().err
+    assert code == 2 and message in error and "Traceback" not in error
