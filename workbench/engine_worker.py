@@ -73,7 +73,7 @@ class EngineWorker(QObject):
     loading = Signal(str, float)  # stage, fraction done
     loaded = Signal(object)  # EngineInfo
     failed = Signal(str)  # a one-line message for the user
-    traffic_state = Signal(str)  # "running", "paused", "stopped"
+    traffic_state = Signal(str)  # "idle" (loaded), "running", "paused", "stopped", "finished"
 
     def __init__(self, runs_dir: Path | None = None):
         super().__init__()
@@ -158,8 +158,12 @@ class EngineWorker(QObject):
     # ----- worker thread -------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        was_busy = False
         while True:
             busy = self._runner is not None and (self._engine.has_unfinished() or self._runner.traffic_pending)
+            if was_busy and not busy and self._runner is not None:
+                self.traffic_state.emit("finished")  # every request sent has ended, nothing is left to send
+            was_busy = busy
             try:
                 command, argument = self._commands.get(block=not busy, timeout=None if busy else 0.05)
             except queue.Empty:
@@ -235,6 +239,7 @@ class EngineWorker(QObject):
         self._engine, self._runner = engine, runner
         self._open_log({"name": "interactive", "engine": dataclasses.asdict(config), "slo": dataclasses.asdict(self.slo), "events": []})
         self.loading.emit("ready", 1.0)
+        self.traffic_state.emit("idle")
         self.loaded.emit(EngineInfo(
             config=config, summary=engine_summary(engine), dtype=str(engine.dtype).removeprefix("torch."),
             bytes_per_element=torch.finfo(engine.dtype).bits // 8, device=str(engine.device),

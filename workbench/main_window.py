@@ -138,7 +138,7 @@ class MainWindow(QMainWindow):
         worker.loading.connect(self.on_loading)
         worker.loaded.connect(self.on_loaded)
         worker.failed.connect(self.on_failed)
-        worker.traffic_state.connect(lambda state: self.traffic_label.setText(f"traffic: {state}"))
+        worker.traffic_state.connect(self.on_traffic_state)
         self.engine_panel.apply_requested.connect(self.apply_config)
         self.engine_panel.invalid.connect(self.on_failed)
         self.traffic_panel.invalid.connect(self.on_failed)
@@ -192,6 +192,14 @@ class MainWindow(QMainWindow):
         self.stage.setText(f"ready: {Path(info.model_path).name} ({info.dtype}, {info.device}, decode {info.decode_mode})")
         self.progress.setValue(100)
         self._show_memory(info)
+
+    def on_traffic_state(self, state: str) -> None:
+        self.traffic_label.setText(f"traffic: {state}")
+        if state != "paused":  # the Pause button shows the state; it must not stay pressed after a Start or a reload
+            button = self.traffic_panel.pause_button
+            button.blockSignals(True)
+            button.setChecked(False)
+            button.blockSignals(False)
 
     def on_failed(self, message: str) -> None:
         self.error_label.setText(message)

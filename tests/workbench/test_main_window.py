@@ -48,9 +48,10 @@ def test_stopping_traffic_lets_every_request_finish(window, qtbot, tiny_config):
     window.start_traffic(Scenario(name="t", traffic=traffic, slo=SLO(ttft_ms=1000)))
     qtbot.waitUntil(lambda: len(window.worker.rows()) >= 5, timeout=30_000)
     window.traffic_panel.stop_requested.emit()
-    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: stopped", timeout=10_000)
+    qtbot.waitUntil(lambda: window.traffic_label.text() in ("traffic: stopped", "traffic: finished"), timeout=10_000)
     sent = len(window.worker.rows())
     qtbot.waitUntil(lambda: all_ended(window), timeout=60_000)
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished", timeout=10_000)
     assert sent < 400 and len(window.worker.rows()) == sent
     assert all(row.state == "finished" for row in window.worker.rows())
 
@@ -175,3 +176,14 @@ def test_an_invalid_engine_configuration_is_a_message_not_an_exception(window, q
     window.engine_panel.apply_requested.connect(applied.append)
     window.engine_panel.apply_button.click()
     assert window.error_label.text().startswith("engine: model: expected") and not applied
+
+
+def test_controls_follow_the_traffic_state(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    assert window.traffic_label.text() == "traffic: idle"
+    window.traffic_panel.pause_button.setChecked(True)
+    traffic = TrafficProfile(arrival="poisson", rate=200.0, num_requests=6, prompt_len=LengthDistribution(mean=8), output_len=LengthDistribution(mean=4))
+    window.start_traffic(Scenario(name="t", traffic=traffic))
+    qtbot.waitUntil(lambda: not window.traffic_panel.pause_button.isChecked(), timeout=10_000)  # a Start is not paused
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished", timeout=30_000)
+    assert len(window.worker.rows()) == 6 and all_ended(window)
