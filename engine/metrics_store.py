@@ -57,9 +57,10 @@ class MetricsSnapshot:
 
     @property
     def goodput(self) -> tuple[int, int]:
-        """(finished requests meeting every SLO, finished requests), as in the run report."""
+        """(finished requests meeting every SLO, every ended request), as in the run report: a
+        rejected or aborted request counts as a miss."""
         finished = self.requests["finished"] == 1
-        return int((self.requests["meets_slo"][finished] == 1).sum()), int(finished.sum())
+        return int((self.requests["meets_slo"][finished] == 1).sum()), int(finished.size)
 
 
 class MetricsStore:

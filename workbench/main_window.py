@@ -220,9 +220,10 @@ class MainWindow(QMainWindow):
 
     def refresh_plots(self) -> None:
         store = self.worker.store
-        if store is None or self.viewing_past_run or store.version == self._plotted_version:
+        # A reload brings a new store whose version may equal the old one's: compare both.
+        if store is None or self.viewing_past_run or (store, store.version) == self._plotted_version:
             return
-        self._plotted_version = store.version
+        self._plotted_version = (store, store.version)
         self.plots.update_from(store.snapshot())
 
     def _plot_tick(self) -> None:

@@ -160,16 +160,19 @@ class LatencyPlot:
         x, values = finish[valid], primary[valid]
         rolling = _rolling_percentiles(values)
         n = values.size
-        summary = np.percentile(values, [50, 90, 99]) if n else [np.nan] * 3
+        summary = np.percentile(values, [50, 90, 99]) if n else None
         points = x[rolling_index(n)]
         for item, column in zip(self.rolling.values(), rolling):
             item.setData(points, column)
         unit = "ms/token" if shown[0] == "tpot" else "ms"
         drawn = "" if finish.size <= MAX_SCATTER_POINTS else f"; older points thinned to {MAX_SCATTER_POINTS:,} drawn"
-        self.plot.setTitle(
-            f"Per-request latency — {shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} "
-            f"(n={n}; rolling over {ROLLING_WINDOW}{drawn})"
-        )
+        if n:
+            self.plot.setTitle(
+                f"Per-request latency — {shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} "
+                f"(n={n}; rolling over {ROLLING_WINDOW}{drawn})"
+            )
+        else:
+            self.plot.setTitle(f"Per-request latency — {shown[0].upper()}: no request finished yet (n=0)")
         threshold = snapshot.slo.tpot_ms if shown[0] == "tpot" else snapshot.slo.ttft_ms
         self.slo_line.setVisible(threshold is not None)
         if threshold is not None:

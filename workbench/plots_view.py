@@ -21,8 +21,10 @@ class PlotsView(QWidget):
         self.latency_mode.addItems(["TTFT and e2e", "TPOT"])
         self.latency_mode.setToolTip("What the per-request latency plot shows; rolling percentiles follow TTFT or TPOT.")
         self.latency_mode.currentIndexChanged.connect(self._mode_changed)
+        self.snapshot: MetricsSnapshot | None = None  # the last data drawn
         self.goodput = QLabel("goodput: -")
-        self.goodput.setToolTip("Share of finished requests meeting every SLO set before the run, with n.")
+        self.goodput.setToolTip("Share of ended requests meeting every SLO set before the run, with n; "
+                                "rejected and aborted requests count as misses.")
         header = QHBoxLayout()
         header.addWidget(QLabel("Latency plot:"))
         header.addWidget(self.latency_mode)
@@ -38,9 +40,13 @@ class PlotsView(QWidget):
         return self.plots["latency"]
 
     def _mode_changed(self, index: int) -> None:
+        """Redraw at once from the last data (the engine may be idle, or this may be a past run)."""
         self.latency.set_mode(LatencyPlot.MODES[index])
+        if self.snapshot is not None:
+            self.latency.update(self.snapshot)
 
     def update_from(self, snapshot: MetricsSnapshot) -> None:
+        self.snapshot = snapshot
         for plot in self.plots.values():
             plot.update(snapshot)
         self._update_goodput(snapshot)
@@ -48,4 +54,4 @@ class PlotsView(QWidget):
     def _update_goodput(self, snapshot: MetricsSnapshot) -> None:
         meeting, n = snapshot.goodput
         share = f"{100.0 * meeting / n:.1f}%" if n else "-"
-        self.goodput.setText(f"goodput: {share} of finished requests meet every SLO ({meeting} of n={n})")
+        self.goodput.setText(f"goodput: {share} of ended requests meet every SLO ({meeting} of n={n}; rejected and aborted miss)")

@@ -3,6 +3,7 @@ conditions, never on fixed sleeps."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 
@@ -187,3 +188,19 @@ def test_controls_follow_the_traffic_state(window, qtbot, tiny_config):
     qtbot.waitUntil(lambda: not window.traffic_panel.pause_button.isChecked(), timeout=10_000)  # a Start is not paused
     qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished", timeout=30_000)
     assert len(window.worker.rows()) == 6 and all_ended(window)
+
+
+def test_plots_redraw_without_new_data(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    window.traffic_panel.inject_requested.emit(3, 10, 5, "chat")
+    qtbot.waitUntil(lambda: len(window.worker.rows()) == 3 and all_ended(window), timeout=30_000)
+    window.refresh_plots()
+    latency = window.plots.plots["latency"]
+    assert latency.points["tpot"].getData()[0] is None or latency.points["tpot"].getData()[0].size == 0
+    window.plots.latency_mode.setCurrentIndex(1)  # TPOT, while the engine is idle
+    assert latency.points["tpot"].getData()[0].size == 3 and "TPOT p50" in latency.plot.titleLabel.text
+    bigger = dataclasses.replace(tiny_config, num_kv_blocks=256)
+    load(window, qtbot, bigger)
+    window.refresh_plots()  # nothing ran on the new engine: the plots still show its capacity
+    assert "1,024 tokens" in window.plots.plots["kv_occupancy"].plot.titleLabel.text
+    assert "no request finished yet" in latency.plot.titleLabel.text
