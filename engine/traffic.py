@@ -116,9 +116,6 @@ class PlannedRequest:
     max_tokens: int
     tag: str
 
-    def to_dict(self) -> dict:
-        return {"arrival_s": self.arrival_s, "prompt_len": len(self.prompt_token_ids), "max_tokens": self.max_tokens, "tag": self.tag}
-
 
 def unit_gaps(profile: TrafficProfile, rng: np.random.Generator, count: int) -> np.ndarray:
     """Inter-arrival gaps for a rate of 1 request/s."""

@@ -140,3 +140,47 @@ def test_bad_trace_rows_name_file_and_line(tmp_path):
     missing.write_text('{"arrival_s": 0, "output_tokens": 2}\n')
     with pytest.raises(ConfigError, match=r"missing.jsonl:1: missing column 'prompt_tokens'"):
         read_trace(missing, maker, np.random.default_rng(0), tag="trace")
+
+
+def test_planned_traffic_from_a_trace_keeps_its_rows_and_tag(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"arrival_s": 0.25, "prompt_tokens": 7, "output_tokens": 3}\n\n{"arrival_s": 0.0, "prompt_tokens": 4, "output_tokens": 9}\n')
+    profile = TrafficProfile(prompts="trace", trace_file=str(trace), num_requests=0, tag="replayed")
+    planned = plan_traffic(profile, PromptMaker(None, vocab_size=100), np.random.default_rng(0), max_model_len=64)
+    assert [(request.arrival_s, len(request.prompt_token_ids), request.max_tokens, request.tag) for request in planned] == [
+        (0.0, 4, 9, "replayed"), (0.25, 7, 3, "replayed")]
+
+
+@pytest.mark.parametrize("content, suffix, message", [
+    (None, ".csv", "trace file not found"),
+    ("{not json\n", ".jsonl", r"trace.jsonl:1: not valid JSON"),
+    ("arrival_s,prompt_tokens,output_tokens\n", ".txt", r"trace.txt: expected a .csv or .jsonl trace"),
+    ('{"arrival_s": 0, "prompt": "hello", "output_tokens": 2}\n', ".jsonl", r"trace.jsonl:1: a text prompt needs a model with a tokenizer"),
+    ('{"arrival_s": -1, "prompt_tokens": 3, "output_tokens": 2}\n', ".jsonl", r"trace.jsonl:1: expected arrival_s >= 0, output_tokens >= 1"),
+    ('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 0}\n', ".jsonl", r"expected arrival_s >= 0, output_tokens >= 1"),
+    ("arrival_s,output_tokens\n0,2\n", ".csv", r"trace.csv:2: missing column 'prompt_tokens'"),
+])
+def test_every_bad_trace_names_what_is_wrong(tmp_path, content, suffix, message):
+    trace = tmp_path / f"trace{suffix}"
+    if content is not None:
+        trace.write_text(content)
+    with pytest.raises(ConfigError, match=message):
+        read_trace(trace, PromptMaker(None, vocab_size=100), np.random.default_rng(0), tag="trace")
+
+
+def test_a_shared_prefix_starts_every_synthetic_prompt():
+    profile = TrafficProfile(num_requests=5, shared_prefix_tokens=20, prompt_len=LengthDistribution(mean=10))
+    planned = plan_traffic(profile, PromptMaker(None, vocab_size=100), np.random.default_rng(3), max_model_len=64)
+    prefixes = {request.prompt_token_ids[:20] for request in planned}
+    assert len(prefixes) == 1 and all(len(request.prompt_token_ids) == 30 for request in planned)
+    assert len({request.prompt_token_ids[20:] for request in planned}) == 5  # the rest differs
+    # The longest prefix that leaves a prompt token and an output token within 64 tokens is 61.
+    plan_traffic(TrafficProfile(num_requests=1, shared_prefix_tokens=61), PromptMaker(None, 100), np.random.default_rng(0), 64)
+
+
+def test_planned_traffic_follows_rate_changes_and_needs_a_count_for_closed_loop():
+    profile = TrafficProfile(arrival="constant", rate=10.0, num_requests=6, prompt_len=LengthDistribution(mean=4))
+    planned = plan_traffic(profile, PromptMaker(None, 100), np.random.default_rng(0), 64, rate_changes=[(0.25, 1.0)])
+    assert [request.arrival_s for request in planned] == pytest.approx([0.1, 0.2, 0.3, 1.3, 2.3, 3.3])
+    with pytest.raises(ConfigError, match="num_requests: closed_loop traffic needs a number of requests"):
+        plan_traffic(TrafficProfile(arrival="closed_loop", num_requests=0, duration_s=5.0), PromptMaker(None, 100), np.random.default_rng(0), 64)
