@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from engine import EngineConfig, EngineError
 
@@ -13,7 +14,28 @@ def has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or platform in ("offscreen", "minimal", "vnc"))
 
 
+def screenshot_problem(screenshot: str | None, run_for_s: float | None) -> str | None:
+    """Why the screenshot could not be saved, found before the model loads and the traffic runs."""
+    if screenshot is None:
+        return None
+    if run_for_s is None:
+        return "--screenshot needs --run-for SECONDS (the screenshot is taken when that time is up)"
+    path = Path(screenshot)
+    if path.suffix.lower() != ".png":
+        return f"--screenshot {screenshot}: expected a .png file"
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        return f"--screenshot {screenshot}: the folder {folder} does not exist"
+    if not os.access(folder, os.W_OK) or path.is_dir():
+        return f"--screenshot {screenshot}: cannot write there"
+    return None
+
+
 def run_gui(preset: str | None = None, run_for_s: float | None = None, screenshot: str | None = None) -> int:
+    problem = screenshot_problem(screenshot, run_for_s)
+    if problem:
+        print(f"workbench: {problem}", file=sys.stderr)
+        return 2
     if not has_display():
         print("workbench: no display found (DISPLAY is unset); run it on a desktop, under xvfb-run, "
               "or with QT_QPA_PLATFORM=offscreen for automation", file=sys.stderr)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtGui import QIcon
+from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import (
     QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QScrollArea, QSplitter,
     QTabWidget, QPlainTextEdit, QVBoxLayout, QWidget,
@@ -117,7 +117,16 @@ class MainWindow(QMainWindow):
         self.main_splitter.addWidget(centre)
         self.main_splitter.setSizes([360, 1100])
         self.setCentralWidget(self.main_splitter)
-        self.resize(1480, 960)
+        self._fit_to_screen(1480, 960)
+
+    def _fit_to_screen(self, width: int, height: int) -> None:
+        """The preferred size, but never larger than the screen's available area (a 1280x800
+        laptop must still show the status bar, where every error appears)."""
+        screen = QGuiApplication.primaryScreen()
+        if screen is not None:
+            available = screen.availableGeometry()
+            width, height = min(width, available.width()), min(height, available.height())
+        self.resize(width, height)
 
     def _build_status_bar(self) -> None:
         self.progress = QProgressBar()

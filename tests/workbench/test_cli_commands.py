@@ -64,11 +64,14 @@ DECISION_WITHOUT_ARMS = 'name = "d"\n[traffic]\nrate = 1.0\nnum_requests = 2\n[d
      "/dev/null/x: Not a directory"),
     (["compare", "EMPTY", "EMPTY"], "not a workbench report (missing scenario, seed, complete, metrics)"),
     (["gui", "--run-for", "-5"], "argument --run-for: expected more than 0, got -5"),
+    (["gui", "--screenshot", "OUT.png"], "--screenshot needs --run-for SECONDS"),
+    (["gui", "--run-for", "1", "--screenshot", "/nonexistent-folder/window.png"], "the folder /nonexistent-folder does not exist"),
+    (["gui", "--run-for", "1", "--screenshot", "OUT.jpg"], "expected a .png file"),
 ])
 def test_bad_arguments_get_one_line_and_exit_code_2(arguments, message, tmp_path, capsys):
     (tmp_path / "decision.toml").write_text(DECISION_WITHOUT_ARMS)
     (tmp_path / "empty.json").write_text("{}")
-    places = {"OUT": str(tmp_path / "out"), "DECISION": str(tmp_path / "decision.toml"), "EMPTY": str(tmp_path / "empty.json")}
+    places = {"OUT": str(tmp_path / "out"), "OUT.png": str(tmp_path / "window.png"), "OUT.jpg": str(tmp_path / "window.jpg"), "DECISION": str(tmp_path / "decision.toml"), "EMPTY": str(tmp_path / "empty.json")}
     arguments = [places.get(argument, argument) for argument in arguments]
     try:
         code = main(arguments)

@@ -204,3 +204,8 @@ def test_plots_redraw_without_new_data(window, qtbot, tiny_config):
     window.refresh_plots()  # nothing ran on the new engine: the plots still show its capacity
     assert "1,024 tokens" in window.plots.plots["kv_occupancy"].plot.titleLabel.text
     assert "no request finished yet" in latency.plot.titleLabel.text
+
+
+def test_the_window_opens_no_larger_than_the_screen(window):
+    available = window.screen().availableGeometry()
+    assert window.width() <= available.width() and window.height() <= available.height()
