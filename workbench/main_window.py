@@ -19,12 +19,14 @@ from PySide6.QtWidgets import (
 )
 
 from engine import ConfigError, EngineConfig, EngineError
+from engine.catalogue import hardware_profile
 from engine.compare import compare, format_comparison, load_report
 from engine.device import total_memory_bytes
 from engine.memory import memory_lines, process_resident_bytes
 from engine.report import write_report_files
 from engine.run_log import RunLogWriter, read_run_log
 from engine.scenario import Scenario
+from engine.simulation import is_simulated, parse
 from workbench.block_map import BlockMapView
 from workbench.engine_panel import EnginePanel
 from workbench.engine_worker import EngineInfo, EngineWorker
@@ -215,15 +217,22 @@ class MainWindow(QMainWindow):
         self.stage.setText("error")
 
     def _show_memory(self, info: EngineInfo) -> None:
+        """The loaded device's memory, measured; or a simulated GPU's, every line an estimate."""
         summary, config = info.summary, info.config
+        simulated = is_simulated(config.model)
         device = torch.device(info.device)
         lines = memory_lines(
             info.model_config, weight_bytes=summary["weight_bytes"], kv_cache_bytes=summary["kv_cache_bytes"],
             kv_blocks=summary["kv_blocks"], block_size=config.block_size, kv_bytes_per_token=summary["kv_bytes_per_token"],
             bytes_per_element=info.bytes_per_element, step_tokens=config.max_num_batched_tokens,
-            max_seqs=config.max_num_seqs, resident_bytes=process_resident_bytes() if device.type == "cpu" else None,
+            max_seqs=config.max_num_seqs, resident_bytes=process_resident_bytes() if device.type == "cpu" and not simulated else None,
         )
-        self.memory.show_lines(lines, total_memory_bytes(device), info.device)
+        if simulated:
+            hardware = parse(config.model)[1]
+            lines = [dataclasses.replace(line, measured=False) for line in lines]
+            self.memory.show_lines(lines, hardware_profile(hardware).memory_bytes, f"{hardware} (simulated)")
+        else:
+            self.memory.show_lines(lines, total_memory_bytes(device), info.device)
 
     # ----- refresh -------------------------------------------------------------------------------
 

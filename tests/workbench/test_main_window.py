@@ -209,3 +209,12 @@ def test_plots_redraw_without_new_data(window, qtbot, tiny_config):
 def test_the_window_opens_no_larger_than_the_screen(window):
     available = window.screen().availableGeometry()
     assert window.width() <= available.width() and window.height() <= available.height()
+
+
+def test_the_memory_tab_shows_a_simulated_gpu_as_estimates(window, qtbot):
+    from engine import EngineConfig
+
+    window.load(EngineConfig(model="simulated:llama-2-7b@h100-80gb"))  # the window runs it at real-time speed
+    qtbot.waitUntil(lambda: window.info is not None and window.info.config.model.startswith("simulated:"), timeout=30_000)
+    text = window.memory.text.text()
+    assert "h100-80gb (simulated)" in text and "of 74.5 GiB" in text and "measured" not in text
