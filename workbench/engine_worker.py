@@ -197,8 +197,11 @@ class EngineWorker(QObject):
         if self._runner is None:
             raise EngineError("no model is loaded yet")
         if command == "traffic":
-            self.slo = self.store.slo = argument.slo
+            # Each Start is a new run: its own time axis from zero, its own store and run log
+            # (requests still in flight from the last run finish into the new one).
             self._runner.load_traffic(argument)
+            self.slo = argument.slo
+            self.store = self._new_store(self._engine, self._runner.start_time)
             self._open_log(dataclasses.asdict(argument))
             self.traffic_state.emit("running")
         elif command == "pause":
@@ -229,9 +232,7 @@ class EngineWorker(QObject):
         runner = ScenarioRunner(
             engine, None, on_step=self._on_step, on_request_end=self._on_end, on_output=self._on_output, on_send=self._track,
         )
-        self.store = MetricsStore(
-            runner.start_time, kv_capacity_tokens=engine.kv_capacity_tokens, kv_cache_bytes=engine.kv_cache_bytes, slo=self.slo,
-        )
+        self.store = self._new_store(engine, runner.start_time)
         with self._lock:
             self._rows.clear()
             self._live.clear()
@@ -247,6 +248,9 @@ class EngineWorker(QObject):
             decode_mode=engine.executor.decode_mode,
         ))
 
+    def _new_store(self, engine: LLMEngine, start_time: float) -> MetricsStore:
+        return MetricsStore(start_time, kv_capacity_tokens=engine.kv_capacity_tokens, kv_cache_bytes=engine.kv_cache_bytes, slo=self.slo)
+
     def _open_log(self, scenario: dict) -> None:
         """Each traffic run (and each load) starts a fresh run log, ready for "save run"."""
         self._close_log()
@@ -258,8 +262,6 @@ class EngineWorker(QObject):
             self._engine, scenario, variant=None, seed=scenario.get("seed", 0),
             requests_planned=self._runner.total_requests, start_time=self._runner.start_time,
         ))
-        if self.store is not None:
-            self.store.start_time = self._runner.start_time
 
     def _close_log(self) -> None:
         if self._log is not None:

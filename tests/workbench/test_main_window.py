@@ -218,3 +218,16 @@ def test_the_memory_tab_shows_a_simulated_gpu_as_estimates(window, qtbot):
     qtbot.waitUntil(lambda: window.info is not None and window.info.config.model.startswith("simulated:"), timeout=30_000)
     text = window.memory.text.text()
     assert "h100-80gb (simulated)" in text and "of 74.5 GiB" in text and "measured" not in text
+
+
+def test_a_second_start_is_a_new_run_with_its_own_time_axis(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    traffic = TrafficProfile(arrival="poisson", rate=100.0, num_requests=40, prompt_len=LengthDistribution(mean=12), output_len=LengthDistribution(mean=30))
+    window.start_traffic(Scenario(name="first", traffic=traffic))
+    qtbot.waitUntil(lambda: window.worker.store is not None and window.worker.store.snapshot().steps["time_s"].size > 20, timeout=30_000)
+    first_store = window.worker.store
+    window.start_traffic(Scenario(name="second", traffic=traffic))
+    qtbot.waitUntil(lambda: window.worker.store is not first_store and window.worker.store.snapshot().steps["time_s"].size > 5, timeout=30_000)
+    times = window.worker.store.snapshot().steps["time_s"]
+    assert times.min() >= 0 and (times[1:] >= times[:-1]).all()  # from zero, never backwards
+    assert read_run_log(window.worker.run_log_path).header["scenario"]["name"] == "second"
