@@ -86,9 +86,6 @@ class Scheduler:
     def _queue_of(self, seq: Sequence) -> WaitQueue:
         return self.waiting_long if seq.is_long else self.waiting
 
-    def has_unfinished(self) -> bool:
-        return bool(self.running or self.waiting or self.waiting_long)
-
     # ----- one step ------------------------------------------------------------------------------
 
     def schedule(self, now: float) -> ScheduledBatch:

@@ -125,3 +125,14 @@ def test_load_report_reads_a_folder_or_a_file_and_names_what_is_wrong(tmp_path):
         with pytest.raises(ConfigError, match=re.escape(message)) as error:
             load_report(path)
         assert str(error.value).startswith(str(path))
+
+
+def test_the_verdict_names_each_incomplete_run_and_the_record_keeps_the_criteria():
+    neither = {**BASE, "complete": False}  # an old report: no reasons given
+    cut = {**report("on", output_tok_s=1.0, ttft_p99_ms=1.0), "complete": False, "incomplete_because": ["a", "b"]}
+    result = compare(neither, cut, ["output_tok_s:+1%"], ["ttft_p99_ms:+1%"])
+    assert result["verdict"] == "no verdict: incomplete run: baseline (incomplete), candidate (a; b)"
+    assert (result["intended"], result["tolerated"]) == (["output_tok_s:+1%"], ["ttft_p99_ms:+1%"])
+    assert compare(BASE, BASE, [], [])["verdict"] == "no decision: no intended gain or tolerated regression was declared"
+    failing = compare(BASE, report("on", output_tok_s=1.0, ttft_p99_ms=9000.0), ["output_tok_s:+1%"], ["ttft_p99_ms:+1%"])
+    assert failing["verdict"] == "reject: not met: output_tok_s:+1%, ttft_p99_ms:+1%"

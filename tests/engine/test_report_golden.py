@@ -90,3 +90,34 @@ def test_without_a_footer_the_requests_not_logged_count_as_not_sent():
     assert report["incomplete_because"][0] == "the run log was not closed (crash or interruption)"
     assert metric(report, "requests_not_sent") == (1, 7)
     assert metric(report, "duration_s") == (4.0, 4)  # up to the last logged step
+
+
+def test_units_say_what_each_number_counts():
+    metrics = build_report(LOG)["metrics"]
+    units = {name: metrics[name]["unit"] for name in ("ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms", "e2e_mean_ms", "queue_time_p90_ms",
+                                                     "duration_s", "goodput_req_s", "requests_unfinished", "requests_not_sent")}
+    assert units == {
+        "ttft_p50_ms": "ms", "tpot_p50_ms": "ms/token", "itl_p99_ms": "ms", "e2e_mean_ms": "ms", "queue_time_p90_ms": "ms",
+        "duration_s": "s", "goodput_req_s": "requests meeting every SLO per second",
+        "requests_unfinished": "requests still waiting or running when the run ended", "requests_not_sent": "planned requests never sent",
+    }
+
+
+def test_a_log_cut_off_before_its_first_step_has_no_rates():
+    header = {**LOG.header, "start_time": 100.0, "requests_planned": 2}
+    report = build_report(RunLog(header, [], [], footer=None))
+    assert metric(report, "duration_s") == (0.0, 0)
+    assert metric(report, "output_tok_s") == (None, 0) and metric(report, "goodput_req_s") == (None, 0)
+    assert metric(report, "preemptions") == (0, 0) and metric(report, "kv_usage_peak_perc") == (None, 0)
+    assert metric(report, "prefix_cache_hit_perc") == (None, 0) and metric(report, "requests_not_sent") == (2, 2)
+
+
+def test_duration_counts_from_the_start_time_and_old_footers_mean_nothing_unsent():
+    steps = [step(101.0, 10, 0, 5), step(104.0, 0, 1, 5)]
+    header = {**LOG.header, "start_time": 100.0, "requests_planned": 1}
+    finished = [request("a", "chat", 100.0, 100.5, [101.0, 102.0], "stop", 4)]
+    crashed = build_report(RunLog(header, steps, finished, footer=None))
+    assert metric(crashed, "duration_s") == (4.0, 2) and metric(crashed, "requests_not_sent") == (0, 1)
+    old_footer = build_report(RunLog(header, steps, finished, footer={"duration_s": 5.0, "stopped_early": False}))
+    assert old_footer["complete"] and old_footer["incomplete_because"] == [] and metric(old_footer, "requests_not_sent") == (0, 1)
+    assert metric(old_footer, "output_tok_s") == (0.4, 1)  # 2 tokens in the footer's 5 s
