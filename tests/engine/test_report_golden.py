@@ -92,15 +92,29 @@ def test_without_a_footer_the_requests_not_logged_count_as_not_sent():
     assert metric(report, "duration_s") == (4.0, 4)  # up to the last logged step
 
 
+UNITS = {
+    "duration_s": "s", "request_throughput_req_s": "finished requests/s", "output_tok_s": "output tokens/s (all generated, see notes)",
+    "prompt_tok_s": "prompt tokens of finished requests/s", "prefill_tok_s": "prefilled tokens/s (recomputes included)",
+    "goodput_perc": "% of arrived requests meeting every SLO (2 of 6)", "goodput_req_s": "requests meeting every SLO per second",
+    "requests_finished": "requests", "requests_rejected": "requests", "requests_aborted": "requests",
+    "requests_unfinished": "requests still waiting or running when the run ended", "requests_not_sent": "planned requests never sent",
+    "preemptions": "events", "kv_usage_peak_perc": "% of KV blocks", "kv_usage_mean_perc": "% of KV blocks",
+    "prefix_cache_hit_perc": "% of prompt tokens served from the prefix cache",
+    "ttft_p50_ms": "ms", "tpot_p50_ms": "ms/token", "itl_p99_ms": "ms", "e2e_mean_ms": "ms", "queue_time_p90_ms": "ms",
+}
+
+
 def test_units_say_what_each_number_counts():
     metrics = build_report(LOG)["metrics"]
-    units = {name: metrics[name]["unit"] for name in ("ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms", "e2e_mean_ms", "queue_time_p90_ms",
-                                                     "duration_s", "goodput_req_s", "requests_unfinished", "requests_not_sent")}
-    assert units == {
-        "ttft_p50_ms": "ms", "tpot_p50_ms": "ms/token", "itl_p99_ms": "ms", "e2e_mean_ms": "ms", "queue_time_p90_ms": "ms",
-        "duration_s": "s", "goodput_req_s": "requests meeting every SLO per second",
-        "requests_unfinished": "requests still waiting or running when the run ended", "requests_not_sent": "planned requests never sent",
-    }
+    assert {name: metrics[name]["unit"] for name in UNITS} == UNITS
+
+
+def test_the_report_carries_its_identity_and_definitions():
+    report = build_report(LOG)
+    assert report["schema"] == "workbench-report/2" and report["stopped_early"] is True and report["requests_planned"] == 7
+    assert report["slo"] == {"ttft_ms": 1500, "tpot_ms": None, "e2e_ms": None} and report["variant"] is None
+    assert "finished requests (stop or length) only" in report["notes"]["latency"]
+    assert "rejected, aborted and unfinished ones count as misses" in report["notes"]["goodput"]
 
 
 def test_a_log_cut_off_before_its_first_step_has_no_rates():
@@ -121,3 +135,23 @@ def test_duration_counts_from_the_start_time_and_old_footers_mean_nothing_unsent
     old_footer = build_report(RunLog(header, steps, finished, footer={"duration_s": 5.0, "stopped_early": False}))
     assert old_footer["complete"] and old_footer["incomplete_because"] == [] and metric(old_footer, "requests_not_sent") == (0, 1)
     assert metric(old_footer, "output_tok_s") == (0.4, 1)  # 2 tokens in the footer's 5 s
+
+
+def test_the_files_written_hold_the_report_and_every_request_and_step(tmp_path):
+    import csv
+    import json
+
+    from engine.report import write_report_files
+
+    report = write_report_files(LOG, tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "report.json").read_text()) == json.loads(json.dumps(report)) == json.loads(json.dumps(build_report(LOG)))
+    with (tmp_path / "out" / "requests.csv").open() as handle:
+        rows = {row["request_id"]: row for row in csv.DictReader(handle)}
+    assert list(rows) == ["a", "b", "c", "d", "e", "f"]
+    assert (rows["a"]["tag"], rows["a"]["finish_reason"], json.loads(rows["a"]["token_times"])) == ("chat", "stop", [1.0, 1.5, 2.0, 3.0])
+    assert (float(rows["a"]["queue_time_ms"]), float(rows["a"]["ttft_ms"]), float(rows["a"]["e2e_ms"])) == (500.0, 1000.0, 3000.0)
+    assert float(rows["c"]["tpot_ms"]) == 1000.0 and rows["b"]["tpot_ms"] == "" and rows["d"]["ttft_ms"] == ""
+    with (tmp_path / "out" / "steps.csv").open() as handle:
+        steps = list(csv.DictReader(handle))
+    assert [float(step["time_since_start_s"]) for step in steps] == [1.0, 2.0, 3.0, 4.0]
+    assert [int(step["kv_blocks_used"]) for step in steps] == [20, 40, 10, 30] and steps[0]["prefill_tokens"] == "130"
