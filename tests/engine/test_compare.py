@@ -136,3 +136,25 @@ def test_the_verdict_names_each_incomplete_run_and_the_record_keeps_the_criteria
     assert compare(BASE, BASE, [], [])["verdict"] == "no decision: no intended gain or tolerated regression was declared"
     failing = compare(BASE, report("on", output_tok_s=1.0, ttft_p99_ms=9000.0), ["output_tok_s:+1%"], ["ttft_p99_ms:+1%"])
     assert failing["verdict"] == "reject: not met: output_tok_s:+1%, ttft_p99_ms:+1%"
+
+
+@pytest.mark.parametrize("value, criterion, kind, passed", [
+    (100.0, "output_tok_s:+0", "intended", True), (99.0, "output_tok_s:+0", "intended", False),
+    (100.0, "output_tok_s:+0", "tolerated", True), (101.0, "output_tok_s:+0", "tolerated", False),
+    (50.0, "output_tok_s:-50%", "intended", True), (51.0, "output_tok_s:-50%", "intended", False),
+])
+def test_criteria_at_zero_and_at_their_boundary(value, criterion, kind, passed):
+    candidate = report("on", output_tok_s=value, ttft_p99_ms=800.0)
+    intended, tolerated = ([criterion], []) if kind == "intended" else ([], [criterion])
+    (check,) = compare(BASE, candidate, intended, tolerated)["checks"]
+    assert check["passed"] is passed
+
+
+def test_a_metric_in_one_report_only_and_a_run_without_variant():
+    candidate = report(None, output_tok_s=100.0, ttft_p99_ms=800.0, new_metric=5.0)
+    result = compare(BASE, candidate, ["new_metric:+1"], [])
+    row = {row["metric"]: row for row in result["metrics"]}["new_metric"]
+    assert (row["baseline"], row["candidate"], row["delta"], row["n_baseline"], row["n_candidate"]) == (None, 5.0, None, 0, 20)
+    lines = format_comparison(result).splitlines()
+    assert lines[1] == "candidate: s / - (seed 0)"
+    assert lines[-2] == "  FAIL intended  new_metric:+1                observed - (n 0/20) not measurable in both runs"

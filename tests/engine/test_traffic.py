@@ -184,3 +184,34 @@ def test_planned_traffic_follows_rate_changes_and_needs_a_count_for_closed_loop(
     assert [request.arrival_s for request in planned] == pytest.approx([0.1, 0.2, 0.3, 1.3, 2.3, 3.3])
     with pytest.raises(ConfigError, match="num_requests: closed_loop traffic needs a number of requests"):
         plan_traffic(TrafficProfile(arrival="closed_loop", num_requests=0, duration_s=5.0), PromptMaker(None, 100), np.random.default_rng(0), 64)
+
+
+class FixedConversations(PromptMaker):
+    """A prompt maker whose ShareGPT conversations are given (the real set needs the tokenizer)."""
+
+    def __init__(self, conversations):
+        super().__init__(None, vocab_size=100)
+        self.conversations = iter(conversations)
+
+    def sharegpt(self, rng):
+        prompt_len, reply_len = next(self.conversations)
+        return list(range(prompt_len)), reply_len, "text"
+
+
+def test_sharegpt_prompts_are_cut_to_leave_room_for_their_reply():
+    profile = TrafficProfile(prompts="sharegpt", num_requests=3)
+    maker = FixedConversations([(5, 8), (5, 100), (30, 50)])
+    planned = plan_traffic(profile, maker, np.random.default_rng(0), max_model_len=20)
+    # (prompt, output): as given; the reply cut to the context; the prompt cut to 18 and one output token.
+    assert [(len(request.prompt_token_ids), request.max_tokens) for request in planned] == [(5, 8), (5, 14), (18, 1)]
+
+
+def test_synthetic_lengths_are_clipped_to_the_context_around_the_shared_prefix():
+    profile = TrafficProfile(num_requests=2, shared_prefix_tokens=10, prompt_len=LengthDistribution(mean=1000),
+                             output_len=LengthDistribution(mean=1000))
+    planned = plan_traffic(profile, PromptMaker(None, 100), np.random.default_rng(0), max_model_len=64)
+    # prefix 10 + at most 64 - 10 - 2 = 52 prompt tokens, then the one output token that still fits
+    assert [(len(request.prompt_token_ids), request.max_tokens) for request in planned] == [(62, 1), (62, 1)]
+    short = TrafficProfile(num_requests=1, prompt_len=LengthDistribution(mean=20), output_len=LengthDistribution(mean=1000))
+    (request,) = plan_traffic(short, PromptMaker(None, 100), np.random.default_rng(0), max_model_len=64)
+    assert (len(request.prompt_token_ids), request.max_tokens) == (20, 43)  # 64 - 20 - 1
