@@ -52,7 +52,7 @@ class EngineConfig:
     max_long_prefills: int = 1
     # The long queue's guarantee: a long prompt that has waited this long (seconds since arrival)
     # is admitted before anyone else, so steady short traffic cannot starve it. 0 = no guarantee.
-    long_prompt_max_wait_s: float = 10.0
+    long_prompt_max_wait_s: float = 5.0
     # "fcfs" serves in arrival order; "priority" serves lower `priority` values first.
     scheduling_policy: str = "fcfs"
 

@@ -81,7 +81,7 @@ def test_the_golden_run_is_incomplete_for_both_reasons_and_says_so():
     report = build_report(LOG)
     assert not report["complete"]
     assert report["incomplete_because"] == ["requests still in flight when the run ended: 1", "planned requests never sent: 1"]
-    assert report["metrics"]["goodput_perc"]["unit"] == "% of arrived requests meeting every SLO (2 of 6)"
+    assert report["metrics"]["requests_meeting_slo"] == {"value": 2, "unit": "requests meeting every SLO", "n": 6}
 
 
 def test_without_a_footer_the_requests_not_logged_count_as_not_sent():
@@ -95,7 +95,7 @@ def test_without_a_footer_the_requests_not_logged_count_as_not_sent():
 UNITS = {
     "duration_s": "s", "request_throughput_req_s": "finished requests/s", "output_tok_s": "output tokens/s (all generated, see notes)",
     "prompt_tok_s": "prompt tokens of finished requests/s", "prefill_tok_s": "prefilled tokens/s (recomputes included)",
-    "goodput_perc": "% of arrived requests meeting every SLO (2 of 6)", "goodput_req_s": "requests meeting every SLO per second",
+    "goodput_perc": "% of arrived requests meeting every SLO", "goodput_req_s": "requests meeting every SLO per second",
     "requests_finished": "requests", "requests_rejected": "requests", "requests_aborted": "requests",
     "requests_unfinished": "requests still waiting or running when the run ended", "requests_not_sent": "planned requests never sent",
     "preemptions": "events", "kv_usage_peak_perc": "% of KV blocks", "kv_usage_mean_perc": "% of KV blocks",

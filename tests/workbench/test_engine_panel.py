@@ -30,4 +30,4 @@ def test_the_default_cache_size_is_auto_and_round_trips(qtbot):
     assert panel.config().kv_cache_memory is None and panel.kv_cache_mib.text() == "auto"
     panel.set_config(EngineConfig(kv_cache_memory=64 << 20, long_prompt_max_wait_s=2.5))
     panel.set_config(EngineConfig())
-    assert panel.config().kv_cache_memory is None and panel.config().long_prompt_max_wait_s == 10.0
+    assert panel.config().kv_cache_memory is None and panel.config().long_prompt_max_wait_s == 5.0
