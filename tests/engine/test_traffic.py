@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -215,3 +216,72 @@ def test_synthetic_lengths_are_clipped_to_the_context_around_the_shared_prefix()
     short = TrafficProfile(num_requests=1, prompt_len=LengthDistribution(mean=20), output_len=LengthDistribution(mean=1000))
     (request,) = plan_traffic(short, PromptMaker(None, 100), np.random.default_rng(0), max_model_len=64)
     assert (len(request.prompt_token_ids), request.max_tokens) == (20, 43)  # 64 - 20 - 1
+
+
+LENGTH_EXPECTED = "expected mean >= 1, std >= 0, low >= 1 and high 0 or >= low"
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(kind="gaussian"), "kind: expected one of fixed, uniform, normal, lognormal, got 'gaussian'"),
+    (dict(mean=0.5), LENGTH_EXPECTED), (dict(std=-0.1), LENGTH_EXPECTED), (dict(low=0), LENGTH_EXPECTED),
+    (dict(low=5, high=4), LENGTH_EXPECTED), (dict(kind="uniform"), "high: a uniform length needs an upper bound"),
+])
+def test_each_bad_length_setting_alone_is_refused(settings, message):
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
+        LengthDistribution(**settings)
+
+
+def test_length_settings_at_their_limits_are_accepted_and_kept():
+    assert LengthDistribution(mean=1, std=0, low=1, high=1).sample(np.random.default_rng(0), limit=10) == 1
+    rng = np.random.default_rng(0)
+    uniform = [LengthDistribution(kind="uniform", low=2, high=4).sample(rng, limit=100) for _ in range(300)]
+    assert set(uniform) == {2, 3, 4}  # both ends included, nothing beyond
+    normal = [LengthDistribution(kind="normal", mean=100, std=30).sample(rng, limit=1000) for _ in range(2000)]
+    assert 25 < np.std(normal) < 35 and 95 < np.mean(normal) < 105
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(prompts="reddit"), "prompts: expected one of synthetic, sharegpt, trace, got 'reddit'"),
+    (dict(rate=0.0), "rate: expected a positive number of requests/s, got 0.0"),
+    (dict(arrival="ramp", end_rate=0.0, duration_s=5.0), "end_rate, duration_s: a ramp needs a positive end_rate and duration_s"),
+    (dict(arrival="ramp", end_rate=5.0, duration_s=0.0), "end_rate, duration_s: a ramp needs a positive end_rate and duration_s"),
+    (dict(burstiness=0.0), "burstiness: expected > 0, got 0.0"),
+    (dict(concurrency=0), "concurrency: expected at least 1, got 0"),
+    (dict(num_requests=-1), "num_requests, duration_s, shared_prefix_tokens: expected values >= 0"),
+    (dict(duration_s=-1.0), "num_requests, duration_s, shared_prefix_tokens: expected values >= 0"),
+    (dict(shared_prefix_tokens=-1), "num_requests, duration_s, shared_prefix_tokens: expected values >= 0"),
+    (dict(prompts="trace"), "trace_file: prompts = 'trace' needs a trace file"),
+])
+def test_each_bad_traffic_setting_alone_is_refused(settings, message):
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
+        TrafficProfile(**settings)
+
+
+def test_traffic_settings_at_their_limits_are_accepted():
+    TrafficProfile(arrival="closed_loop", rate=0.0, concurrency=1)
+    ramp = TrafficProfile(arrival="ramp", rate=2.0, end_rate=0.5, duration_s=0.5)
+    assert ramp.rate_at(0.25) == pytest.approx(1.25) and ramp.rate_at(1.0) == 0.5  # the end rate holds after the ramp
+    TrafficProfile(burstiness=0.01, num_requests=0, duration_s=1.0, shared_prefix_tokens=0)
+
+
+def test_a_zero_rate_pauses_arrivals_until_the_next_change_and_duration_includes_its_end():
+    profile = TrafficProfile(arrival="constant", rate=10.0, num_requests=6)
+    assert arrival_times(profile, np.random.default_rng(0), [(0.35, 0.0), (1.0, 10.0)]) == pytest.approx([0.1, 0.2, 0.3, 0.4, 1.1, 1.2])
+    assert arrival_times(TrafficProfile(arrival="constant", rate=10.0, num_requests=6), np.random.default_rng(0), [(0.35, 0.0)]) == \
+        pytest.approx([0.1, 0.2, 0.3, 0.4])  # paused for good
+    timed = TrafficProfile(arrival="constant", rate=4.0, num_requests=0, duration_s=0.5)
+    assert arrival_times(timed, np.random.default_rng(0)) == [0.25, 0.5]  # an arrival exactly at the end counts
+
+
+class CharacterTokenizer:
+    def encode(self, text: str) -> list[int]:
+        return [ord(character) % 100 for character in text]
+
+
+def test_text_prompts_and_one_token_outputs_in_a_trace(tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text('arrival_s,prompt,output_tokens\n0,hello,1\n')
+    maker = PromptMaker(None, vocab_size=100)
+    maker.tokenizer = CharacterTokenizer()
+    (request,) = read_trace(trace, maker, np.random.default_rng(0), tag="trace")
+    assert request.prompt_token_ids == tuple(CharacterTokenizer().encode("hello")) and request.max_tokens == 1
