@@ -155,3 +155,21 @@ def test_the_files_written_hold_the_report_and_every_request_and_step(tmp_path):
         steps = list(csv.DictReader(handle))
     assert [float(step["time_since_start_s"]) for step in steps] == [1.0, 2.0, 3.0, 4.0]
     assert [int(step["kv_blocks_used"]) for step in steps] == [20, 40, 10, 30] and steps[0]["prefill_tokens"] == "130"
+
+
+def test_identity_offsets_and_short_runs_in_the_report_and_its_files(tmp_path):
+    import csv
+
+    from engine.report import write_report_files
+
+    header = {**LOG.header, "start_time": 100.0, "variant": "v1", "engine": {"kv_blocks": 7}, "requests_planned": 3}
+    steps = [step(100.25, 10, 0, 5), step(100.5, 0, 1, 5)]
+    finished = [request("a", "chat", 100.0, 100.1, [100.2, 100.3], "stop", 4)]
+    log = RunLog(header, steps, finished, footer={"duration_s": 0.5, "stopped_early": False, "requests_unfinished": 0,
+                                                  "requests_not_sent": 0})
+    report = write_report_files(log, tmp_path / "nested" / "run")  # folders are created as needed
+    assert report["variant"] == "v1" and report["engine"] == {"kv_blocks": 7}
+    assert metric(report, "requests_not_sent") == (0, 3)  # the footer's count, not planned minus logged
+    assert metric(report, "goodput_req_s") == (2.0, 1)  # 1 request in half a second
+    with (tmp_path / "nested" / "run" / "steps.csv").open() as handle:
+        assert [float(row["time_since_start_s"]) for row in csv.DictReader(handle)] == [0.25, 0.5]

@@ -72,3 +72,24 @@ def test_greedy_and_the_same_seed_repeat_exactly():
     assert sample(logits, [SamplingParams(temperature=0.0)] * 3, [1, 2, 3]) == [0, 0, 0]
     random = SamplingParams(temperature=1.0)
     assert sample(logits, [random] * 3, [7, 7, 7]) == [sample(logits[:1], [random], [7])[0]] * 3
+
+
+def frequencies(logits: list[float], params: SamplingParams, draws: int = 4000) -> np.ndarray:
+    rows = torch.tensor(logits, dtype=torch.float32).repeat(draws, 1)
+    return np.bincount(sample(rows, [params] * draws, list(range(draws))), minlength=len(logits)) / draws
+
+
+def test_filters_at_their_exact_boundaries():
+    # min_p = 1 keeps exactly the tokens as likely as the most likely one (ties included).
+    assert np.abs(frequencies([2.0, 2.0, 1.0], SamplingParams(min_p=1.0)) - [0.5, 0.5, 0.0]).max() < 0.03
+    # Four equally likely tokens, top_p = 0.5: the two before reach 0.5 exactly, so the third is dropped.
+    assert np.abs(frequencies([0.0, 0.0, 0.0, 0.0], SamplingParams(top_p=0.5)) - [0.5, 0.5, 0.0, 0.0]).max() < 0.03
+
+
+def test_each_row_of_a_mixed_batch_keeps_its_own_filters():
+    logits = torch.tensor(np.stack([LOGITS, LOGITS[::-1], LOGITS]), dtype=torch.float32).repeat(3000, 1)
+    params = [SamplingParams(top_k=2), SamplingParams(), SamplingParams(temperature=0.0)] * 3000
+    tokens = np.array(sample(logits, params, list(range(len(params))))).reshape(3000, 3)
+    assert set(tokens[:, 0]) == {0, 1}  # top-k 2 of the first row
+    assert np.abs(np.bincount(tokens[:, 1], minlength=6) / 3000 - p1[::-1]).max() < 0.03  # unfiltered, its own logits
+    assert set(tokens[:, 2]) == {0}  # greedy
