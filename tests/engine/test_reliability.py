@@ -228,3 +228,16 @@ def test_a_shared_prefix_that_leaves_no_room_is_a_config_error():
     profile = TrafficProfile(num_requests=3, shared_prefix_tokens=62)
     with pytest.raises(ConfigError, match="shared_prefix_tokens: 62 leaves no room .* at most 61"):
         plan_traffic(profile, PromptMaker(None, 100), np.random.default_rng(0), max_model_len=64)
+
+
+def test_a_preempted_batch_member_gives_its_tokens_back_to_the_budget():
+    """R decodes (1 of the 8-token budget) when W, of higher priority, needs the only slot: R leaves
+    the batch, and W's whole 8-token prompt fits in the same step."""
+    engine = sim(max_num_seqs=1, max_num_batched_tokens=8, scheduling_policy="priority", long_prompt_threshold=0)
+    relaxed = engine.add_request(list(range(40)), SamplingParams(max_tokens=50, ignore_eos=True), priority=5)
+    while engine.sequence(relaxed).state != "decoding":
+        engine.step()
+    urgent = engine.add_request(list(range(100, 108)), FIXED, priority=0)
+    result = engine.step()
+    assert result.scheduled == {urgent: 8} and engine.sequence(urgent).num_output_tokens == 1
+    assert engine.sequence(relaxed).state == "preempted"
