@@ -31,8 +31,8 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], seeds: list[int])
 def _filtered_probabilities(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
     temperatures = torch.tensor([p.temperature for p in params], device=logits.device).unsqueeze(1)
     logits = logits / temperatures
-    min_ps = torch.tensor([p.min_p for p in params], device=logits.device).unsqueeze(1)
-    if bool((min_ps > 0).any()):
+    if any(p.min_p > 0 for p in params):
+        min_ps = torch.tensor([p.min_p for p in params], device=logits.device).unsqueeze(1)
         # p < min_p * p_max  <=>  logit < max logit + log(min_p)
         logits = logits.masked_fill(logits < logits.amax(dim=-1, keepdim=True) + min_ps.log(), float("-inf"))
     top_ks = [p.top_k for p in params]

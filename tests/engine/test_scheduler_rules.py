@@ -6,14 +6,10 @@ from __future__ import annotations
 import pytest
 
 from engine import EngineConfig, SamplingParams
-from engine.simulation import simulated_engine
+from tests.engine.test_reliability import sim
 from tests.engine.test_scheduler_properties import hang_guard
 
 TOKENS = SamplingParams(max_tokens=30, ignore_eos=True)
-
-
-def sim(**settings):
-    return simulated_engine(EngineConfig(model="simulated:llama-2-7b@h100-80gb", **settings))
 
 
 def drain(engine, limit=5_000):
