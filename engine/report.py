@@ -82,8 +82,15 @@ def build_report(log: RunLog) -> dict:
     finished = [metrics for metrics in requests if metrics.finish_reason in FINISHED_REASONS]
     unfinished = _count(requests, UNFINISHED)
     # Without a footer nobody knows which of the requests not logged were sent: they are counted
-    # as not sent, and the report is incomplete anyway.
-    not_sent = log.footer.get("requests_not_sent", 0) if log.complete else max(0, header["requests_planned"] - len(requests))
+    # as not sent (unknown when the number planned was: traffic that ends by a duration), and the
+    # report is incomplete anyway.
+    planned = header["requests_planned"]
+    if log.complete:
+        not_sent = log.footer.get("requests_not_sent", 0)
+        if planned is None:
+            planned = len(requests) + not_sent  # every request sent is in a complete log
+    else:
+        not_sent = None if planned is None else max(0, planned - len(requests))
     output_tokens = sum(metrics.num_output_tokens for metrics in requests)
     prompt_tokens = sum(metrics.num_prompt_tokens for metrics in finished)
     prefill_tokens = sum(step.prefill_tokens for step in steps)
@@ -102,7 +109,7 @@ def build_report(log: RunLog) -> dict:
         "requests_rejected": _metric(_count(requests, "rejected"), "requests", len(requests)),
         "requests_aborted": _metric(_count(requests, "abort"), "requests", len(requests)),
         "requests_unfinished": _metric(unfinished, "requests still waiting or running when the run ended", len(requests)),
-        "requests_not_sent": _metric(not_sent, "planned requests never sent", header["requests_planned"]),
+        "requests_not_sent": _metric(not_sent, "planned requests never sent", planned),
         "preemptions": _metric(last.preemptions_total if last else 0, "events", len(steps)),
         "kv_usage_peak_perc": _metric(max(kv_usage, default=None), "% of KV blocks", len(steps)),
         "kv_usage_mean_perc": _metric(sum(kv_usage) / len(kv_usage) if kv_usage else None, "% of KV blocks", len(steps)),
@@ -132,7 +139,7 @@ def build_report(log: RunLog) -> dict:
         "slo": header["scenario"]["slo"],
         "versions": header["versions"],
         "engine": header["engine"],
-        "requests_planned": header["requests_planned"],
+        "requests_planned": planned,
         "metrics": metrics,
         "notes": NOTES,
     }

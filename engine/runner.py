@@ -18,8 +18,9 @@ from engine.metrics import UNFINISHED, RequestMetrics, StepStats
 from engine.outputs import RequestOutput, StepResult
 from engine.prompts import PromptMaker
 from engine.sampling_params import SamplingParams
+from engine.request_plan import RequestPlan
 from engine.scenario import Scenario
-from engine.traffic import PlannedRequest, plan_traffic
+from engine.traffic import PlannedRequest
 
 _IDLE_POLL_S = 0.005
 
@@ -42,26 +43,6 @@ class RunResult:
     interrupted: bool = False
     num_unfinished: int = 0  # sent, still waiting or running at the end
     num_not_sent: int = 0  # planned, but the run stopped before they were due
-
-
-def plan_scenario(scenario: Scenario, engine: LLMEngine, maker: PromptMaker) -> list[PlannedRequest]:
-    """All requests of a scenario, seeded: background traffic plus injected events, by arrival
-    (closed-loop requests, with no arrival time, last)."""
-    rng = np.random.default_rng(scenario.seed)
-    stops = [event.at_s for event in scenario.events if event.action == "stop"]
-    stop_at = min(stops, default=float("inf"))
-    planned: list[PlannedRequest] = []
-    if scenario.traffic is not None:
-        rate_changes = [(event.at_s, event.rate) for event in scenario.events if event.action == "set_rate"]
-        planned += plan_traffic(scenario.traffic, maker, rng, engine.max_model_len, rate_changes)
-    for event in scenario.events:
-        if event.action == "inject":
-            for _ in range(event.count):
-                prompt = maker.synthetic(min(event.prompt_tokens, engine.max_model_len - 2), rng)
-                output = max(1, min(event.output_tokens, engine.max_model_len - len(prompt) - 1))
-                planned.append(PlannedRequest(event.at_s, tuple(prompt), output, event.tag))
-    planned = [request for request in planned if request.arrival_s is None or request.arrival_s < stop_at]
-    return sorted(planned, key=lambda request: (request.arrival_s is None, request.arrival_s or 0.0))
 
 
 class ScenarioRunner:
@@ -96,15 +77,14 @@ class ScenarioRunner:
     def load_traffic(self, scenario: Scenario | None) -> None:
         """Replace the planned traffic (requests in flight carry on); arrivals count from now."""
         self.scenario = scenario
-        self.planned = plan_scenario(scenario, self.engine, self._prompt_maker) if scenario is not None else []
-        self._timed = [request for request in self.planned if request.arrival_s is not None]
-        self._closed_loop = [request for request in self.planned if request.arrival_s is None]
+        self.plan = RequestPlan(scenario, self.engine.max_model_len, self._prompt_maker) if scenario is not None else None
         self._paused_since = None
         self.result.start_time = self.engine.clock()
 
     @property
-    def total_requests(self) -> int:
-        return len(self.planned)
+    def total_requests(self) -> int | None:
+        """How many requests the traffic will send; None while only drawing them all would tell."""
+        return self.plan.total if self.plan is not None else 0
 
     @property
     def start_time(self) -> float:
@@ -112,7 +92,7 @@ class ScenarioRunner:
 
     @property
     def traffic_pending(self) -> bool:
-        return bool(self._timed or self._closed_loop)
+        return self.plan is not None and (self.plan.has_timed or self.plan.closed_loop_left > 0)
 
     def run(self, start_time: float | None = None) -> RunResult:
         """Run to the end of the traffic (or the scenario's max_duration_s, or should_stop).
@@ -137,7 +117,7 @@ class ScenarioRunner:
             metrics = dataclasses.replace(seq.metrics, token_times=list(seq.metrics.token_times), finish_reason=UNFINISHED,
                                           finish_detail=f"{seq.state} when the run ended")
             self._record_end(EndedRequest(request_id, self.tags[request_id], metrics))
-        self.result.num_not_sent = len(self._timed) + len(self._closed_loop)
+        self.result.num_not_sent = self.plan.count_rest() if self.plan is not None else 0
 
     def start(self, start_time: float | None = None) -> None:
         self.result.start_time = self.engine.clock() if start_time is None else start_time
@@ -158,25 +138,27 @@ class ScenarioRunner:
         if paused:
             self.sleep(_IDLE_POLL_S)
             return self.traffic_pending
-        if self._timed:
-            self.sleep(min(max(self._due_time(self._timed[0]) - engine.clock(), 0.0), _IDLE_POLL_S))
+        if self.plan is not None and self.plan.has_timed:
+            self.sleep(min(max(self._next_due_time() - engine.clock(), 0.0), _IDLE_POLL_S))
             return True
-        return bool(self._closed_loop)
+        return self.traffic_pending
 
-    def _due_time(self, request: PlannedRequest) -> float:
-        """When the request is due, on the engine clock. Idle waits sleep until exactly this sum
-        and `_send_due` compares against the same sum: comparing `arrival_s` with `now - start`
-        instead can stay false by one rounding step forever (a simulated clock then sleeps 1e-17 s
-        at a time, and no traffic arrives)."""
-        return self.start_time + request.arrival_s
+    def _next_due_time(self) -> float:
+        """When the next timed request is due, on the engine clock. Idle waits sleep until exactly
+        this sum and `_send_due` compares against the same sum: comparing the arrival time with
+        `now - start` instead can stay false by one rounding step forever (a simulated clock then
+        sleeps 1e-17 s at a time, and no traffic arrives)."""
+        return self.start_time + self.plan.next_arrival_s
 
     def _send_due(self, now: float) -> None:
-        while self._timed and self._due_time(self._timed[0]) <= now:
-            request = self._timed.pop(0)
-            self._send(request, self._due_time(request))
-        concurrency = self.scenario.traffic.concurrency if self.scenario and self.scenario.traffic else 0
-        while self._closed_loop and len(self._closed_loop_in_flight) < concurrency:
-            self._closed_loop_in_flight.add(self._send(self._closed_loop.pop(0), now))
+        plan = self.plan
+        if plan is None:
+            return
+        while plan.has_timed and (due := self._next_due_time()) <= now:
+            self._send(plan.pop_timed(), due)
+        concurrency = self.scenario.traffic.concurrency if self.scenario.traffic else 0
+        while plan.closed_loop_left > 0 and len(self._closed_loop_in_flight) < concurrency:
+            self._closed_loop_in_flight.add(self._send(plan.pop_closed_loop(), now))
 
     def inject(self, count: int, prompt_tokens: int, output_tokens: int, tag: str) -> list[str]:
         """Send `count` synthetic requests now (prompts of real text, lengths clipped to the model)."""
@@ -201,8 +183,8 @@ class ScenarioRunner:
 
     def stop_traffic(self) -> None:
         """Send nothing more; requests in flight run to completion."""
-        self._timed.clear()
-        self._closed_loop.clear()
+        if self.plan is not None:
+            self.plan.clear()
 
     def _past_deadline(self, elapsed: float) -> bool:
         return bool(self.scenario and self.scenario.max_duration_s) and elapsed >= self.scenario.max_duration_s

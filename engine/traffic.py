@@ -16,8 +16,10 @@ event changes the pace without changing the random draws before it.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,59 +128,86 @@ def unit_gaps(profile: TrafficProfile, rng: np.random.Generator, count: int) -> 
     return rng.exponential(1.0, count)  # poisson and ramp
 
 
-def arrival_times(profile: TrafficProfile, rng: np.random.Generator, rate_changes: list[tuple[float, float]] = ()) -> list[float]:
-    """Open-loop arrival times in seconds; `rate_changes` are (time_s, new rate) from scenario events."""
-    times: list[float] = []
-    now, rate_override = 0.0, None
+def arrival_times(profile: TrafficProfile, rng: np.random.Generator, rate_changes: Iterable[tuple[float, float]] = ()) -> Iterator[float]:
+    """Open-loop arrival times in seconds, drawn one at a time; `rate_changes` are (time_s, new
+    rate) from scenario events."""
+    count, now, rate_override = 0, 0.0, None
     changes = sorted(rate_changes)
     limit = profile.num_requests or math.inf
-    while len(times) < limit:
+    while count < limit:
         (gap,) = unit_gaps(profile, rng, 1)
         while changes and changes[0][0] <= now:
             rate_override = changes.pop(0)[1]
         rate = rate_override if rate_override is not None else profile.rate_at(now)
         if rate <= 0:  # paused until the next change
             if not changes:
-                break
+                return
             now = changes[0][0]
             continue
         now += gap / rate
         if profile.duration_s and now > profile.duration_s:
-            break
-        times.append(now)
-    return times
+            return
+        count += 1
+        yield now
 
 
-def plan_traffic(
-    profile: TrafficProfile, prompt_maker: PromptMaker, rng: np.random.Generator, max_model_len: int,
-    rate_changes: list[tuple[float, float]] = (),
-) -> list[PlannedRequest]:
-    if profile.prompts == "trace":
-        return read_trace(Path(profile.trace_file), prompt_maker, rng, profile.tag)
-    if profile.prompts == "synthetic" and profile.shared_prefix_tokens > max_model_len - 3:
-        raise ConfigError(
-            f"shared_prefix_tokens: {profile.shared_prefix_tokens} leaves no room for a prompt and an output within "
-            f"max_model_len ({max_model_len} tokens); expected at most {max_model_len - 3}"
-        )
-    if profile.arrival == "closed_loop":
-        if not profile.num_requests:
+class PlannedTraffic:
+    """One traffic profile's requests, drawn only as they are needed, so that a profile of a
+    billion requests costs nothing until they fall due and Stop never waits for a plan.
+
+    Arrival times and request contents come from two streams of the same seed: reading arrivals
+    ahead (or counting those left) never changes a prompt, and the same seed gives the same
+    requests, byte for byte. `arrivals` yields one time per request (None for closed-loop
+    requests, which are sent when a slot frees); `next_request` draws the contents of the next
+    one, in the same order."""
+
+    def __init__(
+        self, profile: TrafficProfile, prompt_maker: PromptMaker, seed: int | np.random.SeedSequence, max_model_len: int,
+        rate_changes: Iterable[tuple[float, float]] = (),
+    ):
+        self.profile, self._maker, self._max_model_len = profile, prompt_maker, max_model_len
+        arrival_rng, self._rng = np.random.default_rng(seed).spawn(2)
+        self._rate_changes = list(rate_changes)
+        self._prefix: list[int] = []
+        if profile.prompts == "trace":
+            trace = read_trace(Path(profile.trace_file), prompt_maker, self._rng, profile.tag)
+            self._trace = iter(trace)
+            self.known_count: int | None = len(trace)
+            self.arrivals: Iterator[float | None] = iter([request.arrival_s for request in trace])
+            return
+        if profile.prompts == "synthetic" and profile.shared_prefix_tokens > max_model_len - 3:
+            raise ConfigError(
+                f"shared_prefix_tokens: {profile.shared_prefix_tokens} leaves no room for a prompt and an output within "
+                f"max_model_len ({max_model_len} tokens); expected at most {max_model_len - 3}"
+            )
+        if profile.arrival == "closed_loop" and not profile.num_requests:
             raise ConfigError("num_requests: closed_loop traffic needs a number of requests")
-        times: list[float | None] = [None] * profile.num_requests
-    else:
-        times = arrival_times(profile, rng, rate_changes)
-    prefix = prompt_maker.synthetic(profile.shared_prefix_tokens, rng) if profile.shared_prefix_tokens else []
-    planned = []
-    for arrival in times:
-        if profile.prompts == "sharegpt":
-            prompt, reply_len, _ = prompt_maker.sharegpt(rng)
-            prompt = prompt[: max_model_len - 2]
-            output = max(1, min(reply_len, max_model_len - len(prompt) - 1))
+        if profile.shared_prefix_tokens and profile.prompts == "synthetic":
+            self._prefix = prompt_maker.synthetic(profile.shared_prefix_tokens, self._rng)
+        if profile.arrival == "closed_loop":
+            self.arrivals = itertools.repeat(None, profile.num_requests)
+            self.known_count = profile.num_requests
         else:
-            prompt_len = profile.prompt_len.sample(rng, max_model_len - len(prefix) - 2)
-            prompt = prefix + prompt_maker.synthetic(prompt_len, rng)
-            output = profile.output_len.sample(rng, max_model_len - len(prompt) - 1)
-        planned.append(PlannedRequest(arrival, tuple(prompt), output, profile.tag))
-    return planned
+            self.arrivals = arrival_times(profile, arrival_rng, self._rate_changes)
+            # A duration or a rate change can end the traffic before num_requests: then only
+            # drawing every arrival tells how many there are.
+            limited_by_count = not profile.duration_s and not self._rate_changes
+            self.known_count = profile.num_requests if limited_by_count else None
+
+    def next_request(self, arrival_s: float | None) -> PlannedRequest:
+        """The contents of the next request, which arrives at `arrival_s`."""
+        profile, limit = self.profile, self._max_model_len
+        if profile.prompts == "trace":
+            return next(self._trace)
+        if profile.prompts == "sharegpt":
+            prompt, reply_len, _ = self._maker.sharegpt(self._rng)
+            prompt = prompt[: limit - 2]
+            output = max(1, min(reply_len, limit - len(prompt) - 1))
+        else:
+            prompt_len = profile.prompt_len.sample(self._rng, limit - len(self._prefix) - 2)
+            prompt = self._prefix + self._maker.synthetic(prompt_len, self._rng)
+            output = profile.output_len.sample(self._rng, limit - len(prompt) - 1)
+        return PlannedRequest(arrival_s, tuple(prompt), output, profile.tag)
 
 
 def read_trace(path: Path, prompt_maker: PromptMaker, rng: np.random.Generator, tag: str) -> list[PlannedRequest]:

@@ -67,6 +67,8 @@ def test_abort_in_every_state_then_keep_serving(state):
 
 def test_arrival_time_is_when_a_request_was_due_not_when_the_busy_loop_sent_it():
     """Requests due during a long step are sent after it; their clocks start when they were due."""
+    from engine.prompts import PromptMaker
+    from engine.request_plan import RequestPlan
     from engine.runner import ScenarioRunner
     from engine.scenario import Scenario, ScenarioEvent
     from engine.traffic import LengthDistribution, TrafficProfile
@@ -79,8 +81,11 @@ def test_arrival_time_is_when_a_request_was_due_not_when_the_busy_loop_sent_it()
         events=[ScenarioEvent(at_s=0.0, action="inject", count=1, prompt_tokens=3900, output_tokens=2, tag="long")],
     )
     engine = simulated_engine(config)
+    plan = RequestPlan(scenario, engine.max_model_len, PromptMaker(None, vocab_size=100))
+    planned = []
+    while plan.has_timed:
+        planned.append(plan.pop_timed().arrival_s)
     runner = ScenarioRunner(engine, scenario)
-    planned = sorted(request.arrival_s for request in runner.planned)
     result = runner.run()
     arrivals = sorted(ended.metrics.arrival_time - result.start_time for ended in result.requests)
     assert arrivals == pytest.approx(planned, abs=1e-9)

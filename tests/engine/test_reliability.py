@@ -15,7 +15,7 @@ from engine.headless import run_headless
 from engine.prompts import PromptMaker
 from engine.scenario import SLO, Scenario, ScenarioEvent
 from engine.simulation import simulated_engine
-from engine.traffic import LengthDistribution, TrafficProfile, plan_traffic
+from engine.traffic import LengthDistribution, PlannedTraffic, TrafficProfile
 
 LLAMA_ON_H100 = "simulated:llama-2-7b@h100-80gb"
 FIXED = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
@@ -236,7 +236,7 @@ def test_a_kv_cache_larger_than_the_device_is_refused_with_the_arithmetic():
 def test_a_shared_prefix_that_leaves_no_room_is_a_config_error():
     profile = TrafficProfile(num_requests=3, shared_prefix_tokens=62)
     with pytest.raises(ConfigError, match="shared_prefix_tokens: 62 leaves no room .* at most 61"):
-        plan_traffic(profile, PromptMaker(None, 100), np.random.default_rng(0), max_model_len=64)
+        PlannedTraffic(profile, PromptMaker(None, 100), 0, max_model_len=64)
 
 
 def test_a_preempted_batch_member_gives_its_tokens_back_to_the_budget():

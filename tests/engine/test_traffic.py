@@ -11,11 +11,17 @@ import pytest
 from engine import ConfigError
 from engine.prompts import PromptMaker
 from engine.sharegpt import load_sharegpt
-from engine.traffic import LengthDistribution, TrafficProfile, arrival_times, plan_traffic, read_trace
+from engine.traffic import LengthDistribution, PlannedTraffic, TrafficProfile, arrival_times, read_trace
 
 
 def gaps(profile, seed=0, changes=()):
-    return np.diff([0.0] + arrival_times(profile, np.random.default_rng(seed), list(changes)))
+    return np.diff([0.0, *arrival_times(profile, np.random.default_rng(seed), list(changes))])
+
+
+def plan_traffic(profile, maker, seed, max_model_len, rate_changes=()):
+    """Every request of the profile, drawn in arrival order."""
+    traffic = PlannedTraffic(profile, maker, seed, max_model_len, rate_changes)
+    return [traffic.next_request(arrival) for arrival in traffic.arrivals]
 
 
 def test_poisson_mean_rate_matches_the_setting():
@@ -36,14 +42,14 @@ def test_constant_rate_is_evenly_spaced():
 
 
 def test_ramp_rises_from_rate_to_end_rate():
-    times = np.array(arrival_times(TrafficProfile(arrival="ramp", rate=1.0, end_rate=9.0, duration_s=200, num_requests=0), np.random.default_rng(1)))
+    times = np.array(list(arrival_times(TrafficProfile(arrival="ramp", rate=1.0, end_rate=9.0, duration_s=200, num_requests=0), np.random.default_rng(1))))
     first, second = np.sum(times < 100), np.sum(times >= 100)
     # Expected counts: integral of the rate over each half = 300 and 700.
     assert first == pytest.approx(300, rel=0.15) and second == pytest.approx(700, rel=0.15)
 
 
 def test_a_set_rate_event_changes_the_pace_from_then_on():
-    times = np.array(arrival_times(TrafficProfile(arrival="poisson", rate=2.0, duration_s=400, num_requests=0), np.random.default_rng(2), [(200.0, 8.0)]))
+    times = np.array(list(arrival_times(TrafficProfile(arrival="poisson", rate=2.0, duration_s=400, num_requests=0), np.random.default_rng(2), [(200.0, 8.0)])))
     assert np.sum(times < 200) == pytest.approx(400, rel=0.15)
     assert np.sum(times >= 200) == pytest.approx(1600, rel=0.1)
 
@@ -56,7 +62,7 @@ def test_same_seed_same_schedule_byte_for_byte():
     )
 
     def schedule(seed):
-        planned = plan_traffic(profile, maker, np.random.default_rng(seed), max_model_len=512)
+        planned = plan_traffic(profile, maker, seed, max_model_len=512)
         return json.dumps([[request.arrival_s, list(request.prompt_token_ids), request.max_tokens] for request in planned])
 
     assert schedule(7) == schedule(7)
@@ -115,7 +121,7 @@ def test_sharegpt_reads_complete_records_only():
 def test_sharegpt_prompts_carry_their_reference_reply_length(smollm_source):
     maker = PromptMaker(smollm_source.tokenizer, smollm_source.config.vocab_size)
     profile = TrafficProfile(prompts="sharegpt", num_requests=5)
-    planned = plan_traffic(profile, maker, np.random.default_rng(0), max_model_len=8192)
+    planned = plan_traffic(profile, maker, 0, max_model_len=8192)
     assert len(planned) == 5 and all(request.max_tokens >= 1 for request in planned)
     assert len({request.max_tokens for request in planned}) > 1
 
@@ -147,7 +153,7 @@ def test_planned_traffic_from_a_trace_keeps_its_rows_and_tag(tmp_path):
     trace = tmp_path / "trace.jsonl"
     trace.write_text('{"arrival_s": 0.25, "prompt_tokens": 7, "output_tokens": 3}\n\n{"arrival_s": 0.0, "prompt_tokens": 4, "output_tokens": 9}\n')
     profile = TrafficProfile(prompts="trace", trace_file=str(trace), num_requests=0, tag="replayed")
-    planned = plan_traffic(profile, PromptMaker(None, vocab_size=100), np.random.default_rng(0), max_model_len=64)
+    planned = plan_traffic(profile, PromptMaker(None, vocab_size=100), 0, max_model_len=64)
     assert [(request.arrival_s, len(request.prompt_token_ids), request.max_tokens, request.tag) for request in planned] == [
         (0.0, 4, 9, "replayed"), (0.25, 7, 3, "replayed")]
 
@@ -171,20 +177,20 @@ def test_every_bad_trace_names_what_is_wrong(tmp_path, content, suffix, message)
 
 def test_a_shared_prefix_starts_every_synthetic_prompt():
     profile = TrafficProfile(num_requests=5, shared_prefix_tokens=20, prompt_len=LengthDistribution(mean=10))
-    planned = plan_traffic(profile, PromptMaker(None, vocab_size=100), np.random.default_rng(3), max_model_len=64)
+    planned = plan_traffic(profile, PromptMaker(None, vocab_size=100), 3, max_model_len=64)
     prefixes = {request.prompt_token_ids[:20] for request in planned}
     assert len(prefixes) == 1 and all(len(request.prompt_token_ids) == 30 for request in planned)
     assert len({request.prompt_token_ids[20:] for request in planned}) == 5  # the rest differs
     # The longest prefix that leaves a prompt token and an output token within 64 tokens is 61.
-    plan_traffic(TrafficProfile(num_requests=1, shared_prefix_tokens=61), PromptMaker(None, 100), np.random.default_rng(0), 64)
+    plan_traffic(TrafficProfile(num_requests=1, shared_prefix_tokens=61), PromptMaker(None, 100), 0, 64)
 
 
 def test_planned_traffic_follows_rate_changes_and_needs_a_count_for_closed_loop():
     profile = TrafficProfile(arrival="constant", rate=10.0, num_requests=6, prompt_len=LengthDistribution(mean=4))
-    planned = plan_traffic(profile, PromptMaker(None, 100), np.random.default_rng(0), 64, rate_changes=[(0.25, 1.0)])
+    planned = plan_traffic(profile, PromptMaker(None, 100), 0, 64, rate_changes=[(0.25, 1.0)])
     assert [request.arrival_s for request in planned] == pytest.approx([0.1, 0.2, 0.3, 1.3, 2.3, 3.3])
     with pytest.raises(ConfigError, match="num_requests: closed_loop traffic needs a number of requests"):
-        plan_traffic(TrafficProfile(arrival="closed_loop", num_requests=0, duration_s=5.0), PromptMaker(None, 100), np.random.default_rng(0), 64)
+        plan_traffic(TrafficProfile(arrival="closed_loop", num_requests=0, duration_s=5.0), PromptMaker(None, 100), 0, 64)
 
 
 class FixedConversations(PromptMaker):
@@ -202,7 +208,7 @@ class FixedConversations(PromptMaker):
 def test_sharegpt_prompts_are_cut_to_leave_room_for_their_reply():
     profile = TrafficProfile(prompts="sharegpt", num_requests=3)
     maker = FixedConversations([(5, 8), (5, 100), (30, 50)])
-    planned = plan_traffic(profile, maker, np.random.default_rng(0), max_model_len=20)
+    planned = plan_traffic(profile, maker, 0, max_model_len=20)
     # (prompt, output): as given; the reply cut to the context; the prompt cut to 18 and one output token.
     assert [(len(request.prompt_token_ids), request.max_tokens) for request in planned] == [(5, 8), (5, 14), (18, 1)]
 
@@ -210,11 +216,11 @@ def test_sharegpt_prompts_are_cut_to_leave_room_for_their_reply():
 def test_synthetic_lengths_are_clipped_to_the_context_around_the_shared_prefix():
     profile = TrafficProfile(num_requests=2, shared_prefix_tokens=10, prompt_len=LengthDistribution(mean=1000),
                              output_len=LengthDistribution(mean=1000))
-    planned = plan_traffic(profile, PromptMaker(None, 100), np.random.default_rng(0), max_model_len=64)
+    planned = plan_traffic(profile, PromptMaker(None, 100), 0, max_model_len=64)
     # prefix 10 + at most 64 - 10 - 2 = 52 prompt tokens, then the one output token that still fits
     assert [(len(request.prompt_token_ids), request.max_tokens) for request in planned] == [(62, 1), (62, 1)]
     short = TrafficProfile(num_requests=1, prompt_len=LengthDistribution(mean=20), output_len=LengthDistribution(mean=1000))
-    (request,) = plan_traffic(short, PromptMaker(None, 100), np.random.default_rng(0), max_model_len=64)
+    (request,) = plan_traffic(short, PromptMaker(None, 100), 0, max_model_len=64)
     assert (len(request.prompt_token_ids), request.max_tokens) == (20, 43)  # 64 - 20 - 1
 
 
@@ -266,11 +272,11 @@ def test_traffic_settings_at_their_limits_are_accepted():
 
 def test_a_zero_rate_pauses_arrivals_until_the_next_change_and_duration_includes_its_end():
     profile = TrafficProfile(arrival="constant", rate=10.0, num_requests=6)
-    assert arrival_times(profile, np.random.default_rng(0), [(0.35, 0.0), (1.0, 10.0)]) == pytest.approx([0.1, 0.2, 0.3, 0.4, 1.1, 1.2])
-    assert arrival_times(TrafficProfile(arrival="constant", rate=10.0, num_requests=6), np.random.default_rng(0), [(0.35, 0.0)]) == \
+    assert list(arrival_times(profile, np.random.default_rng(0), [(0.35, 0.0), (1.0, 10.0)])) == pytest.approx([0.1, 0.2, 0.3, 0.4, 1.1, 1.2])
+    assert list(arrival_times(TrafficProfile(arrival="constant", rate=10.0, num_requests=6), np.random.default_rng(0), [(0.35, 0.0)])) == \
         pytest.approx([0.1, 0.2, 0.3, 0.4])  # paused for good
     timed = TrafficProfile(arrival="constant", rate=4.0, num_requests=0, duration_s=0.5)
-    assert arrival_times(timed, np.random.default_rng(0)) == [0.25, 0.5]  # an arrival exactly at the end counts
+    assert list(arrival_times(timed, np.random.default_rng(0))) == [0.25, 0.5]  # an arrival exactly at the end counts
 
 
 class CharacterTokenizer:
@@ -285,3 +291,50 @@ def test_text_prompts_and_one_token_outputs_in_a_trace(tmp_path):
     maker.tokenizer = CharacterTokenizer()
     (request,) = read_trace(trace, maker, np.random.default_rng(0), tag="trace")
     assert request.prompt_token_ids == tuple(CharacterTokenizer().encode("hello")) and request.max_tokens == 1
+
+
+class CountingPromptMaker(PromptMaker):
+    """Counts the prompts drawn."""
+
+    def __init__(self):
+        super().__init__(None, vocab_size=100)
+        self.drawn = 0
+
+    def synthetic(self, num_tokens, rng):
+        self.drawn += 1
+        return super().synthetic(num_tokens, rng)
+
+
+def huge_scenario(traffic):
+    from engine import EngineConfig
+    from engine.scenario import Scenario, ScenarioEvent
+
+    return Scenario(name="huge", engine=EngineConfig(model="simulated:llama-2-7b@h100-80gb"), traffic=traffic,
+                    events=[ScenarioEvent(at_s=0.25, action="inject", count=10**9, prompt_tokens=3, output_tokens=2, tag="burst")])
+
+
+def test_a_plan_of_two_billion_requests_draws_only_those_sent():
+    """Issue 19 #6: the whole plan was drawn up front, so a huge count froze the engine thread."""
+    from engine.request_plan import RequestPlan
+
+    maker = CountingPromptMaker()
+    traffic = TrafficProfile(arrival="constant", rate=10.0, num_requests=10**9, prompt_len=LengthDistribution(mean=4))
+    plan = RequestPlan(huge_scenario(traffic), max_model_len=64, prompt_maker=maker)
+    assert plan.total == 2 * 10**9 and maker.drawn == 0
+    sent = [plan.pop_timed() for _ in range(4)]
+    # Traffic at 0.1 and 0.2 s, then the injected burst at 0.25 s, whose requests keep their own tag and length.
+    assert [(request.arrival_s, request.tag, len(request.prompt_token_ids)) for request in sent] == [
+        (pytest.approx(0.1), "chat", 4), (pytest.approx(0.2), "chat", 4), (0.25, "burst", 3), (0.25, "burst", 3)]
+    assert maker.drawn == 4
+    assert plan.count_rest() == 2 * 10**9 - 4 and not plan.has_timed and maker.drawn == 4
+
+
+def test_traffic_ended_by_a_duration_is_counted_by_its_arrival_times_alone():
+    from engine.request_plan import RequestPlan
+
+    maker = CountingPromptMaker()
+    traffic = TrafficProfile(arrival="constant", rate=10.0, num_requests=0, duration_s=1.0)
+    plan = RequestPlan(huge_scenario(traffic), max_model_len=64, prompt_maker=maker)
+    assert plan.total is None
+    plan.pop_timed()
+    assert plan.count_rest() == 10 - 1 + 10**9 and maker.drawn == 1

@@ -79,3 +79,16 @@ def test_bad_arguments_get_one_line_and_exit_code_2(arguments, message, tmp_path
         code = exit_.code
     error = capsys.readouterr().err
     assert code == 2 and message in error and "Traceback" not in error
+
+
+def test_a_billion_request_bench_starts_at_once_and_counts_what_it_never_sent(tmp_path, capsys):
+    """Issue 19 #6: `--set traffic.num_requests=1000000000` hung at "requests: 0req" while it drew
+    the whole plan. Now the run starts, stops at max_duration_s, and the report counts the rest."""
+    code = main(["bench", "--preset", "chat-steady", "--set", "engine.model=simulated:llama-2-7b@h100-80gb",
+                 "--set", "traffic.num_requests=1000000000", "--set", "max_duration_s=5", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "report.json").read_text())
+    metrics = report["metrics"]
+    sent = metrics["requests_finished"]["n"]
+    assert code == 0 and report["requests_planned"] == 10**9 and 0 < sent < 100
+    assert metrics["requests_not_sent"]["value"] == 10**9 - sent
+    assert f"planned requests never sent: {10**9 - sent}" in report["incomplete_because"]

@@ -60,3 +60,35 @@ def test_no_display_gives_a_one_line_hint(tmp_path):
     result = subprocess.run(workbench_command("gui"), env=environment, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "no display found" in result.stderr
+
+
+LONG_STEP_PRESET = """
+name = "long-step"
+description = "One 2,000-token prompt prefilled in a single step (seconds on a CPU)."
+[engine]
+max_num_batched_tokens = 8192
+long_prompt_threshold = 0
+[[events]]
+at_s = 0.0
+action = "inject"
+count = 1
+prompt_tokens = 2000
+output_tokens = 4
+tag = "long"
+[slo]
+ttft_ms = 1000
+"""
+
+
+@pytest.mark.slow
+def test_closing_in_the_middle_of_a_long_step_exits_cleanly(tmp_path):
+    """Issue 19 #1: the window closed 1 s into a prefill of seconds; close() gave up joining the
+    engine thread after 2 s and the interpreter tore down under it ("terminate called without an
+    active exception", exit 134). Close now waits for the step in flight."""
+    preset = tmp_path / "long-step.toml"
+    preset.write_text(LONG_STEP_PRESET)
+    environment = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "WORKBENCH_SETTINGS": str(tmp_path / "settings.ini")}
+    result = subprocess.run(workbench_command("gui", "--preset", str(preset), "--run-for", "0.5"),
+                            env=environment, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "terminate called" not in result.stderr
