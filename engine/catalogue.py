@@ -1,11 +1,12 @@
 """Model shapes and hardware profiles from presets/catalogue/*.toml, each with its source, plus
 "this-machine", measured at first use (a large copy for memory bandwidth, a large product for
-matmul throughput) and kept in ~/.cache/workbench/this-machine.toml."""
+matmul throughput) and kept in ~/.cache/workbench/hardware.toml (or $WORKBENCH_CACHE/hardware.toml)."""
 
 from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -71,7 +72,9 @@ def model_shape(name: str) -> tuple[ModelConfig, str]:
     return build(ModelConfig, entry, str(CATALOGUE_DIR / "models.toml"), name), source
 
 
-def hardware_profile(name: str) -> HardwareProfile:
+def hardware_profile(name: str, on_measured: Callable[[Path], None] = lambda path: None) -> HardwareProfile:
+    """A catalogued or cached profile; "this-machine" is measured and saved the first time, and
+    `on_measured` is told where."""
     table = _table("hardware.toml")
     cached = _cached_profiles()
     if name in table:
@@ -80,7 +83,7 @@ def hardware_profile(name: str) -> HardwareProfile:
         return build(HardwareProfile, cached[name], str(_cache_file()), name)
     if name == THIS_MACHINE:
         profile = measure_this_machine()
-        save_profile(THIS_MACHINE, profile)
+        on_measured(save_profile(THIS_MACHINE, profile))
         return profile
     raise ConfigError(f"unknown hardware {name!r}; known hardware: {', '.join(hardware_names())}")
 

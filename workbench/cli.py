@@ -223,7 +223,8 @@ def _estimate(args) -> int:
         shape, source = model_shape(args.model)
         print(f"{args.model}: {shape.num_parameters / 1e9:.2f} × 10⁹ parameters ({source})")
         if args.hardware is not None:
-            profile = hardware_profile(args.hardware)
+            profile = hardware_profile(args.hardware, on_measured=lambda path: print(
+                f"measured this machine and saved the profile to {path} (delete it there to measure again)"))
             lines, fits = concurrency_lines(shape, profile.memory_bytes, args.bits, args.kv_bits // 8, args.context,
                                             args.max_num_batched_tokens, 256, args.group_size)
             print(f"{args.hardware}: {profile.memory_bytes / 1e9:.1f} GB ({profile.source})")

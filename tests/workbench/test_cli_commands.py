@@ -92,3 +92,15 @@ def test_a_billion_request_bench_starts_at_once_and_counts_what_it_never_sent(tm
     assert code == 0 and report["requests_planned"] == 10**9 and 0 < sent < 100
     assert metrics["requests_not_sent"]["value"] == 10**9 - sent
     assert f"planned requests never sent: {10**9 - sent}" in report["incomplete_because"]
+
+
+def test_estimate_on_this_machine_says_where_it_saved_the_measurement(tmp_path, monkeypatch, capsys):
+    """Issue 19: the first `--hardware this-machine` measured and wrote a cache file silently."""
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    arguments = ["estimate", "--model", "llama-2-7b", "--hardware", "this-machine", "--bits", "4"]
+    assert main(arguments) == 0
+    saved = tmp_path / "hardware.toml"
+    assert f"measured this machine and saved the profile to {saved}" in capsys.readouterr().out
+    assert "[this-machine]" in saved.read_text()
+    assert main(arguments) == 0
+    assert "measured this machine" not in capsys.readouterr().out  # read back, not measured again
