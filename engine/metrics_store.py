@@ -17,7 +17,7 @@ from engine.report import FINISHED_REASONS
 from engine.scenario import SLO
 
 _STEP_FIELDS = (
-    "time_s", "kv_used_perc", "kv_cached_perc", "waiting", "waiting_long", "running",
+    "time_s", "start_s", "kv_used_perc", "kv_cached_perc", "waiting", "waiting_long", "running",
     "prefill_tokens", "decode_tokens", "preemptions_total", "rejections_total",
 )
 _REQUEST_FIELDS = ("finish_s", "ttft_ms", "tpot_ms", "e2e_ms", "finished", "meets_slo")
@@ -45,7 +45,7 @@ class _Ring:
 
 @dataclass
 class MetricsSnapshot:
-    steps: dict[str, np.ndarray]  # per step, time in seconds since the run started
+    steps: dict[str, np.ndarray]  # per step, at its end (time_s) and start (start_s), in seconds since the run started
     requests: dict[str, np.ndarray]  # per ended request, at its finish time
     request_tags: list[str]
     prefill_tok_s: np.ndarray  # per step, over the sliding window
@@ -80,6 +80,7 @@ class MetricsStore:
         total = stats.kv_blocks_total
         values = {
             "time_s": stats.time_s - self.start_time,
+            "start_s": stats.time_s - stats.step_duration_s - self.start_time,
             "kv_used_perc": 100.0 * stats.kv_blocks_used / total,
             "kv_cached_perc": 100.0 * stats.kv_blocks_cached_free / total,
             "waiting": stats.num_waiting,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout,
+    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QMenu, QPushButton, QToolButton, QVBoxLayout,
 )
 
 from engine.config import DTYPES, QUANTIZATION_METHODS, SCHEDULING_POLICIES, EngineConfig
@@ -21,14 +21,23 @@ class EnginePanel(QGroupBox):
         defaults = EngineConfig()
         self.model = QComboBox()
         self.model.setEditable(True)
+        # Sized for the bundled model's name, not the longest simulated entry: the column stays narrow.
+        self.model.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.model.setMinimumContentsLength(len("smollm2-135m") + 2)
         self.model.addItems(list(BUNDLED_MODELS))
         self.model.addItems([f"simulated:{name}@{gpu}" for name, gpu in (("llama-2-7b", "h100-80gb"), ("llama-3-8b", "h100-80gb"),
                                                                          ("llama-3-70b", "h200"), ("mistral-7b", "a100-80gb"))])
         self.model.setToolTip("The bundled SmolLM2-135M (Q4_1 GGUF), a .gguf file, a Hugging Face folder (safetensors), "
                               "or simulated:MODEL@HARDWARE: the same scheduler on a GPU you describe, timed by a cost model.")
-        browse_file, browse_folder = QPushButton("File…"), QPushButton("Folder…")
-        browse_file.clicked.connect(self._pick_file)
-        browse_folder.clicked.connect(self._pick_folder)
+        # One narrow button with a menu keeps the controls column narrow.
+        self.browse = QToolButton()
+        self.browse.setText("…")
+        self.browse.setToolTip("Open a model from disk: a .gguf file or a Hugging Face folder")
+        self.browse.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        browse_menu = QMenu(self.browse)
+        browse_menu.addAction("GGUF file…", self._pick_file)
+        browse_menu.addAction("Hugging Face folder…", self._pick_folder)
+        self.browse.setMenu(browse_menu)
         self.device = QComboBox()
         self.device.addItems(["auto", "cpu", "cuda"])
         self.device.setToolTip("auto: CUDA when available, else CPU.")
@@ -82,8 +91,7 @@ class EnginePanel(QGroupBox):
 
         model_row = QHBoxLayout()
         model_row.addWidget(self.model, 1)
-        model_row.addWidget(browse_file)
-        model_row.addWidget(browse_folder)
+        model_row.addWidget(self.browse)
         form = QFormLayout()
         form.addRow("model", model_row)
         form.addRow("device", self.device)

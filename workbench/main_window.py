@@ -14,7 +14,7 @@ import torch
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import (
-    QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QScrollArea, QSplitter,
+    QFileDialog, QGridLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QScrollArea, QSplitter,
     QTabWidget, QPlainTextEdit, QVBoxLayout, QWidget,
 )
 
@@ -91,16 +91,21 @@ class MainWindow(QMainWindow):
         scroll = QScrollArea()
         scroll.setWidget(controls)
         scroll.setWidgetResizable(True)
-        scroll.setMinimumWidth(340)
+        # As wide as the widest row (never cut, never a sideways scrollbar), with room for the
+        # vertical scrollbar a 1280x800 screen needs.
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        controls_width = controls.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth()
+        scroll.setMinimumWidth(controls_width)
 
         runs = QWidget()
         runs_layout = QVBoxLayout(runs)
-        buttons = QHBoxLayout()
-        for label, slot in (("Save run…", self.save_run), ("Open run…", self.open_run), ("Compare runs…", self.compare_runs), ("Back to live", self.back_to_live)):
+        buttons = QGridLayout()  # two rows: the window must still fit an 800-pixel-wide screen
+        for index, (label, slot) in enumerate((("Save run…", self.save_run), ("Open run…", self.open_run),
+                                               ("Compare runs…", self.compare_runs), ("Back to live", self.back_to_live))):
             button = QPushButton(label)
             button.clicked.connect(slot)
-            buttons.addWidget(button)
-        buttons.addStretch(1)
+            buttons.addWidget(button, index // 2, index % 2)
+        buttons.setColumnStretch(2, 1)
         runs_layout.addLayout(buttons)
         runs_layout.addWidget(self.runs_text)
 
@@ -117,7 +122,9 @@ class MainWindow(QMainWindow):
         self.main_splitter = QSplitter()
         self.main_splitter.addWidget(scroll)
         self.main_splitter.addWidget(centre)
-        self.main_splitter.setSizes([360, 1100])
+        self.main_splitter.setCollapsible(0, False)
+        self.main_splitter.setStretchFactor(1, 1)
+        self.main_splitter.setSizes([controls_width, 1480 - controls_width])
         self.setCentralWidget(self.main_splitter)
         self._fit_to_screen(1480, 960)
 

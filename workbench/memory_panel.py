@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QPainter
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from engine.memory import MemoryLine
 
@@ -40,9 +40,14 @@ class MemoryPanel(QWidget):
         self.text = QLabel("Load a model to see where memory goes.")
         self.text.setTextFormat(Qt.TextFormat.RichText)
         self.text.setWordWrap(True)
+        # A short tab scrolls instead of hiding the lines below the first.
+        scroll = QScrollArea()
+        scroll.setWidget(self.text)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
         layout = QVBoxLayout(self)
         layout.addWidget(self.bar)
-        layout.addWidget(self.text, 1)
+        layout.addWidget(scroll, 1)
 
     def show_lines(self, lines: list[MemoryLine], device_total: int, device: str) -> None:
         self.bar.lines, self.bar.total = lines, max(device_total, 1)

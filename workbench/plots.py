@@ -16,6 +16,7 @@ ROLLING_WINDOW = 100  # requests behind each rolling percentile point
 MAX_ROLLING_POINTS = 200  # rolling percentiles are evaluated at most this often along the axis
 MAX_CURVE_POINTS = 2000  # longer series are reduced to per-bin minima and maxima before drawing
 MAX_SCATTER_POINTS = 3000  # older points are thinned beyond this; the newest are all drawn
+IDLE_GAP_S = 0.25  # a pause between two steps longer than this is idle time: the lines break there
 
 
 def decimate(x: np.ndarray, y: np.ndarray, limit: int = MAX_CURVE_POINTS) -> tuple[np.ndarray, np.ndarray]:
@@ -43,6 +44,15 @@ def thin(x: np.ndarray, y: np.ndarray, limit: int = MAX_SCATTER_POINTS) -> tuple
     index = np.concatenate([older, np.arange(x.size - keep_recent, x.size)])
     return x[index], y[index]
 
+
+def break_at_idle_gaps(steps: dict[str, np.ndarray], *series: np.ndarray) -> list[np.ndarray]:
+    """The step times and the given per-step series, with a NaN row wherever the engine sat idle
+    between two steps, so that lines stop there instead of ramping across time without data."""
+    times = steps["time_s"]
+    idle = np.flatnonzero(steps["start_s"][1:] - times[:-1] > IDLE_GAP_S) + 1
+    return [np.insert(np.asarray(column, dtype=float), idle, np.nan) for column in (times, *series)]
+
+
 COLORS = {
     "used": "#4C9BE8", "cached": "#9B59B6", "waiting": "#E67E22", "waiting_long": "#C0392B",
     "running": "#27AE60", "prefill": "#E67E22", "decode": "#4C9BE8", "ttft": "#4C9BE8",
@@ -55,7 +65,7 @@ class _Curve:
     """A persistent curve whose data is decimated before it reaches pyqtgraph."""
 
     def __init__(self, plot: pg.PlotItem, color: str, name: str, width: float = 1.5, **options):
-        self.item = plot.plot(pen=pg.mkPen(color, width=width), name=name, **options)
+        self.item = plot.plot(pen=pg.mkPen(color, width=width), name=name, connect="finite", **options)
         self.item.setClipToView(True)
 
     def setData(self, x, y) -> None:
@@ -69,7 +79,8 @@ def _curve(plot: pg.PlotItem, color: str, name: str, width: float = 1.5, **optio
     return _Curve(plot, color, name, width, **options)
 
 
-def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since start", bottom_unit: str = "s") -> pg.PlotItem:
+def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since start", bottom_unit: str = "s",
+              legend_columns: int = 6) -> pg.PlotItem:
     plot = pg.PlotItem(title=title)
     plot.setLabel("left", left, units=left_unit)
     plot.setLabel("bottom", bottom, units=bottom_unit)
@@ -79,7 +90,9 @@ def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since s
         # Major grid lines only: minor ones, blended across the plot, cost most of a frame.
         plot.getAxis(axis).setStyle(maxTickLevel=1)
 
-    plot.addLegend(offset=(5, 5))
+    # The legend is a row under the plot, never over the data.
+    plot.legend = pg.LegendItem(colCount=legend_columns, horSpacing=4, verSpacing=-8, labelTextSize="8pt", frame=False)
+    plot.layout.addItem(plot.legend, 4, 1)
     return plot
 
 
@@ -87,13 +100,14 @@ class KvOccupancyPlot:
     def __init__(self):
         self.plot = _new_plot("KV-cache occupancy", "blocks used", "%")
         self.plot.setYRange(0, 100)
-        self.used = _curve(self.plot, COLORS["used"], "used (% of blocks)", width=2)
-        self.cached = _curve(self.plot, COLORS["cached"], "used + free prefix cache (% of blocks)")
+        self.used = _curve(self.plot, COLORS["used"], "used", width=2)
+        self.cached = _curve(self.plot, COLORS["cached"], "used + cached free prefixes")
 
     def update(self, snapshot: MetricsSnapshot) -> None:
         steps = snapshot.steps
-        self.used.setData(steps["time_s"], steps["kv_used_perc"])
-        self.cached.setData(steps["time_s"], steps["kv_used_perc"] + steps["kv_cached_perc"])
+        times, used, cached = break_at_idle_gaps(steps, steps["kv_used_perc"], steps["kv_used_perc"] + steps["kv_cached_perc"])
+        self.used.setData(times, used)
+        self.cached.setData(times, cached)
         self.plot.setTitle(
             f"KV-cache occupancy — capacity {snapshot.kv_capacity_tokens:,} tokens, {snapshot.kv_cache_bytes / 2**20:,.0f} MiB"
         )
@@ -101,18 +115,19 @@ class KvOccupancyPlot:
 
 class QueueDepthPlot:
     def __init__(self):
-        self.plot = _new_plot("Queue depth", "requests", "")
+        self.plot = _new_plot("Queue depth", "requests", "", legend_columns=3)
         self.curves = {
             key: _curve(self.plot, COLORS[key], label)
-            for key, label in (("waiting", "waiting"), ("waiting_long", "waiting_long (long prompts)"), ("running", "running"))
+            for key, label in (("waiting", "waiting"), ("waiting_long", "waiting (long)"), ("running", "running"))
         }
-        self.preemptions = self.plot.plot(pen=None, symbol="t", symbolBrush=COLORS["preempt"], symbolSize=9, name="preemption")
-        self.rejections = self.plot.plot(pen=None, symbol="x", symbolBrush=COLORS["reject"], symbolSize=9, name="rejection")
+        self.preemptions = self.plot.plot(pen=None, symbol="t", symbolBrush=COLORS["preempt"], symbolSize=9, name="preempted")
+        self.rejections = self.plot.plot(pen=None, symbol="x", symbolBrush=COLORS["reject"], symbolSize=9, name="rejected")
 
     def update(self, snapshot: MetricsSnapshot) -> None:
         steps = snapshot.steps
-        for key, curve in self.curves.items():
-            curve.setData(steps["time_s"], steps[key])
+        times, *columns = break_at_idle_gaps(steps, *(steps[key] for key in self.curves))
+        for curve, column in zip(self.curves.values(), columns):
+            curve.setData(times, column)
         for markers, column in ((self.preemptions, "preemptions_total"), (self.rejections, "rejections_total")):
             markers.setData(*_event_points(steps["time_s"], steps[column]))
 
@@ -137,7 +152,7 @@ class LatencyPlot:
             key: self.plot.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None, symbolBrush=COLORS[key], name=key.upper())
             for key in ("ttft", "e2e", "tpot")
         }
-        self.rolling = {key: _curve(self.plot, COLORS[key], f"{key} (rolling)", width=2) for key in ("p50", "p90", "p99")}
+        self.rolling = {key: _curve(self.plot, COLORS[key], key, width=2) for key in ("p50", "p90", "p99")}
         self.slo_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(COLORS["slo"], width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine), label="SLO", labelOpts={"position": 0.05})
         self.plot.addItem(self.slo_line)
         self.mode = mode
@@ -204,26 +219,43 @@ def _rolling_percentiles(values: np.ndarray) -> np.ndarray:
 class ThroughputPlot:
     def __init__(self):
         self.plot = _new_plot("Throughput", "tokens/s", "")
-        self.prefill = _curve(self.plot, COLORS["prefill"], "prefill tok/s")
-        self.decode = _curve(self.plot, COLORS["decode"], "decode tok/s")
+        self.prefill = _curve(self.plot, COLORS["prefill"], "prefill")
+        self.decode = _curve(self.plot, COLORS["decode"], "decode")
 
     def update(self, snapshot: MetricsSnapshot) -> None:
-        times = snapshot.steps["time_s"]
-        self.prefill.setData(times, snapshot.prefill_tok_s)
-        self.decode.setData(times, snapshot.decode_tok_s)
+        times, prefill, decode = break_at_idle_gaps(snapshot.steps, snapshot.prefill_tok_s, snapshot.decode_tok_s)
+        self.prefill.setData(times, prefill)
+        self.decode.setData(times, decode)
         self.plot.setTitle(f"Throughput (sliding window {snapshot.window_s:g} s)")
 
 
 class BatchCompositionPlot:
+    """Prefill tokens (hundreds) on the left axis, decode sequences (a few) on the right one: on
+    a shared axis decode would be a flat line."""
+
     def __init__(self):
-        self.plot = _new_plot("Batch composition per step", "per step", "")
-        self.decode = _curve(self.plot, COLORS["decode"], "decode sequences")
-        self.prefill = _curve(self.plot, COLORS["prefill"], "prefill tokens")
+        self.plot = _new_plot("Batch composition per step", "prefill", "tokens/step")
+        self.prefill = _curve(self.plot, COLORS["prefill"], "prefill tokens (left)")
+        self.decode_view = pg.ViewBox()
+        self.decode_view.setParentItem(self.plot)
+        self.decode_view.setXLink(self.plot.vb)
+        self.plot.showAxis("right")
+        right = self.plot.getAxis("right")
+        right.linkToView(self.decode_view)
+        right.setLabel("decode", units="seqs/step")
+        right.enableAutoSIPrefix(False)
+        right.setPen(pg.mkPen(COLORS["decode"]))
+        self.plot.vb.sigResized.connect(lambda view: self.decode_view.setGeometry(view.geometry()))
+        self.decode = pg.PlotDataItem(pen=pg.mkPen(COLORS["decode"], width=1.5), connect="finite")
+        self.decode.setClipToView(True)
+        self.decode_view.addItem(self.decode)
+        self.plot.legend.addItem(self.decode, "decode sequences (right)")
 
     def update(self, snapshot: MetricsSnapshot) -> None:
         steps = snapshot.steps
-        self.decode.setData(steps["time_s"], steps["decode_tokens"])
-        self.prefill.setData(steps["time_s"], steps["prefill_tokens"])
+        times, prefill, decode = break_at_idle_gaps(steps, steps["prefill_tokens"], steps["decode_tokens"])
+        self.prefill.setData(times, prefill)
+        self.decode.setData(*decimate(times, decode))
 
 
 def all_plots() -> dict[str, object]:

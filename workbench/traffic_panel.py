@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QListWidget, QPushButton, QVBoxLayout, QWidget,
+    QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget,
 )
 
 from engine.presets import load_preset, preset_names
-from engine.scenario import SLO, Scenario
+from engine.scenario import SLO, Scenario, ScenarioEvent
 from engine.traffic import ARRIVAL_KINDS, LENGTH_KINDS, LengthDistribution, TrafficProfile
 from workbench.form_widgets import emit_validated, float_box, int_box
 
@@ -51,6 +51,7 @@ class TrafficPanel(QWidget):
 
         self.start_button, self.pause_button, self.stop_button = QPushButton("Start"), QPushButton("Pause"), QPushButton("Stop")
         self.start_button.clicked.connect(lambda: emit_validated(self.scenario, self.start_requested, self.invalid, "traffic"))
+        self.start_button.clicked.connect(lambda: self.preset_label.setVisible(False))  # Start runs the fields, not the preset
         self.pause_button.setCheckable(True)
         self.pause_button.toggled.connect(lambda paused: (self.pause_requested if paused else self.resume_requested).emit())
         self.stop_button.clicked.connect(self.stop_requested.emit)
@@ -70,7 +71,10 @@ class TrafficPanel(QWidget):
         self.presets.setToolTip("Double-click to load and run a preset: its engine settings, traffic, events and SLOs.")
         self.presets.itemDoubleClicked.connect(lambda item: self.preset_chosen.emit(self.preset_scenario(item.text())))
 
-        shape = QFormLayout()
+        self.preset_label = QLabel("")
+        self.preset_label.setWordWrap(True)
+        self.preset_label.setVisible(False)
+        self.shape = shape = QFormLayout()
         for label, widget in (
             ("arrival", self.arrival), ("rate (req/s)", self.rate), ("end rate (req/s)", self.end_rate),
             ("duration (s)", self.duration), ("burstiness", self.burstiness),
@@ -81,6 +85,7 @@ class TrafficPanel(QWidget):
             shape.addRow(label, widget)
         traffic_box = QGroupBox("Traffic")
         traffic_layout = QVBoxLayout(traffic_box)
+        traffic_layout.addWidget(self.preset_label)
         traffic_layout.addLayout(shape)
         buttons = QHBoxLayout()
         for button in (self.start_button, self.pause_button, self.stop_button):
@@ -108,6 +113,14 @@ class TrafficPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         for box in (traffic_box, inject_box, slo_box, presets_box):
             layout.addWidget(box)
+        self.arrival.currentTextChanged.connect(self._show_arrival_parameters)
+        self._show_arrival_parameters(self.arrival.currentText())
+
+    def _show_arrival_parameters(self, arrival: str) -> None:
+        """Only the fields the chosen arrival process reads."""
+        for widget, used in ((self.rate, arrival != "closed_loop"), (self.end_rate, arrival == "ramp"),
+                             (self.burstiness, arrival == "gamma"), (self.concurrency, arrival == "closed_loop")):
+            self.shape.setRowVisible(widget, used)
 
     @staticmethod
     def preset_scenario(entry: str) -> Scenario:
@@ -136,8 +149,16 @@ class TrafficPanel(QWidget):
         return Scenario(name="interactive", traffic=traffic, slo=self.slo(), seed=self.seed.value())
 
     def show_scenario(self, scenario: Scenario) -> None:
-        """Reflect a preset's traffic and SLOs in the controls."""
+        """Reflect a preset's traffic and SLOs in the controls, and say what the preset runs: a
+        preset with only a timeline of events leaves the fields as they were, for the next Start."""
         traffic = scenario.traffic
+        timeline = "; ".join(describe_event(event) for event in scenario.events)
+        if traffic is None:
+            what = f"no background traffic; timeline: {timeline or 'empty'}. The fields below are for Start."
+        else:
+            what = "the fields below show its traffic" + (f"; timeline: {timeline}" if timeline else "")
+        self.preset_label.setText(f"Preset {scenario.name!r}: {what}")
+        self.preset_label.setVisible(True)
         if traffic is not None:
             self.arrival.setCurrentText(traffic.arrival)
             self.rate.setValue(traffic.rate)
@@ -154,3 +175,11 @@ class TrafficPanel(QWidget):
         self.ttft_slo.setValue(scenario.slo.ttft_ms or 0)
         self.tpot_slo.setValue(scenario.slo.tpot_ms or 0)
         self.e2e_slo.setValue(scenario.slo.e2e_ms or 0)
+
+
+def describe_event(event: ScenarioEvent) -> str:
+    if event.action == "inject":
+        return f"at {event.at_s:g} s inject {event.count} × {event.prompt_tokens}-token {event.tag!r}"
+    if event.action == "set_rate":
+        return f"at {event.at_s:g} s rate {event.rate:g} req/s"
+    return f"at {event.at_s:g} s stop"

@@ -7,6 +7,8 @@ import dataclasses
 import itertools
 import json
 
+import pytest
+
 from engine.report import build_report
 from engine.run_log import read_run_log
 from engine.scenario import SLO, Scenario
@@ -231,3 +233,63 @@ def test_a_second_start_is_a_new_run_with_its_own_time_axis(window, qtbot, tiny_
     times = window.worker.store.snapshot().steps["time_s"]
     assert times.min() >= 0 and (times[1:] >= times[:-1]).all()  # from zero, never backwards
     assert read_run_log(window.worker.run_log_path).header["scenario"]["name"] == "second"
+
+
+def test_every_control_is_whole_and_inside_its_column_at_1280_by_800(window, qtbot):
+    """Issue 19 #15: the controls column was narrower than its contents (the model name cut,
+    "Apply and l…", Stop behind a horizontal scrollbar). Scrolling down is fine; sideways is not."""
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QAbstractButton, QAbstractSpinBox, QComboBox, QLineEdit, QScrollArea
+
+    window.resize(1280, 800)
+    qtbot.wait(50)
+    scroll = window.main_splitter.widget(0)
+    assert isinstance(scroll, QScrollArea)
+    viewport = scroll.viewport()
+    controls = [widget for kind in (QAbstractButton, QComboBox, QLineEdit, QAbstractSpinBox)
+                for widget in scroll.widget().findChildren(kind) if widget.isVisibleTo(scroll.widget())]
+    assert len(controls) > 20
+    for widget in controls:
+        left = widget.mapTo(viewport, QPoint(0, 0)).x()
+        name = widget.text() if hasattr(widget, "text") else widget.objectName() or type(widget).__name__
+        assert 0 <= left and left + widget.width() <= viewport.width(), f"{name!r} reaches past the column"
+        if isinstance(widget, QAbstractButton):
+            assert widget.width() >= widget.sizeHint().width(), f"button {name!r} is cut"
+    assert not scroll.horizontalScrollBar().isVisible()
+
+
+def test_an_events_only_preset_says_it_sends_no_background_traffic(window):
+    """Issue 19 #15: for long-prompt-isolation the traffic panel kept showing Poisson, 2 req/s,
+    100 requests, which that preset's timeline never uses."""
+    from engine.presets import load_preset
+
+    panel = window.traffic_panel
+    panel.show_scenario(load_preset("long-prompt-isolation"))
+    assert panel.preset_label.isVisibleTo(panel)
+    assert panel.preset_label.text() == (
+        "Preset 'long-prompt-isolation': no background traffic; timeline: at 0 s inject 1 × 6000-token 'long'; "
+        "at 0 s inject 20 × 64-token 'chat'. The fields below are for Start.")
+    panel.show_scenario(load_preset("chat-steady"))
+    assert panel.preset_label.text() == "Preset 'chat-steady': the fields below show its traffic"
+    panel.start_button.click()
+    assert not panel.preset_label.isVisibleTo(panel)
+
+
+@pytest.mark.parametrize("arrival, shown", [
+    ("poisson", {"rate"}), ("gamma", {"rate", "burstiness"}), ("ramp", {"rate", "end_rate"}), ("closed_loop", {"concurrency"}),
+])
+def test_the_traffic_panel_shows_only_what_the_arrival_process_reads(window, arrival, shown):
+    panel = window.traffic_panel
+    panel.arrival.setCurrentText(arrival)
+    fields = {"rate": panel.rate, "end_rate": panel.end_rate, "burstiness": panel.burstiness, "concurrency": panel.concurrency}
+    assert {name for name, widget in fields.items() if widget.isVisibleTo(panel)} == shown
+
+
+def test_the_memory_tab_scrolls_rather_than_hiding_lines(window, qtbot, tiny_config):
+    """Issue 19 #15: in a short tab only the weights line was visible."""
+    from PySide6.QtWidgets import QScrollArea
+
+    load(window, qtbot, tiny_config)
+    text = window.memory.text
+    assert isinstance(text.parentWidget().parentWidget(), QScrollArea)
+    assert all(f"■</span> {name}</td>" in text.text() for name in ("weights", "KV cache", "activations", "other"))

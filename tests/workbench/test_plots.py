@@ -66,3 +66,40 @@ def test_metrics_store_is_bounded_and_ordered():
         store.add_step(StepStats(float(index), 0.1, index, 0, 1, 1, 10, 0, 0, 0, 1, 0, 0, 0, 0))
     steps = store.snapshot().steps
     assert steps["time_s"].size == 50 and np.all(np.diff(steps["time_s"]) > 0) and steps["time_s"][-1] == 119
+
+
+def test_lines_break_where_the_engine_sat_idle():
+    """Issue 19 #15: lines ramped across idle gaps as if they were data. Steps at 0.1 s intervals,
+    then 5 s with no step (the second step of the pair starts 5 s after the first ended)."""
+    from workbench.plots import IDLE_GAP_S, break_at_idle_gaps
+
+    store = MetricsStore(0.0)
+    for end, duration, prefill in ((0.1, 0.1, 8), (0.2, 0.1, 4), (5.3, 0.1, 6), (9.0, 3.5, 2)):
+        store.add_step(StepStats(end, duration, prefill, 1, 1, 1, 4, 0, 0, 0, 1, 0, 0, 0, 0))
+    times, prefill = break_at_idle_gaps(store.snapshot().steps, store.snapshot().steps["prefill_tokens"])
+    # One break, between 0.2 and 5.2; none before the 3.5 s step (busy, not idle: 9.0 - 3.5 - 5.3 = 0.2 s <= IDLE_GAP_S).
+    assert 9.0 - 3.5 - 5.3 <= IDLE_GAP_S
+    np.testing.assert_array_equal(times, [0.1, 0.2, np.nan, 5.3, 9.0])
+    np.testing.assert_array_equal(prefill, [8, 4, np.nan, 6, 2])
+
+
+def test_legends_sit_under_the_plot_and_decode_has_its_own_axis(qtbot):
+    """Issue 19 #15: legends covered data and the SLO label; decode sequences (a few) shared an axis
+    with prefill tokens (hundreds) and drew flat."""
+    snapshot = filled_store().snapshot()
+    view, plots = plots_in_a_view(qtbot)
+    view.resize(900, 1400)
+    view.show()
+    for plot in plots.values():
+        plot.update(snapshot)
+    qtbot.wait(50)
+    for name, plot in plots.items():
+        legend, data_area = plot.plot.legend, plot.plot.vb
+        assert legend.parentItem() is plot.plot and legend.items, name
+        assert legend.sceneBoundingRect().top() >= data_area.sceneBoundingRect().bottom(), f"{name}: the legend overlaps the data"
+    batch = plots["batch_composition"]
+    assert batch.decode.getViewBox() is batch.decode_view and batch.decode_view is not batch.plot.vb
+    assert batch.plot.getAxis("right").labelText == "decode" and batch.plot.getAxis("right").isVisible()
+    batch.decode_view.autoRange()
+    low, high = batch.decode_view.viewRange()[1]
+    assert low <= 5 <= high and high < 50  # decode's own scale, not the prefill axis
