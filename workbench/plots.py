@@ -81,7 +81,8 @@ def _curve(plot: pg.PlotItem, color: str, name: str, width: float = 1.5, **optio
 
 def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since start", bottom_unit: str = "s",
               legend_columns: int = 6) -> pg.PlotItem:
-    plot = pg.PlotItem(title=title)
+    plot = pg.PlotItem()
+    _set_title(plot, title)
     plot.setLabel("left", left, units=left_unit)
     plot.setLabel("bottom", bottom, units=bottom_unit)
     plot.showGrid(x=True, y=True, alpha=0.25)
@@ -96,6 +97,12 @@ def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since s
     return plot
 
 
+def _set_title(plot: pg.PlotItem, text: str) -> None:
+    """Titles are short and small: a title's width is its column's minimum, and two columns of
+    plots must fit the centre of a 1280-pixel-wide window."""
+    plot.setTitle(text, size="9pt")
+
+
 class KvOccupancyPlot:
     def __init__(self):
         self.plot = _new_plot("KV-cache occupancy", "blocks used", "%")
@@ -108,9 +115,7 @@ class KvOccupancyPlot:
         times, used, cached = break_at_idle_gaps(steps, steps["kv_used_perc"], steps["kv_used_perc"] + steps["kv_cached_perc"])
         self.used.setData(times, used)
         self.cached.setData(times, cached)
-        self.plot.setTitle(
-            f"KV-cache occupancy — capacity {snapshot.kv_capacity_tokens:,} tokens, {snapshot.kv_cache_bytes / 2**20:,.0f} MiB"
-        )
+        _set_title(self.plot, f"KV-cache occupancy: {snapshot.kv_capacity_tokens:,} tokens, {snapshot.kv_cache_bytes / 2**20:,.0f} MiB")
 
 
 class QueueDepthPlot:
@@ -147,12 +152,12 @@ class LatencyPlot:
     MODES = ("ttft+e2e", "tpot")
 
     def __init__(self, mode: str = "ttft+e2e"):
-        self.plot = _new_plot("Per-request latency", "latency", "ms", bottom="finish time since start")
+        self.plot = _new_plot("Per-request latency", "latency", "ms", bottom="finish time since start", legend_columns=3)
         self.points = {
             key: self.plot.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None, symbolBrush=COLORS[key], name=key.upper())
             for key in ("ttft", "e2e", "tpot")
         }
-        self.rolling = {key: _curve(self.plot, COLORS[key], key, width=2) for key in ("p50", "p90", "p99")}
+        self.rolling = {key: _curve(self.plot, COLORS[key], f"{key} of last {ROLLING_WINDOW}", width=2) for key in ("p50", "p90", "p99")}
         self.slo_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(COLORS["slo"], width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine), label="SLO", labelOpts={"position": 0.05})
         self.plot.addItem(self.slo_line)
         self.mode = mode
@@ -180,14 +185,11 @@ class LatencyPlot:
         for item, column in zip(self.rolling.values(), rolling):
             item.setData(points, column)
         unit = "ms/token" if shown[0] == "tpot" else "ms"
-        drawn = "" if finish.size <= MAX_SCATTER_POINTS else f"; older points thinned to {MAX_SCATTER_POINTS:,} drawn"
+        drawn = "" if finish.size <= MAX_SCATTER_POINTS else f", {MAX_SCATTER_POINTS:,} points drawn"
         if n:
-            self.plot.setTitle(
-                f"Per-request latency — {shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} "
-                f"(n={n}; rolling over {ROLLING_WINDOW}{drawn})"
-            )
+            _set_title(self.plot, f"{shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} (n={n}{drawn})")
         else:
-            self.plot.setTitle(f"Per-request latency — {shown[0].upper()}: no request finished yet (n=0)")
+            _set_title(self.plot, f"{shown[0].upper()}: no request finished yet (n=0)")
         threshold = snapshot.slo.tpot_ms if shown[0] == "tpot" else snapshot.slo.ttft_ms
         self.slo_line.setVisible(threshold is not None)
         if threshold is not None:
@@ -226,7 +228,7 @@ class ThroughputPlot:
         times, prefill, decode = break_at_idle_gaps(snapshot.steps, snapshot.prefill_tok_s, snapshot.decode_tok_s)
         self.prefill.setData(times, prefill)
         self.decode.setData(times, decode)
-        self.plot.setTitle(f"Throughput (sliding window {snapshot.window_s:g} s)")
+        _set_title(self.plot, f"Throughput (sliding window {snapshot.window_s:g} s)")
 
 
 class BatchCompositionPlot:

@@ -256,6 +256,15 @@ def test_every_control_is_whole_and_inside_its_column_at_1280_by_800(window, qtb
         if isinstance(widget, QAbstractButton):
             assert widget.width() >= widget.sizeHint().width(), f"button {name!r} is cut"
     assert not scroll.horizontalScrollBar().isVisible()
+    # The plots, with every title and legend filled in, fit the centre side by side.
+    from PySide6.QtCore import Qt
+
+    from tests.workbench.test_plots import filled_store
+
+    window.plots.update_from(filled_store(requests=5000).snapshot())
+    qtbot.wait(50)
+    needed = window.plots.layout_widget.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
+    assert needed <= window.plots.layout_widget.viewport().width()
 
 
 def test_an_events_only_preset_says_it_sends_no_background_traffic(window):
