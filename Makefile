@@ -43,4 +43,4 @@ mutation: $(STAMP)
 	QT_QPA_PLATFORM=offscreen TRITON_INTERPRET=1 HYPOTHESIS_PROFILE=mutation $(VENV)/bin/mutmut run --max-children 2; $(VENV)/bin/mutmut results
 
 bench: $(STAMP)
-	$(PY) -m engine.bench
+	$(PY) -m benchmarks.fixed_workload

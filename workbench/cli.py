@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             return _estimate(args)
         if args.command == "calibrate":
             return _calibrate(args)
-        from workbench.app import run_gui
+        from workbench.gui.app import run_gui
 
         if args.command == "gui":
             return run_gui(args.preset, args.run_for, args.screenshot)
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _list_presets() -> int:
-    from engine.presets import load_preset, preset_names
+    from workbench.presets import load_preset, preset_names
 
     for name in preset_names():
         scenario = load_preset(name)
@@ -121,9 +121,9 @@ def _list_presets() -> int:
 
 
 def _bench(args) -> int:
-    from engine.compare import compare, format_comparison
+    from workbench.compare import compare, format_comparison
     from engine.model_source import read_model
-    from engine.presets import load_preset
+    from workbench.presets import load_preset
     from engine.simulation import is_simulated
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
@@ -150,8 +150,8 @@ def _bench(args) -> int:
 def _run_one(scenario, variant, out_dir: Path, source, plots: bool) -> dict:
     from tqdm import tqdm
 
-    from engine.headless import RUN_LOG_NAME, run_headless
-    from engine.run_log import read_run_log
+    from workbench.headless import RUN_LOG_NAME, run_headless
+    from workbench.run_log import read_run_log
 
     with tqdm(desc="requests", unit="req", file=sys.stderr, dynamic_ncols=True) as bar:
         output_tokens = 0
@@ -166,7 +166,7 @@ def _run_one(scenario, variant, out_dir: Path, source, plots: bool) -> dict:
 
         report = run_headless(scenario, out_dir, variant=variant, source=source, on_progress=progress)
     if plots:
-        from workbench.report_images import export_plot_images
+        from workbench.gui.report_images import export_plot_images
 
         export_plot_images(read_run_log(out_dir / RUN_LOG_NAME), out_dir)
     return report
@@ -190,7 +190,7 @@ def _print_summary(report: dict) -> None:
 def _quality(args) -> int:
     from engine.errors import ConfigError
     from engine.model_source import read_model
-    from engine.quality import evaluate, format_results, results_json
+    from workbench.quality import evaluate, format_results, results_json
 
     options = []
     for method in (name.strip() for name in args.quant.split(",")):
@@ -255,7 +255,7 @@ def _compare_with_loaded() -> int:
 
 def _calibrate(args) -> int:
     from engine import EngineConfig, LLMEngine
-    from engine.calibration import fit, measure
+    from workbench.calibration import fit, measure
     from engine.catalogue import measure_this_machine, save_profile
 
     engine = LLMEngine(EngineConfig(device="auto", kv_cache_memory=256 << 20))
@@ -272,7 +272,7 @@ def _calibrate(args) -> int:
 
 
 def _compare(args) -> int:
-    from engine.compare import compare, format_comparison, load_report
+    from workbench.compare import compare, format_comparison, load_report
 
     baseline, candidate = load_report(args.baseline), load_report(args.candidate)
     intended, tolerated = args.intended, args.tolerated

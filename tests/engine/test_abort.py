@@ -67,11 +67,11 @@ def test_abort_in_every_state_then_keep_serving(state):
 
 def test_arrival_time_is_when_a_request_was_due_not_when_the_busy_loop_sent_it():
     """Requests due during a long step are sent after it; their clocks start when they were due."""
-    from engine.prompts import PromptMaker
-    from engine.request_plan import RequestPlan
-    from engine.runner import ScenarioRunner
-    from engine.scenario import Scenario, ScenarioEvent
-    from engine.traffic import LengthDistribution, TrafficProfile
+    from workbench.prompts import PromptMaker
+    from workbench.request_plan import RequestPlan
+    from workbench.runner import ScenarioRunner
+    from workbench.scenario import Scenario, ScenarioEvent
+    from workbench.traffic import LengthDistribution, TrafficProfile
 
     config = EngineConfig(model="simulated:llama-2-7b@h100-80gb", max_num_batched_tokens=8192, long_prompt_threshold=0)
     scenario = Scenario(
@@ -96,9 +96,9 @@ def test_arrival_time_is_when_a_request_was_due_not_when_the_busy_loop_sent_it()
 def test_every_restart_of_traffic_on_a_simulated_clock_sends_all_of_it():
     """Restarting the traffic again and again (the window's Start) at odd clock values: each run's
     requests must all be sent, however the arrival times round against the clock."""
-    from engine.runner import ScenarioRunner
-    from engine.scenario import Scenario
-    from engine.traffic import LengthDistribution, TrafficProfile
+    from workbench.runner import ScenarioRunner
+    from workbench.scenario import Scenario
+    from workbench.traffic import LengthDistribution, TrafficProfile
 
     engine = simulated_engine(EngineConfig(model="simulated:llama-2-7b@h100-80gb"))
     traffic = TrafficProfile(arrival="poisson", rate=20.0, num_requests=10, prompt_len=LengthDistribution(mean=16),

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from engine import ConfigError, EngineConfig
-from bench.soak import soak
+from benchmarks.soak import soak
 from engine.catalogue import hardware_profile, model_names, model_shape
 from engine.cost_model import CostModel, StepShape
 from engine.memory import concurrency_lines, params_only_line, weight_bytes_estimate
-from engine.runner import ScenarioRunner
-from engine.scenario import Scenario
+from workbench.runner import ScenarioRunner
+from workbench.scenario import Scenario
 from engine.simulated_executor import SimulatedClock, SimulatedExecutor
 from engine.simulation import simulated_engine
-from engine.traffic import LengthDistribution, TrafficProfile
+from workbench.traffic import LengthDistribution, TrafficProfile
 from tests.conftest import tiny_engine
 
 
@@ -61,7 +61,7 @@ def test_estimates_agree_with_a_loaded_models_bytes(tiny_llama):
 
 
 def test_a_soak_with_random_aborts_loses_no_request():
-    """bench.soak's run on fewer requests (its 10,000-request run and its wall time are a benchmark)."""
+    """benchmarks.soak's run on fewer requests (its 10,000-request run and its wall time are a benchmark)."""
     outcome = soak(num_requests=2_000, abort_probability=0.2, seed=1)
     assert outcome["sent"] == outcome["ended"] == 2_000
     assert outcome["lost"] == outcome["ended_twice"] == outcome["blocks_in_use_at_end"] == 0

@@ -11,11 +11,11 @@ import pytest
 
 from engine import ConfigError, EngineConfig, EngineError, SamplingParams
 from engine.catalogue import hardware_names, model_names
-from engine.headless import run_headless
-from engine.prompts import PromptMaker
-from engine.scenario import SLO, Scenario, ScenarioEvent
+from workbench.headless import run_headless
+from workbench.prompts import PromptMaker
+from workbench.scenario import SLO, Scenario, ScenarioEvent
 from engine.simulation import simulated_engine
-from engine.traffic import LengthDistribution, PlannedTraffic, TrafficProfile
+from workbench.traffic import LengthDistribution, PlannedTraffic, TrafficProfile
 
 LLAMA_ON_H100 = "simulated:llama-2-7b@h100-80gb"
 FIXED = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)

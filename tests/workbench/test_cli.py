@@ -6,9 +6,9 @@ import json
 
 from PySide6.QtGui import QImage
 
-from engine.run_log import RunLog, read_run_log
+from workbench.run_log import RunLog, read_run_log
 from workbench.cli import main
-from workbench.report_images import export_plot_images
+from workbench.gui.report_images import export_plot_images
 
 
 def distinct_colours(path) -> tuple[int, int]:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from engine.presets import load_preset, preset_names
+from workbench.presets import load_preset, preset_names
 from workbench.cli import main
 
 

@@ -1,1 +1,0 @@
-"""Performance scripts (not tests): `python -m bench.throughput`, `python -m bench.decode`."""

@@ -1,0 +1,1 @@
+"""Performance scripts (not tests): `python -m benchmarks.throughput`, `python -m benchmarks.decode`."""

@@ -1,0 +1,45 @@
+"""What both benchmarks need: engines per option on the fixed workload, and the machine's ceilings."""
+
+from __future__ import annotations
+
+import platform
+import resource
+import time
+
+import torch
+
+from engine import EngineConfig, LLMEngine
+from benchmarks.fixed_workload import fixed_workload, run_fixed_workload
+from engine.catalogue import measure_this_machine
+from engine.device import device_name
+from engine.model_source import read_model
+
+OPTIONS = ("none", "int8", "int4", "w8a8")
+
+
+def variants(compile_too: bool) -> list[tuple[str, dict]]:
+    """(label, EngineConfig overrides) per quantization option, eager and, if asked, with the
+    decode step compiled (EngineConfig.compile_decode)."""
+    rows = [(option, {"quantization": option}) for option in OPTIONS]
+    rows += [("int4 + int8 head", {"quantization": "int4", "quantize_lm_head": True}),
+             ("w8a8 + w8a8 head", {"quantization": "w8a8", "quantize_lm_head": True})]
+    if compile_too:
+        rows += [(f"{label}, compiled", {**overrides, "compile_decode": True}) for label, overrides in rows]
+    return rows
+
+
+def peak_resident_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def machine_line() -> str:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return f"{platform.machine()}, {device_name(device)}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}"
+
+
+def engine_run(source, label: str, overrides: dict, prompts: list[list[int]], output_len: int) -> dict:
+    engine = LLMEngine(EngineConfig(max_num_seqs=len(prompts), max_num_batched_tokens=2048, **overrides), source=source)
+    return {"option": label, "weight_bytes": engine.weight_bytes, **run_fixed_workload(engine, prompts, output_len)}
+
+
+__all__ = ["engine_run", "variants", "fixed_workload", "machine_line", "measure_this_machine", "peak_resident_mb", "read_model"]

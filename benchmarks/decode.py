@@ -1,0 +1,76 @@
+"""Single-stream decode per quantization option, against its roofline:
+
+    python -m benchmarks.decode [--tokens 128] [--no-compile]
+
+Rows: none, int8, int4, w8a8, int4 with the LM head quantized to int8 ("+ int8 head") and w8a8
+with a W8A8 head, each eager and with the decode step compiled (EngineConfig.compile_decode; the first compile takes minutes).
+
+Roofline: one decode step reads every weight once (the embedding table only a row of it, unless
+it is also the LM head), so tokens/s <= bandwidth / bytes read per token. The
+achieved fraction shows how much of a step is spent elsewhere. Per-step Python overhead is
+measured as step time minus kernel time, the kernel time being the torch profiler's self time of
+every aten operator over 20 profiled steps (the profiler slows the Python side, not the kernels).
+Compiled rows leave that split out: the profiler does not see the generated fused kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from torch.profiler import ProfilerActivity, profile
+
+from benchmarks.common import machine_line, variants, measure_this_machine, read_model
+from engine import EngineConfig, LLMEngine, SamplingParams
+
+
+def kernel_ms_per_step(engine: LLMEngine, steps: int = 20) -> float:
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        for _ in range(steps):
+            engine.step()
+    return sum(event.self_cpu_time_total for event in profiler.key_averages()) / steps / 1000
+
+
+def bytes_read_per_token(engine: LLMEngine) -> int:
+    """Weight bytes one decode step reads: every stored weight, less the embedding table when the
+    LM head is a tensor of its own (quantized, or untied), as the embedding then reads one row."""
+    model = engine.executor.model
+    if model.quantized_head is None and model.config.tie_word_embeddings:
+        return engine.weight_bytes
+    return engine.weight_bytes - model.model.embed_tokens.weight.nbytes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--no-compile", action="store_true", help="skip the rows with the decode step compiled (minutes to compile)")
+    args = parser.parse_args()
+    source = read_model("smollm2-135m")
+    bandwidth = measure_this_machine().bandwidth_bytes_s
+    print(f"machine: {machine_line()}; copy bandwidth {bandwidth / 1e9:.1f} GB/s")
+    print(f"{'option':<28} {'tok/s':>7} {'step ms':>8} {'kernel ms':>10} {'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}")
+    for label, overrides in variants(not args.no_compile):
+        engine = LLMEngine(EngineConfig(kv_cache_memory=64 << 20, **overrides), source=source)
+        params = SamplingParams(max_tokens=args.tokens, temperature=0.0, ignore_eos=True)
+        engine.generate([[1] * 16], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
+        engine.add_request([1] * 16, params)
+        engine.step()  # prefill
+        start, steps = time.perf_counter(), 0
+        while engine.has_unfinished():
+            engine.step()
+            steps += 1
+        step_s = (time.perf_counter() - start) / steps
+        split = "-".rjust(10) * 2
+        if not engine.config.compile_decode:
+            engine.add_request([1] * 16, SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True))
+            engine.step()
+            kernel_ms = kernel_ms_per_step(engine)
+            split = f"{kernel_ms:>10.2f} {step_s * 1000 - kernel_ms:>10.2f}"
+        read = bytes_read_per_token(engine)
+        roofline = bandwidth / read
+        print(f"{label:<28} {1 / step_s:>7.1f} {step_s * 1000:>8.2f} {split} "
+              f"{engine.weight_bytes / 1e6:>11.1f} {read / 1e6:>8.1f} {roofline:>15.1f} {100 / step_s / roofline:>8.0f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The fixed workload against its peers, in one run:
+
+    python -m benchmarks.throughput [--requests 64] [--prompt-len 128] [--output-len 128] [--baseline-requests 32] [--no-compile]
+
+64 requests x (128 prompt + 128 output) tokens arriving at t=0, ignore_eos, on the bundled
+SmolLM2-135M: (a) this engine per quantization option (benchmarks.common.variants), eager and with the
+decode step compiled; (b) Hugging Face transformers `generate`
+with static batches of 32 on the same weights (fewer requests by default: it is slow); (c) the
+memory-bandwidth and matmul ceilings measured on the spot. Prints output tokens/s, TTFT and TPOT
+p50/p99 with n, peak resident memory, and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from benchmarks.common import engine_run, variants, fixed_workload, machine_line, measure_this_machine, peak_resident_mb, read_model
+
+
+def transformers_baseline(prompts: list[list[int]], output_len: int, batch: int = 32) -> float:
+    """Output tokens/s of transformers' generate, greedy, static batches, on the same GGUF."""
+    from transformers import AutoModelForCausalLM
+
+    from engine.model_source import resolve_model_path
+
+    path = resolve_model_path("smollm2-135m")
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    start, tokens = time.perf_counter(), 0
+    with torch.no_grad():
+        for first in range(0, len(prompts), batch):
+            chunk = torch.tensor(prompts[first : first + batch])
+            out = model.generate(chunk, max_new_tokens=output_len, min_new_tokens=output_len, do_sample=False, pad_token_id=0)
+            tokens += (out.shape[1] - chunk.shape[1]) * chunk.shape[0]
+    return tokens / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--baseline-requests", type=int, default=32, help="requests for the transformers baseline (0 = skip)")
+    parser.add_argument("--no-compile", action="store_true", help="skip the rows with the decode step compiled (minutes to compile)")
+    args = parser.parse_args()
+
+    source = read_model("smollm2-135m")
+    prompts = fixed_workload(args.requests, args.prompt_len, source.config.vocab_size)
+    ceilings = measure_this_machine()
+    rows = [engine_run(source, label, overrides, prompts, args.output_len) for label, overrides in variants(not args.no_compile)]
+    baseline = transformers_baseline(prompts[: args.baseline_requests], args.output_len) if args.baseline_requests else None
+
+    print(f"machine: {machine_line()}")
+    print(f"ceilings: {ceilings.bandwidth_bytes_s / 1e9:.1f} GB/s copy bandwidth, {ceilings.peak_flops / 1e9:.1f} GFLOP/s matmul")
+    print(f"workload: {args.requests} requests x ({args.prompt_len} prompt + {args.output_len} output) tokens at t=0, ignore_eos")
+    print(f"{'engine':<38} {'output tok/s':>12} {'vs transformers':>16} {'TTFT p50/p99 ms':>20} {'TPOT p50/p99 ms':>18}  n")
+    for row in rows:
+        ratio = f"{row['output_tok_s'] / baseline:.1f}x" if baseline else "-"
+        ttft, tpot = row["ttft"], row["tpot"]
+        print(f"{'workbench ' + row['option']:<38} {row['output_tok_s']:>12.1f} {ratio:>16} {ttft.p50:>9.0f}/{ttft.p99:<9.0f} "
+              f"{tpot.p50:>8.1f}/{tpot.p99:<8.1f} {ttft.n}")
+    if baseline:
+        print(f"{'transformers generate':<38} {baseline:>12.1f} {'1.0x':>16}   (static batches of 32, {args.baseline_requests} requests)")
+    print(f"peak resident memory: {peak_resident_mb():,.0f} MB (the whole process, every engine above included)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""Qt fixtures: a main window on a temporary settings file, and a tiny model config."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import EngineConfig
+
+
+@pytest.fixture
+def tiny_config(tiny_llama) -> EngineConfig:
+    directory, _ = tiny_llama
+    return EngineConfig(model=str(directory), device="cpu", num_kv_blocks=128, block_size=4, max_num_batched_tokens=64)
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_SETTINGS", str(tmp_path / "settings.ini"))
+    from workbench.gui.main_window import MainWindow
+
+    main_window = MainWindow()
+    main_window.confirm_reload = lambda: True
+    qtbot.addWidget(main_window)
+    main_window.show()
+    yield main_window
+    main_window.close()
+
+
+def load(window, qtbot, config) -> None:
+    window.load(config)
+    qtbot.waitUntil(lambda: window.info is not None and window.info.config == config and window.progress.value() == 100, timeout=30_000)

@@ -1,0 +1,33 @@
+"""The engine panel round-trips a configuration, including cache sizes its MiB box cannot show."""
+
+from __future__ import annotations
+
+from engine import EngineConfig
+from workbench.gui.engine_panel import EnginePanel
+
+
+def test_a_preset_fraction_or_block_count_survives_until_the_size_is_edited(qtbot):
+    panel = EnginePanel()
+    qtbot.addWidget(panel)
+    panel.set_config(EngineConfig(kv_cache_memory=0.5, quantization="w8a8"))
+    assert panel.config().kv_cache_memory == 0.5 and panel.config().quantization == "w8a8"
+    assert panel.kv_cache_source.text() == "set by the preset: 50% of free memory (edit the size to replace)"
+    panel.kv_cache_mib.setValue(256)
+    assert panel.config().kv_cache_memory == 256 << 20 and panel.kv_cache_source.text() == ""
+
+    panel.set_config(EngineConfig(num_kv_blocks=4096))
+    assert panel.config().num_kv_blocks == 4096 and "4,096 blocks" in panel.kv_cache_source.text()
+    panel.kv_cache_mib.setValue(512)
+    assert panel.config().num_kv_blocks is None
+
+    panel.set_config(EngineConfig(kv_cache_memory=64 << 20))
+    assert panel.config().kv_cache_memory == 64 << 20 and panel.kv_cache_mib.value() == 64
+
+
+def test_the_default_cache_size_is_auto_and_round_trips(qtbot):
+    panel = EnginePanel()
+    qtbot.addWidget(panel)
+    assert panel.config().kv_cache_memory is None and panel.kv_cache_mib.text() == "auto"
+    panel.set_config(EngineConfig(kv_cache_memory=64 << 20, long_prompt_max_wait_s=2.5))
+    panel.set_config(EngineConfig())
+    assert panel.config().kv_cache_memory is None and panel.config().long_prompt_max_wait_s == 5.0

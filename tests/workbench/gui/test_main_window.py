@@ -1,0 +1,304 @@
+"""The window with a real worker thread and a tiny model (pytest-qt, offscreen). Waits are on
+conditions, never on fixed sleeps."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+
+import pytest
+
+from workbench.report import build_report
+from workbench.run_log import read_run_log
+from workbench.scenario import SLO, Scenario
+from workbench.traffic import LengthDistribution, TrafficProfile
+from tests.workbench.gui.conftest import load
+
+
+def all_ended(window) -> bool:
+    rows = window.worker.rows()
+    return bool(rows) and all(row.state in ("finished", "aborted", "rejected") for row in rows)
+
+
+def test_loading_drives_the_progress_bar_and_shows_memory(window, qtbot, tiny_config):
+    seen = []
+    window.worker.loading.connect(lambda stage, fraction: seen.append(stage))
+    load(window, qtbot, tiny_config)
+    assert {"read file", "allocate KV cache", "warm up", "ready"} <= set(seen)
+    assert "ready" in window.stage.text() and "decode eager" in window.stage.text()
+    memory_text = window.memory.text.text()
+    assert "weights" in memory_text and "KV cache" in memory_text and "estimate" in memory_text and "measured" in memory_text
+
+
+def test_injected_traffic_fills_the_plots_and_the_table(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    window.traffic_panel.inject_requested.emit(6, 20, 8, "chat")
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 6, timeout=30_000)
+    window.refresh_plots()
+    window.refresh_tables()
+    plots = window.plots.plots
+    assert plots["kv_occupancy"].used.getData()[0].size > 0
+    assert plots["queue_depth"].curves["running"].getData()[1].max() > 0
+    assert plots["latency"].points["ttft"].getData()[0].size == 6
+    assert window.requests.model.rowCount() == 6
+    assert "n=6" in window.plots.goodput.text()
+
+
+def test_stopping_traffic_lets_every_request_finish(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    traffic = TrafficProfile(arrival="poisson", rate=50.0, num_requests=400, prompt_len=LengthDistribution(mean=12), output_len=LengthDistribution(mean=20))
+    window.start_traffic(Scenario(name="t", traffic=traffic, slo=SLO(ttft_ms=1000)))
+    qtbot.waitUntil(lambda: len(window.worker.rows()) >= 5, timeout=30_000)
+    window.traffic_panel.stop_requested.emit()
+    qtbot.waitUntil(lambda: window.traffic_label.text() in ("traffic: stopped", "traffic: finished"), timeout=10_000)
+    sent = len(window.worker.rows())
+    qtbot.waitUntil(lambda: all_ended(window), timeout=60_000)
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished", timeout=10_000)
+    assert sent < 400 and len(window.worker.rows()) == sent
+    assert all(row.state == "finished" for row in window.worker.rows())
+
+
+def test_abort_from_the_table_aborts_the_request(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    window.traffic_panel.inject_requested.emit(1, 10, 400, "chat")  # 400 output tokens: time to abort
+    qtbot.waitUntil(lambda: any(row.state == "decoding" for row in window.worker.rows()), timeout=30_000)
+    window.refresh_tables()
+    window.requests.table.selectRow(0)
+    window.requests.abort_button.click()
+    qtbot.waitUntil(lambda: all_ended(window), timeout=30_000)
+    row = window.worker.rows()[0]
+    assert row.state == "aborted" and len(row.output_token_ids) < 400
+    window.requests.show_detail(window.worker.row(row.request_id))
+    assert "aborted (abort)" in window.requests.detail.toPlainText()
+
+
+def test_an_engine_error_is_shown_and_a_new_configuration_still_loads(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+
+    def broken(batch):
+        raise RuntimeError("simulated kernel failure")
+
+    steps = itertools.count(1)
+    execute = window.worker._engine.executor.execute
+
+    def fails_on_step_three(batch):
+        if next(steps) == 3:
+            raise RuntimeError("simulated kernel failure")
+        return execute(batch)
+
+    window.worker._engine.executor.execute = fails_on_step_three
+    window.start_traffic(Scenario(name="t", traffic=TrafficProfile(arrival="poisson", rate=100.0, num_requests=50)))
+    qtbot.waitUntil(lambda: "simulated kernel failure" in window.error_label.text(), timeout=30_000)
+    assert "Apply a configuration to reload" in window.error_label.text()
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: stopped", timeout=5_000)
+    log = read_run_log(window.worker.run_log_path)
+    assert not log.complete and len(log.steps) == 2
+    assert build_report(log)["incomplete_because"][0].startswith("the run log was not closed")
+    window.engine_panel.set_config(tiny_config)
+    window.engine_panel.apply_requested.emit(window.engine_panel.config())
+    qtbot.waitUntil(lambda: window.error_label.text() == "" and "ready" in window.stage.text(), timeout=30_000)
+    window.traffic_panel.inject_requested.emit(2, 10, 5, "chat")
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
+
+
+def test_closing_during_a_run_stops_the_worker_thread(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    traffic = TrafficProfile(arrival="poisson", rate=100.0, num_requests=10_000, prompt_len=LengthDistribution(mean=30), output_len=LengthDistribution(mean=50))
+    window.start_traffic(Scenario(name="t", traffic=traffic))
+    qtbot.waitUntil(lambda: len(window.worker.rows()) >= 10, timeout=30_000)
+    window.close()
+    assert not window.worker._thread.is_alive()  # close() joined it: the loop ended, nothing runs on
+
+
+def test_saved_run_can_be_opened_and_compared(window, qtbot, tiny_config, tmp_path):
+    load(window, qtbot, tiny_config)
+    traffic = TrafficProfile(arrival="poisson", rate=200.0, num_requests=8, prompt_len=LengthDistribution(mean=12), output_len=LengthDistribution(mean=6))
+    window.start_traffic(Scenario(name="t", traffic=traffic, slo=SLO(ttft_ms=5000)))
+    qtbot.waitUntil(lambda: len(window.worker.rows()) == 8 and all_ended(window), timeout=30_000)
+    first = window.save_run(str(tmp_path / "first"))
+    assert (first / "latency.png").exists()
+    report = json.loads((first / "report.json").read_text())
+    assert report["complete"] and report["metrics"]["requests_finished"]["value"] == 8  # every request ended: a whole run
+    assert read_run_log(first / "run.jsonl").complete
+    window.open_run(str(first))
+    assert window.viewing_past_run and "viewing" in window.runs_text.toPlainText()
+    window.compare_runs(str(first), str(first))
+    assert "verdict: no decision: no intended gain or tolerated regression was declared" in window.runs_text.toPlainText()
+
+
+def test_runs_tab_errors_are_messages(window, qtbot, tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / "run.jsonl").write_text("not json at all\n")
+    for folder, message in ((tmp_path / "empty", "no run log here"), (tmp_path / "missing", "no run log here"),
+                            (tmp_path / "garbage", "not a workbench run log")):
+        window.open_run(str(folder))
+        assert window.error_label.text().startswith("open run: ") and message in window.error_label.text(), folder
+    assert not window.viewing_past_run
+    assert window.save_run(str(tmp_path / "nothing-yet")) is None  # no engine loaded: no run log yet
+    assert window.error_label.text().startswith("save run: ")
+
+
+def test_settings_are_remembered_between_launches(qtbot, tmp_path, monkeypatch, tiny_config):
+    monkeypatch.setenv("WORKBENCH_SETTINGS", str(tmp_path / "settings.ini"))
+    from workbench.gui.main_window import MainWindow
+
+    first = MainWindow()
+    qtbot.addWidget(first)
+    first.engine_panel.max_num_seqs.setValue(7)
+    first.close()
+    second = MainWindow()
+    qtbot.addWidget(second)
+    assert second.engine_panel.max_num_seqs.value() == 7
+    second.close()
+
+
+def test_ramp_traffic_takes_its_end_rate_and_duration_from_the_panel(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    panel = window.traffic_panel
+    started = []
+    panel.start_requested.connect(started.append)
+    panel.arrival.setCurrentText("ramp")
+    panel.duration.setValue(0)  # a ramp needs a duration: a message in the window, no exception
+    panel.start_button.click()
+    assert "traffic: end_rate, duration_s: a ramp needs" in window.error_label.text() and not started
+    panel.rate.setValue(20)
+    panel.end_rate.setValue(200)
+    panel.duration.setValue(0.5)
+    panel.num_requests.setValue(12)
+    panel.output_mean.setValue(4)
+    panel.start_button.click()
+    assert started[-1].traffic.arrival == "ramp" and started[-1].traffic.end_rate == 200 and started[-1].traffic.duration_s == 0.5
+    qtbot.waitUntil(lambda: len(window.worker.rows()) == 12 and all_ended(window), timeout=30_000)
+
+
+def test_an_invalid_engine_configuration_is_a_message_not_an_exception(window, qtbot):
+    window.engine_panel.model.setCurrentText("  ")
+    applied = []
+    window.engine_panel.apply_requested.connect(applied.append)
+    window.engine_panel.apply_button.click()
+    assert window.error_label.text().startswith("engine: model: expected") and not applied
+
+
+def test_controls_follow_the_traffic_state(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    assert window.traffic_label.text() == "traffic: idle"
+    window.traffic_panel.pause_button.setChecked(True)
+    traffic = TrafficProfile(arrival="poisson", rate=200.0, num_requests=6, prompt_len=LengthDistribution(mean=8), output_len=LengthDistribution(mean=4))
+    window.start_traffic(Scenario(name="t", traffic=traffic))
+    qtbot.waitUntil(lambda: not window.traffic_panel.pause_button.isChecked(), timeout=10_000)  # a Start is not paused
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished", timeout=30_000)
+    assert len(window.worker.rows()) == 6 and all_ended(window)
+
+
+def test_plots_redraw_without_new_data(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    window.traffic_panel.inject_requested.emit(3, 10, 5, "chat")
+    qtbot.waitUntil(lambda: len(window.worker.rows()) == 3 and all_ended(window), timeout=30_000)
+    window.refresh_plots()
+    latency = window.plots.plots["latency"]
+    assert latency.points["tpot"].getData()[0] is None or latency.points["tpot"].getData()[0].size == 0
+    window.plots.latency_mode.setCurrentIndex(1)  # TPOT, while the engine is idle
+    assert latency.points["tpot"].getData()[0].size == 3 and "TPOT p50" in latency.plot.titleLabel.text
+    bigger = dataclasses.replace(tiny_config, num_kv_blocks=256)
+    load(window, qtbot, bigger)
+    window.refresh_plots()  # nothing ran on the new engine: the plots still show its capacity
+    assert "1,024 tokens" in window.plots.plots["kv_occupancy"].plot.titleLabel.text
+    assert "no request finished yet" in latency.plot.titleLabel.text
+
+
+def test_the_window_opens_no_larger_than_the_screen(window):
+    available = window.screen().availableGeometry()
+    assert window.width() <= available.width() and window.height() <= available.height()
+
+
+def test_the_memory_tab_shows_a_simulated_gpu_as_estimates(window, qtbot):
+    from engine import EngineConfig
+
+    window.load(EngineConfig(model="simulated:llama-2-7b@h100-80gb"))  # the window runs it at real-time speed
+    qtbot.waitUntil(lambda: window.info is not None and window.info.config.model.startswith("simulated:"), timeout=30_000)
+    text = window.memory.text.text()
+    assert "h100-80gb (simulated)" in text and "of 74.5 GiB" in text and "measured" not in text
+
+
+def test_a_second_start_is_a_new_run_with_its_own_time_axis(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    traffic = TrafficProfile(arrival="poisson", rate=100.0, num_requests=40, prompt_len=LengthDistribution(mean=12), output_len=LengthDistribution(mean=30))
+    window.start_traffic(Scenario(name="first", traffic=traffic))
+    qtbot.waitUntil(lambda: window.worker.store is not None and window.worker.store.snapshot().steps["time_s"].size > 20, timeout=30_000)
+    first_store = window.worker.store
+    window.start_traffic(Scenario(name="second", traffic=traffic))
+    qtbot.waitUntil(lambda: window.worker.store is not first_store and window.worker.store.snapshot().steps["time_s"].size > 5, timeout=30_000)
+    times = window.worker.store.snapshot().steps["time_s"]
+    assert times.min() >= 0 and (times[1:] >= times[:-1]).all()  # from zero, never backwards
+    assert read_run_log(window.worker.run_log_path).header["scenario"]["name"] == "second"
+
+
+def test_every_control_is_whole_and_inside_its_column_at_1280_by_800(window, qtbot):
+    """Issue 19 #15: the controls column was narrower than its contents (the model name cut,
+    "Apply and l…", Stop behind a horizontal scrollbar). Scrolling down is fine; sideways is not."""
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QAbstractButton, QAbstractSpinBox, QComboBox, QLineEdit, QScrollArea
+
+    window.resize(1280, 800)
+    qtbot.wait(50)
+    scroll = window.main_splitter.widget(0)
+    assert isinstance(scroll, QScrollArea)
+    viewport = scroll.viewport()
+    controls = [widget for kind in (QAbstractButton, QComboBox, QLineEdit, QAbstractSpinBox)
+                for widget in scroll.widget().findChildren(kind) if widget.isVisibleTo(scroll.widget())]
+    assert len(controls) > 20
+    for widget in controls:
+        left = widget.mapTo(viewport, QPoint(0, 0)).x()
+        name = widget.text() if hasattr(widget, "text") else widget.objectName() or type(widget).__name__
+        assert 0 <= left and left + widget.width() <= viewport.width(), f"{name!r} reaches past the column"
+        if isinstance(widget, QAbstractButton):
+            assert widget.width() >= widget.sizeHint().width(), f"button {name!r} is cut"
+    assert not scroll.horizontalScrollBar().isVisible()
+    # The plots, with every title and legend filled in, fit the centre side by side.
+    from PySide6.QtCore import Qt
+
+    from tests.workbench.gui.test_plots import filled_store
+
+    window.plots.update_from(filled_store(requests=5000).snapshot())
+    qtbot.wait(50)
+    needed = window.plots.layout_widget.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
+    assert needed <= window.plots.layout_widget.viewport().width()
+
+
+def test_an_events_only_preset_says_it_sends_no_background_traffic(window):
+    """Issue 19 #15: for long-prompt-isolation the traffic panel kept showing Poisson, 2 req/s,
+    100 requests, which that preset's timeline never uses."""
+    from workbench.presets import load_preset
+
+    panel = window.traffic_panel
+    panel.show_scenario(load_preset("long-prompt-isolation"))
+    assert panel.preset_label.isVisibleTo(panel)
+    assert panel.preset_label.text() == (
+        "Preset 'long-prompt-isolation': no background traffic; timeline: at 0 s inject 1 × 6000-token 'long'; "
+        "at 0 s inject 20 × 64-token 'chat'. The fields below are for Start.")
+    panel.show_scenario(load_preset("chat-steady"))
+    assert panel.preset_label.text() == "Preset 'chat-steady': the fields below show its traffic"
+    panel.start_button.click()
+    assert not panel.preset_label.isVisibleTo(panel)
+
+
+@pytest.mark.parametrize("arrival, shown", [
+    ("poisson", {"rate"}), ("gamma", {"rate", "burstiness"}), ("ramp", {"rate", "end_rate"}), ("closed_loop", {"concurrency"}),
+])
+def test_the_traffic_panel_shows_only_what_the_arrival_process_reads(window, arrival, shown):
+    panel = window.traffic_panel
+    panel.arrival.setCurrentText(arrival)
+    fields = {"rate": panel.rate, "end_rate": panel.end_rate, "burstiness": panel.burstiness, "concurrency": panel.concurrency}
+    assert {name for name, widget in fields.items() if widget.isVisibleTo(panel)} == shown
+
+
+def test_the_memory_tab_scrolls_rather_than_hiding_lines(window, qtbot, tiny_config):
+    """Issue 19 #15: in a short tab only the weights line was visible."""
+    from PySide6.QtWidgets import QScrollArea
+
+    load(window, qtbot, tiny_config)
+    text = window.memory.text
+    assert isinstance(text.parentWidget().parentWidget(), QScrollArea)
+    assert all(f"■</span> {name}</td>" in text.text() for name in ("weights", "KV cache", "activations", "other"))

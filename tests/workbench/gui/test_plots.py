@@ -1,0 +1,105 @@
+"""The plot classes: data lands in the persistent items, units are on the axes, and repeated
+updates do not leak references (PySide6 6.12.0 lost one to None per setData and crashed)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pyqtgraph as pg
+
+from engine.metrics import RequestMetrics, StepStats
+from workbench.metrics_store import MetricsStore
+from workbench.scenario import SLO
+from workbench.gui.plots import all_plots
+
+
+def filled_store(steps: int = 300, requests: int = 200) -> MetricsStore:
+    store = MetricsStore(0.0, kv_capacity_tokens=1024, kv_cache_bytes=2**20, slo=SLO(ttft_ms=60.0))
+    for index in range(steps):
+        store.add_step(StepStats(index * 0.1, 0.1, 10, 5, 5, 30, 64, 2, 4, 0, 3, index // 50, 0, 0, 0))
+    for index in range(requests):
+        start = index * 0.1
+        store.add_request(RequestMetrics(start, 5, start, start + 0.05 + 0.0005 * index, start + 0.3,
+                                         [start + 0.05 + 0.0005 * index, start + 0.2, start + 0.3], finish_reason="length"), "chat")
+    return store
+
+
+def plots_in_a_view(qtbot) -> tuple[pg.GraphicsLayoutWidget, dict]:
+    """The view is returned too: the caller must keep it alive while the plots are used."""
+    plots = all_plots()
+    view = pg.GraphicsLayoutWidget()
+    qtbot.addWidget(view)
+    for plot in plots.values():
+        view.addItem(plot.plot)
+    return view, plots
+
+
+def test_every_plot_shows_the_snapshot_with_units(qtbot):
+    snapshot = filled_store().snapshot()
+    _view, plots = plots_in_a_view(qtbot)
+    for plot in plots.values():
+        plot.update(snapshot)
+        assert plot.plot.getAxis("bottom").labelUnits == "s"
+    assert plots["kv_occupancy"].used.getData()[1][0] == 100 * 30 / 64
+    assert "1,024 tokens" in plots["kv_occupancy"].plot.titleLabel.text
+    assert plots["queue_depth"].preemptions.getData()[0].size == 5  # the counter rose 5 times
+    latency = plots["latency"]
+    assert "n=200" in latency.plot.titleLabel.text and latency.slo_line.value() == 60.0
+    assert latency.plot.getAxis("left").labelUnits == "ms"
+    assert snapshot.goodput == (21, 200)  # TTFT = 50 + 0.5 i ms meets the 60 ms SLO for i <= 20
+
+
+def test_repeated_updates_do_not_lose_references(qtbot):
+    snapshot = filled_store().snapshot()
+    _view, plots = plots_in_a_view(qtbot)
+    before = sys.getrefcount(None)
+    for _ in range(100):
+        for plot in plots.values():
+            plot.update(snapshot)
+    assert before - sys.getrefcount(None) < 500  # 6.12.0 lost about 50,000 here
+
+
+def test_metrics_store_is_bounded_and_ordered():
+    store = MetricsStore(0.0, step_capacity=50, request_capacity=10)
+    for index in range(120):
+        store.add_step(StepStats(float(index), 0.1, index, 0, 1, 1, 10, 0, 0, 0, 1, 0, 0, 0, 0))
+    steps = store.snapshot().steps
+    assert steps["time_s"].size == 50 and np.all(np.diff(steps["time_s"]) > 0) and steps["time_s"][-1] == 119
+
+
+def test_lines_break_where_the_engine_sat_idle():
+    """Issue 19 #15: lines ramped across idle gaps as if they were data. Steps at 0.1 s intervals,
+    then 5 s with no step (the second step of the pair starts 5 s after the first ended)."""
+    from workbench.gui.plots import IDLE_GAP_S, break_at_idle_gaps
+
+    store = MetricsStore(0.0)
+    for end, duration, prefill in ((0.1, 0.1, 8), (0.2, 0.1, 4), (5.3, 0.1, 6), (9.0, 3.5, 2)):
+        store.add_step(StepStats(end, duration, prefill, 1, 1, 1, 4, 0, 0, 0, 1, 0, 0, 0, 0))
+    times, prefill = break_at_idle_gaps(store.snapshot().steps, store.snapshot().steps["prefill_tokens"])
+    # One break, between 0.2 and 5.2; none before the 3.5 s step (busy, not idle: 9.0 - 3.5 - 5.3 = 0.2 s <= IDLE_GAP_S).
+    assert 9.0 - 3.5 - 5.3 <= IDLE_GAP_S
+    np.testing.assert_array_equal(times, [0.1, 0.2, np.nan, 5.3, 9.0])
+    np.testing.assert_array_equal(prefill, [8, 4, np.nan, 6, 2])
+
+
+def test_legends_sit_under_the_plot_and_decode_has_its_own_axis(qtbot):
+    """Issue 19 #15: legends covered data and the SLO label; decode sequences (a few) shared an axis
+    with prefill tokens (hundreds) and drew flat."""
+    snapshot = filled_store().snapshot()
+    view, plots = plots_in_a_view(qtbot)
+    view.resize(900, 1400)
+    view.show()
+    for plot in plots.values():
+        plot.update(snapshot)
+    qtbot.wait(50)
+    for name, plot in plots.items():
+        legend, data_area = plot.plot.legend, plot.plot.vb
+        assert legend.parentItem() is plot.plot and legend.items, name
+        assert legend.sceneBoundingRect().top() >= data_area.sceneBoundingRect().bottom(), f"{name}: the legend overlaps the data"
+    batch = plots["batch_composition"]
+    assert batch.decode.getViewBox() is batch.decode_view and batch.decode_view is not batch.plot.vb
+    assert batch.plot.getAxis("right").labelText == "decode" and batch.plot.getAxis("right").isVisible()
+    batch.decode_view.autoRange()
+    low, high = batch.decode_view.viewRange()[1]
+    assert low <= 5 <= high and high < 50  # decode's own scale, not the prefill axis

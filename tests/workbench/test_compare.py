@@ -1,0 +1,160 @@
+"""Comparisons: deltas with their n, and decision checks in both directions."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import ConfigError
+from workbench.compare import Criterion, compare, format_comparison
+
+
+def report(variant, **values):
+    metrics = {name: {"value": value, "unit": "ms" if name.endswith("_ms") else "tok/s", "n": 20} for name, value in values.items()}
+    return {"scenario": {"name": "s"}, "variant": variant, "seed": 0, "complete": True, "metrics": metrics}
+
+
+BASE = report("off", output_tok_s=100.0, ttft_p99_ms=800.0)
+
+
+def test_criteria_parse_relative_and_absolute():
+    assert Criterion.parse("output_tok_s:+20%") == Criterion("output_tok_s", 0.2, True)
+    assert Criterion.parse("chat/ttft_p99_ms:-50%") == Criterion("chat/ttft_p99_ms", -0.5, True)
+    assert Criterion.parse("preemptions:+3") == Criterion("preemptions", 3.0, False)
+    with pytest.raises(ConfigError, match="expected METRIC:"):
+        Criterion.parse("faster please")
+
+
+@pytest.mark.parametrize(
+    "candidate, intended, tolerated, passed",
+    [
+        (report("on", output_tok_s=125.0, ttft_p99_ms=850.0), ["output_tok_s:+20%"], ["ttft_p99_ms:+10%"], [True, True]),
+        (report("on", output_tok_s=110.0, ttft_p99_ms=850.0), ["output_tok_s:+20%"], ["ttft_p99_ms:+10%"], [False, True]),
+        (report("on", output_tok_s=125.0, ttft_p99_ms=900.0), ["output_tok_s:+20%"], ["ttft_p99_ms:+10%"], [True, False]),
+        (report("on", output_tok_s=95.0, ttft_p99_ms=300.0), ["ttft_p99_ms:-50%"], ["output_tok_s:-10%"], [True, True]),
+        (report("on", output_tok_s=80.0, ttft_p99_ms=300.0), ["ttft_p99_ms:-50%"], ["output_tok_s:-10%"], [True, False]),
+    ],
+)
+def test_decision_checks(candidate, intended, tolerated, passed):
+    result = compare(BASE, candidate, intended, tolerated)
+    assert [check["passed"] for check in result["checks"]] == passed
+    assert result["verdict"].startswith("accept" if all(passed) else "reject")
+    assert all(check["n_baseline"] == 20 and check["n_candidate"] == 20 for check in result["checks"])
+
+
+def test_table_shows_absolute_and_relative_deltas_with_n():
+    result = compare(BASE, report("on", output_tok_s=150.0, ttft_p99_ms=400.0), [], [])
+    rows = {row["metric"]: row for row in result["metrics"]}
+    assert rows["output_tok_s"]["delta"] == 50.0 and rows["output_tok_s"]["relative"] == 0.5
+    text = format_comparison(result)
+    assert "+50.0%" in text and "20/20" in text and "no decision" in text
+
+
+def test_unknown_metric_in_a_criterion_is_named():
+    with pytest.raises(ConfigError, match="no metric 'latency'"):
+        compare(BASE, BASE, ["latency:-10%"], [])
+
+
+def test_the_comparison_record_and_table_exactly():
+    baseline = report("off", output_tok_s=100.0, ttft_p99_ms=800.0, preemptions=4)
+    baseline["metrics"]["only_in_baseline"] = {"value": 1.0, "unit": "x", "n": 3}
+    candidate = report("on", output_tok_s=120.0, ttft_p99_ms=880.0, preemptions=6)
+    candidate["metrics"]["ttft_p99_ms"]["n"] = 19
+    result = compare(baseline, candidate, ["output_tok_s:+20%", "preemptions:+3"], ["ttft_p99_ms:+10%"])
+    # Exactly at the threshold passes; +2 preemptions falls short of an intended +3.
+    assert [(check["criterion"], check["passed"], check["observed"]) for check in result["checks"]] == [
+        ("output_tok_s:+20%", True, pytest.approx(0.2)), ("preemptions:+3", False, 2.0), ("ttft_p99_ms:+10%", True, pytest.approx(0.1)),
+    ]
+    assert [(check["kind"], check["n_baseline"], check["n_candidate"]) for check in result["checks"]] == [
+        ("intended", 20, 20), ("intended", 20, 20), ("tolerated", 20, 19)]
+    assert result["verdict"] == "reject: not met: preemptions:+3"
+    assert result["baseline"] == {"scenario": "s", "variant": "off", "seed": 0, "complete": True}
+    assert format_comparison(result).splitlines() == [
+        "baseline:  s / off (seed 0)",
+        "candidate: s / on (seed 0)",
+        "",
+        "metric                                 baseline    candidate        delta      rel  n (b/c)  unit",
+        "only_in_baseline                           1.00            -            -        -  3/0  x",
+        "output_tok_s                             100.00       120.00        20.00   +20.0%  20/20  tok/s",
+        "preemptions                                   4            6            2   +50.0%  20/20  tok/s",
+        "ttft_p99_ms                              800.00       880.00        80.00   +10.0%  20/19  ms",
+        "",
+        "decision record:",
+        "  PASS intended  output_tok_s:+20%            observed +20.0% (n 20/20) ",
+        "  FAIL intended  preemptions:+3               observed +2 (n 20/20) ",
+        "  PASS tolerated ttft_p99_ms:+10%             observed +10.0% (n 20/19) ",
+        "verdict: reject: not met: preemptions:+3",
+    ]
+
+
+@pytest.mark.parametrize("value, tolerated, passed", [(90.0, "-10%", True), (89.0, "-10%", False), (150.0, "-10%", True),
+                                                       (110.0, "+10%", True), (111.0, "+10%", False), (50.0, "+10%", True)])
+def test_a_tolerated_regression_allows_exactly_its_amount_in_its_direction(value, tolerated, passed):
+    candidate = report("on", output_tok_s=value, ttft_p99_ms=800.0)  # the baseline has 100
+    (check,) = compare(BASE, candidate, [], [f"output_tok_s:{tolerated}"])["checks"]
+    assert check["passed"] is passed
+
+
+def test_unmeasurable_metrics_and_incomplete_runs_give_no_pass_and_no_verdict():
+    missing = report("on", output_tok_s=None, ttft_p99_ms=float("nan"))
+    result = compare(BASE, missing, ["output_tok_s:+1%"], ["ttft_p99_ms:+1%"])
+    assert [(check["passed"], check["note"]) for check in result["checks"]] == [(False, "not measurable in both runs")] * 2
+    zero = report("off", output_tok_s=0.0, ttft_p99_ms=800.0)
+    rows = {row["metric"]: row for row in compare(zero, BASE, [], [])["metrics"]}
+    assert rows["output_tok_s"]["delta"] == 100.0 and rows["output_tok_s"]["relative"] is None  # no relative change from 0
+    cut_short = {**report("on", output_tok_s=200.0, ttft_p99_ms=100.0), "complete": False, "incomplete_because": ["planned requests never sent: 3"]}
+    verdict = compare(BASE, cut_short, ["output_tok_s:+20%"], [])["verdict"]
+    assert verdict == "no verdict: incomplete run: candidate (planned requests never sent: 3)"
+    assert str(Criterion.parse("x:+2.5")) == "x:+2.5" and str(Criterion.parse("x:-20%")) == "x:-20%"
+
+
+def test_load_report_reads_a_folder_or_a_file_and_names_what_is_wrong(tmp_path):
+    import json
+    import re
+
+    from workbench.compare import load_report
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "report.json").write_text(json.dumps(BASE))
+    assert load_report(tmp_path / "run") == BASE == load_report(str(tmp_path / "run" / "report.json"))
+    (tmp_path / "bad.json").write_text("{oops")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "partial.json").write_text('{"scenario": {}, "seed": 0}')
+    for path, message in ((tmp_path / "nowhere", "no report found"), (tmp_path / "bad.json", "not valid JSON"),
+                          (tmp_path / "list.json", "not a workbench report (missing scenario, seed, complete, metrics)"),
+                          (tmp_path / "partial.json", "not a workbench report (missing complete, metrics)")):
+        with pytest.raises(ConfigError, match=re.escape(message)) as error:
+            load_report(path)
+        assert str(error.value).startswith(str(path))
+
+
+def test_the_verdict_names_each_incomplete_run_and_the_record_keeps_the_criteria():
+    neither = {**BASE, "complete": False}  # an old report: no reasons given
+    cut = {**report("on", output_tok_s=1.0, ttft_p99_ms=1.0), "complete": False, "incomplete_because": ["a", "b"]}
+    result = compare(neither, cut, ["output_tok_s:+1%"], ["ttft_p99_ms:+1%"])
+    assert result["verdict"] == "no verdict: incomplete run: baseline (incomplete), candidate (a; b)"
+    assert (result["intended"], result["tolerated"]) == (["output_tok_s:+1%"], ["ttft_p99_ms:+1%"])
+    assert compare(BASE, BASE, [], [])["verdict"] == "no decision: no intended gain or tolerated regression was declared"
+    failing = compare(BASE, report("on", output_tok_s=1.0, ttft_p99_ms=9000.0), ["output_tok_s:+1%"], ["ttft_p99_ms:+1%"])
+    assert failing["verdict"] == "reject: not met: output_tok_s:+1%, ttft_p99_ms:+1%"
+
+
+@pytest.mark.parametrize("value, criterion, kind, passed", [
+    (100.0, "output_tok_s:+0", "intended", True), (99.0, "output_tok_s:+0", "intended", False),
+    (100.0, "output_tok_s:+0", "tolerated", True), (101.0, "output_tok_s:+0", "tolerated", False),
+    (50.0, "output_tok_s:-50%", "intended", True), (51.0, "output_tok_s:-50%", "intended", False),
+])
+def test_criteria_at_zero_and_at_their_boundary(value, criterion, kind, passed):
+    candidate = report("on", output_tok_s=value, ttft_p99_ms=800.0)
+    intended, tolerated = ([criterion], []) if kind == "intended" else ([], [criterion])
+    (check,) = compare(BASE, candidate, intended, tolerated)["checks"]
+    assert check["passed"] is passed
+
+
+def test_a_metric_in_one_report_only_and_a_run_without_variant():
+    candidate = report(None, output_tok_s=100.0, ttft_p99_ms=800.0, new_metric=5.0)
+    result = compare(BASE, candidate, ["new_metric:+1"], [])
+    row = {row["metric"]: row for row in result["metrics"]}["new_metric"]
+    assert (row["baseline"], row["candidate"], row["delta"], row["n_baseline"], row["n_candidate"]) == (None, 5.0, None, 0, 20)
+    lines = format_comparison(result).splitlines()
+    assert lines[1] == "candidate: s / - (seed 0)"
+    assert lines[-2] == "  FAIL intended  new_metric:+1                observed - (n 0/20) not measurable in both runs"

@@ -1,0 +1,77 @@
+"""Presets load onto the engine's dataclasses; each kind of mistake gets its own message."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from engine import ConfigError
+from workbench.presets import load_preset, preset_names
+
+REQUIRED = {"chat-steady", "chat-burst", "long-prompt-isolation", "kv-pressure", "prefix-sharing"}
+
+
+def test_required_presets_ship_and_every_variant_loads():
+    assert REQUIRED <= set(preset_names())
+    for name in preset_names():
+        scenario = load_preset(name)
+        assert scenario.name == name and scenario.description
+        for variant_name, variant in scenario.variants.items():
+            applied = load_preset(name, variant=variant_name)
+            assert applied.name == name
+            for key, value in variant.engine.items():
+                assert getattr(applied.engine, key) == value, (name, variant_name, key)
+            for key, value in variant.traffic.items():
+                actual = getattr(applied.traffic, key)
+                assert (dataclasses.asdict(actual) | value == dataclasses.asdict(actual)) if isinstance(value, dict) else actual == value
+
+
+def test_long_prompt_isolation_variants_differ_only_in_admission():
+    off = load_preset("long-prompt-isolation", variant="admission-off")
+    on = load_preset("long-prompt-isolation", variant="admission-on")
+    assert off.engine.long_prompt_threshold == 0 and on.engine.long_prompt_threshold > 0
+    assert off.events == on.events and off.seed == on.seed
+    assert off.traffic is None and on.traffic is None  # only the scripted arrivals
+    assert max(event.prompt_tokens for event in on.events) <= 8192 - 32  # scaled to the model's context
+
+
+def write(tmp_path, text):
+    path = tmp_path / "my.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('name = "x"\n[engine]\nmax_num_seqz = 4\n[traffic]\nrate = 1.0', r"my.toml: unknown key 'engine.max_num_seqz'; expected one of model, device"),
+        ('name = "x"\n[engine]\nmax_num_seqs = "many"\n[traffic]\nrate = 1.0', r"my.toml: engine.max_num_seqs: expected an integer, got 'many'"),
+        ('name = "x"\n[engine]\nblock_size = 0\n[traffic]\nrate = 1.0', r"my.toml: engine: block_size: expected at least 1, got 0"),
+        ('name = "x"\n[traffic]\nrate = -2.0', r"my.toml: traffic: rate: expected a positive number of requests/s, got -2.0"),
+        ('name = "x"\n[traffic]\nprompt_len = { kind = "zipf" }', r"my.toml: traffic.prompt_len: kind: expected one of fixed, uniform"),
+        ('name = "x"\n[slo]\nttft_ms = 0\n[traffic]\nrate = 1.0', r"my.toml: slo: ttft_ms: expected a positive number of milliseconds"),
+        ('name = "x"', r"my.toml: traffic, events: a scenario needs background traffic or an inject event"),
+        ('name = "x"\n[traffic]\nrate = 1.0\n[decision]\nbaseline = "a"\ncandidate = "b"', r"my.toml: decision.baseline: 'a' is not a variant"),
+        ('name = = "x"', r"my.toml: not valid TOML"),
+    ],
+)
+def test_bad_presets_name_file_key_and_expectation(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_preset(write(tmp_path, text))
+
+
+def test_unknown_preset_names_the_known_ones():
+    with pytest.raises(ConfigError, match="unknown preset 'chat-stedy'; known presets: .*chat-steady"):
+        load_preset("chat-stedy")
+
+
+def test_overrides_apply_before_validation_and_win_over_variants():
+    scenario = load_preset("long-prompt-isolation", ["engine.max_num_seqs=8", "seed=5"], variant="admission-on")
+    assert scenario.engine.max_num_seqs == 8 and scenario.seed == 5
+    forced = load_preset("long-prompt-isolation", ["engine.long_prompt_threshold=64"], variant="admission-off")
+    assert forced.engine.long_prompt_threshold == 64
+    with pytest.raises(ConfigError, match="chat-steady.toml: engine.max_num_seqs: expected an integer, got 'lots'"):
+        load_preset("chat-steady", ["engine.max_num_seqs=lots"])
+    with pytest.raises(ConfigError, match="no variant 'fast'"):
+        load_preset("long-prompt-isolation", variant="fast")

@@ -1,0 +1,1 @@
+"""Everything Qt: the window, its worker thread, panels, plots and views."""

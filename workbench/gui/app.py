@@ -1,0 +1,90 @@
+"""Start the desktop app: `workbench` or `workbench gui [--preset NAME] [--run-for S] [--screenshot F]`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from engine import EngineConfig, EngineError
+
+
+def has_display() -> bool:
+    platform = os.environ.get("QT_QPA_PLATFORM", "")
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or platform in ("offscreen", "minimal", "vnc"))
+
+
+def screenshot_problem(screenshot: str | None, run_for_s: float | None) -> str | None:
+    """Why the screenshot could not be saved, found before the model loads and the traffic runs."""
+    if screenshot is None:
+        return None
+    if run_for_s is None:
+        return "--screenshot needs --run-for SECONDS (the screenshot is taken when that time is up)"
+    path = Path(screenshot)
+    if path.suffix.lower() != ".png":
+        return f"--screenshot {screenshot}: expected a .png file"
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        return f"--screenshot {screenshot}: the folder {folder} does not exist"
+    if not os.access(folder, os.W_OK) or path.is_dir():
+        return f"--screenshot {screenshot}: cannot write there"
+    return None
+
+
+def run_gui(preset: str | None = None, run_for_s: float | None = None, screenshot: str | None = None) -> int:
+    problem = screenshot_problem(screenshot, run_for_s)
+    if problem:
+        print(f"workbench: {problem}", file=sys.stderr)
+        return 2
+    if not has_display():
+        print("workbench: no display found (DISPLAY is unset); run it on a desktop, under xvfb-run, "
+              "or with QT_QPA_PLATFORM=offscreen for automation", file=sys.stderr)
+        return 2
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from workbench.presets import load_preset
+    from workbench.gui.main_window import MainWindow
+    from workbench.gui.theme import apply_theme
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Workbench")
+    apply_theme()
+    try:
+        scenario = load_preset(preset) if preset else None
+    except EngineError as error:
+        print(f"workbench: {error}", file=sys.stderr)
+        return 2
+    window = MainWindow()
+    window.show()
+    outcome = {"code": 0}
+    if scenario is not None:
+        window.run_preset(scenario)
+    else:
+        window.load(window.engine_panel.config() if run_for_s is None else EngineConfig())
+
+    if run_for_s is not None:
+        def fail(message: str) -> None:
+            print(f"workbench: {message}", file=sys.stderr)
+            outcome["code"] = 1
+            window.close()
+
+        def finish() -> None:
+            window.refresh_plots()
+            window.refresh_tables()
+            if screenshot and not window.grab().save(screenshot):
+                outcome["code"] = 1
+                print(f"workbench: could not write the screenshot {screenshot}", file=sys.stderr)
+            window.close()
+
+        window.worker.failed.connect(fail)
+        # The clock starts once the model is loaded, so --run-for measures traffic, not loading.
+        window.worker.loaded.connect(lambda info: QTimer.singleShot(int(run_for_s * 1000), finish))
+        if scenario is None:
+            window.worker.loaded.connect(lambda info: window.start_traffic(window.traffic_panel.scenario()))
+    app.exec()
+    # Tear the window down while Qt is still alive: left to interpreter shutdown, PySide6 and
+    # pyqtgraph can destroy C++ objects in the wrong order and abort the process.
+    window.deleteLater()
+    app.processEvents()
+    return outcome["code"]

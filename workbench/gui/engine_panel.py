@@ -1,0 +1,184 @@
+"""The engine panel: every EngineConfig knob, with a tooltip saying what it trades."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QMenu, QPushButton, QToolButton, QVBoxLayout,
+)
+
+from engine.config import DTYPES, QUANTIZATION_METHODS, SCHEDULING_POLICIES, EngineConfig
+from engine.model_source import BUNDLED_MODELS
+from workbench.gui.form_widgets import emit_validated, float_box, int_box
+
+
+class EnginePanel(QGroupBox):
+    apply_requested = Signal(object)  # EngineConfig
+    invalid = Signal(str)  # a configuration error, for the status line (never an exception in a slot)
+
+    def __init__(self):
+        super().__init__("Engine")
+        defaults = EngineConfig()
+        self.model = QComboBox()
+        self.model.setEditable(True)
+        # Sized for the bundled model's name, not the longest simulated entry: the column stays narrow.
+        self.model.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.model.setMinimumContentsLength(len("smollm2-135m") + 2)
+        self.model.addItems(list(BUNDLED_MODELS))
+        self.model.addItems([f"simulated:{name}@{gpu}" for name, gpu in (("llama-2-7b", "h100-80gb"), ("llama-3-8b", "h100-80gb"),
+                                                                         ("llama-3-70b", "h200"), ("mistral-7b", "a100-80gb"))])
+        self.model.setToolTip("The bundled SmolLM2-135M (Q4_1 GGUF), a .gguf file, a Hugging Face folder (safetensors), "
+                              "or simulated:MODEL@HARDWARE: the same scheduler on a GPU you describe, timed by a cost model.")
+        # One narrow button with a menu keeps the controls column narrow.
+        self.browse = QToolButton()
+        self.browse.setText("…")
+        self.browse.setToolTip("Open a model from disk: a .gguf file or a Hugging Face folder")
+        self.browse.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        browse_menu = QMenu(self.browse)
+        browse_menu.addAction("GGUF file…", self._pick_file)
+        browse_menu.addAction("Hugging Face folder…", self._pick_folder)
+        self.browse.setMenu(browse_menu)
+        self.device = QComboBox()
+        self.device.addItems(["auto", "cpu", "cuda"])
+        self.device.setToolTip("auto: CUDA when available, else CPU.")
+        self.dtype = QComboBox()
+        self.dtype.addItems(list(DTYPES))
+        self.dtype.setToolTip("Compute dtype. float32 is exact on CPU; bfloat16 halves weight and KV memory.")
+        self.quantization = QComboBox()
+        self.quantization.addItems(list(QUANTIZATION_METHODS))
+        self.quantization.setToolTip("Quantization of the projections, at some quality cost (see workbench quality). int8/int4/"
+                                     "bnb: weight-only, less memory and faster single-stream decode. w8a8: int8 weights and "
+                                     "per-token int8 activations, integer products that speed up large batches and prefill.")
+        self.group_size = QComboBox()
+        self.group_size.addItems(["32", "64", "128"])
+        self.group_size.setToolTip("int4 group size: smaller groups keep more quality and cost more scale/zero bytes.")
+        self.quantize_head = QCheckBox("quantize LM head")
+        self.quantize_head.setToolTip("Quantize the vocabulary projection too, to int8 (W8A8 with w8a8): in fp32 it is a fifth "
+                                      "of SmolLM2's weights and read in full every decode step.")
+        self.compile_decode = QCheckBox("compile decode step")
+        self.compile_decode.setToolTip("Run decode-only steps as one torch.compile graph: fewer, fused operators and less Python "
+                                       "per step. Loading compiles two graphs first: minutes on a 2-core CPU, seconds once cached.")
+        self.kv_cache_mib = int_box(0, 1 << 20, 0, "KV cache size. More blocks admit more concurrent tokens before preemption.\n"
+                                    "auto: what 90% of a GPU's memory leaves after the weights (vLLM's convention; "
+                                    "simulated GPUs too), 1 GiB on the CPU.", 64)
+        self.kv_cache_mib.setSpecialValueText("auto")
+        # A preset may size the cache by block count (kv-pressure) or as a fraction of free
+        # memory, which a MiB box cannot show: both are kept, and named below the box, until the
+        # size is edited.
+        self._num_kv_blocks: int | None = None
+        self._kv_cache_fraction: float | None = None
+        self.kv_cache_source = QLabel()
+        self.kv_cache_mib.valueChanged.connect(lambda _: self._set_preset_cache_size(None, None))
+        self.block_size = int_box(1, 256, defaults.block_size, "Tokens per KV block: small blocks waste less at sequence ends, large ones mean shorter block tables.")
+        self.max_num_seqs = int_box(1, 4096, defaults.max_num_seqs, "Most sequences in one step: more raise tokens/s and per-user latency together.")
+        self.max_tokens = int_box(1, 1 << 20, defaults.max_num_batched_tokens, "Token budget per step (prefill + decode): larger prefill chunks, longer steps.", 64)
+        self.chunked = QCheckBox("chunked prefill")
+        self.chunked.setChecked(defaults.enable_chunked_prefill)
+        self.chunked.setToolTip("Split long prompts over steps that also carry decodes, instead of one huge step.")
+        self.long_threshold = int_box(0, 1 << 20, defaults.long_prompt_threshold, "Prompts of at least this many tokens wait in the long-prompt queue (0 = off), and prefill in chunks of at most this size.", 64)
+        self.long_prefills = int_box(1, 64, defaults.max_long_prefills, "At most this many long prompts prefill at once.")
+        self.long_max_wait = float_box(0, 1e6, defaults.long_prompt_max_wait_s, "The long queue's guarantee: a long prompt that "
+                                       "has waited this many seconds is admitted before anyone else (0 = no guarantee).", 1)
+        self.policy = QComboBox()
+        self.policy.addItems(list(SCHEDULING_POLICIES))
+        self.policy.setToolTip("fcfs: arrival order; priority: lower priority values first (and preempted last).")
+        self.prefix_caching = QCheckBox("prefix caching")
+        self.prefix_caching.setChecked(defaults.enable_prefix_caching)
+        self.prefix_caching.setToolTip("Reuse KV blocks of identical prompt prefixes instead of recomputing them.")
+        self.apply_button = QPushButton("Apply and load")
+        self.apply_button.setToolTip("Reload the engine with these settings (requests in flight are dropped after confirmation).")
+        self.apply_button.clicked.connect(lambda: emit_validated(self.config, self.apply_requested, self.invalid, "engine"))
+
+        model_row = QHBoxLayout()
+        model_row.addWidget(self.model, 1)
+        model_row.addWidget(self.browse)
+        form = QFormLayout()
+        form.addRow("model", model_row)
+        form.addRow("device", self.device)
+        form.addRow("dtype", self.dtype)
+        form.addRow("quantization", self.quantization)
+        form.addRow("int4 group size", self.group_size)
+        form.addRow(self.quantize_head)
+        form.addRow("KV cache (MiB)", self.kv_cache_mib)
+        form.addRow("", self.kv_cache_source)
+        form.addRow("block size (tokens)", self.block_size)
+        form.addRow("max sequences", self.max_num_seqs)
+        form.addRow("token budget / step", self.max_tokens)
+        form.addRow("long-prompt threshold", self.long_threshold)
+        form.addRow("max long prefills", self.long_prefills)
+        form.addRow("long prompt max wait (s)", self.long_max_wait)
+        form.addRow("policy", self.policy)
+        form.addRow(self.chunked)
+        form.addRow(self.prefix_caching)
+        form.addRow(self.compile_decode)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.apply_button)
+
+    def _pick_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "GGUF model", "", "GGUF (*.gguf)")
+        if path:
+            self.model.setCurrentText(path)
+
+    def _pick_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Hugging Face model folder")
+        if path:
+            self.model.setCurrentText(path)
+
+    def config(self) -> EngineConfig:
+        """The panel's settings as a validated EngineConfig (raises ConfigError)."""
+        return EngineConfig(
+            model=self.model.currentText().strip(),
+            device=self.device.currentText(),
+            dtype=self.dtype.currentText(),
+            quantization=self.quantization.currentText(),
+            group_size=int(self.group_size.currentText()),
+            quantize_lm_head=self.quantize_head.isChecked(),
+            compile_decode=self.compile_decode.isChecked(),
+            kv_cache_memory=self._kv_cache_fraction or (self.kv_cache_mib.value() << 20) or None,
+            num_kv_blocks=self._num_kv_blocks,
+            block_size=self.block_size.value(),
+            max_num_seqs=self.max_num_seqs.value(),
+            max_num_batched_tokens=self.max_tokens.value(),
+            enable_chunked_prefill=self.chunked.isChecked(),
+            long_prompt_threshold=self.long_threshold.value(),
+            max_long_prefills=self.long_prefills.value(),
+            long_prompt_max_wait_s=self.long_max_wait.value(),
+            scheduling_policy=self.policy.currentText(),
+            enable_prefix_caching=self.prefix_caching.isChecked(),
+        )
+
+    def set_config(self, config: EngineConfig) -> None:
+        self.model.setCurrentText(config.model)
+        self.device.setCurrentText(config.device)
+        self.dtype.setCurrentText(config.dtype)
+        self.quantization.setCurrentText(config.quantization)
+        self.group_size.setCurrentText(str(config.group_size))
+        self.quantize_head.setChecked(config.quantize_lm_head)
+        self.compile_decode.setChecked(config.compile_decode)
+        if config.kv_cache_memory is None:
+            self.kv_cache_mib.setValue(0)
+        elif isinstance(config.kv_cache_memory, int):
+            self.kv_cache_mib.setValue(max(1, config.kv_cache_memory >> 20))
+        fraction = config.kv_cache_memory if isinstance(config.kv_cache_memory, float) else None
+        self._set_preset_cache_size(config.num_kv_blocks, fraction)
+        self.block_size.setValue(config.block_size)
+        self.max_num_seqs.setValue(config.max_num_seqs)
+        self.max_tokens.setValue(config.max_num_batched_tokens)
+        self.chunked.setChecked(config.enable_chunked_prefill)
+        self.long_threshold.setValue(config.long_prompt_threshold)
+        self.long_prefills.setValue(config.max_long_prefills)
+        self.long_max_wait.setValue(config.long_prompt_max_wait_s)
+        self.policy.setCurrentText(config.scheduling_policy)
+        self.prefix_caching.setChecked(config.enable_prefix_caching)
+
+    def _set_preset_cache_size(self, num_kv_blocks: int | None, fraction: float | None) -> None:
+        self._num_kv_blocks, self._kv_cache_fraction = num_kv_blocks, fraction
+        if num_kv_blocks is not None:
+            note = f"set by the preset: {num_kv_blocks:,} blocks (edit the size to replace)"
+        elif fraction is not None:
+            note = f"set by the preset: {fraction:.0%} of free memory (edit the size to replace)"
+        else:
+            note = ""
+        self.kv_cache_source.setText(note)
+        self.kv_cache_source.setVisible(bool(note))

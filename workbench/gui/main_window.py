@@ -1,0 +1,357 @@
+"""The main window: controls on the left, live plots in the centre, requests, KV block map,
+memory and runs in tabs below. It renders what the worker publishes and sends it commands; it
+never touches the engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtGui import QGuiApplication, QIcon
+from PySide6.QtWidgets import (
+    QFileDialog, QGridLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QScrollArea, QSplitter,
+    QTabWidget, QPlainTextEdit, QVBoxLayout, QWidget,
+)
+
+from engine import ConfigError, EngineConfig, EngineError
+from engine.catalogue import hardware_profile
+from workbench.compare import compare, format_comparison, load_report
+from engine.device import total_memory_bytes
+from engine.memory import memory_lines, process_resident_bytes
+from workbench.report import write_report_files
+from workbench.run_log import RunLogWriter, read_run_log
+from workbench.scenario import Scenario
+from engine.simulation import is_simulated, parse
+from workbench.gui.block_map import BlockMapView
+from workbench.gui.engine_panel import EnginePanel
+from workbench.gui.engine_worker import EngineInfo, EngineWorker
+from workbench.gui.memory_panel import MemoryPanel
+from workbench.gui.plots_view import PlotsView
+from workbench.gui.report_images import export_plot_images, store_from_log
+from workbench.gui.requests_view import RequestsView
+from workbench.gui.traffic_panel import TrafficPanel
+
+ICON = Path(__file__).resolve().parents[2] / "assets" / "icon.svg"
+PLOT_INTERVAL_MS = 50  # about 20 Hz, slower when frames are expensive (see refresh_plots)
+PLOT_BUDGET = 0.2  # share of the time the GUI thread may spend drawing plots
+TABLE_INTERVAL_MS = 500
+
+
+def settings() -> QSettings:
+    path = os.environ.get("WORKBENCH_SETTINGS", str(Path.home() / ".config" / "workbench" / "settings.ini"))
+    return QSettings(path, QSettings.Format.IniFormat)
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, worker: EngineWorker | None = None):
+        super().__init__()
+        self.setWindowTitle("Workbench — continuous batching, live")
+        self.setWindowIcon(QIcon(str(ICON)))
+        self.worker = worker or EngineWorker()
+        self.info: EngineInfo | None = None
+        self.viewing_past_run = False
+        self.tokenizer_decode = None
+
+        self.engine_panel = EnginePanel()
+        self.traffic_panel = TrafficPanel()
+        self.plots = PlotsView()
+        self.requests = RequestsView(decode=lambda ids: self.tokenizer_decode(ids) if self.tokenizer_decode else str(ids))
+        self.block_map = BlockMapView()
+        self.memory = MemoryPanel()
+        self.runs_text = QPlainTextEdit()
+        self.runs_text.setReadOnly(True)
+        self._build_layout()
+        self._build_status_bar()
+        self._connect()
+        self._restore_settings()
+
+        self._plotted_version = None
+        self.plot_timer = QTimer(self)
+        self.plot_timer.setSingleShot(True)
+        self.plot_timer.timeout.connect(self._plot_tick)
+        self.plot_timer.start(PLOT_INTERVAL_MS)
+        self.table_timer = QTimer(self)
+        self.table_timer.timeout.connect(self.refresh_tables)
+        self.table_timer.start(TABLE_INTERVAL_MS)
+        self.worker.start()
+
+    # ----- layout --------------------------------------------------------------------------------
+
+    def _build_layout(self) -> None:
+        controls = QWidget()
+        controls_layout = QVBoxLayout(controls)
+        controls_layout.addWidget(self.engine_panel)
+        controls_layout.addWidget(self.traffic_panel)
+        controls_layout.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidget(controls)
+        scroll.setWidgetResizable(True)
+        # As wide as the widest row (never cut, never a sideways scrollbar), with room for the
+        # vertical scrollbar a 1280x800 screen needs.
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        controls_width = controls.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth()
+        scroll.setMinimumWidth(controls_width)
+
+        runs = QWidget()
+        runs_layout = QVBoxLayout(runs)
+        buttons = QGridLayout()  # two rows: the window must still fit an 800-pixel-wide screen
+        for index, (label, slot) in enumerate((("Save run…", self.save_run), ("Open run…", self.open_run),
+                                               ("Compare runs…", self.compare_runs), ("Back to live", self.back_to_live))):
+            button = QPushButton(label)
+            button.clicked.connect(slot)
+            buttons.addWidget(button, index // 2, index % 2)
+        buttons.setColumnStretch(2, 1)
+        runs_layout.addLayout(buttons)
+        runs_layout.addWidget(self.runs_text)
+
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.requests, "Requests")
+        self.tabs.addTab(self.block_map, "KV block map")
+        self.tabs.addTab(self.memory, "Memory")
+        self.tabs.addTab(runs, "Runs")
+
+        centre = QSplitter(Qt.Orientation.Vertical)
+        centre.addWidget(self.plots)
+        centre.addWidget(self.tabs)
+        centre.setSizes([620, 300])
+        self.main_splitter = QSplitter()
+        self.main_splitter.addWidget(scroll)
+        self.main_splitter.addWidget(centre)
+        self.main_splitter.setCollapsible(0, False)
+        self.main_splitter.setStretchFactor(1, 1)
+        self.main_splitter.setSizes([controls_width, 1480 - controls_width])
+        self.setCentralWidget(self.main_splitter)
+        self._fit_to_screen(1480, 960)
+
+    def _fit_to_screen(self, width: int, height: int) -> None:
+        """The preferred size, but never larger than the screen's available area (a 1280x800
+        laptop must still show the status bar, where every error appears)."""
+        screen = QGuiApplication.primaryScreen()
+        if screen is not None:
+            available = screen.availableGeometry()
+            width, height = min(width, available.width()), min(height, available.height())
+        self.resize(width, height)
+
+    def _build_status_bar(self) -> None:
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 100)
+        self.progress.setMaximumWidth(260)
+        self.stage = QLabel("starting")
+        self.error_label = QLabel("")
+        self.error_label.setStyleSheet("color: #e74c3c")
+        self.traffic_label = QLabel("traffic: idle")
+        bar = self.statusBar()
+        bar.addWidget(self.stage)
+        bar.addWidget(self.progress)
+        bar.addWidget(self.traffic_label)
+        bar.addWidget(self.error_label, 1)
+
+    def _connect(self) -> None:
+        worker = self.worker
+        worker.loading.connect(self.on_loading)
+        worker.loaded.connect(self.on_loaded)
+        worker.failed.connect(self.on_failed)
+        worker.traffic_state.connect(self.on_traffic_state)
+        self.engine_panel.apply_requested.connect(self.apply_config)
+        self.engine_panel.invalid.connect(self.on_failed)
+        self.traffic_panel.invalid.connect(self.on_failed)
+        panel = self.traffic_panel
+        panel.start_requested.connect(self.start_traffic)
+        panel.pause_requested.connect(worker.pause_traffic)
+        panel.resume_requested.connect(worker.resume_traffic)
+        panel.stop_requested.connect(worker.stop_traffic)
+        panel.inject_requested.connect(worker.inject)
+        panel.preset_chosen.connect(self.run_preset)
+        self.requests.abort_requested.connect(worker.abort)
+        self.requests.selection_changed.connect(lambda request_id: self.requests.show_detail(self.worker.row(request_id) if request_id else None))
+
+    # ----- engine --------------------------------------------------------------------------------
+
+    def load(self, config: EngineConfig) -> None:
+        self.error_label.setText("")
+        self.progress.setValue(0)
+        self.worker.load(config)
+
+    def confirm_reload(self) -> bool:
+        """Ask before dropping requests in flight (tests replace this)."""
+        answer = QMessageBox.question(self, "Reload the engine?", "Requests are in flight; reloading drops them. Reload?")
+        return answer == QMessageBox.StandardButton.Yes
+
+    def apply_config(self, config: EngineConfig) -> None:
+        if self.worker.has_requests_in_flight() and not self.confirm_reload():
+            return
+        self.load(config)
+
+    def start_traffic(self, scenario: Scenario) -> None:
+        self.error_label.setText("")
+        self.worker.start_traffic(scenario)
+
+    def run_preset(self, scenario: Scenario) -> None:
+        """Load the preset's engine settings (if they differ) and run its traffic and events."""
+        self.engine_panel.set_config(scenario.engine)
+        self.traffic_panel.show_scenario(scenario)
+        if self.info is None or self.info.config != scenario.engine:
+            self.load(scenario.engine)
+        self.start_traffic(scenario)
+
+    def on_loading(self, stage: str, fraction: float) -> None:
+        self.stage.setText(stage)
+        self.progress.setValue(int(round(fraction * 100)))
+
+    def on_loaded(self, info: EngineInfo) -> None:
+        self.info = info
+        self.tokenizer_decode = info.tokenizer.decode if info.tokenizer else None
+        self.viewing_past_run = False
+        self.stage.setText(f"ready: {Path(info.model_path).name} ({info.dtype}, {info.device}, decode {info.decode_mode})")
+        self.progress.setValue(100)
+        self._show_memory(info)
+
+    def on_traffic_state(self, state: str) -> None:
+        self.traffic_label.setText(f"traffic: {state}")
+        if state != "paused":  # the Pause button shows the state; it must not stay pressed after a Start or a reload
+            button = self.traffic_panel.pause_button
+            button.blockSignals(True)
+            button.setChecked(False)
+            button.blockSignals(False)
+
+    def on_failed(self, message: str) -> None:
+        self.error_label.setText(message)
+        self.stage.setText("error")
+
+    def _show_memory(self, info: EngineInfo) -> None:
+        """The loaded device's memory, measured; or a simulated GPU's, every line an estimate."""
+        summary, config = info.summary, info.config
+        simulated = is_simulated(config.model)
+        device = torch.device(info.device)
+        lines = memory_lines(
+            info.model_config, weight_bytes=summary["weight_bytes"], kv_cache_bytes=summary["kv_cache_bytes"],
+            kv_blocks=summary["kv_blocks"], block_size=config.block_size, kv_bytes_per_token=summary["kv_bytes_per_token"],
+            bytes_per_element=info.bytes_per_element, step_tokens=config.max_num_batched_tokens,
+            max_seqs=config.max_num_seqs, resident_bytes=process_resident_bytes() if device.type == "cpu" and not simulated else None,
+        )
+        if simulated:
+            hardware = parse(config.model)[1]
+            lines = [dataclasses.replace(line, measured=False) for line in lines]
+            self.memory.show_lines(lines, hardware_profile(hardware).memory_bytes, f"{hardware} (simulated)")
+        else:
+            self.memory.show_lines(lines, total_memory_bytes(device), info.device)
+
+    # ----- refresh -------------------------------------------------------------------------------
+
+    def refresh_plots(self) -> None:
+        store = self.worker.store
+        # A reload brings a new store whose version may equal the old one's: compare both.
+        if store is None or self.viewing_past_run or (store, store.version) == self._plotted_version:
+            return
+        self._plotted_version = (store, store.version)
+        self.plots.update_from(store.snapshot())
+
+    def _plot_tick(self) -> None:
+        """Redraw, then wait long enough that drawing takes at most PLOT_BUDGET of the time: the
+        GUI thread shares the GIL and the cores with the engine loop."""
+        started = time.perf_counter()
+        self.refresh_plots()
+        spent_ms = (time.perf_counter() - started) * 1000
+        self.plot_timer.start(max(PLOT_INTERVAL_MS, int(spent_ms / PLOT_BUDGET)))
+
+    def refresh_tables(self) -> None:
+        if self.viewing_past_run:
+            return
+        self.requests.set_rows(self.worker.rows())
+        if self.tabs.currentWidget() is self.block_map:
+            self.block_map.set_owners(self.worker.block_map())
+
+    # ----- runs ----------------------------------------------------------------------------------
+
+    def save_run(self, folder: str | None = None) -> Path | None:
+        folder = folder or QFileDialog.getExistingDirectory(self, "Save the current run into")
+        if not folder:
+            return None
+        target = Path(folder)
+        try:
+            at_rest = self.worker.at_rest()
+            log = read_run_log(self.worker.run_log_path)
+            target.mkdir(parents=True, exist_ok=True)
+            (target / "run.jsonl").write_bytes(self.worker.run_log_path.read_bytes())
+            if at_rest:  # nothing in flight or left to send: the saved copy is a whole run
+                last_time = log.steps[-1]["time_s"] if log.steps else log.header["start_time"]
+                log.footer = {"duration_s": last_time - log.header["start_time"], "stopped_early": False,
+                              "requests_unfinished": 0, "requests_not_sent": 0}
+                writer = RunLogWriter(target / "run.jsonl")
+                writer.write("footer", log.footer)
+                writer.close()
+            report = write_report_files(log, target)
+            export_plot_images(log, target)
+        except EngineError as error:
+            self.on_failed(f"save run: {error}")
+            return None
+        except OSError as error:
+            self.on_failed(f"save run: {error.filename or target}: {error.strerror or error}")
+            return None
+        self.runs_text.setPlainText(f"saved to {target}\n\n{json.dumps(report['metrics'], indent=1)[:4000]}")
+        return target
+
+    def open_run(self, folder: str | None = None) -> None:
+        folder = folder or QFileDialog.getExistingDirectory(self, "Open a run folder")
+        if not folder:
+            return
+        try:
+            log = read_run_log(Path(folder) / "run.jsonl")
+            store = store_from_log(log)
+        except (EngineError, KeyError, TypeError) as error:  # KeyError, TypeError: a header of another shape
+            self.on_failed(f"open run: {error if isinstance(error, EngineError) else f'{folder}: not a workbench run log'}")
+            return
+        self.viewing_past_run = True
+        self.plots.update_from(store.snapshot())
+        self.runs_text.setPlainText(f"viewing {folder} ({'complete' if log.complete else 'incomplete'}); 'Back to live' returns")
+
+    def back_to_live(self) -> None:
+        self.viewing_past_run = False
+        self._plotted_version = None
+
+    def compare_runs(self, baseline: str | None = None, candidate: str | None = None) -> None:
+        baseline = baseline or QFileDialog.getExistingDirectory(self, "Baseline run folder")
+        candidate = candidate or (baseline and QFileDialog.getExistingDirectory(self, "Candidate run folder"))
+        if not baseline or not candidate:
+            return
+        try:
+            second = load_report(candidate)
+            declared = second["scenario"].get("decision") or {}
+            result = compare(load_report(baseline), second, declared.get("intended", []), declared.get("tolerated", []))
+        except EngineError as error:
+            self.on_failed(str(error))
+            return
+        self.runs_text.setPlainText(format_comparison(result))
+        self.tabs.setCurrentIndex(3)
+
+    # ----- settings and closing ------------------------------------------------------------------
+
+    def _restore_settings(self) -> None:
+        stored = settings()
+        geometry = stored.value("geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        saved = stored.value("engine_config")
+        if saved:
+            try:
+                self.engine_panel.set_config(EngineConfig(**json.loads(saved)))
+            except (ConfigError, TypeError, ValueError):
+                pass  # settings from an older version: keep the defaults
+
+    def closeEvent(self, event) -> None:
+        stored = settings()
+        stored.setValue("geometry", self.saveGeometry())
+        try:
+            stored.setValue("engine_config", json.dumps(dataclasses.asdict(self.engine_panel.config())))
+        except ConfigError:
+            pass
+        stored.sync()
+        self.plot_timer.stop()
+        self.table_timer.stop()
+        self.worker.shutdown()
+        super().closeEvent(event)

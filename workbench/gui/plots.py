@@ -1,0 +1,271 @@
+"""The workbench's plots, one class per plot, each owning long-lived pyqtgraph items that
+`update(snapshot)` refreshes with `setData`. The live window and the PNG reports of
+`workbench bench` use these same classes, so each plot is drawn one way only.
+
+Time axes are seconds since the run started; every axis names its unit; percentiles show n.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+
+from workbench.metrics_store import MetricsSnapshot
+
+ROLLING_WINDOW = 100  # requests behind each rolling percentile point
+MAX_ROLLING_POINTS = 200  # rolling percentiles are evaluated at most this often along the axis
+MAX_CURVE_POINTS = 2000  # longer series are reduced to per-bin minima and maxima before drawing
+MAX_SCATTER_POINTS = 3000  # older points are thinned beyond this; the newest are all drawn
+IDLE_GAP_S = 0.25  # a pause between two steps longer than this is idle time: the lines break there
+
+
+def decimate(x: np.ndarray, y: np.ndarray, limit: int = MAX_CURVE_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """At most `limit` points keeping every bin's minimum and maximum, so spikes stay visible
+    (pyqtgraph's "peak" method, done once here instead of per repaint)."""
+    if x.size <= limit:
+        return x, y
+    bins = limit // 2
+    usable = x.size // bins * bins
+    shaped_x, shaped_y = x[:usable].reshape(bins, -1), y[:usable].reshape(bins, -1)
+    lows, highs = np.nanargmin(np.nan_to_num(shaped_y, nan=np.inf), axis=1), np.nanargmax(np.nan_to_num(shaped_y, nan=-np.inf), axis=1)
+    rows = np.arange(bins)
+    first, second = np.minimum(lows, highs), np.maximum(lows, highs)
+    xs = np.column_stack([shaped_x[rows, first], shaped_x[rows, second]]).ravel()
+    ys = np.column_stack([shaped_y[rows, first], shaped_y[rows, second]]).ravel()
+    return np.concatenate([xs, x[usable:]]), np.concatenate([ys, y[usable:]])
+
+
+def thin(x: np.ndarray, y: np.ndarray, limit: int = MAX_SCATTER_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """All of the newest limit/2 points, and an even stride through the older ones."""
+    if x.size <= limit:
+        return x, y
+    keep_recent = limit // 2
+    older = np.linspace(0, x.size - keep_recent - 1, limit - keep_recent).astype(int)
+    index = np.concatenate([older, np.arange(x.size - keep_recent, x.size)])
+    return x[index], y[index]
+
+
+def break_at_idle_gaps(steps: dict[str, np.ndarray], *series: np.ndarray) -> list[np.ndarray]:
+    """The step times and the given per-step series, with a NaN row wherever the engine sat idle
+    between two steps, so that lines stop there instead of ramping across time without data."""
+    times = steps["time_s"]
+    idle = np.flatnonzero(steps["start_s"][1:] - times[:-1] > IDLE_GAP_S) + 1
+    return [np.insert(np.asarray(column, dtype=float), idle, np.nan) for column in (times, *series)]
+
+
+COLORS = {
+    "used": "#4C9BE8", "cached": "#9B59B6", "waiting": "#E67E22", "waiting_long": "#C0392B",
+    "running": "#27AE60", "prefill": "#E67E22", "decode": "#4C9BE8", "ttft": "#4C9BE8",
+    "e2e": "#E67E22", "tpot": "#27AE60", "p50": "#2ECC71", "p90": "#F1C40F", "p99": "#E74C3C",
+    "slo": "#E74C3C", "preempt": "#C0392B", "reject": "#7F8C8D",
+}
+
+
+class _Curve:
+    """A persistent curve whose data is decimated before it reaches pyqtgraph."""
+
+    def __init__(self, plot: pg.PlotItem, color: str, name: str, width: float = 1.5, **options):
+        self.item = plot.plot(pen=pg.mkPen(color, width=width), name=name, connect="finite", **options)
+        self.item.setClipToView(True)
+
+    def setData(self, x, y) -> None:
+        self.item.setData(*decimate(np.asarray(x), np.asarray(y)))
+
+    def getData(self):
+        return self.item.getData()
+
+
+def _curve(plot: pg.PlotItem, color: str, name: str, width: float = 1.5, **options) -> _Curve:
+    return _Curve(plot, color, name, width, **options)
+
+
+def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since start", bottom_unit: str = "s",
+              legend_columns: int = 6) -> pg.PlotItem:
+    plot = pg.PlotItem()
+    _set_title(plot, title)
+    plot.setLabel("left", left, units=left_unit)
+    plot.setLabel("bottom", bottom, units=bottom_unit)
+    plot.showGrid(x=True, y=True, alpha=0.25)
+    for axis in ("left", "bottom"):
+        plot.getAxis(axis).enableAutoSIPrefix(False)  # "ms" must not become "kms"
+        # Major grid lines only: minor ones, blended across the plot, cost most of a frame.
+        plot.getAxis(axis).setStyle(maxTickLevel=1)
+
+    # The legend is a row under the plot, never over the data.
+    plot.legend = pg.LegendItem(colCount=legend_columns, horSpacing=4, verSpacing=-8, labelTextSize="8pt", frame=False)
+    plot.layout.addItem(plot.legend, 4, 1)
+    return plot
+
+
+def _set_title(plot: pg.PlotItem, text: str) -> None:
+    """Titles are short and small: a title's width is its column's minimum, and two columns of
+    plots must fit the centre of a 1280-pixel-wide window."""
+    plot.setTitle(text, size="9pt")
+
+
+class KvOccupancyPlot:
+    def __init__(self):
+        self.plot = _new_plot("KV-cache occupancy", "blocks used", "%")
+        self.plot.setYRange(0, 100)
+        self.used = _curve(self.plot, COLORS["used"], "used", width=2)
+        self.cached = _curve(self.plot, COLORS["cached"], "used + cached free prefixes")
+
+    def update(self, snapshot: MetricsSnapshot) -> None:
+        steps = snapshot.steps
+        times, used, cached = break_at_idle_gaps(steps, steps["kv_used_perc"], steps["kv_used_perc"] + steps["kv_cached_perc"])
+        self.used.setData(times, used)
+        self.cached.setData(times, cached)
+        _set_title(self.plot, f"KV-cache occupancy: {snapshot.kv_capacity_tokens:,} tokens, {snapshot.kv_cache_bytes / 2**20:,.0f} MiB")
+
+
+class QueueDepthPlot:
+    def __init__(self):
+        self.plot = _new_plot("Queue depth", "requests", "", legend_columns=3)
+        self.curves = {
+            key: _curve(self.plot, COLORS[key], label)
+            for key, label in (("waiting", "waiting"), ("waiting_long", "waiting (long)"), ("running", "running"))
+        }
+        self.preemptions = self.plot.plot(pen=None, symbol="t", symbolBrush=COLORS["preempt"], symbolSize=9, name="preempted")
+        self.rejections = self.plot.plot(pen=None, symbol="x", symbolBrush=COLORS["reject"], symbolSize=9, name="rejected")
+
+    def update(self, snapshot: MetricsSnapshot) -> None:
+        steps = snapshot.steps
+        times, *columns = break_at_idle_gaps(steps, *(steps[key] for key in self.curves))
+        for curve, column in zip(self.curves.values(), columns):
+            curve.setData(times, column)
+        for markers, column in ((self.preemptions, "preemptions_total"), (self.rejections, "rejections_total")):
+            markers.setData(*_event_points(steps["time_s"], steps[column]))
+
+
+def _event_points(times: np.ndarray, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Markers at y=0 where a cumulative counter went up."""
+    if times.size == 0:
+        return times, times
+    rises = np.flatnonzero(np.diff(totals, prepend=totals[0]) > 0)
+    return times[rises], np.zeros(rises.size)
+
+
+class LatencyPlot:
+    """One point per ended request at its finish time (TTFT and e2e, or TPOT), rolling p50/p90/p99
+    over the last ROLLING_WINDOW requests, and the SLO threshold."""
+
+    MODES = ("ttft+e2e", "tpot")
+
+    def __init__(self, mode: str = "ttft+e2e"):
+        self.plot = _new_plot("Per-request latency", "latency", "ms", bottom="finish time since start", legend_columns=3)
+        self.points = {
+            key: self.plot.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None, symbolBrush=COLORS[key], name=key.upper())
+            for key in ("ttft", "e2e", "tpot")
+        }
+        self.rolling = {key: _curve(self.plot, COLORS[key], f"{key} of last {ROLLING_WINDOW}", width=2) for key in ("p50", "p90", "p99")}
+        self.slo_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(COLORS["slo"], width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine), label="SLO", labelOpts={"position": 0.05})
+        self.plot.addItem(self.slo_line)
+        self.mode = mode
+
+    def set_mode(self, mode: str) -> None:
+        self.mode = mode
+
+    def update(self, snapshot: MetricsSnapshot) -> None:
+        requests = snapshot.requests
+        finish = requests["finish_s"]
+        shown = ("ttft", "e2e") if self.mode == "ttft+e2e" else ("tpot",)
+        for key, item in self.points.items():
+            if key in shown:
+                item.setData(*thin(finish, requests[f"{key}_ms"]))
+            else:
+                item.setData([], [])
+        # Percentiles follow the first shown metric (TTFT, or TPOT).
+        primary = requests[f"{shown[0]}_ms"]
+        valid = ~np.isnan(primary)
+        x, values = finish[valid], primary[valid]
+        rolling = _rolling_percentiles(values)
+        n = values.size
+        summary = np.percentile(values, [50, 90, 99]) if n else None
+        points = x[rolling_index(n)]
+        for item, column in zip(self.rolling.values(), rolling):
+            item.setData(points, column)
+        unit = "ms/token" if shown[0] == "tpot" else "ms"
+        drawn = "" if finish.size <= MAX_SCATTER_POINTS else f", {MAX_SCATTER_POINTS:,} points drawn"
+        if n:
+            _set_title(self.plot, f"{shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} (n={n}{drawn})")
+        else:
+            _set_title(self.plot, f"{shown[0].upper()}: no request finished yet (n=0)")
+        threshold = snapshot.slo.tpot_ms if shown[0] == "tpot" else snapshot.slo.ttft_ms
+        self.slo_line.setVisible(threshold is not None)
+        if threshold is not None:
+            self.slo_line.setValue(threshold)
+            self.slo_line.label.setFormat(f"SLO {shown[0].upper()} {threshold:g} {unit}")
+
+
+def rolling_index(n: int) -> np.ndarray:
+    """Indices (into the n values) where rolling percentiles are evaluated."""
+    return np.unique(np.linspace(0, n - 1, min(n, MAX_ROLLING_POINTS)).astype(int)) if n else np.array([], dtype=int)
+
+
+def _rolling_percentiles(values: np.ndarray) -> np.ndarray:
+    """p50/p90/p99 of the (up to) ROLLING_WINDOW values ending at each evaluated index: [3, points]."""
+    n = values.size
+    if n == 0:
+        return np.empty((3, 0))
+    indices = rolling_index(n)
+    out = np.empty((3, indices.size))
+    full = indices >= ROLLING_WINDOW - 1
+    if full.any():  # one vectorised call for all full windows
+        windows = np.lib.stride_tricks.sliding_window_view(values, ROLLING_WINDOW)[indices[full] - ROLLING_WINDOW + 1]
+        out[:, full] = np.percentile(windows, [50, 90, 99], axis=1)
+    for column in np.flatnonzero(~full):  # the first, shorter windows
+        out[:, column] = np.percentile(values[: indices[column] + 1], [50, 90, 99])
+    return out
+
+
+class ThroughputPlot:
+    def __init__(self):
+        self.plot = _new_plot("Throughput", "tokens/s", "")
+        self.prefill = _curve(self.plot, COLORS["prefill"], "prefill")
+        self.decode = _curve(self.plot, COLORS["decode"], "decode")
+
+    def update(self, snapshot: MetricsSnapshot) -> None:
+        times, prefill, decode = break_at_idle_gaps(snapshot.steps, snapshot.prefill_tok_s, snapshot.decode_tok_s)
+        self.prefill.setData(times, prefill)
+        self.decode.setData(times, decode)
+        _set_title(self.plot, f"Throughput (sliding window {snapshot.window_s:g} s)")
+
+
+class BatchCompositionPlot:
+    """Prefill tokens (hundreds) on the left axis, decode sequences (a few) on the right one: on
+    a shared axis decode would be a flat line."""
+
+    def __init__(self):
+        self.plot = _new_plot("Batch composition per step", "prefill", "tokens/step")
+        self.prefill = _curve(self.plot, COLORS["prefill"], "prefill tokens (left)")
+        self.decode_view = pg.ViewBox()
+        self.decode_view.setParentItem(self.plot)
+        self.decode_view.setXLink(self.plot.vb)
+        self.plot.showAxis("right")
+        right = self.plot.getAxis("right")
+        right.linkToView(self.decode_view)
+        right.setLabel("decode", units="seqs/step")
+        right.enableAutoSIPrefix(False)
+        right.setPen(pg.mkPen(COLORS["decode"]))
+        self.plot.vb.sigResized.connect(lambda view: self.decode_view.setGeometry(view.geometry()))
+        self.decode = pg.PlotDataItem(pen=pg.mkPen(COLORS["decode"], width=1.5), connect="finite")
+        self.decode.setClipToView(True)
+        self.decode_view.addItem(self.decode)
+        self.plot.legend.addItem(self.decode, "decode sequences (right)")
+
+    def update(self, snapshot: MetricsSnapshot) -> None:
+        steps = snapshot.steps
+        times, prefill, decode = break_at_idle_gaps(steps, steps["prefill_tokens"], steps["decode_tokens"])
+        self.prefill.setData(times, prefill)
+        self.decode.setData(*decimate(times, decode))
+
+
+def all_plots() -> dict[str, object]:
+    """One of each plot, keyed by the file stem its PNG report uses."""
+    return {
+        "kv_occupancy": KvOccupancyPlot(),
+        "queue_depth": QueueDepthPlot(),
+        "latency": LatencyPlot(),
+        "throughput": ThroughputPlot(),
+        "batch_composition": BatchCompositionPlot(),
+    }

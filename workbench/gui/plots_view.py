@@ -1,0 +1,57 @@
+"""The centre of the window: the five live plots, refreshed from MetricsStore snapshots."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from workbench.metrics_store import MetricsSnapshot
+from workbench.gui.plots import LatencyPlot, all_plots
+
+
+class PlotsView(QWidget):
+    def __init__(self):
+        super().__init__()
+        self.plots = all_plots()
+        self.layout_widget = pg.GraphicsLayoutWidget()
+        positions = {"kv_occupancy": (0, 0), "queue_depth": (0, 1), "latency": (1, 0), "throughput": (1, 1), "batch_composition": (2, 0)}
+        for name, (row, column) in positions.items():
+            self.layout_widget.addItem(self.plots[name].plot, row=row, col=column, colspan=2 if name == "batch_composition" else 1)
+        self.latency_mode = QComboBox()
+        self.latency_mode.addItems(["TTFT and e2e", "TPOT"])
+        self.latency_mode.setToolTip("What the per-request latency plot shows; rolling percentiles follow TTFT or TPOT.")
+        self.latency_mode.currentIndexChanged.connect(self._mode_changed)
+        self.snapshot: MetricsSnapshot | None = None  # the last data drawn
+        self.goodput = QLabel("goodput: -")
+        self.goodput.setToolTip("Share of ended requests meeting every SLO set before the run, with n; "
+                                "rejected and aborted requests count as misses.")
+        header = QHBoxLayout()
+        header.addWidget(QLabel("Latency plot:"))
+        header.addWidget(self.latency_mode)
+        header.addStretch(1)
+        header.addWidget(self.goodput)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(header)
+        layout.addWidget(self.layout_widget, 1)
+
+    @property
+    def latency(self) -> LatencyPlot:
+        return self.plots["latency"]
+
+    def _mode_changed(self, index: int) -> None:
+        """Redraw at once from the last data (the engine may be idle, or this may be a past run)."""
+        self.latency.set_mode(LatencyPlot.MODES[index])
+        if self.snapshot is not None:
+            self.latency.update(self.snapshot)
+
+    def update_from(self, snapshot: MetricsSnapshot) -> None:
+        self.snapshot = snapshot
+        for plot in self.plots.values():
+            plot.update(snapshot)
+        self._update_goodput(snapshot)
+
+    def _update_goodput(self, snapshot: MetricsSnapshot) -> None:
+        meeting, n = snapshot.goodput
+        share = f"{100.0 * meeting / n:.1f}%" if n else "-"
+        self.goodput.setText(f"goodput: {share} of ended requests meet every SLO ({meeting} of n={n}; rejected and aborted miss)")

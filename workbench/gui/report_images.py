@@ -1,0 +1,56 @@
+"""PNG images of a run's plots, drawn offscreen by the same plot classes the live window uses."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from workbench.metrics_store import MetricsStore
+from workbench.run_log import RunLog, request_metrics
+from engine.metrics import StepStats
+from workbench.scenario import SLO
+
+
+def store_from_log(log: RunLog) -> MetricsStore:
+    """Replay a run log into a MetricsStore (for PNG reports and for opening past runs)."""
+    engine = log.header["engine"]
+    store = MetricsStore(
+        log.header["start_time"],
+        kv_capacity_tokens=engine["kv_capacity_tokens"],
+        kv_cache_bytes=engine["kv_cache_bytes"],
+        step_capacity=max(len(log.steps), 1),
+        request_capacity=max(len(log.requests), 1),
+        slo=SLO(**log.header["scenario"]["slo"]),
+    )
+    for record in log.steps:
+        store.add_step(StepStats(**record))
+    for record in log.requests:
+        store.add_request(request_metrics(record), record["tag"])
+    return store
+
+
+def export_plot_images(log: RunLog, out_dir: Path, width: int = 1200, height: int = 500) -> list[Path]:
+    if not os.environ.get("DISPLAY"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # headless machines and CI
+    import pyqtgraph as pg
+    import pyqtgraph.exporters
+    from PySide6.QtWidgets import QApplication
+
+    from workbench.gui.plots import all_plots
+
+    QApplication.instance() or QApplication([])
+    pg.setConfigOptions(background="w", foreground="k", antialias=False)  # antialiased grids and fills cost most of a frame
+    snapshot = store_from_log(log).snapshot()
+    written = []
+    for name, plot in all_plots().items():
+        plot.update(snapshot)
+        view = pg.GraphicsLayoutWidget()
+        view.addItem(plot.plot)
+        view.resize(width, height)
+        exporter = pyqtgraph.exporters.ImageExporter(plot.plot)
+        exporter.parameters()["width"] = width
+        path = out_dir / f"{name}.png"
+        exporter.export(str(path))
+        written.append(path)
+        view.close()
+    return written

@@ -1,0 +1,146 @@
+"""`MetricsStore`: bounded numpy ring buffers of step and request metrics, filled by the engine
+loop and read as consistent snapshots by the plots (live in the GUI, once for PNG reports).
+
+Writers and readers may be on different threads; one lock guards both. Memory is bounded by the
+capacities whatever the run length: the oldest entries are overwritten.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.metrics import RequestMetrics, StepStats
+from workbench.report import FINISHED_REASONS
+from workbench.scenario import SLO
+
+_STEP_FIELDS = (
+    "time_s", "start_s", "kv_used_perc", "kv_cached_perc", "waiting", "waiting_long", "running",
+    "prefill_tokens", "decode_tokens", "preemptions_total", "rejections_total",
+)
+_REQUEST_FIELDS = ("finish_s", "ttft_ms", "tpot_ms", "e2e_ms", "finished", "meets_slo")
+
+
+class _Ring:
+    """Fixed-capacity float64 columns; `ordered()` returns them oldest first."""
+
+    def __init__(self, fields: tuple[str, ...], capacity: int):
+        self.data = {name: np.full(capacity, np.nan) for name in fields}
+        self.capacity, self.count = capacity, 0
+
+    def append(self, values: dict[str, float]) -> None:
+        index = self.count % self.capacity
+        for name, column in self.data.items():
+            column[index] = values[name]
+        self.count += 1
+
+    def ordered(self) -> dict[str, np.ndarray]:
+        if self.count <= self.capacity:  # not wrapped yet: copy only what is filled
+            return {name: column[: self.count].copy() for name, column in self.data.items()}
+        start = self.count % self.capacity
+        return {name: np.concatenate([column[start:], column[:start]]) for name, column in self.data.items()}
+
+
+@dataclass
+class MetricsSnapshot:
+    steps: dict[str, np.ndarray]  # per step, at its end (time_s) and start (start_s), in seconds since the run started
+    requests: dict[str, np.ndarray]  # per ended request, at its finish time
+    request_tags: list[str]
+    prefill_tok_s: np.ndarray  # per step, over the sliding window
+    decode_tok_s: np.ndarray
+    window_s: float
+    kv_capacity_tokens: int
+    kv_cache_bytes: int
+    slo: SLO
+
+    @property
+    def goodput(self) -> tuple[int, int]:
+        """(finished requests meeting every SLO, every ended request), as in the run report: a
+        rejected or aborted request counts as a miss."""
+        finished = self.requests["finished"] == 1
+        return int((self.requests["meets_slo"][finished] == 1).sum()), int(finished.size)
+
+
+class MetricsStore:
+    def __init__(self, start_time: float, *, kv_capacity_tokens: int = 0, kv_cache_bytes: int = 0,
+                 step_capacity: int = 200_000, request_capacity: int = 100_000, window_s: float = 2.0,
+                 slo: SLO | None = None):
+        self.start_time = start_time
+        self.slo = slo or SLO()  # fixed when a run starts; goodput is judged against it
+        self.kv_capacity_tokens, self.kv_cache_bytes = kv_capacity_tokens, kv_cache_bytes
+        self.window_s = window_s
+        self._steps = _Ring(_STEP_FIELDS, step_capacity)
+        self._requests = _Ring(_REQUEST_FIELDS, request_capacity)
+        self._tags: list[str] = [""] * request_capacity
+        self._lock = threading.Lock()
+
+    def add_step(self, stats: StepStats) -> None:
+        total = stats.kv_blocks_total
+        values = {
+            "time_s": stats.time_s - self.start_time,
+            "start_s": stats.time_s - stats.step_duration_s - self.start_time,
+            "kv_used_perc": 100.0 * stats.kv_blocks_used / total,
+            "kv_cached_perc": 100.0 * stats.kv_blocks_cached_free / total,
+            "waiting": stats.num_waiting,
+            "waiting_long": stats.num_waiting_long,
+            "running": stats.num_running,
+            "prefill_tokens": stats.prefill_tokens,
+            "decode_tokens": stats.decode_tokens,
+            "preemptions_total": stats.preemptions_total,
+            "rejections_total": stats.rejections_total,
+        }
+        with self._lock:
+            self._steps.append(values)
+
+    def add_request(self, metrics: RequestMetrics, tag: str = "") -> None:
+        finish = metrics.finish_time if metrics.finish_time is not None else self.start_time
+        values = {
+            "finish_s": finish - self.start_time,
+            "ttft_ms": _or_nan(metrics.ttft_ms),
+            "tpot_ms": _or_nan(metrics.tpot_ms),
+            "e2e_ms": _or_nan(metrics.e2e_ms),
+            "finished": float(metrics.finish_reason in FINISHED_REASONS),
+            "meets_slo": float(self.slo.met_by(metrics)),
+        }
+        with self._lock:
+            self._tags[self._requests.count % self._requests.capacity] = tag
+            self._requests.append(values)
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """Changes whenever a step or a request is added: readers skip unchanged snapshots."""
+        return self._steps.count, self._requests.count
+
+    def snapshot(self) -> MetricsSnapshot:
+        with self._lock:
+            steps = self._steps.ordered()
+            requests = self._requests.ordered()
+            count, capacity = self._requests.count, self._requests.capacity
+            tags = self._tags[count % capacity :] + self._tags[: count % capacity] if count > capacity else self._tags[:count]
+        return MetricsSnapshot(
+            steps=steps,
+            requests=requests,
+            request_tags=list(tags),
+            prefill_tok_s=_windowed_rate(steps["time_s"], steps["prefill_tokens"], self.window_s),
+            decode_tok_s=_windowed_rate(steps["time_s"], steps["decode_tokens"], self.window_s),
+            window_s=self.window_s,
+            kv_capacity_tokens=self.kv_capacity_tokens,
+            kv_cache_bytes=self.kv_cache_bytes,
+            slo=self.slo,
+        )
+
+
+def _or_nan(value: float | None) -> float:
+    return np.nan if value is None else value
+
+
+def _windowed_rate(times: np.ndarray, counts: np.ndarray, window_s: float) -> np.ndarray:
+    """Tokens per second over the window_s seconds ending at each step. Always divided by the
+    full window, so the first seconds read low rather than spiking on a tiny denominator."""
+    if times.size == 0:
+        return times.copy()
+    cumulative = np.concatenate([[0.0], np.cumsum(counts)])
+    window_start = np.searchsorted(times, times - window_s, side="right")
+    return (cumulative[1:] - cumulative[window_start]) / window_s

@@ -1,0 +1,59 @@
+"""Presets: TOML files in presets/ that map one to one onto `Scenario` and the dataclasses in it.
+
+`load_preset("chat-steady")` or `load_preset("path/to/file.toml")`; `--set table.key=value`
+overrides apply before validation, so an override gets the same messages as the file. A preset's
+variants (`[variants.NAME]`) override its `engine` and `traffic` tables for one arm of a comparison.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+
+from engine.errors import ConfigError
+from workbench.scenario import Scenario
+from engine.settings import apply_override, build
+
+PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
+
+
+def preset_names() -> list[str]:
+    return sorted(path.stem for path in PRESET_DIR.glob("*.toml"))
+
+
+def preset_path(name: str) -> Path:
+    candidate = Path(name)
+    if candidate.suffix == ".toml":
+        if not candidate.exists():
+            raise ConfigError(f"{candidate}: preset file not found")
+        return candidate
+    path = PRESET_DIR / f"{name}.toml"
+    if not path.exists():
+        raise ConfigError(f"unknown preset {name!r}; known presets: {', '.join(preset_names())}")
+    return path
+
+
+def load_preset(name: str, overrides: list[str] = (), variant: str | None = None) -> Scenario:
+    """The preset's scenario, or one variant of it with the variant's overrides applied."""
+    path = preset_path(name)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+    raw.setdefault("name", path.stem)
+    base = build(Scenario, raw, str(path))
+    where = str(path)
+    if variant is not None:
+        if variant not in base.variants:
+            raise ConfigError(f"{path}: no variant {variant!r}; variants are {', '.join(base.variants) or 'none'}")
+        raw = copy.deepcopy(raw)
+        changes = base.variants[variant]
+        for table, values in (("engine", changes.engine), ("traffic", changes.traffic)):
+            if values:
+                raw.setdefault(table, {}).update(values)
+        where = f"{path} (variant {variant!r})"
+    # Overrides from the command line win over the variant's own settings.
+    for assignment in overrides:
+        apply_override(raw, assignment)
+    return build(Scenario, raw, where)

@@ -1,0 +1,171 @@
+"""Turn a run log into the run's report: every number with its unit and its n.
+
+`build_report` reads only the log, so a finished run and a crashed one (a log without footer)
+are reported by the same code. A run is `"complete"` when its log was closed cleanly and every
+planned request was sent and ended; otherwise `"incomplete_because"` says what is missing.
+
+Denominators: latency percentiles cover finished requests (stop or length) only; goodput counts
+every request that arrived (rejected, aborted and unfinished ones are misses); output tok/s counts
+every token generated, aborted and unfinished requests' included. `notes` in the report says so.
+
+Metric names carry their unit (`ttft_p99_ms`, `output_tok_s`); per-tag figures are prefixed with
+the tag (`chat/ttft_p99_ms`). Each entry is {"value", "unit", "n"}, n being the number of
+requests (or steps) behind the value.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+
+from engine.metrics import UNFINISHED, RequestMetrics, StepStats, percentiles
+from workbench.run_log import RunLog, request_metrics
+from workbench.scenario import SLO
+
+FINISHED_REASONS = ("stop", "length")
+LATENCIES = {  # report name -> how to read it from RequestMetrics
+    "ttft": lambda metrics: [metrics.ttft_ms],
+    "tpot": lambda metrics: [metrics.tpot_ms],
+    "itl": lambda metrics: metrics.itl_ms,
+    "e2e": lambda metrics: [metrics.e2e_ms],
+    "queue_time": lambda metrics: [metrics.queue_time_ms],
+}
+REQUEST_COLUMNS = ["request_id", "tag"] + [field.name for field in dataclasses.fields(RequestMetrics)] + [
+    "queue_time_ms", "ttft_ms", "tpot_ms", "e2e_ms",
+]
+
+
+NOTES = {
+    "latency": "ttft, tpot, itl, e2e and queue_time cover finished requests (stop or length) only",
+    "goodput": "requests meeting every SLO over every request that arrived: rejected, aborted and unfinished ones count as misses",
+    "output_tok_s": "every output token generated, aborted and unfinished requests' included",
+    "requests_not_sent": "planned requests the run ended before sending; they did not arrive and are in no other figure",
+}
+
+
+def _metric(value: float | None, unit: str, n: int) -> dict:
+    return {"value": value, "unit": unit, "n": n}
+
+
+def latency_metrics(requests: list[RequestMetrics], slo: SLO, duration_s: float, prefix: str = "") -> dict:
+    """Latency percentiles of the finished requests, and goodput over all of them."""
+    finished = [metrics for metrics in requests if metrics.finish_reason in FINISHED_REASONS]
+    out = {}
+    for name, read in LATENCIES.items():
+        values = [value for metrics in finished for value in read(metrics)]
+        stats = percentiles(values)
+        unit = "ms/token" if name == "tpot" else "ms"
+        for statistic in ("mean", "p50", "p90", "p99"):
+            out[f"{prefix}{name}_{statistic}_ms"] = _metric(getattr(stats, statistic), unit, stats.n)
+    meeting = sum(1 for metrics in finished if slo.met_by(metrics))
+    goodput = 100.0 * meeting / len(requests) if requests else None
+    # The count is a metric of its own, not part of the unit: a comparison shows one unit for both runs.
+    out[f"{prefix}goodput_perc"] = _metric(goodput, "% of arrived requests meeting every SLO", len(requests))
+    out[f"{prefix}requests_meeting_slo"] = _metric(meeting, "requests meeting every SLO", len(requests))
+    out[f"{prefix}goodput_req_s"] = _metric(
+        meeting / duration_s if duration_s > 0 else None, "requests meeting every SLO per second", len(requests))
+    return out
+
+
+def build_report(log: RunLog) -> dict:
+    header = log.header
+    start = header["start_time"]
+    slo = SLO(**header["scenario"]["slo"])
+    requests = [request_metrics(record) for record in log.requests]
+    tags = [record["tag"] for record in log.requests]
+    steps = [StepStats(**record) for record in log.steps]
+    last_time = steps[-1].time_s if steps else start
+    duration = log.footer["duration_s"] if log.complete else last_time - start
+
+    finished = [metrics for metrics in requests if metrics.finish_reason in FINISHED_REASONS]
+    unfinished = _count(requests, UNFINISHED)
+    # Without a footer nobody knows which of the requests not logged were sent: they are counted
+    # as not sent (unknown when the number planned was: traffic that ends by a duration), and the
+    # report is incomplete anyway.
+    planned = header["requests_planned"]
+    if log.complete:
+        not_sent = log.footer.get("requests_not_sent", 0)
+        if planned is None:
+            planned = len(requests) + not_sent  # every request sent is in a complete log
+    else:
+        not_sent = None if planned is None else max(0, planned - len(requests))
+    output_tokens = sum(metrics.num_output_tokens for metrics in requests)
+    prompt_tokens = sum(metrics.num_prompt_tokens for metrics in finished)
+    prefill_tokens = sum(step.prefill_tokens for step in steps)
+    per_second = (lambda count: count / duration) if duration > 0 else (lambda count: None)
+    kv_usage = [step.kv_usage_perc for step in steps]
+    last = steps[-1] if steps else None
+
+    metrics = {
+        "duration_s": _metric(duration, "s", len(steps)),
+        "request_throughput_req_s": _metric(per_second(len(finished)), "finished requests/s", len(finished)),
+        "output_tok_s": _metric(per_second(output_tokens), "output tokens/s (all generated, see notes)", len(requests)),
+        "prompt_tok_s": _metric(per_second(prompt_tokens), "prompt tokens of finished requests/s", len(finished)),
+        "prefill_tok_s": _metric(per_second(prefill_tokens), "prefilled tokens/s (recomputes included)", len(steps)),
+        **latency_metrics(requests, slo, duration),
+        "requests_finished": _metric(len(finished), "requests", len(requests)),
+        "requests_rejected": _metric(_count(requests, "rejected"), "requests", len(requests)),
+        "requests_aborted": _metric(_count(requests, "abort"), "requests", len(requests)),
+        "requests_unfinished": _metric(unfinished, "requests still waiting or running when the run ended", len(requests)),
+        "requests_not_sent": _metric(not_sent, "planned requests never sent", planned),
+        "preemptions": _metric(last.preemptions_total if last else 0, "events", len(steps)),
+        "kv_usage_peak_perc": _metric(max(kv_usage, default=None), "% of KV blocks", len(steps)),
+        "kv_usage_mean_perc": _metric(sum(kv_usage) / len(kv_usage) if kv_usage else None, "% of KV blocks", len(steps)),
+        "prefix_cache_hit_perc": _metric(
+            100.0 * last.prefix_cache_hit_tokens_total / last.prefix_cache_query_tokens_total
+            if last and last.prefix_cache_query_tokens_total else None,
+            "% of prompt tokens served from the prefix cache",
+            last.prefix_cache_query_tokens_total if last else 0,
+        ),
+    }
+    for tag in sorted(set(tags)):
+        tagged = [metrics for metrics, request_tag in zip(requests, tags) if request_tag == tag]
+        metrics.update(latency_metrics(tagged, slo, duration, prefix=f"{tag}/"))
+    incomplete_because = [reason for reason, applies in (
+        ("the run log was not closed (crash or interruption)", not log.complete),
+        (f"requests still in flight when the run ended: {unfinished}", unfinished),
+        (f"planned requests never sent: {not_sent}", not_sent),
+    ) if applies]
+    return {
+        "schema": "workbench-report/2",
+        "complete": not incomplete_because,
+        "incomplete_because": incomplete_because,
+        "stopped_early": bool(log.footer and log.footer.get("stopped_early")),
+        "scenario": header["scenario"],
+        "variant": header.get("variant"),
+        "seed": header["seed"],
+        "slo": header["scenario"]["slo"],
+        "versions": header["versions"],
+        "engine": header["engine"],
+        "requests_planned": planned,
+        "metrics": metrics,
+        "notes": NOTES,
+    }
+
+
+def _count(requests: list[RequestMetrics], reason: str) -> int:
+    return sum(1 for metrics in requests if metrics.finish_reason == reason)
+
+
+def write_report_files(log: RunLog, out_dir: Path) -> dict:
+    """report.json, requests.csv and steps.csv in out_dir; returns the report."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = build_report(log)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+    with (out_dir / "requests.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=REQUEST_COLUMNS)
+        writer.writeheader()
+        for record in log.requests:
+            metrics = request_metrics(record)
+            row = {**record, "token_times": json.dumps(record["token_times"])}
+            row.update(queue_time_ms=metrics.queue_time_ms, ttft_ms=metrics.ttft_ms, tpot_ms=metrics.tpot_ms, e2e_ms=metrics.e2e_ms)
+            writer.writerow({column: row.get(column) for column in REQUEST_COLUMNS})
+    step_columns = ["time_since_start_s"] + [field.name for field in dataclasses.fields(StepStats)]
+    with (out_dir / "steps.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=step_columns)
+        writer.writeheader()
+        for record in log.steps:
+            writer.writerow({"time_since_start_s": record["time_s"] - log.header["start_time"], **record})
+    return report

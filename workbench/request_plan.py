@@ -1,0 +1,113 @@
+"""The requests a scenario will send, drawn as they fall due.
+
+Background traffic and injected events are merged in arrival order (at equal times, traffic
+first, then events in the order written); requests due at or after a `stop` event are dropped.
+Closed-loop requests have no arrival time: they wait apart until a slot frees. Nothing is drawn
+ahead except the next arrival time, so a plan's memory and set-up time do not grow with its
+number of requests, and clearing it is immediate.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from workbench.prompts import PromptMaker
+from workbench.scenario import Scenario, ScenarioEvent
+from workbench.traffic import PlannedRequest, PlannedTraffic
+
+
+@dataclass
+class _Injection:
+    """An inject event's requests not yet sent."""
+
+    event: ScenarioEvent
+    left: int
+
+
+class RequestPlan:
+    def __init__(self, scenario: Scenario, max_model_len: int, prompt_maker: PromptMaker):
+        self._maker, self._max_model_len = prompt_maker, max_model_len
+        traffic_seed, inject_seed = np.random.SeedSequence(scenario.seed).spawn(2)
+        self._inject_rng = np.random.default_rng(inject_seed)
+        self._stop_at = min((event.at_s for event in scenario.events if event.action == "stop"), default=float("inf"))
+        self._injections = deque(
+            _Injection(event, event.count) for event in sorted(scenario.events, key=lambda event: event.at_s)
+            if event.action == "inject" and event.at_s < self._stop_at
+        )
+        self._traffic: PlannedTraffic | None = None
+        self._traffic_next: float | None = None  # the next open-loop arrival, drawn ahead
+        self._traffic_left: int | None = 0  # open-loop requests not yet sent, when known
+        self.closed_loop_left = 0
+        if scenario.traffic is not None:
+            rate_changes = [(event.at_s, event.rate) for event in scenario.events if event.action == "set_rate"]
+            self._traffic = PlannedTraffic(scenario.traffic, prompt_maker, traffic_seed, max_model_len, rate_changes)
+            if scenario.traffic.arrival == "closed_loop":
+                self.closed_loop_left = self._traffic.known_count
+            else:
+                self._open_loop = itertools.takewhile(lambda arrival: arrival < self._stop_at, self._traffic.arrivals)
+                self._traffic_next = next(self._open_loop, None)
+                self._traffic_left = None if self._stop_at < float("inf") else self._traffic.known_count
+        # How many requests the plan holds, if that is known without drawing every arrival time
+        # (traffic that ends by a duration, a rate change or a stop event is not).
+        self.total: int | None = self._known_left()
+
+    def _known_left(self) -> int | None:
+        if self._traffic_left is None:
+            return None
+        return self._traffic_left + self.closed_loop_left + sum(injection.left for injection in self._injections)
+
+    @property
+    def next_arrival_s(self) -> float | None:
+        """When the next timed request is due, in seconds after the start; None if none is left."""
+        injection = self._injections[0].event.at_s if self._injections else None
+        if self._traffic_next is None or (injection is not None and injection < self._traffic_next):
+            return injection
+        return self._traffic_next
+
+    @property
+    def has_timed(self) -> bool:
+        return self._traffic_next is not None or bool(self._injections)
+
+    def pop_timed(self) -> PlannedRequest:
+        """Draw the next timed request (the caller checked that one is due)."""
+        arrival_s = self.next_arrival_s
+        if self._traffic_next is not None and arrival_s == self._traffic_next:
+            self._traffic_next = next(self._open_loop, None)
+            if self._traffic_left is not None:
+                self._traffic_left -= 1
+            return self._traffic.next_request(arrival_s)
+        injection = self._injections[0]
+        injection.left -= 1
+        if not injection.left:
+            self._injections.popleft()
+        return self._injected(injection.event)
+
+    def pop_closed_loop(self) -> PlannedRequest:
+        """Draw the next closed-loop request (the caller checked that one is left)."""
+        self.closed_loop_left -= 1
+        return self._traffic.next_request(None)
+
+    def _injected(self, event: ScenarioEvent) -> PlannedRequest:
+        limit = self._max_model_len
+        prompt = self._maker.synthetic(min(event.prompt_tokens, limit - 2), self._inject_rng)
+        output = max(1, min(event.output_tokens, limit - len(prompt) - 1))
+        return PlannedRequest(event.at_s, tuple(prompt), output, event.tag)
+
+    def clear(self) -> None:
+        """Drop every request not yet sent."""
+        self._traffic_next, self._traffic_left, self.closed_loop_left = None, 0, 0
+        self._injections.clear()
+
+    def count_rest(self) -> int:
+        """How many requests are left; the plan is empty afterwards. Unless the number is known,
+        this draws the remaining open-loop arrival times (not their contents)."""
+        count = self._known_left()
+        if count is None:
+            count = (self._traffic_next is not None) + sum(1 for _ in self._open_loop) + self.closed_loop_left
+            count += sum(injection.left for injection in self._injections)
+        self.clear()
+        return count

@@ -1,0 +1,219 @@
+"""Run a scenario on an engine: send the planned requests at their arrival times, step the
+engine, and hand every step and every ended request to the caller (run log, metrics store).
+
+Arrival times are honoured in the engine's clock: a request's `arrival_time` is when it was due,
+even if the loop was busy in a step then, so queueing delay is measured, not hidden.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.llm_engine import LLMEngine
+from engine.metrics import UNFINISHED, RequestMetrics, StepStats
+from engine.outputs import RequestOutput, StepResult
+from workbench.prompts import PromptMaker
+from engine.sampling_params import SamplingParams
+from workbench.request_plan import RequestPlan
+from workbench.scenario import Scenario
+from workbench.traffic import PlannedRequest
+
+_IDLE_POLL_S = 0.005
+
+
+@dataclass
+class EndedRequest:
+    request_id: str
+    tag: str
+    metrics: RequestMetrics
+
+
+@dataclass
+class RunResult:
+    start_time: float  # engine clock when the run started
+    duration_s: float
+    steps: list[StepStats] = field(default_factory=list)
+    # Every request sent: ended ones, then those still in flight when the run stopped (finish
+    # reason "unfinished"), so that no request that arrived is missing from the run's figures.
+    requests: list[EndedRequest] = field(default_factory=list)
+    interrupted: bool = False
+    num_unfinished: int = 0  # sent, still waiting or running at the end
+    num_not_sent: int = 0  # planned, but the run stopped before they were due
+
+
+class ScenarioRunner:
+    """Drives one engine with one scenario's traffic. `run()` goes to the end; the GUI's worker
+    instead calls `tick()` between its own commands, and may `inject`, `pause` or `stop_traffic`.
+    `scenario` may be None: then only injected requests arrive."""
+
+    def __init__(
+        self,
+        engine: LLMEngine,
+        scenario: Scenario | None,
+        *,
+        on_step: Callable[[StepResult], None] = lambda step: None,
+        on_request_end: Callable[[EndedRequest], None] = lambda ended: None,
+        on_output: Callable[[RequestOutput], None] = lambda output: None,
+        on_send: Callable[[str], None] = lambda request_id: None,
+        should_stop: Callable[[], bool] = lambda: False,
+        sleep: Callable[[float], None] | None = None,
+    ):
+        self.engine = engine
+        self.on_step, self.on_request_end, self.on_output, self.on_send = on_step, on_request_end, on_output, on_send
+        self.should_stop = should_stop
+        self.sleep = sleep or engine.sleep
+        self.tags: dict[str, str] = {}  # request id -> tag, for every request sent
+        self._in_flight: dict[str, None] = {}  # sent and not ended, in order of sending
+        self.result = RunResult(start_time=engine.clock(), duration_s=0.0)
+        self._closed_loop_in_flight: set[str] = set()
+        self._prompt_maker = PromptMaker(engine.tokenizer, engine.model_config.vocab_size)
+        self._inject_rng = np.random.default_rng(scenario.seed if scenario else 0)
+        self.load_traffic(scenario)
+
+    def load_traffic(self, scenario: Scenario | None) -> None:
+        """Replace the planned traffic (requests in flight carry on); arrivals count from now."""
+        self.scenario = scenario
+        self.plan = RequestPlan(scenario, self.engine.max_model_len, self._prompt_maker) if scenario is not None else None
+        self._paused_since = None
+        self.result.start_time = self.engine.clock()
+
+    @property
+    def total_requests(self) -> int | None:
+        """How many requests the traffic will send; None while only drawing them all would tell."""
+        return self.plan.total if self.plan is not None else 0
+
+    @property
+    def start_time(self) -> float:
+        return self.result.start_time
+
+    @property
+    def traffic_pending(self) -> bool:
+        return self.plan is not None and (self.plan.has_timed or self.plan.closed_loop_left > 0)
+
+    def run(self, start_time: float | None = None) -> RunResult:
+        """Run to the end of the traffic (or the scenario's max_duration_s, or should_stop).
+        start_time: the engine-clock instant arrival times count from (default: now)."""
+        self.start(start_time)
+        try:
+            while self.tick():
+                pass
+        finally:
+            self.result.duration_s = self.engine.clock() - self.start_time
+            self._account_for_the_rest()
+        return self.result
+
+    def _account_for_the_rest(self) -> None:
+        """Report the requests the run ends without: those in flight as "unfinished" (with what
+        they had so far), those never sent as a count."""
+        unfinished = [(request_id, self.engine.sequence(request_id)) for request_id in self._in_flight]
+        self.result.num_unfinished = len(unfinished)
+        for request_id, seq in unfinished:
+            if seq is None:  # ended inside a step that was interrupted before it returned
+                continue
+            metrics = dataclasses.replace(seq.metrics, token_times=list(seq.metrics.token_times), finish_reason=UNFINISHED,
+                                          finish_detail=f"{seq.state} when the run ended")
+            self._record_end(EndedRequest(request_id, self.tags[request_id], metrics))
+        self.result.num_not_sent = self.plan.count_rest() if self.plan is not None else 0
+
+    def start(self, start_time: float | None = None) -> None:
+        self.result.start_time = self.engine.clock() if start_time is None else start_time
+
+    def tick(self) -> bool:
+        """Send what is due, then one engine step (or a short idle wait). False once finished."""
+        engine = self.engine
+        now = engine.clock()
+        if self.should_stop() or self._past_deadline(now - self.start_time):
+            self.result.interrupted = True
+            return False
+        paused = self._paused_since is not None
+        if not paused:
+            self._send_due(now)
+        if engine.has_unfinished():
+            self._step()
+            return True
+        if paused:
+            self.sleep(_IDLE_POLL_S)
+            return self.traffic_pending
+        if self.plan is not None and self.plan.has_timed:
+            self.sleep(min(max(self._next_due_time() - engine.clock(), 0.0), _IDLE_POLL_S))
+            return True
+        return self.traffic_pending
+
+    def _next_due_time(self) -> float:
+        """When the next timed request is due, on the engine clock. Idle waits sleep until exactly
+        this sum and `_send_due` compares against the same sum: comparing the arrival time with
+        `now - start` instead can stay false by one rounding step forever (a simulated clock then
+        sleeps 1e-17 s at a time, and no traffic arrives)."""
+        return self.start_time + self.plan.next_arrival_s
+
+    def _send_due(self, now: float) -> None:
+        plan = self.plan
+        if plan is None:
+            return
+        while plan.has_timed and (due := self._next_due_time()) <= now:
+            self._send(plan.pop_timed(), due)
+        concurrency = self.scenario.traffic.concurrency if self.scenario.traffic else 0
+        while plan.closed_loop_left > 0 and len(self._closed_loop_in_flight) < concurrency:
+            self._closed_loop_in_flight.add(self._send(plan.pop_closed_loop(), now))
+
+    def inject(self, count: int, prompt_tokens: int, output_tokens: int, tag: str) -> list[str]:
+        """Send `count` synthetic requests now (prompts of real text, lengths clipped to the model)."""
+        limit = self.engine.max_model_len
+        now = self.engine.clock()
+        sent = []
+        for _ in range(count):
+            prompt = self._prompt_maker.synthetic(min(prompt_tokens, limit - 2), self._inject_rng)
+            output = max(1, min(output_tokens, limit - len(prompt) - 1))
+            sent.append(self._send(PlannedRequest(None, tuple(prompt), output, tag), now))
+        return sent
+
+    def pause(self) -> None:
+        if self._paused_since is None:
+            self._paused_since = self.engine.clock()
+
+    def resume(self) -> None:
+        """Shift the remaining arrivals by the pause, so the traffic picks up where it left."""
+        if self._paused_since is not None:
+            self.result.start_time += self.engine.clock() - self._paused_since
+            self._paused_since = None
+
+    def stop_traffic(self) -> None:
+        """Send nothing more; requests in flight run to completion."""
+        if self.plan is not None:
+            self.plan.clear()
+
+    def _past_deadline(self, elapsed: float) -> bool:
+        return bool(self.scenario and self.scenario.max_duration_s) and elapsed >= self.scenario.max_duration_s
+
+    def _send(self, request: PlannedRequest, arrival_time: float) -> str:
+        traffic = self.scenario.traffic if self.scenario else None
+        params = SamplingParams(
+            max_tokens=request.max_tokens,
+            temperature=traffic.temperature if traffic is not None else 0.0,
+            ignore_eos=traffic.ignore_eos if traffic is not None else True,
+        )
+        request_id = f"{request.tag}-{len(self.tags)}"
+        self.tags[request_id] = request.tag
+        self._in_flight[request_id] = None
+        self.engine.add_request(list(request.prompt_token_ids), params, arrival_time=arrival_time, request_id=request_id)
+        self.on_send(request_id)
+        return request_id
+
+    def _step(self) -> None:
+        step = self.engine.step()
+        self.result.steps.append(step.stats)
+        self.on_step(step)
+        for output in step.outputs:
+            self.on_output(output)
+            if output.finished:
+                self._closed_loop_in_flight.discard(output.request_id)
+                self._record_end(EndedRequest(output.request_id, self.tags.get(output.request_id, ""), output.metrics))
+
+    def _record_end(self, ended: EndedRequest) -> None:
+        self._in_flight.pop(ended.request_id, None)
+        self.result.requests.append(ended)
+        self.on_request_end(ended)

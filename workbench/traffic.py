@@ -1,0 +1,250 @@
+"""Synthetic traffic: when requests arrive, how long their prompts and outputs are, and what text
+they carry. Everything is drawn from one seeded generator, so the same seed and settings give the
+same schedule, byte for byte.
+
+Arrival processes (rates in requests per second):
+  poisson      exponential gaps, mean 1/rate
+  gamma        gamma gaps with shape = burstiness (vLLM's convention): 1.0 is Poisson, below 1 is
+               burstier, above 1 more regular; the coefficient of variation is 1/sqrt(burstiness)
+  constant     evenly spaced, 1/rate apart
+  ramp         Poisson whose rate moves linearly from `rate` to `end_rate` over `duration_s`
+  closed_loop  no arrival times: the runner keeps `concurrency` requests in flight
+Gaps are drawn for a unit rate and stretched by the rate in force, so a scenario's `set_rate`
+event changes the pace without changing the random draws before it.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import ConfigError
+from workbench.prompts import PromptMaker
+
+ARRIVAL_KINDS = ("poisson", "gamma", "constant", "ramp", "closed_loop")
+LENGTH_KINDS = ("fixed", "uniform", "normal", "lognormal")
+PROMPT_SOURCES = ("synthetic", "sharegpt", "trace")
+
+
+@dataclass
+class LengthDistribution:
+    kind: str = "fixed"
+    mean: float = 128.0  # the fixed value, or the mean of normal / lognormal
+    std: float = 0.0  # normal: standard deviation; lognormal: sigma of the underlying normal
+    low: int = 1  # uniform range [low, high]; every kind is clipped to at least `low`
+    high: int = 0  # 0 = up to the model's limit
+
+    def __post_init__(self) -> None:
+        if self.kind not in LENGTH_KINDS:
+            raise ConfigError(f"kind: expected one of {', '.join(LENGTH_KINDS)}, got {self.kind!r}")
+        if self.mean < 1 or self.std < 0 or self.low < 1 or (self.high and self.high < self.low):
+            raise ConfigError(
+                f"expected mean >= 1, std >= 0, low >= 1 and high 0 or >= low; got mean={self.mean}, "
+                f"std={self.std}, low={self.low}, high={self.high}"
+            )
+        if self.kind == "uniform" and not self.high:
+            raise ConfigError("high: a uniform length needs an upper bound")
+
+    def sample(self, rng: np.random.Generator, limit: int) -> int:
+        """One length, clipped to [low, min(high, limit)]."""
+        upper = min(self.high, limit) if self.high else limit
+        if self.kind == "fixed":
+            value = self.mean
+        elif self.kind == "uniform":
+            value = rng.integers(self.low, upper + 1)
+        elif self.kind == "normal":
+            value = rng.normal(self.mean, self.std)
+        else:  # lognormal with the requested mean: mu = ln(mean) - sigma^2 / 2
+            value = rng.lognormal(math.log(self.mean) - self.std**2 / 2, self.std)
+        return int(min(max(round(value), self.low), upper))
+
+
+@dataclass
+class TrafficProfile:
+    arrival: str = "poisson"
+    rate: float = 2.0  # requests/s (the starting rate of a ramp)
+    end_rate: float = 0.0  # ramp only
+    burstiness: float = 1.0  # gamma only
+    concurrency: int = 8  # closed_loop only
+    num_requests: int = 100  # stop issuing after this many (0 = no limit: duration_s decides)
+    duration_s: float = 0.0  # stop issuing after this long (0 = no limit: num_requests decides)
+    prompts: str = "synthetic"  # synthetic | sharegpt | trace
+    prompt_len: LengthDistribution = field(default_factory=lambda: LengthDistribution(mean=128))
+    output_len: LengthDistribution = field(default_factory=lambda: LengthDistribution(mean=64))
+    trace_file: str = ""  # CSV or JSONL: arrival_s, prompt or prompt_tokens, output_tokens
+    shared_prefix_tokens: int = 0  # a common "system prompt" before every synthetic prompt
+    temperature: float = 0.0
+    ignore_eos: bool = True  # fixed output lengths make runs comparable
+    tag: str = "chat"  # label of these requests in reports
+
+    def __post_init__(self) -> None:
+        if self.arrival not in ARRIVAL_KINDS:
+            raise ConfigError(f"arrival: expected one of {', '.join(ARRIVAL_KINDS)}, got {self.arrival!r}")
+        if self.prompts not in PROMPT_SOURCES:
+            raise ConfigError(f"prompts: expected one of {', '.join(PROMPT_SOURCES)}, got {self.prompts!r}")
+        if self.rate <= 0 and self.arrival != "closed_loop":
+            raise ConfigError(f"rate: expected a positive number of requests/s, got {self.rate}")
+        if self.arrival == "ramp" and (self.end_rate <= 0 or self.duration_s <= 0):
+            raise ConfigError("end_rate, duration_s: a ramp needs a positive end_rate and duration_s")
+        if self.burstiness <= 0:
+            raise ConfigError(f"burstiness: expected > 0, got {self.burstiness}")
+        if self.concurrency < 1:
+            raise ConfigError(f"concurrency: expected at least 1, got {self.concurrency}")
+        if self.num_requests < 0 or self.duration_s < 0 or self.shared_prefix_tokens < 0:
+            raise ConfigError("num_requests, duration_s, shared_prefix_tokens: expected values >= 0")
+        if self.num_requests == 0 and self.duration_s == 0 and self.prompts != "trace":
+            raise ConfigError("num_requests, duration_s: set at least one, or the traffic never ends")
+        if self.prompts == "trace" and not self.trace_file:
+            raise ConfigError("trace_file: prompts = 'trace' needs a trace file")
+
+    def rate_at(self, time_s: float) -> float:
+        if self.arrival == "ramp":
+            fraction = min(time_s / self.duration_s, 1.0)
+            return self.rate + (self.end_rate - self.rate) * fraction
+        return self.rate
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    arrival_s: float | None  # seconds after the run starts; None = closed loop (sent when a slot frees)
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+    tag: str
+
+
+def unit_gaps(profile: TrafficProfile, rng: np.random.Generator, count: int) -> np.ndarray:
+    """Inter-arrival gaps for a rate of 1 request/s."""
+    if profile.arrival == "constant":
+        return np.ones(count)
+    if profile.arrival == "gamma":
+        return rng.gamma(profile.burstiness, 1.0 / profile.burstiness, count)
+    return rng.exponential(1.0, count)  # poisson and ramp
+
+
+def arrival_times(profile: TrafficProfile, rng: np.random.Generator, rate_changes: Iterable[tuple[float, float]] = ()) -> Iterator[float]:
+    """Open-loop arrival times in seconds, drawn one at a time; `rate_changes` are (time_s, new
+    rate) from scenario events."""
+    count, now, rate_override = 0, 0.0, None
+    changes = sorted(rate_changes)
+    limit = profile.num_requests or math.inf
+    while count < limit:
+        (gap,) = unit_gaps(profile, rng, 1)
+        while changes and changes[0][0] <= now:
+            rate_override = changes.pop(0)[1]
+        rate = rate_override if rate_override is not None else profile.rate_at(now)
+        if rate <= 0:  # paused until the next change
+            if not changes:
+                return
+            now = changes[0][0]
+            continue
+        now += gap / rate
+        if profile.duration_s and now > profile.duration_s:
+            return
+        count += 1
+        yield now
+
+
+class PlannedTraffic:
+    """One traffic profile's requests, drawn only as they are needed, so that a profile of a
+    billion requests costs nothing until they fall due and Stop never waits for a plan.
+
+    Arrival times and request contents come from two streams of the same seed: reading arrivals
+    ahead (or counting those left) never changes a prompt, and the same seed gives the same
+    requests, byte for byte. `arrivals` yields one time per request (None for closed-loop
+    requests, which are sent when a slot frees); `next_request` draws the contents of the next
+    one, in the same order."""
+
+    def __init__(
+        self, profile: TrafficProfile, prompt_maker: PromptMaker, seed: int | np.random.SeedSequence, max_model_len: int,
+        rate_changes: Iterable[tuple[float, float]] = (),
+    ):
+        self.profile, self._maker, self._max_model_len = profile, prompt_maker, max_model_len
+        arrival_rng, self._rng = np.random.default_rng(seed).spawn(2)
+        self._rate_changes = list(rate_changes)
+        self._prefix: list[int] = []
+        if profile.prompts == "trace":
+            trace = read_trace(Path(profile.trace_file), prompt_maker, self._rng, profile.tag)
+            self._trace = iter(trace)
+            self.known_count: int | None = len(trace)
+            self.arrivals: Iterator[float | None] = iter([request.arrival_s for request in trace])
+            return
+        if profile.prompts == "synthetic" and profile.shared_prefix_tokens > max_model_len - 3:
+            raise ConfigError(
+                f"shared_prefix_tokens: {profile.shared_prefix_tokens} leaves no room for a prompt and an output within "
+                f"max_model_len ({max_model_len} tokens); expected at most {max_model_len - 3}"
+            )
+        if profile.arrival == "closed_loop" and not profile.num_requests:
+            raise ConfigError("num_requests: closed_loop traffic needs a number of requests")
+        if profile.shared_prefix_tokens and profile.prompts == "synthetic":
+            self._prefix = prompt_maker.synthetic(profile.shared_prefix_tokens, self._rng)
+        if profile.arrival == "closed_loop":
+            self.arrivals = itertools.repeat(None, profile.num_requests)
+            self.known_count = profile.num_requests
+        else:
+            self.arrivals = arrival_times(profile, arrival_rng, self._rate_changes)
+            # A duration or a rate change can end the traffic before num_requests: then only
+            # drawing every arrival tells how many there are.
+            limited_by_count = not profile.duration_s and not self._rate_changes
+            self.known_count = profile.num_requests if limited_by_count else None
+
+    def next_request(self, arrival_s: float | None) -> PlannedRequest:
+        """The contents of the next request, which arrives at `arrival_s`."""
+        profile, limit = self.profile, self._max_model_len
+        if profile.prompts == "trace":
+            return next(self._trace)
+        if profile.prompts == "sharegpt":
+            prompt, reply_len, _ = self._maker.sharegpt(self._rng)
+            prompt = prompt[: limit - 2]
+            output = max(1, min(reply_len, limit - len(prompt) - 1))
+        else:
+            prompt_len = profile.prompt_len.sample(self._rng, limit - len(self._prefix) - 2)
+            prompt = self._prefix + self._maker.synthetic(prompt_len, self._rng)
+            output = profile.output_len.sample(self._rng, limit - len(prompt) - 1)
+        return PlannedRequest(arrival_s, tuple(prompt), output, profile.tag)
+
+
+def read_trace(path: Path, prompt_maker: PromptMaker, rng: np.random.Generator, tag: str) -> list[PlannedRequest]:
+    """Replay a trace: CSV with a header row, or JSONL, one request per row with arrival_s,
+    prompt (text) or prompt_tokens (a length), and output_tokens."""
+    if not path.exists():
+        raise ConfigError(f"{path}: trace file not found")
+    if path.suffix == ".jsonl":
+        rows = []
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if line.strip():
+                try:
+                    rows.append((number, json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
+    elif path.suffix == ".csv":
+        with path.open(newline="") as handle:
+            rows = list(enumerate(csv.DictReader(handle), start=2))
+    else:
+        raise ConfigError(f"{path}: expected a .csv or .jsonl trace")
+    planned = []
+    for number, row in rows:
+        where = f"{path}:{number}"
+        try:
+            arrival = float(row["arrival_s"])
+            output = int(row["output_tokens"])
+            if row.get("prompt"):
+                if prompt_maker.tokenizer is None:
+                    raise ConfigError(f"{where}: a text prompt needs a model with a tokenizer")
+                prompt = prompt_maker.tokenizer.encode(str(row["prompt"]))
+            else:
+                prompt = prompt_maker.synthetic(int(row["prompt_tokens"]), rng)
+        except KeyError as exc:
+            raise ConfigError(f"{where}: missing column {exc.args[0]!r} (need arrival_s, prompt or prompt_tokens, output_tokens)") from exc
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: expected numbers for arrival_s, prompt_tokens and output_tokens ({exc})") from exc
+        if arrival < 0 or output < 1 or not prompt:
+            raise ConfigError(f"{where}: expected arrival_s >= 0, output_tokens >= 1 and a non-empty prompt")
+        planned.append(PlannedRequest(arrival, tuple(prompt), output, tag))
+    return sorted(planned, key=lambda request: request.arrival_s)
