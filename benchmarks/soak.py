@@ -18,16 +18,15 @@ from collections import Counter
 
 import numpy as np
 
-from engine import EngineConfig
+from engine import EngineConfig, LLMEngine
 from workbench.runner import ScenarioRunner
 from workbench.scenario import Scenario
-from engine.simulation import simulated_engine
 from workbench.traffic import LengthDistribution, TrafficProfile
 
 
 def soak(num_requests: int, abort_probability: float, seed: int = 0) -> dict:
     config = EngineConfig(model="simulated:llama-2-7b@h100-80gb", max_num_seqs=256, max_num_batched_tokens=4096, seed=seed)
-    engine = simulated_engine(config)
+    engine = LLMEngine(config)
     traffic = TrafficProfile(arrival="poisson", rate=60.0, num_requests=num_requests,
                              prompt_len=LengthDistribution(kind="lognormal", mean=200, std=0.8, high=3000),
                              output_len=LengthDistribution(kind="lognormal", mean=150, std=0.8, high=1000))

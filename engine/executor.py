@@ -1,8 +1,8 @@
 """Executors turn a `ScheduledBatch` into sampled token ids.
 
 `ModelExecutor` is the interface the engine depends on; `TorchExecutor` runs the real model over
-the paged KV cache it owns. A simulated executor (a cost model) can stand in behind the same
-interface while all scheduling code stays the same.
+the paged KV cache it owns; `SimulatedExecutor` (engine/simulated_executor.py) stands in with a
+cost model behind the same interface while all scheduling code stays the same.
 """
 
 from __future__ import annotations
@@ -16,15 +16,26 @@ import torch
 from engine.batch import ScheduledBatch, ScheduledSequence
 from engine.model import AttentionMetadata, CausalLM, PrefillChunk
 from engine.sampler import sample
+from engine.sampling_params import SamplingParams
 from kernels.paged_attention import length_buckets
 
 
 class ModelExecutor(Protocol):
-    decode_mode: str  # how decode steps run, recorded with every run
+    """What `LLMEngine` uses of an executor, and all it uses."""
+
+    @property
+    def decode_mode(self) -> str:
+        """How decode steps run, recorded with every run."""
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """The KV cache's size in bytes (allocated, or planned when simulated)."""
+
+    def warm_up(self) -> None:
+        """Pay one-time costs before the first real step."""
 
     def execute(self, batch: ScheduledBatch) -> list[int]:
         """One token id per sequence whose entry has `samples` set, in the batch's row order."""
-        ...
 
 
 class TorchExecutor:
@@ -32,6 +43,7 @@ class TorchExecutor:
                  compile_decode: bool = False):
         self.model = model
         self.device = device
+        self.block_size = block_size
         config = model.config
         shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
         self.kv_caches = [
@@ -50,6 +62,16 @@ class TorchExecutor:
         if self.decode_graph is None:
             return "eager"
         return self.decode_graph.mode
+
+    def warm_up(self) -> None:
+        """Single-token forward passes, so the first real step does not pay one-time costs: one
+        sequence, then (when decode is compiled) two, the two graphs a decode step can take.
+        They write into block 0's first slots, which are free and hold nothing yet."""
+        batch_sizes = (1, 2) if self.decode_graph is not None else (1,)
+        for size in batch_sizes:
+            entries = [ScheduledSequence(f"warm-up {row}", [0], 0, [0], [0], True, SamplingParams(temperature=0.0), 0)
+                       for row in range(size)]
+            self.execute(ScheduledBatch(decodes=entries, prefills=[], block_size=self.block_size))
 
     def execute(self, batch: ScheduledBatch) -> list[int]:
         rows = [entry for entry in batch.sequences if entry.samples]

@@ -20,22 +20,20 @@ from collections.abc import Callable, Sequence as SequenceOf
 
 import torch
 
-from engine.batch import ScheduledBatch, ScheduledSequence
+from engine.batch import ScheduledBatch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.device import free_memory_bytes, resolve_device, resolve_dtype, total_memory_bytes
-from engine.errors import ConfigError, EngineError, ModelLoadError
-from engine.executor import TorchExecutor
-from engine.memory import CPU_DEFAULT_KV_CACHE_BYTES, GPU_MEMORY_UTILIZATION, activation_bytes_estimate
+from engine.errors import ConfigError, EngineError
+from engine.executor import ModelExecutor
 from engine.metrics import StepStats
-from engine.model import CausalLM, RotaryEmbedding
-from engine.model_source import ModelSource, ProgressCallback, no_progress, read_model
+from engine.model_source import ModelSource, ProgressCallback, no_progress
 from engine.outputs import RequestOutput, StepResult
-from engine.quantization import check_quantization, quantize_model, weight_bytes
+from engine.prepared_model import KvMemoryLimits
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import FinishReason, Sequence
-from engine.smoothing import Smoothing, smooth_for_w8a8
+from engine.simulation import is_simulated, prepare_simulated_model
+from engine.torch_model import prepare_torch_model
 
 _SEED_MASK = 0x7FFF_FFFF_FFFF_FFFF
 
@@ -48,52 +46,41 @@ class LLMEngine:
         clock: Callable[[], float] = time.perf_counter,
         source: ModelSource | None = None,
     ):
-        """`source`: an already read model file, reused instead of reading `config.model` again
-        (a reconfiguration that keeps the model, or tests that build many engines)."""
+        """A real engine for a model file, or a simulated one for "simulated:MODEL@HARDWARE" (its
+        own simulated clock; `clock` and `source` apply to real models). `source`: an already read
+        model file, reused instead of reading `config.model` again (a reconfiguration that keeps
+        the model, or tests that build many engines)."""
         config = config or EngineConfig()
-        device = resolve_device(config.device)
-        dtype = resolve_dtype(config.dtype, device)
-        source = source or read_model(config.model, progress)
-        model = _build_model(source, device, dtype)
-        self.unquantized_weight_bytes = weight_bytes(model)
-        check_quantization(config.quantization, config.group_size, source.config, config.quantize_lm_head, device)
-        self.activation_smoothing: Smoothing | None = None
-        head_weight = None
-        if config.quantization == "w8a8":
-            progress("calibrate activation smoothing", 0.0)
-            self.activation_smoothing, head_weight = smooth_for_w8a8(model, source.tokenizer, config.quantize_lm_head)
-            progress("calibrate activation smoothing", 1.0)
-        quantize_model(model, config.quantization, config.group_size, config.quantize_lm_head, progress, head_weight)
-        self.model_path = source.path
-        self.stored_tensor_types = source.stored_tensor_types
-        self._init_scheduling(config, source.config, source.tokenizer, clock, device, dtype, weight_bytes(model))
-
-        progress("allocate KV cache", 0.0)
-        num_blocks = self._num_kv_blocks(*self._kv_memory_limits())
-        self.executor = TorchExecutor(model, num_blocks, config.block_size, device, dtype, config.compile_decode)
-        self._init_cache(num_blocks)
-        progress("allocate KV cache", 1.0)
-        progress("warm up", 0.0)
-        self._warm_up()
-        progress("warm up", 1.0)
-
-    def _init_scheduling(self, config, model_config, tokenizer, clock, device, dtype, weight_bytes_: int) -> None:
-        """State every engine has, whatever executes its steps (see also engine.simulation)."""
-        self.config, self.model_config, self.tokenizer, self.clock = config, model_config, tokenizer, clock
-        # How a caller waits for the next arrival: wall time here, simulated time in simulations.
-        self.sleep: Callable[[float], None] = time.sleep
-        self.device, self.dtype, self.weight_bytes = device, dtype, weight_bytes_
-        self.max_model_len = min(config.max_model_len or model_config.max_position_embeddings, model_config.max_position_embeddings)
-        self.eos_token_ids = set(model_config.eos_token_ids) | set(tokenizer.eos_token_ids if tokenizer else ())
+        if is_simulated(config.model):
+            prepared = prepare_simulated_model(config)
+        else:
+            prepared = prepare_torch_model(config, progress, clock, source)
+        self.config, self.model_config, self.tokenizer = config, prepared.model_config, prepared.tokenizer
+        self.clock, self.sleep = prepared.clock, prepared.sleep
+        self.model_path, self.stored_tensor_types = prepared.model_path, prepared.stored_tensor_types
+        self.device, self.dtype = prepared.device, prepared.dtype
+        self.weight_bytes, self.unquantized_weight_bytes = prepared.weight_bytes, prepared.unquantized_weight_bytes
+        self.activation_smoothing = prepared.activation_smoothing
+        self.max_model_len = min(config.max_model_len or self.model_config.max_position_embeddings,
+                                 self.model_config.max_position_embeddings)
+        self.eos_token_ids = set(self.model_config.eos_token_ids) | set(self.tokenizer.eos_token_ids if self.tokenizer else ())
         self._sequences: dict[str, Sequence] = {}  # every unfinished request
         self._undelivered: list[RequestOutput] = []  # rejections and aborts, reported by the next step
         self._arrivals = itertools.count()
         self._automatic_ids = itertools.count()
         self.num_rejections = 0
 
-    def _init_cache(self, num_blocks: int) -> None:
-        self.block_manager = BlockManager(num_blocks, self.config.block_size, self.config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.config, self.block_manager, self.max_model_len)
+        progress("allocate KV cache", 0.0)
+        num_blocks = self._num_kv_blocks(prepared.kv_limits)
+        self.executor: ModelExecutor = prepared.create_executor(num_blocks)
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(config, self.block_manager, self.max_model_len)
+        if prepared.kv_limits.must_hold_longest_request:
+            self._check_the_longest_request_fits(prepared.kv_limits)
+        progress("allocate KV cache", 1.0)
+        progress("warm up", 0.0)
+        self.executor.warm_up()
+        progress("warm up", 1.0)
 
     # ----- capacity ------------------------------------------------------------------------------
 
@@ -113,20 +100,10 @@ class LLMEngine:
     def kv_cache_bytes(self) -> int:
         return self.executor.kv_cache_bytes
 
-    def _kv_memory_limits(self) -> tuple[int, int, str]:
-        """(bytes free for the KV cache now that the weights are loaded, the default KV size, where)."""
-        free = free_memory_bytes(self.device)
-        if self.device.type != "cuda":
-            return free, min(CPU_DEFAULT_KV_CACHE_BYTES, free), "this machine's available memory"
-        activations = activation_bytes_estimate(
-            self.model_config, self.config.max_num_batched_tokens, torch.finfo(self.dtype).bits // 8, self.config.max_num_seqs)
-        share = int(total_memory_bytes(self.device) * GPU_MEMORY_UTILIZATION)
-        default = min(free, share - torch.cuda.memory_allocated(self.device) - activations)
-        return free, default, f"{self.device}'s free memory"
-
-    def _num_kv_blocks(self, free_bytes: int, default_bytes: int, where: str) -> int:
-        """Blocks from num_kv_blocks, or kv_cache_memory: bytes, a fraction of free_bytes, or
-        default_bytes when unset. Never more than free_bytes: asking for more is a ConfigError."""
+    def _num_kv_blocks(self, limits: KvMemoryLimits) -> int:
+        """Blocks from num_kv_blocks, or kv_cache_memory: bytes, a fraction of the free bytes, or
+        the default when unset. Never more than is free: asking for more is a ConfigError."""
+        free_bytes, default_bytes, where = limits.free_bytes, limits.default_bytes, limits.where
         block_bytes = self.kv_bytes_per_token * self.config.block_size
         memory = self.config.kv_cache_memory
         if self.config.num_kv_blocks is not None:
@@ -150,15 +127,15 @@ class LLMEngine:
             )
         return budget // block_bytes
 
-    def _warm_up(self) -> None:
-        """Single-token forward passes, so the first real step does not pay one-time costs: one
-        sequence, then (when decode is compiled) two, the two graphs a decode step can take.
-        They write into block 0's first slots, which are free and hold nothing yet."""
-        batch_sizes = (1, 2) if self.config.compile_decode else (1,)
-        for size in batch_sizes:
-            entries = [ScheduledSequence(f"warm-up {row}", [0], 0, [0], [0], True, SamplingParams(temperature=0.0), 0)
-                       for row in range(size)]
-            self.executor.execute(ScheduledBatch(decodes=entries, prefills=[], block_size=self.config.block_size))
+    def _check_the_longest_request_fits(self, limits: KvMemoryLimits) -> None:
+        longest = self.max_model_len
+        if self.block_manager.blocks_to_cover(longest) > self.num_kv_blocks:
+            raise ConfigError(
+                f"one {longest:,}-token request needs {longest * self.kv_bytes_per_token / 1e9:.2f} GB of KV cache but the "
+                f"KV cache holds {self.kv_cache_bytes / 1e9:.2f} GB ({self.num_kv_blocks:,} blocks); at most "
+                f"{max(limits.free_bytes, 0) / 1e9:.2f} GB fit on {limits.where}: raise kv_cache_memory, lower "
+                "max_model_len or use fewer weight bits"
+            )
 
     # ----- requests ------------------------------------------------------------------------------
 
@@ -337,30 +314,3 @@ class LLMEngine:
             prefix_cache_hit_tokens_total=manager.prefix_hit_tokens,
             prefix_cache_query_tokens_total=manager.prefix_query_tokens,
         )
-
-
-def _build_model(source: ModelSource, device: torch.device, dtype: torch.dtype) -> CausalLM:
-    """The decoder with the source's weights, without spending time on a random initialisation."""
-    config = source.config
-    with torch.device("meta"):
-        model = CausalLM(config)
-    tensors = dict(source.tensors)
-    if config.tie_word_embeddings:
-        tensors.pop("lm_head.weight", None)
-    expected = set(model.state_dict())
-    missing = sorted(expected - tensors.keys())
-    unexpected = sorted(name for name in tensors.keys() - expected if not name.endswith("rotary_emb.inv_freq"))
-    if missing or unexpected:
-        raise ModelLoadError(
-            f"{source.path}: weights do not match a {config.architecture} model of this shape "
-            f"(missing: {missing[:4]}, unexpected: {unexpected[:4]})"
-        )
-    try:
-        model.load_state_dict({name: tensors[name] for name in expected}, assign=True)
-    except RuntimeError as exc:
-        raise ModelLoadError(f"{source.path}: a tensor has the wrong shape for the model's config ({exc})") from exc
-    # The rotary tables are computed, not loaded: build them for real outside the meta device.
-    model.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta)
-    model = model.to(device=device, dtype=dtype).eval()
-    model.fuse_projections()
-    return model

@@ -34,10 +34,13 @@ class SimulatedClock:
 
 
 class SimulatedExecutor:
-    def __init__(self, cost_model: CostModel, clock: SimulatedClock):
+    def __init__(self, cost_model: CostModel, clock: SimulatedClock, kv_cache_bytes: int):
         self.cost_model, self.clock = cost_model, clock
-        self.kv_cache_bytes = 0  # set by the engine from the planned capacity
+        self.kv_cache_bytes = kv_cache_bytes  # planned: nothing is allocated
         self.decode_mode = "simulated"  # as TorchExecutor.decode_mode: no model runs
+
+    def warm_up(self) -> None:
+        """Nothing to warm: no model runs."""
 
     def execute(self, batch: ScheduledBatch) -> list[int]:
         self.clock.advance(self.cost_model.step_time(StepShape.of(batch)))

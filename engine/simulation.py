@@ -15,12 +15,13 @@ from engine.catalogue import hardware_profile, model_shape
 from engine.config import EngineConfig
 from engine.cost_model import CostModel
 from engine.errors import ConfigError
-from engine.llm_engine import LLMEngine
 from engine.memory import GPU_MEMORY_UTILIZATION, RUNTIME_OVERHEAD_FRACTION, activation_bytes_estimate, weight_bytes_estimate
-from engine.model_source import ProgressCallback, no_progress
+from engine.prepared_model import KvMemoryLimits, PreparedModel
 from engine.simulated_executor import SimulatedClock, SimulatedExecutor
 
 PREFIX = "simulated:"
+KV_DTYPE = torch.float16  # simulated GPUs keep K and V at 16 bits
+KV_BYTES_PER_VALUE = 2
 QUANTIZATION_BITS = {"none": 16, "int8": 8, "int4": 4, "w8a8": 8, "bnb-int8": 8, "bnb-nf4": 4}
 
 
@@ -36,14 +37,7 @@ def parse(model: str) -> tuple[str, str]:
     return name, hardware
 
 
-def create_engine(config: EngineConfig, progress: ProgressCallback = no_progress, source=None) -> LLMEngine:
-    """A real engine, or a simulated one for "simulated:MODEL@HARDWARE"."""
-    if is_simulated(config.model):
-        return simulated_engine(config)
-    return LLMEngine(config, progress=progress, source=source)
-
-
-def simulated_engine(config: EngineConfig) -> LLMEngine:
+def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
     name, hardware_name = parse(config.model)
     shape, _ = model_shape(name)
     hardware = hardware_profile(hardware_name)
@@ -63,26 +57,21 @@ def simulated_engine(config: EngineConfig) -> LLMEngine:
             f"({usable / 1e9:.1f} GB after runtime overhead and activations); choose fewer bits, a smaller model or a larger GPU"
         )
     clock = SimulatedClock(speed=config.simulation_speed)
-    engine = LLMEngine.__new__(LLMEngine)
-    engine.model_path = Path(config.model)
-    engine.stored_tensor_types = {}
-    engine.activation_smoothing = None
-    engine.unquantized_weight_bytes = shape.num_parameters * 2
-    engine._init_scheduling(config, shape, None, clock, torch.device("cpu"), torch.float16, weights)
-    engine.sleep = clock.advance
-    free = int(usable - weights)
-    default = int(hardware.memory_bytes * GPU_MEMORY_UTILIZATION - weights - activations)
-    where = f"{hardware_name} ({hardware.memory_bytes / 2**30:,.1f} GiB, {weights / 2**30:,.2f} GiB of weights)"
-    num_blocks = engine._num_kv_blocks(free, default, where)
-    executor = SimulatedExecutor(CostModel(shape, hardware, weights, engine.kv_bytes_per_token), clock)
-    executor.kv_cache_bytes = num_blocks * config.block_size * engine.kv_bytes_per_token
-    engine.executor = executor
-    engine._init_cache(num_blocks)
-    longest = engine.max_model_len
-    if engine.block_manager.blocks_to_cover(longest) > num_blocks:
-        raise ConfigError(
-            f"one {longest:,}-token request needs {longest * engine.kv_bytes_per_token / 1e9:.2f} GB of KV cache but the "
-            f"KV cache holds {executor.kv_cache_bytes / 1e9:.2f} GB ({num_blocks:,} blocks); at most {max(free, 0) / 1e9:.2f} GB "
-            f"fit on {hardware_name} after the weights: raise kv_cache_memory, lower max_model_len or use fewer weight bits"
-        )
-    return engine
+    kv_bytes_per_token = shape.kv_bytes_per_token(KV_BYTES_PER_VALUE)
+
+    def create_executor(num_blocks: int) -> SimulatedExecutor:
+        cost_model = CostModel(shape, hardware, weights, kv_bytes_per_token)
+        return SimulatedExecutor(cost_model, clock, kv_cache_bytes=num_blocks * config.block_size * kv_bytes_per_token)
+
+    return PreparedModel(
+        model_config=shape, tokenizer=None, model_path=Path(config.model), stored_tensor_types={},
+        device=torch.device("cpu"), dtype=KV_DTYPE, weight_bytes=weights, unquantized_weight_bytes=shape.num_parameters * 2,
+        activation_smoothing=None, clock=clock, sleep=clock.advance,
+        kv_limits=KvMemoryLimits(
+            free_bytes=int(usable - weights),
+            default_bytes=int(hardware.memory_bytes * GPU_MEMORY_UTILIZATION - weights - activations),
+            where=f"{hardware_name} ({hardware.memory_bytes / 2**30:,.1f} GiB, {weights / 2**30:,.2f} GiB of weights)",
+            must_hold_longest_request=True,
+        ),
+        create_executor=create_executor,
+    )

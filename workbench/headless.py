@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.llm_engine import LLMEngine
-from engine.simulation import create_engine
 from engine.model_source import ModelSource
 from workbench.provenance import environment
 from workbench.report import write_report_files
@@ -56,7 +55,7 @@ def run_headless(
 ) -> dict:
     """Run the scenario, log it to out_dir/run.jsonl as it happens, then write the report files.
     Ctrl-C ends the run early; the report is then built from the log and marked incomplete."""
-    engine = create_engine(scenario.engine, source=source)
+    engine = LLMEngine(scenario.engine, source=source)
     runner = ScenarioRunner(engine, scenario)
     log_path = out_dir / RUN_LOG_NAME
     if log_path.exists():

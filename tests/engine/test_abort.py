@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from engine import EngineConfig, SamplingParams
-from engine.simulation import simulated_engine
+from engine import EngineConfig, LLMEngine, SamplingParams
 
 LONG_OUTPUT = SamplingParams(max_tokens=200, ignore_eos=True)
 
 
 def engine_with_a_request_in(state: str):
     """A simulated engine and the id of a request that is now in `state`."""
-    engine = simulated_engine(EngineConfig(model="simulated:llama-2-7b@h100-80gb", num_kv_blocks=16, block_size=16,
+    engine = LLMEngine(EngineConfig(model="simulated:llama-2-7b@h100-80gb", num_kv_blocks=16, block_size=16,
                                            max_model_len=256, max_num_seqs=2, max_num_batched_tokens=64, long_prompt_threshold=48))
     if state == "waiting":
         engine.add_request([1] * 10, LONG_OUTPUT)
@@ -80,7 +79,7 @@ def test_arrival_time_is_when_a_request_was_due_not_when_the_busy_loop_sent_it()
                                output_len=LengthDistribution(mean=4)),
         events=[ScenarioEvent(at_s=0.0, action="inject", count=1, prompt_tokens=3900, output_tokens=2, tag="long")],
     )
-    engine = simulated_engine(config)
+    engine = LLMEngine(config)
     plan = RequestPlan(scenario, engine.max_model_len, PromptMaker(None, vocab_size=100))
     planned = []
     while plan.has_timed:
@@ -100,7 +99,7 @@ def test_every_restart_of_traffic_on_a_simulated_clock_sends_all_of_it():
     from workbench.scenario import Scenario
     from workbench.traffic import LengthDistribution, TrafficProfile
 
-    engine = simulated_engine(EngineConfig(model="simulated:llama-2-7b@h100-80gb"))
+    engine = LLMEngine(EngineConfig(model="simulated:llama-2-7b@h100-80gb"))
     traffic = TrafficProfile(arrival="poisson", rate=20.0, num_requests=10, prompt_len=LengthDistribution(mean=16),
                              output_len=LengthDistribution(mean=4))
     runner = ScenarioRunner(engine, None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import ConfigError, EngineConfig
+from engine import ConfigError, EngineConfig, LLMEngine
 from benchmarks.soak import soak
 from engine.catalogue import hardware_profile, model_names, model_shape
 from engine.cost_model import CostModel, StepShape
@@ -12,7 +12,6 @@ from engine.memory import concurrency_lines, params_only_line, weight_bytes_esti
 from workbench.runner import ScenarioRunner
 from workbench.scenario import Scenario
 from engine.simulated_executor import SimulatedClock, SimulatedExecutor
-from engine.simulation import simulated_engine
 from workbench.traffic import LengthDistribution, TrafficProfile
 from tests.conftest import tiny_engine
 
@@ -71,11 +70,11 @@ def test_a_soak_with_random_aborts_loses_no_request():
 
 def test_impossible_simulations_are_refused_with_numbers():
     with pytest.raises(ConfigError, match=r"llama-2-70b weights need 138.0 GB at 16 bits but a100-40gb has 40.0 GB"):
-        simulated_engine(EngineConfig(model="simulated:llama-2-70b@a100-40gb"))
+        LLMEngine(EngineConfig(model="simulated:llama-2-70b@a100-40gb"))
     with pytest.raises(ConfigError, match=r"one 4,096-token request needs 2.15 GB of KV cache"):
-        simulated_engine(EngineConfig(model="simulated:llama-2-7b@l4", kv_cache_memory=1 << 30))
+        LLMEngine(EngineConfig(model="simulated:llama-2-7b@l4", kv_cache_memory=1 << 30))
     with pytest.raises(ConfigError, match="expected 'simulated:MODEL@HARDWARE'"):
-        simulated_engine(EngineConfig(model="simulated:llama-2-7b"))
+        LLMEngine(EngineConfig(model="simulated:llama-2-7b"))
 
 
 def test_same_step_times_same_scheduling_decisions(tiny_llama):
@@ -98,7 +97,7 @@ def test_same_step_times_same_scheduling_decisions(tiny_llama):
     simulated = tiny_engine(directory, **settings)
     simulated.clock = SimulatedClock()
     simulated.sleep = simulated.clock.advance
-    simulated.executor = SimulatedExecutor(cost, simulated.clock)
+    simulated.executor = SimulatedExecutor(cost, simulated.clock, kv_cache_bytes=real.kv_cache_bytes)
 
     traffic = TrafficProfile(arrival="gamma", rate=300.0, burstiness=0.5, num_requests=40,
                              prompt_len=LengthDistribution(kind="uniform", low=2, high=60), output_len=LengthDistribution(kind="uniform", low=1, high=12))

@@ -9,12 +9,11 @@ import json
 import numpy as np
 import pytest
 
-from engine import ConfigError, EngineConfig, EngineError, SamplingParams
+from engine import ConfigError, EngineConfig, EngineError, LLMEngine, SamplingParams
 from engine.catalogue import hardware_names, model_names
 from workbench.headless import run_headless
 from workbench.prompts import PromptMaker
 from workbench.scenario import SLO, Scenario, ScenarioEvent
-from engine.simulation import simulated_engine
 from workbench.traffic import LengthDistribution, PlannedTraffic, TrafficProfile
 
 LLAMA_ON_H100 = "simulated:llama-2-7b@h100-80gb"
@@ -22,7 +21,7 @@ FIXED = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 
 
 def sim(**settings):
-    return simulated_engine(EngineConfig(model=LLAMA_ON_H100, **settings))
+    return LLMEngine(EngineConfig(model=LLAMA_ON_H100, **settings))
 
 
 def step_until_done(engine, limit=10_000):
@@ -216,7 +215,7 @@ def test_every_catalogued_model_and_gpu_pair_that_fits_loads_with_the_defaults()
     for model in model_names():
         for hardware in hardware_names():
             try:
-                engine = simulated_engine(EngineConfig(model=f"simulated:{model}@{hardware}"))
+                engine = LLMEngine(EngineConfig(model=f"simulated:{model}@{hardware}"))
             except ConfigError as error:
                 refused[f"{model}@{hardware}"] = str(error)
                 continue

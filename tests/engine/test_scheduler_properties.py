@@ -11,8 +11,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import EngineConfig, SamplingParams
-from engine.simulation import simulated_engine
+from engine import EngineConfig, LLMEngine, SamplingParams
 
 MAX_STEPS_TO_DRAIN = 5_000
 
@@ -82,7 +81,7 @@ class Checked:
     """An engine whose every executed batch and step is checked against the invariants."""
 
     def __init__(self, config: EngineConfig):
-        self.engine = simulated_engine(config)
+        self.engine = LLMEngine(config)
         self.config = config
         self.added: dict[str, int] = {}  # request id -> max_tokens
         self.finishes: Counter[str] = Counter()

@@ -24,7 +24,7 @@ import torch
 from PySide6.QtCore import QObject, Signal
 
 from engine import EngineConfig, EngineError, LLMEngine
-from engine.simulation import create_engine, is_simulated
+from engine.simulation import is_simulated
 from workbench.headless import RUN_LOG_NAME, engine_summary, run_header
 from workbench.metrics_store import MetricsStore
 from engine.model_config import ModelConfig
@@ -228,7 +228,7 @@ class EngineWorker(QObject):
         elif self._source is None or self._source_model != config.model:
             self._source = read_model(config.model, progress)
             self._source_model = config.model
-        engine = create_engine(config, progress=progress, source=self._source)
+        engine = LLMEngine(config, progress=progress, source=self._source)
         runner = ScenarioRunner(
             engine, None, on_step=self._on_step, on_request_end=self._on_end, on_output=self._on_output, on_send=self._track,
         )

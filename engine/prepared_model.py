@@ -1,0 +1,47 @@
+"""What an executor kind has set up before the engine sizes its KV cache.
+
+`LLMEngine` builds one of these from its config (`engine.torch_model.prepare_torch_model` for a
+model file, `engine.simulation.prepare_simulated_model` for "simulated:MODEL@HARDWARE"), sizes
+the KV cache from its memory limits, then asks it for the executor. The engine never needs to know
+which kind it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.executor import ModelExecutor
+from engine.model_config import ModelConfig
+from engine.smoothing import Smoothing
+from engine.tokenizer import Tokenizer
+
+
+@dataclass
+class KvMemoryLimits:
+    free_bytes: int  # the most the KV cache may take once the weights are in place
+    default_bytes: int  # its size when the config leaves kv_cache_memory unset
+    where: str  # the memory these refer to, for error messages
+    # Refuse a cache that cannot hold one request of max_model_len (simulations: a planned
+    # configuration that can never serve its longest request is a mistake, not a scenario).
+    must_hold_longest_request: bool = False
+
+
+@dataclass
+class PreparedModel:
+    model_config: ModelConfig
+    tokenizer: Tokenizer | None
+    model_path: Path
+    stored_tensor_types: dict[str, int]  # how the file kept its weights, e.g. {"Q4_1": 210}
+    device: torch.device
+    dtype: torch.dtype  # the KV cache's dtype
+    weight_bytes: int
+    unquantized_weight_bytes: int
+    activation_smoothing: Smoothing | None
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]  # how a caller waits for the next arrival on this clock
+    kv_limits: KvMemoryLimits
+    create_executor: Callable[[int], ModelExecutor]  # for a KV cache of this many blocks

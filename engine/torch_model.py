@@ -1,0 +1,83 @@
+"""The real executor's preparation: read the model file, build the decoder on the device, smooth
+and quantize it, and say how much memory is left for the KV cache."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from engine.config import EngineConfig
+from engine.device import free_memory_bytes, resolve_device, resolve_dtype, total_memory_bytes
+from engine.errors import ModelLoadError
+from engine.executor import TorchExecutor
+from engine.memory import CPU_DEFAULT_KV_CACHE_BYTES, GPU_MEMORY_UTILIZATION, activation_bytes_estimate
+from engine.model import CausalLM, RotaryEmbedding
+from engine.model_source import ModelSource, ProgressCallback, read_model
+from engine.prepared_model import KvMemoryLimits, PreparedModel
+from engine.quantization import check_quantization, quantize_model, weight_bytes
+from engine.smoothing import Smoothing, smooth_for_w8a8
+
+
+def prepare_torch_model(
+    config: EngineConfig, progress: ProgressCallback, clock: Callable[[], float], source: ModelSource | None,
+) -> PreparedModel:
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    source = source or read_model(config.model, progress)
+    model = _build_model(source, device, dtype)
+    unquantized = weight_bytes(model)
+    check_quantization(config.quantization, config.group_size, source.config, config.quantize_lm_head, device)
+    smoothing: Smoothing | None = None
+    head_weight = None
+    if config.quantization == "w8a8":
+        progress("calibrate activation smoothing", 0.0)
+        smoothing, head_weight = smooth_for_w8a8(model, source.tokenizer, config.quantize_lm_head)
+        progress("calibrate activation smoothing", 1.0)
+    quantize_model(model, config.quantization, config.group_size, config.quantize_lm_head, progress, head_weight)
+    return PreparedModel(
+        model_config=source.config, tokenizer=source.tokenizer, model_path=source.path,
+        stored_tensor_types=source.stored_tensor_types, device=device, dtype=dtype, weight_bytes=weight_bytes(model),
+        unquantized_weight_bytes=unquantized, activation_smoothing=smoothing, clock=clock, sleep=time.sleep,
+        kv_limits=_kv_memory_limits(config, source, device, dtype),
+        create_executor=lambda num_blocks: TorchExecutor(model, num_blocks, config.block_size, device, dtype, config.compile_decode),
+    )
+
+
+def _kv_memory_limits(config: EngineConfig, source: ModelSource, device: torch.device, dtype: torch.dtype) -> KvMemoryLimits:
+    """Called once the weights are loaded: what is free now is what the KV cache may take."""
+    free = free_memory_bytes(device)
+    if device.type != "cuda":
+        return KvMemoryLimits(free, min(CPU_DEFAULT_KV_CACHE_BYTES, free), "this machine's available memory")
+    activations = activation_bytes_estimate(source.config, config.max_num_batched_tokens, torch.finfo(dtype).bits // 8, config.max_num_seqs)
+    share = int(total_memory_bytes(device) * GPU_MEMORY_UTILIZATION)
+    default = min(free, share - torch.cuda.memory_allocated(device) - activations)
+    return KvMemoryLimits(free, default, f"{device}'s free memory")
+
+
+def _build_model(source: ModelSource, device: torch.device, dtype: torch.dtype) -> CausalLM:
+    """The decoder with the source's weights, without spending time on a random initialisation."""
+    config = source.config
+    with torch.device("meta"):
+        model = CausalLM(config)
+    tensors = dict(source.tensors)
+    if config.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)
+    expected = set(model.state_dict())
+    missing = sorted(expected - tensors.keys())
+    unexpected = sorted(name for name in tensors.keys() - expected if not name.endswith("rotary_emb.inv_freq"))
+    if missing or unexpected:
+        raise ModelLoadError(
+            f"{source.path}: weights do not match a {config.architecture} model of this shape "
+            f"(missing: {missing[:4]}, unexpected: {unexpected[:4]})"
+        )
+    try:
+        model.load_state_dict({name: tensors[name] for name in expected}, assign=True)
+    except RuntimeError as exc:
+        raise ModelLoadError(f"{source.path}: a tensor has the wrong shape for the model's config ({exc})") from exc
+    # The rotary tables are computed, not loaded: build them for real outside the meta device.
+    model.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta)
+    model = model.to(device=device, dtype=dtype).eval()
+    model.fuse_projections()
+    return model
