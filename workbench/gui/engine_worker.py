@@ -28,7 +28,8 @@ from engine.simulation import is_simulated
 from workbench.headless import RUN_LOG_NAME, engine_summary, run_header
 from workbench.metrics_store import MetricsStore
 from engine.model_config import ModelConfig
-from engine.model_source import ModelSource, read_model
+from engine.model_file import ModelSource
+from engine.model_source import read_model
 from workbench.run_log import RunLogWriter
 from workbench.runner import EndedRequest, ScenarioRunner
 from workbench.scenario import SLO, Scenario

@@ -1,0 +1,32 @@
+"""What a model loader returns: a model file's shape, weights and tokenizer (`ModelSource`), and
+the progress callback loaders report through. Kept apart from engine/model_source.py, which picks
+the loader, so that the loaders and the dispatch do not import each other."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.model_config import ModelConfig
+from engine.tokenizer import Tokenizer
+
+# Stage name and fraction done in [0, 1], for a progress bar.
+ProgressCallback = Callable[[str, float], None]
+
+@dataclass
+class ModelSource:
+    path: Path
+    file_format: str  # "gguf" or "safetensors"
+    config: ModelConfig
+    # Hugging Face parameter names -> float32 tensors on the CPU.
+    tensors: dict[str, torch.Tensor]
+    tokenizer: Tokenizer | None
+    # How the file stored its weights, e.g. {"Q4_1": 210, "F32": 61}.
+    stored_tensor_types: dict[str, int]
+
+
+def no_progress(stage: str, fraction: float) -> None:
+    """The default progress callback."""

@@ -1,0 +1,93 @@
+"""The layout's rules, read from the source (every import, function-local ones included):
+
+- engine/ and kernels/ never import workbench (the engine is usable alone);
+- only workbench/gui/ imports Qt (PySide6, pyqtgraph);
+- no import cycles between our modules;
+- nothing builds an object around its constructor with `__new__`.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("engine", "kernels", "workbench", "benchmarks")
+QT = ("PySide6", "pyqtgraph")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Absolute names of every module this file imports (from-imports name the module itself)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}  # `from engine import errors`
+    return names
+
+
+SOURCES = {module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))}
+IMPORTS = {name: imports_of(path) for name, path in SOURCES.items()}
+
+
+def ours(imported: set[str]) -> set[str]:
+    return {name for name in imported if name in SOURCES}
+
+
+@pytest.mark.parametrize("package", ["engine", "kernels"])
+def test_the_engine_and_kernels_never_import_the_lab(package):
+    offenders = {name: sorted(imported) for name, imported in IMPORTS.items() if name.split(".")[0] == package
+                 for imported in [{i for i in imported if i.split(".")[0] in ("workbench", "benchmarks")}] if imported}
+    assert not offenders
+
+
+def test_only_the_gui_package_imports_qt():
+    offenders = {name: sorted(imported) for name, imported in IMPORTS.items() if not name.startswith("workbench.gui")
+                 for imported in [{i for i in imported if i.split(".")[0] in QT}] if imported}
+    assert not offenders
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path of module names, or None."""
+    state: dict[str, str] = {}  # "open" while on the current path, "done" after
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = "open"
+        for neighbour in sorted(graph.get(node, ())):
+            if state.get(neighbour) == "open":
+                return path[path.index(neighbour):] + [neighbour] if neighbour in path else [node, neighbour]
+            if neighbour not in state and (cycle := visit(neighbour, path + [neighbour])):
+                return cycle
+        state[node] = "done"
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (cycle := visit(start, [start])):
+            return cycle
+    return None
+
+
+def test_our_modules_import_each_other_without_cycles():
+    # A package's __init__ re-exporting its modules is not a cycle with them.
+    graph = {name: {other for other in ours(imported) if not name.startswith(other + ".") and other != name}
+             for name, imported in IMPORTS.items()}
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_object_is_built_around_its_constructor():
+    offenders = [name for name, path in SOURCES.items() if "__new__(" in path.read_text()]
+    assert not offenders
