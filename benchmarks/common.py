@@ -13,8 +13,9 @@ from benchmarks.fixed_workload import fixed_workload, run_fixed_workload
 from engine.catalogue import measure_this_machine
 from engine.device import device_name
 from engine.model_source import read_model
+from engine.quantization import own_methods
 
-OPTIONS = ("none", "int8", "int4", "w8a8")
+OPTIONS = tuple(own_methods())
 
 
 def variants(compile_too: bool) -> list[tuple[str, dict]]:

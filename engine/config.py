@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from engine.errors import ConfigError
+from engine.quantization import get_method
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
-QUANTIZATION_METHODS = ("none", "int8", "int4", "w8a8", "bnb-int8", "bnb-nf4")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -104,8 +104,7 @@ class EngineConfig:
             raise ConfigError(
                 f"scheduling_policy: expected one of {', '.join(SCHEDULING_POLICIES)}, got {self.scheduling_policy!r}"
             )
-        if self.quantization not in QUANTIZATION_METHODS:
-            raise ConfigError(f"quantization: expected one of {', '.join(QUANTIZATION_METHODS)}, got {self.quantization!r}")
+        get_method(self.quantization)  # refuses unknown names, listing the registry's
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):

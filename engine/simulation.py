@@ -17,12 +17,12 @@ from engine.cost_model import CostModel
 from engine.errors import ConfigError
 from engine.memory import GPU_MEMORY_UTILIZATION, RUNTIME_OVERHEAD_FRACTION, activation_bytes_estimate, weight_bytes_estimate
 from engine.prepared_model import KvMemoryLimits, PreparedModel
+from engine.quantization import get_method
 from engine.simulated_executor import SimulatedClock, SimulatedExecutor
 
 PREFIX = "simulated:"
 KV_DTYPE = torch.float16  # simulated GPUs keep K and V at 16 bits
 KV_BYTES_PER_VALUE = 2
-QUANTIZATION_BITS = {"none": 16, "int8": 8, "int4": 4, "w8a8": 8, "bnb-int8": 8, "bnb-nf4": 4}
 
 
 def is_simulated(model: str) -> bool:
@@ -41,8 +41,9 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
     name, hardware_name = parse(config.model)
     shape, _ = model_shape(name)
     hardware = hardware_profile(hardware_name)
-    bits = QUANTIZATION_BITS[config.quantization]
-    weights = weight_bytes_estimate(shape, bits, config.group_size if bits == 4 else None)
+    method = get_method(config.quantization)
+    bits = method.bits_per_weight
+    weights = weight_bytes_estimate(shape, bits, config.group_size if method.group_sizes else None)
     activations = activation_bytes_estimate(shape, config.max_num_batched_tokens, 2, config.max_num_seqs)
     usable = hardware.memory_bytes * (1 - RUNTIME_OVERHEAD_FRACTION) - activations
     if activations >= hardware.memory_bytes:

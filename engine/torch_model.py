@@ -17,7 +17,7 @@ from engine.model import CausalLM, RotaryEmbedding
 from engine.model_file import ModelSource, ProgressCallback
 from engine.model_source import read_model
 from engine.prepared_model import KvMemoryLimits, PreparedModel
-from engine.quantization import check_quantization, quantize_model, weight_bytes
+from engine.quantization import check_quantization, get_method, quantize_model, weight_bytes
 from engine.smoothing import Smoothing, smooth_for_w8a8
 
 
@@ -29,10 +29,10 @@ def prepare_torch_model(
     source = source or read_model(config.model, progress)
     model = _build_model(source, device, dtype)
     unquantized = weight_bytes(model)
-    check_quantization(config.quantization, config.group_size, source.config, config.quantize_lm_head, device)
+    check_quantization(config.quantization, config.group_size, source.config, config.quantize_lm_head)
     smoothing: Smoothing | None = None
     head_weight = None
-    if config.quantization == "w8a8":
+    if get_method(config.quantization).needs_activation_smoothing:
         progress("calibrate activation smoothing", 0.0)
         smoothing, head_weight = smooth_for_w8a8(model, source.tokenizer, config.quantize_lm_head)
         progress("calibrate activation smoothing", 1.0)

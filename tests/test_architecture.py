@@ -91,3 +91,23 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 def test_no_object_is_built_around_its_constructor():
     offenders = [name for name, path in SOURCES.items() if "__new__(" in path.read_text()]
     assert not offenders
+
+
+def test_only_the_quantization_registry_dispatches_on_method_names():
+    """Issue 13: a new format touched six files because code compared `quantization == "int4"`.
+    Every method's facts now come from engine.quantization.METHODS."""
+    from engine.quantization import METHODS
+
+    def compares_a_method_name(node: ast.AST) -> bool:
+        if not isinstance(node, ast.Compare):
+            return False
+        operands = [node.left, *node.comparators]
+        literals = [element for operand in operands
+                    for element in (operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand])]
+        return any(isinstance(literal, ast.Constant) and literal.value in METHODS for literal in literals)
+
+    offenders = sorted(
+        f"{name}:{node.lineno}" for name, path in SOURCES.items() if not name.startswith("engine.quantization")
+        for node in ast.walk(ast.parse(path.read_text())) if compares_a_method_name(node)
+    )
+    assert not offenders

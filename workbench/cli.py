@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.quantization import METHODS, all_group_sizes
 
 
 def at_least(kind: type, minimum: float, inclusive: bool = True):
@@ -61,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     compare.add_argument("--json", type=Path, help="also write the comparison as JSON")
 
     quality = commands.add_parser("quality", help="quantization quality, memory and speed on the bundled model")
-    quality.add_argument("--quant", default="none,int8,int4", help="comma-separated options: none,int8,int4,w8a8,bnb-int8,bnb-nf4")
-    quality.add_argument("--group-size", default="32", help="int4 group sizes, comma-separated (32,64,128)")
+    quality.add_argument("--quant", default="none,int8,int4", help=f"comma-separated options: {','.join(METHODS)}")
+    quality.add_argument("--group-size", default="32", help="group sizes of grouped formats (int4), comma-separated (32,64,128)")
     quality.add_argument("--tokens", type=at_least(int, 2), default=4096, help="evaluated tokens (at least 2)")
     quality.add_argument("--model", default="smollm2-135m")
     quality.add_argument("--dtype", default="auto")
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     estimate.add_argument("--model", help="a catalogued model (see presets/catalogue/models.toml)")
     estimate.add_argument("--hardware", help="a catalogued GPU, or this-machine")
     estimate.add_argument("--bits", type=int, choices=(16, 8, 4), default=16, help="weight bits: 16, 8 or 4")
-    estimate.add_argument("--group-size", type=int, choices=(32, 64, 128), help="int4 group size (adds a scale and a minimum per group)")
+    estimate.add_argument("--group-size", type=int, choices=all_group_sizes(), help="int4 group size (adds a scale and a minimum per group)")
     estimate.add_argument("--kv-bits", type=int, choices=(16, 8), default=16, help="KV cache bits: 16 or 8")
     estimate.add_argument("--context", type=at_least(int, 1), default=4096, help="tokens per request (prompt + output)")
     estimate.add_argument("--max-num-batched-tokens", type=at_least(int, 1), default=2048)
@@ -190,13 +191,14 @@ def _print_summary(report: dict) -> None:
 def _quality(args) -> int:
     from engine.errors import ConfigError
     from engine.model_source import read_model
+    from engine.quantization import get_method
     from workbench.quality import evaluate, format_results, results_json
 
     options = []
     for method in (name.strip() for name in args.quant.split(",")):
-        if method == "int4":
+        if get_method(method).group_sizes:
             try:
-                options += [("int4", int(size)) for size in args.group_size.split(",")]
+                options += [(method, int(size)) for size in args.group_size.split(",")]
             except ValueError as exc:
                 raise ConfigError(f"--group-size: expected integers like 32,64,128, got {args.group_size!r}") from exc
         else:

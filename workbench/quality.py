@@ -16,10 +16,9 @@ import numpy as np
 import torch
 
 from engine.config import EngineConfig
-from engine.device import resolve_device
 from engine.llm_engine import LLMEngine
 from engine.model_file import ModelSource
-from engine.quantization import check_quantization
+from engine.quantization import UNQUANTIZED, check_quantization
 from engine.sampling_params import SamplingParams
 from engine.sharegpt import load_sharegpt
 
@@ -77,11 +76,12 @@ def _decode_speed(engine: LLMEngine, batch: int, tokens: int = 32) -> float:
 def evaluate(source: ModelSource, options: list[tuple[str, int | None]], total_tokens: int = 4096, dtype: str = "auto",
              device: str = "auto", progress=lambda message: None) -> tuple[list[QualityResult], dict]:
     for quantization, group_size in options:  # refuse an impossible option before spending minutes
-        check_quantization(quantization, group_size or 32, source.config, False, resolve_device(device))
+        check_quantization(quantization, group_size or 32, source.config, False)
     windows, records = held_out_windows(source, total_tokens)
     reference: list[torch.Tensor] = []
     results = []
-    for quantization, group_size in [("none", None)] + [option for option in options if option[0] != "none"]:
+    for quantization, group_size in [(UNQUANTIZED, None)] + [option for option in options if option[0] != UNQUANTIZED]:
+        is_reference = quantization == UNQUANTIZED
         label = quantization if group_size is None else f"{quantization} g{group_size}"
         progress(f"evaluating {label}")
         config = EngineConfig(dtype=dtype, device=device, quantization=quantization, group_size=group_size or 32,
@@ -94,7 +94,7 @@ def evaluate(source: ModelSource, options: list[tuple[str, int | None]], total_t
             log_probs = torch.log_softmax(engine.executor.sequence_logits(window, config.block_size)[:-1], dim=-1)
             targets = torch.tensor(window[1:])
             nll -= log_probs.gather(1, targets[:, None]).sum().item()
-            if quantization == "none":
+            if is_reference:
                 reference.append(log_probs)
             else:
                 base = reference[index]
@@ -106,8 +106,8 @@ def evaluate(source: ModelSource, options: list[tuple[str, int | None]], total_t
         results.append(QualityResult(
             option=label, quantization=quantization, group_size=group_size, perplexity=perplexity,
             perplexity_change_perc=100.0 * (perplexity / baseline - 1.0),
-            kl_divergence_mean_nats=kl / count if quantization != "none" else 0.0,
-            top1_agreement_perc=100.0 * agree / count if quantization != "none" else 100.0,
+            kl_divergence_mean_nats=0.0 if is_reference else kl / count,
+            top1_agreement_perc=100.0 if is_reference else 100.0 * agree / count,
             evaluated_tokens=count, weight_bytes=engine.weight_bytes, unquantized_weight_bytes=engine.unquantized_weight_bytes,
             load_time_s=load_time, decode_tok_s_batch1=_decode_speed(engine, 1), decode_tok_s_batch32=_decode_speed(engine, 32),
         ))

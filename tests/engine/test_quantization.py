@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from engine import ConfigError, SamplingParams
-from engine.quantization import QuantizedLinear
+from engine.quantization.int4 import Int4Linear
+from engine.quantization.int8 import Int8Linear
+from engine.quantization.w8a8 import W8A8Linear
 from tests.conftest import tiny_engine
 
 pytestmark = pytest.mark.slow
@@ -38,7 +40,7 @@ def test_quantized_models_stay_fluent_and_agree_with_none_at_first(make_smollm_e
 def test_int4_holds_packed_bytes_and_reports_them(make_smollm_engine):
     engine = make_smollm_engine(kv_cache_memory=32 << 20, quantization="int4", group_size=32)
     projection = engine.executor.model.model.layers[0].mlp.down_proj
-    assert isinstance(projection, QuantizedLinear) and projection.qweight.dtype == torch.uint8
+    assert isinstance(projection, Int4Linear) and projection.qweight.dtype == torch.uint8
     assert projection.qweight.numel() == 576 * 1536 // 2  # two weights per byte
     config = engine.model_config
     projections = config.num_layers * (2 * config.hidden_size**2 + 2 * config.hidden_size * config.num_kv_heads * config.head_dim
@@ -67,7 +69,7 @@ def test_int8_weights_work_on_any_width_with_the_lm_head_too(tiny_llama, method)
     head_in_float = tiny_engine(directory, quantization=method).generate([[1, 2, 3, 4]], greedy)[0]
     assert output.token_ids == head_in_float.token_ids and engine.executor.model.quantized_head is not None
     projection = engine.executor.model.model.layers[0].mlp.gate_up_proj
-    assert isinstance(projection, QuantizedLinear) and projection.qweight.dtype == torch.int8
+    assert isinstance(projection, {"int8": Int8Linear, "w8a8": W8A8Linear}[method]) and projection.qweight.dtype == torch.int8
 
 
 @pytest.mark.parametrize("method", ["int8", "w8a8"])  # int4 needs widths of 32 and up; the tiny model's is 48

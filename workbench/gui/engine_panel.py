@@ -7,8 +7,9 @@ from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QMenu, QPushButton, QToolButton, QVBoxLayout,
 )
 
-from engine.config import DTYPES, QUANTIZATION_METHODS, SCHEDULING_POLICIES, EngineConfig
+from engine.config import DTYPES, SCHEDULING_POLICIES, EngineConfig
 from engine.model_source import BUNDLED_MODELS
+from engine.quantization import METHODS, all_group_sizes
 from workbench.gui.form_widgets import emit_validated, float_box, int_box
 
 
@@ -45,13 +46,16 @@ class EnginePanel(QGroupBox):
         self.dtype.addItems(list(DTYPES))
         self.dtype.setToolTip("Compute dtype. float32 is exact on CPU; bfloat16 halves weight and KV memory.")
         self.quantization = QComboBox()
-        self.quantization.addItems(list(QUANTIZATION_METHODS))
+        self.quantization.addItems(list(METHODS))
         self.quantization.setToolTip("Quantization of the projections, at some quality cost (see workbench quality). int8/int4/"
                                      "bnb: weight-only, less memory and faster single-stream decode. w8a8: int8 weights and "
                                      "per-token int8 activations, integer products that speed up large batches and prefill.")
         self.group_size = QComboBox()
-        self.group_size.addItems(["32", "64", "128"])
-        self.group_size.setToolTip("int4 group size: smaller groups keep more quality and cost more scale/zero bytes.")
+        self.group_size.addItems([str(size) for size in all_group_sizes()])
+        self.group_size.setToolTip("Group size of grouped formats (int4): smaller groups keep more quality and cost more "
+                                   "scale/zero bytes. Only the sizes the chosen method accepts are enabled.")
+        self.quantization.currentTextChanged.connect(self._offer_group_sizes)
+        self._offer_group_sizes(self.quantization.currentText())
         self.quantize_head = QCheckBox("quantize LM head")
         self.quantize_head.setToolTip("Quantize the vocabulary projection too, to int8 (W8A8 with w8a8): in fp32 it is a fifth "
                                       "of SmolLM2's weights and read in full every decode step.")
@@ -97,7 +101,7 @@ class EnginePanel(QGroupBox):
         form.addRow("device", self.device)
         form.addRow("dtype", self.dtype)
         form.addRow("quantization", self.quantization)
-        form.addRow("int4 group size", self.group_size)
+        form.addRow("group size", self.group_size)
         form.addRow(self.quantize_head)
         form.addRow("KV cache (MiB)", self.kv_cache_mib)
         form.addRow("", self.kv_cache_source)
@@ -114,6 +118,14 @@ class EnginePanel(QGroupBox):
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.apply_button)
+
+    def _offer_group_sizes(self, method: str) -> None:
+        """Enable the group size chooser, and each size in it, only where the method reads them."""
+        accepted = METHODS[method].group_sizes if method in METHODS else ()
+        self.group_size.setEnabled(bool(accepted))
+        model = self.group_size.model()
+        for row in range(self.group_size.count()):
+            model.item(row).setEnabled(int(self.group_size.itemText(row)) in accepted or not accepted)
 
     def _pick_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "GGUF model", "", "GGUF (*.gguf)")

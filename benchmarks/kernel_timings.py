@@ -1,8 +1,8 @@
 """Kernel timings for SmolLM2-135M's shapes on the current device (a script, not a test):
 
-    python -m kernels.bench
+    python -m benchmarks.kernel_timings
 
-Quantized matmul (int8, int4 g32, w8a8) against the dense matmul in the compute dtype at M = 1, 8, 32,
+Quantized matmul (each registered method that runs here: int8, int4 g32, w8a8 on a CPU) against the dense matmul in the compute dtype at M = 1, 8, 32,
 256, and paged-attention decode against the torch reference; times are medians of repeated runs
 measured in the same process, with ratios to the dense / reference path. Each timed call uses the
 next of several weight copies (about 256 MB of dense weights in all), so weights come from memory
@@ -16,8 +16,8 @@ import statistics
 import torch
 
 from kernels.paged_attention import _decode_bucket, paged_decode_attention
-from kernels.quant import quantize_int4, quantize_int8
-from kernels.quant_matmul import int4_matmul_cpu, int8_matmul_cpu, prepare_int4_cpu, w8a8_matmul_cpu
+from engine.quantization import METHODS, own_methods
+from engine.quantization.base import Unquantized
 from kernels.timing import timed_runs
 
 SHAPES = {"q_proj / o_proj": (576, 576), "k_proj / v_proj": (192, 576), "gate / up": (1536, 576), "down_proj": (576, 1536), "lm_head": (49152, 576)}
@@ -30,43 +30,32 @@ def median_ms(function, repeats: int = 20) -> float:
     return statistics.median(timed_runs(function, repeats)) * 1000
 
 
-def _quantized_runs(device: torch.device, weights: list[torch.Tensor], width: int) -> dict:
-    """{format: run(x, index)} over quantized copies of `weights`, with this device's kernels."""
-    int8 = [quantize_int8(weight) for weight in weights]
-    int4 = [quantize_int4(weight, 32) for weight in weights]
-    if device.type == "cuda":
-        from kernels.triton_quant_matmul import int4_matmul_triton, int8_matmul_triton, w8a8_matmul_triton
+# Each method builds its own layers, so each runs the kernels the engine runs on this device.
+QUANTIZED = {name: METHODS[name] for name in own_methods() if not isinstance(METHODS[name], Unquantized)}
 
-        return {
-            "int8": lambda x, index: int8_matmul_triton(x, *int8[index]),
-            "int4": lambda x, index: int4_matmul_triton(x, *int4[index], 32),
-            "w8a8": lambda x, index: w8a8_matmul_triton(x, *int8[index]),
-        }
-    int8_bf16_scales = [(q, scales.to(torch.bfloat16)) for q, scales in int8]
-    int4 = [prepare_int4_cpu(*quantized) for quantized in int4]
-    return {
-        "int8": lambda x, index: int8_matmul_cpu(x, *int8_bf16_scales[index]),
-        "int4": lambda x, index: int4_matmul_cpu(x, *int4[index], 32, width),
-        "w8a8": lambda x, index: w8a8_matmul_cpu(x, *int8[index]),
-    }
+
+def _quantized_layers(weights: list[torch.Tensor]) -> dict[str, list[torch.nn.Module]]:
+    """{method: one quantized layer per weight copy}, at each method's smallest group size."""
+    return {name: [method.create_linear(weight, None, min(method.group_sizes, default=0)) for weight in weights]
+            for name, method in QUANTIZED.items()}
 
 
 def matmul_rows(device: torch.device) -> list[str]:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    formats = ("int8", "int4", "w8a8")
+    formats = list(QUANTIZED)
     lines = [f"{'layer':<16} {'M':>4} {'dense ms':>9} " + " ".join(f"{form + ' ms':>8}" for form in formats) + " "
              + " ".join(f"{form + ' x':>7}" for form in formats) + f"   (dense = {dtype})"]
     for layer, (width, depth) in SHAPES.items():
         copies = max(1, COLD_BYTES // (width * depth * 4))
         weights = [torch.randn(width, depth, device=device) for _ in range(copies)]
         dense = [weight.to(dtype) for weight in weights]
-        runs = _quantized_runs(device, weights, width)
+        layers = _quantized_layers(weights)
         del weights
         for rows in (1, 8, 32, 256):
             x = torch.randn(rows, depth, device=device, dtype=dtype)
             cycle = iter(range(10**9))
             dense_ms = median_ms(lambda: x @ dense[next(cycle) % copies].T)
-            times = [median_ms(lambda: runs[form](x, next(cycle) % copies)) for form in formats]
+            times = [median_ms(lambda: layers[form][next(cycle) % copies](x)) for form in formats]
             lines.append(f"{layer:<16} {rows:>4} {dense_ms:>9.3f} " + " ".join(f"{ms:>8.3f}" for ms in times) + " "
                          + " ".join(f"{dense_ms / ms:>6.2f}x" for ms in times))
     return lines

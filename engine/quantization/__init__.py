@@ -1,0 +1,83 @@
+"""Quantization of the attention and MLP projections (and optionally the LM head), applied at
+load time: the registry of methods, and applying one to a model.
+
+Every place that needs to know the formats (config validation, the memory model, the simulator,
+the CLI, the engine panel, the benchmarks) reads `METHODS`; each method's module says what it is
+(engine/quantization/int8.py, int4.py, w8a8.py, bitsandbytes.py). With `quantize_lm_head`, the
+LM head is quantized too, to the method's `lm_head_method` (int8 weights; W8A8 for w8a8).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.errors import ConfigError
+from engine.model_config import ModelConfig
+from engine.quantization.base import QuantizationMethod, Unquantized
+from engine.quantization.bitsandbytes import BitsAndBytesInt8, BitsAndBytesNF4
+from engine.quantization.int4 import Int4WeightOnly
+from engine.quantization.int8 import Int8WeightOnly
+from engine.quantization.w8a8 import W8A8
+
+METHODS: dict[str, QuantizationMethod] = {
+    method.name: method
+    for method in (Unquantized(), Int8WeightOnly(), Int4WeightOnly(), W8A8(), BitsAndBytesInt8(), BitsAndBytesNF4())
+}
+UNQUANTIZED = Unquantized.name  # the reference every quantized option is compared with
+PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")  # after CausalLM.fuse_projections
+
+
+def get_method(name: str) -> QuantizationMethod:
+    if name not in METHODS:
+        raise ConfigError(f"quantization: expected one of {', '.join(METHODS)}, got {name!r}")
+    return METHODS[name]
+
+
+def own_methods() -> list[str]:
+    """The methods that run this project's kernels (the benchmarks' rows)."""
+    return [name for name, method in METHODS.items() if method.own_kernels]
+
+
+def all_group_sizes() -> list[int]:
+    """Every group size some method accepts, for choosers."""
+    return sorted({size for method in METHODS.values() for size in method.group_sizes})
+
+
+def check_quantization(name: str, group_size: int, config: ModelConfig, quantize_lm_head: bool) -> None:
+    get_method(name).check(config, group_size, quantize_lm_head)
+
+
+def quantize_model(model: nn.Module, name: str, group_size: int, quantize_lm_head: bool, progress,
+                   head_weight: torch.Tensor | None = None) -> None:
+    """Replace the projections (and the LM head when asked) in place, reporting progress.
+    `head_weight`: the head to quantize when smoothing rescaled a copy of it (engine.smoothing)."""
+    method = get_method(name)
+    if isinstance(method, Unquantized):
+        return
+    layers = model.model.layers
+    for index, layer in enumerate(layers):
+        for owner in (layer.self_attn, layer.mlp):
+            for projection in PROJECTIONS:
+                linear = getattr(owner, projection, None)
+                if linear is not None:
+                    setattr(owner, projection, method.create_linear(linear.weight.data, linear.bias, group_size))
+        progress("quantize", (index + 1) / len(layers))
+    if quantize_lm_head:
+        # Measured on SmolLM2 with int4 g32 projections (README, Quantization): an int4 head moved
+        # perplexity by +4.4%, an int8 weight-only head by +0.28%; llama.cpp's Q4_1 file of the
+        # same model keeps its embedding at 8 bits (Q8_0) too.
+        if head_weight is None:
+            head_weight = model.model.embed_tokens.weight if model.config.tie_word_embeddings else model.lm_head.weight
+        model.quantized_head = get_method(method.lm_head_method).create_linear(head_weight.data, None, group_size)
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of the model's stored weights as the kernels read them: packed weights, scales and
+    zeros included, tied tensors counted once, computed tables (rotary cos/sin) left out."""
+    seen, total = set(), 0
+    for tensor in model.state_dict().values():
+        if isinstance(tensor, torch.Tensor) and tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            total += tensor.nbytes
+    return total

@@ -1,0 +1,68 @@
+"""`QuantizationMethod`: what one quantization format knows about itself (vLLM's shape).
+
+A method creates its layer's weights at load (`create_linear` replaces a float `nn.Linear` with a
+module holding the low-bit tensors) and the module applies them in `forward` with the method's
+kernels. It also knows its bits per weight (the memory model and the simulator read them), the
+group sizes it accepts, and whether it can run here. Adding a format is one subclass in its own
+module, registered in engine/quantization/__init__.py, plus its kernels.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.errors import ConfigError
+from engine.model_config import ModelConfig
+
+
+class QuantizationMethod:
+    name: str
+    description: str
+    bits_per_weight: int
+    group_sizes: tuple[int, ...] = ()  # the group sizes it accepts; empty: not grouped
+    quantizes_lm_head: bool = True  # whether quantize_lm_head may be set with it
+    # The SmoothQuant pass (engine/smoothing.py) runs before quantizing: activations are quantized too.
+    needs_activation_smoothing: bool = False
+    # The format the LM head is quantized to under quantize_lm_head (None: left as it is).
+    lm_head_method: str | None = "int8"
+    # Runs this project's kernels (kernels/); bitsandbytes' layers are there to compare against.
+    own_kernels: bool = True
+
+    def unavailable_reason(self) -> str | None:
+        """Why this method cannot run on this machine, or None."""
+        return None
+
+    def check(self, config: ModelConfig, group_size: int, quantize_lm_head: bool) -> None:
+        """Refuse combinations that cannot run, naming the layer, the size and what to choose instead."""
+        if quantize_lm_head and not self.quantizes_lm_head:
+            raise ConfigError(f"quantize_lm_head: not supported with {self.name}")
+        reason = self.unavailable_reason()
+        if reason:
+            raise ConfigError(f"quantization: {self.name} cannot run here ({reason})")
+        if not self.group_sizes:
+            return
+        if group_size not in self.group_sizes:
+            raise ConfigError(f"group_size: {self.name} supports {', '.join(map(str, self.group_sizes))}, got {group_size}")
+        widths = {"q/k/v/gate/up_proj": config.hidden_size, "o_proj": config.num_heads * config.head_dim,
+                  "down_proj": config.intermediate_size}
+        for layer, width in widths.items():
+            if width % group_size:
+                fits = [size for size in self.group_sizes if all(w % size == 0 for w in widths.values())]
+                raise ConfigError(
+                    f"group_size: {group_size} does not divide {layer}'s input width {width}; choose "
+                    f"{' or '.join(map(str, fits)) if fits else 'int8'} instead"
+                )
+
+    def create_linear(self, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int) -> nn.Module:
+        """The quantized replacement of a Linear with this weight [out, in] and bias."""
+        raise NotImplementedError
+
+
+class Unquantized(QuantizationMethod):
+    """Leaves every layer as it is (quantize_lm_head has nothing to do with it)."""
+
+    name = "none"
+    description = "weights in the compute dtype"
+    bits_per_weight = 16  # on a GPU; the memory model and the simulator assume bf16 / fp16
+    lm_head_method = None

@@ -1,0 +1,48 @@
+"""int4 weight-only (W4A16): 4-bit weights with a scale and a minimum per group of `group_size`
+inputs, two per byte."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.quantization.base import QuantizationMethod
+from kernels.quant import quantize_int4
+from kernels.quant_matmul import int4_matmul_cpu, prepare_int4_cpu
+
+
+class Int4Linear(nn.Module):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int):
+        super().__init__()
+        self.group_size = group_size
+        self.out_features, self.in_features = weight.shape
+        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+        self.on_cuda = weight.is_cuda
+        packed, scales, minimums = quantize_int4(weight, group_size)
+        if self.on_cuda:
+            self.register_buffer("qweight", packed)
+            self.register_buffer("scales", scales)
+            self.register_buffer("minimums", minimums)
+        else:  # the layout torch's CPU int4 kernel reads
+            cpu_packed, scales_and_zeros = prepare_int4_cpu(packed, scales, minimums)
+            self.register_buffer("qweight", cpu_packed)
+            self.register_buffer("scales_and_zeros", scales_and_zeros)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.on_cuda:
+            from kernels.triton_quant_matmul import int4_matmul_triton
+
+            out = int4_matmul_triton(x, self.qweight, self.scales, self.minimums, self.group_size)
+        else:
+            out = int4_matmul_cpu(x, self.qweight, self.scales_and_zeros, self.group_size, self.out_features)
+        return out if self.bias is None else out + self.bias
+
+
+class Int4WeightOnly(QuantizationMethod):
+    name = "int4"
+    description = "W4A16: 4-bit, a scale and a minimum per group of group_size inputs, two per byte"
+    bits_per_weight = 4
+    group_sizes = (32, 64, 128)
+
+    def create_linear(self, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int) -> nn.Module:
+        return Int4Linear(weight, bias, group_size)
