@@ -19,6 +19,7 @@ from collections import Counter
 import numpy as np
 
 from engine import EngineConfig, LLMEngine
+from workbench.local_backend import LocalBackend
 from workbench.runner import ScenarioRunner
 from workbench.scenario import Scenario
 from workbench.traffic import LengthDistribution, TrafficProfile
@@ -41,7 +42,7 @@ def soak(num_requests: int, abort_probability: float, seed: int = 0) -> dict:
             recent = sent[-512:]  # mostly requests in flight, some already finished
             engine.abort(recent[int(rng.integers(len(recent)))])
 
-    runner = ScenarioRunner(engine, Scenario(name="soak", engine=config, traffic=traffic, seed=seed),
+    runner = ScenarioRunner(LocalBackend(engine), Scenario(name="soak", engine=config, traffic=traffic, seed=seed),
                             on_send=sent.append, on_step=maybe_abort)
     started = time.perf_counter()
     result = runner.run()

@@ -64,6 +64,14 @@ class BlockManager:
         overwritten first-in first-out). They count as free, not used, as in vLLM's usage figure."""
         return self._num_cached_free
 
+    def is_shared(self, block_id: int) -> bool:
+        """Held by more than one sequence (a shared prefix)."""
+        return self.blocks[block_id].ref_count > 1
+
+    def cached_free_block_ids(self) -> list[int]:
+        """Free blocks that still hold a reusable prefix."""
+        return [block.block_id for block in self.blocks if block.ref_count == 0 and block.prefix_hash is not None]
+
     def blocks_to_cover(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 

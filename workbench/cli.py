@@ -151,7 +151,8 @@ def _bench(args) -> int:
 def _run_one(scenario, variant, out_dir: Path, source, plots: bool) -> dict:
     from tqdm import tqdm
 
-    from workbench.headless import RUN_LOG_NAME, run_headless
+    from workbench.headless import run_headless
+    from workbench.run_recorder import RUN_LOG_NAME
     from workbench.run_log import read_run_log
 
     with tqdm(desc="requests", unit="req", file=sys.stderr, dynamic_ncols=True) as bar:

@@ -1,7 +1,7 @@
-"""Run a scenario on an engine: send the planned requests at their arrival times, step the
-engine, and hand every step and every ended request to the caller (run log, metrics store).
+"""Run a scenario on a backend: send the planned requests at their arrival times, advance the
+backend, and hand every update and every ended request to the caller (run log, metrics store).
 
-Arrival times are honoured in the engine's clock: a request's `arrival_time` is when it was due,
+Arrival times are honoured in the backend's clock: a request's `arrival_time` is when it was due,
 even if the loop was busy in a step then, so queueing delay is measured, not hidden.
 """
 
@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.llm_engine import LLMEngine
 from engine.metrics import UNFINISHED, RequestMetrics, StepStats
-from engine.outputs import RequestOutput, StepResult
-from workbench.prompts import PromptMaker
+from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
+from workbench.backend import Backend, BackendUpdate
+from workbench.prompts import PromptMaker
 from workbench.request_plan import RequestPlan
 from workbench.scenario import Scenario
 from workbench.traffic import PlannedRequest
@@ -34,7 +34,7 @@ class EndedRequest:
 
 @dataclass
 class RunResult:
-    start_time: float  # engine clock when the run started
+    start_time: float  # backend clock when the run started
     duration_s: float
     steps: list[StepStats] = field(default_factory=list)
     # Every request sent: ended ones, then those still in flight when the run stopped (finish
@@ -46,40 +46,40 @@ class RunResult:
 
 
 class ScenarioRunner:
-    """Drives one engine with one scenario's traffic. `run()` goes to the end; the GUI's worker
+    """Drives one backend with one scenario's traffic. `run()` goes to the end; the GUI's worker
     instead calls `tick()` between its own commands, and may `inject`, `pause` or `stop_traffic`.
     `scenario` may be None: then only injected requests arrive."""
 
     def __init__(
         self,
-        engine: LLMEngine,
+        backend: Backend,
         scenario: Scenario | None,
         *,
-        on_step: Callable[[StepResult], None] = lambda step: None,
+        on_step: Callable[[BackendUpdate], None] = lambda update: None,
         on_request_end: Callable[[EndedRequest], None] = lambda ended: None,
         on_output: Callable[[RequestOutput], None] = lambda output: None,
         on_send: Callable[[str], None] = lambda request_id: None,
         should_stop: Callable[[], bool] = lambda: False,
         sleep: Callable[[float], None] | None = None,
     ):
-        self.engine = engine
+        self.backend = backend
         self.on_step, self.on_request_end, self.on_output, self.on_send = on_step, on_request_end, on_output, on_send
         self.should_stop = should_stop
-        self.sleep = sleep or engine.sleep
+        self.sleep = sleep or backend.sleep
         self.tags: dict[str, str] = {}  # request id -> tag, for every request sent
         self._in_flight: dict[str, None] = {}  # sent and not ended, in order of sending
-        self.result = RunResult(start_time=engine.clock(), duration_s=0.0)
+        self.result = RunResult(start_time=backend.clock(), duration_s=0.0)
         self._closed_loop_in_flight: set[str] = set()
-        self._prompt_maker = PromptMaker(engine.tokenizer, engine.model_config.vocab_size)
+        self._prompt_maker = PromptMaker(backend.tokenizer, backend.vocab_size)
         self._inject_rng = np.random.default_rng(scenario.seed if scenario else 0)
         self.load_traffic(scenario)
 
     def load_traffic(self, scenario: Scenario | None) -> None:
         """Replace the planned traffic (requests in flight carry on); arrivals count from now."""
         self.scenario = scenario
-        self.plan = RequestPlan(scenario, self.engine.max_model_len, self._prompt_maker) if scenario is not None else None
+        self.plan = RequestPlan(scenario, self.backend.max_model_len, self._prompt_maker) if scenario is not None else None
         self._paused_since = None
-        self.result.start_time = self.engine.clock()
+        self.result.start_time = self.backend.clock()
 
     @property
     def total_requests(self) -> int | None:
@@ -96,55 +96,55 @@ class ScenarioRunner:
 
     def run(self, start_time: float | None = None) -> RunResult:
         """Run to the end of the traffic (or the scenario's max_duration_s, or should_stop).
-        start_time: the engine-clock instant arrival times count from (default: now)."""
+        start_time: the backend-clock instant arrival times count from (default: now)."""
         self.start(start_time)
         try:
             while self.tick():
                 pass
         finally:
-            self.result.duration_s = self.engine.clock() - self.start_time
+            self.result.duration_s = self.backend.clock() - self.start_time
             self._account_for_the_rest()
         return self.result
 
     def _account_for_the_rest(self) -> None:
         """Report the requests the run ends without: those in flight as "unfinished" (with what
         they had so far), those never sent as a count."""
-        unfinished = [(request_id, self.engine.sequence(request_id)) for request_id in self._in_flight]
+        unfinished = [(request_id, self.backend.progress(request_id)) for request_id in self._in_flight]
         self.result.num_unfinished = len(unfinished)
-        for request_id, seq in unfinished:
-            if seq is None:  # ended inside a step that was interrupted before it returned
+        for request_id, progress in unfinished:
+            if progress is None:  # ended inside a step that was interrupted before it returned
                 continue
-            metrics = dataclasses.replace(seq.metrics, token_times=list(seq.metrics.token_times), finish_reason=UNFINISHED,
-                                          finish_detail=f"{seq.state} when the run ended")
+            metrics = dataclasses.replace(progress.metrics, finish_reason=UNFINISHED,
+                                          finish_detail=f"{progress.state} when the run ended")
             self._record_end(EndedRequest(request_id, self.tags[request_id], metrics))
         self.result.num_not_sent = self.plan.count_rest() if self.plan is not None else 0
 
     def start(self, start_time: float | None = None) -> None:
-        self.result.start_time = self.engine.clock() if start_time is None else start_time
+        self.result.start_time = self.backend.clock() if start_time is None else start_time
 
     def tick(self) -> bool:
-        """Send what is due, then one engine step (or a short idle wait). False once finished."""
-        engine = self.engine
-        now = engine.clock()
+        """Send what is due, then one backend update (or a short idle wait). False once finished."""
+        backend = self.backend
+        now = backend.clock()
         if self.should_stop() or self._past_deadline(now - self.start_time):
             self.result.interrupted = True
             return False
         paused = self._paused_since is not None
         if not paused:
             self._send_due(now)
-        if engine.has_unfinished():
+        if backend.has_unfinished():
             self._step()
             return True
         if paused:
             self.sleep(_IDLE_POLL_S)
             return self.traffic_pending
         if self.plan is not None and self.plan.has_timed:
-            self.sleep(min(max(self._next_due_time() - engine.clock(), 0.0), _IDLE_POLL_S))
+            self.sleep(min(max(self._next_due_time() - backend.clock(), 0.0), _IDLE_POLL_S))
             return True
         return self.traffic_pending
 
     def _next_due_time(self) -> float:
-        """When the next timed request is due, on the engine clock. Idle waits sleep until exactly
+        """When the next timed request is due, on the backend clock. Idle waits sleep until exactly
         this sum and `_send_due` compares against the same sum: comparing the arrival time with
         `now - start` instead can stay false by one rounding step forever (a simulated clock then
         sleeps 1e-17 s at a time, and no traffic arrives)."""
@@ -162,8 +162,8 @@ class ScenarioRunner:
 
     def inject(self, count: int, prompt_tokens: int, output_tokens: int, tag: str) -> list[str]:
         """Send `count` synthetic requests now (prompts of real text, lengths clipped to the model)."""
-        limit = self.engine.max_model_len
-        now = self.engine.clock()
+        limit = self.backend.max_model_len
+        now = self.backend.clock()
         sent = []
         for _ in range(count):
             prompt = self._prompt_maker.synthetic(min(prompt_tokens, limit - 2), self._inject_rng)
@@ -173,12 +173,12 @@ class ScenarioRunner:
 
     def pause(self) -> None:
         if self._paused_since is None:
-            self._paused_since = self.engine.clock()
+            self._paused_since = self.backend.clock()
 
     def resume(self) -> None:
         """Shift the remaining arrivals by the pause, so the traffic picks up where it left."""
         if self._paused_since is not None:
-            self.result.start_time += self.engine.clock() - self._paused_since
+            self.result.start_time += self.backend.clock() - self._paused_since
             self._paused_since = None
 
     def stop_traffic(self) -> None:
@@ -199,15 +199,16 @@ class ScenarioRunner:
         request_id = f"{request.tag}-{len(self.tags)}"
         self.tags[request_id] = request.tag
         self._in_flight[request_id] = None
-        self.engine.add_request(list(request.prompt_token_ids), params, arrival_time=arrival_time, request_id=request_id)
+        self.backend.submit(list(request.prompt_token_ids), params, arrival_time=arrival_time, request_id=request_id)
         self.on_send(request_id)
         return request_id
 
     def _step(self) -> None:
-        step = self.engine.step()
-        self.result.steps.append(step.stats)
-        self.on_step(step)
-        for output in step.outputs:
+        update = self.backend.advance()
+        if update.stats is not None:
+            self.result.steps.append(update.stats)
+        self.on_step(update)
+        for output in update.outputs:
             self.on_output(output)
             if output.finished:
                 self._closed_loop_in_flight.discard(output.request_id)

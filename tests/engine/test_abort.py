@@ -68,6 +68,7 @@ def test_arrival_time_is_when_a_request_was_due_not_when_the_busy_loop_sent_it()
     """Requests due during a long step are sent after it; their clocks start when they were due."""
     from workbench.prompts import PromptMaker
     from workbench.request_plan import RequestPlan
+    from workbench.local_backend import LocalBackend
     from workbench.runner import ScenarioRunner
     from workbench.scenario import Scenario, ScenarioEvent
     from workbench.traffic import LengthDistribution, TrafficProfile
@@ -84,7 +85,7 @@ def test_arrival_time_is_when_a_request_was_due_not_when_the_busy_loop_sent_it()
     planned = []
     while plan.has_timed:
         planned.append(plan.pop_timed().arrival_s)
-    runner = ScenarioRunner(engine, scenario)
+    runner = ScenarioRunner(LocalBackend(engine), scenario)
     result = runner.run()
     arrivals = sorted(ended.metrics.arrival_time - result.start_time for ended in result.requests)
     assert arrivals == pytest.approx(planned, abs=1e-9)
@@ -95,6 +96,7 @@ def test_arrival_time_is_when_a_request_was_due_not_when_the_busy_loop_sent_it()
 def test_every_restart_of_traffic_on_a_simulated_clock_sends_all_of_it():
     """Restarting the traffic again and again (the window's Start) at odd clock values: each run's
     requests must all be sent, however the arrival times round against the clock."""
+    from workbench.local_backend import LocalBackend
     from workbench.runner import ScenarioRunner
     from workbench.scenario import Scenario
     from workbench.traffic import LengthDistribution, TrafficProfile
@@ -102,7 +104,7 @@ def test_every_restart_of_traffic_on_a_simulated_clock_sends_all_of_it():
     engine = LLMEngine(EngineConfig(model="simulated:llama-2-7b@h100-80gb"))
     traffic = TrafficProfile(arrival="poisson", rate=20.0, num_requests=10, prompt_len=LengthDistribution(mean=16),
                              output_len=LengthDistribution(mean=4))
-    runner = ScenarioRunner(engine, None)
+    runner = ScenarioRunner(LocalBackend(engine), None)
     for start in range(8):
         engine.sleep(0.3 + start * 0.0137)  # idle time between presses of Start
         runner.load_traffic(Scenario(name="again", traffic=traffic, seed=start))

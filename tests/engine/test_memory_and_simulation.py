@@ -9,6 +9,7 @@ from benchmarks.soak import soak
 from engine.catalogue import hardware_profile, model_names, model_shape
 from engine.cost_model import CostModel, StepShape
 from engine.memory import concurrency_lines, params_only_line, weight_bytes_estimate
+from workbench.local_backend import LocalBackend
 from workbench.runner import ScenarioRunner
 from workbench.scenario import Scenario
 from engine.simulated_executor import SimulatedClock, SimulatedExecutor
@@ -104,7 +105,7 @@ def test_same_step_times_same_scheduling_decisions(tiny_llama):
 
     def decisions(engine):
         steps = []
-        ScenarioRunner(engine, Scenario(name="same", traffic=traffic, seed=4), on_step=lambda step: steps.append(
+        ScenarioRunner(LocalBackend(engine), Scenario(name="same", traffic=traffic, seed=4), on_step=lambda step: steps.append(
             (sorted(step.scheduled.items()), step.stats.kv_blocks_used, step.stats.num_waiting_long, step.stats.preemptions_total))).run()
         return steps
 

@@ -11,9 +11,11 @@ import pytest
 
 
 from engine import EngineConfig, LLMEngine
-from workbench.headless import RUN_LOG_NAME, run_headless
+from workbench.headless import run_headless
+from workbench.run_recorder import RUN_LOG_NAME
 from workbench.report import build_report
 from workbench.run_log import read_run_log
+from workbench.local_backend import LocalBackend
 from workbench.runner import ScenarioRunner
 from workbench.scenario import SLO, Scenario, ScenarioEvent
 from workbench.traffic import LengthDistribution, TrafficProfile
@@ -118,7 +120,7 @@ def mission_ttft(directory, long_prompt_threshold):
     clock = StepCostClock()
     engine = LLMEngine(scenario.engine, clock=clock)
     engine.executor.execute = clock.charge(engine.executor.execute)
-    result = ScenarioRunner(engine, scenario).run()
+    result = ScenarioRunner(LocalBackend(engine), scenario).run()
     chats = sorted(request.metrics.ttft_ms for request in result.requests if request.tag == "chat")
     long_ttft = [request.metrics.ttft_ms for request in result.requests if request.tag == "long"][0]
     return chats[-1], long_ttft  # p99 of 20 = the maximum
@@ -141,6 +143,6 @@ def test_closed_loop_keeps_the_concurrency(tiny_llama):
     scenario.events = []
     engine = LLMEngine(scenario.engine)
     running = []
-    runner = ScenarioRunner(engine, scenario, on_step=lambda step: running.append(step.stats.num_running + step.stats.num_waiting))
+    runner = ScenarioRunner(LocalBackend(engine), scenario, on_step=lambda step: running.append(step.stats.num_running + step.stats.num_waiting))
     result = runner.run()
     assert len(result.requests) == 9 and max(running) == 3

@@ -29,7 +29,8 @@ from workbench.scenario import Scenario
 from engine.simulation import is_simulated, parse
 from workbench.gui.block_map import BlockMapView
 from workbench.gui.engine_panel import EnginePanel
-from workbench.gui.engine_worker import EngineInfo, EngineWorker
+from workbench.gui.engine_worker import EngineWorker
+from workbench.local_backend import EngineInfo
 from workbench.gui.memory_panel import MemoryPanel
 from workbench.gui.plots_view import PlotsView
 from workbench.gui.report_images import export_plot_images, store_from_log

@@ -7,7 +7,7 @@ import re
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QPushButton, QSplitter, QTableView, QVBoxLayout, QWidget
 
-from workbench.gui.engine_worker import RequestRow
+from workbench.request_rows import RequestRow
 
 COLUMNS = [
     ("id", "request_id"), ("tag", "tag"), ("state", "state"), ("prompt tok", "prompt_tokens"), ("output tok", "output_tokens"),

@@ -80,14 +80,14 @@ def test_an_engine_error_is_shown_and_a_new_configuration_still_loads(window, qt
         raise RuntimeError("simulated kernel failure")
 
     steps = itertools.count(1)
-    execute = window.worker._engine.executor.execute
+    execute = window.worker._backend.engine.executor.execute
 
     def fails_on_step_three(batch):
         if next(steps) == 3:
             raise RuntimeError("simulated kernel failure")
         return execute(batch)
 
-    window.worker._engine.executor.execute = fails_on_step_three
+    window.worker._backend.engine.executor.execute = fails_on_step_three
     window.start_traffic(Scenario(name="t", traffic=TrafficProfile(arrival="poisson", rate=100.0, num_requests=50)))
     qtbot.waitUntil(lambda: "simulated kernel failure" in window.error_label.text(), timeout=30_000)
     assert "Apply a configuration to reload" in window.error_label.text()

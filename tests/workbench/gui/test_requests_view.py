@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from workbench.gui.engine_worker import RequestRow
+from workbench.request_rows import RequestRow
 from workbench.gui.requests_view import RequestsView
 
 

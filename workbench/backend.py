@@ -1,0 +1,100 @@
+"""The Backend protocol: what serves requests, as the runner, the window and the reports see it.
+
+Three kinds are planned: the in-process engine, real or simulated (workbench/local_backend.py), a
+remote OpenAI-compatible server, and our own engine behind HTTP. The runner and the window use
+only this protocol; only the local backend calls `LLMEngine.step()`, in the engine thread.
+
+A backend advances in `advance()`: the local one runs one engine step, a remote one collects what
+its streams delivered since the last call. Each call returns a `BackendUpdate`: per-request
+progress (new tokens, or finished with the request's metrics) and, where the backend can know
+it, the server's state after the update. A remote server exposes only part of that state, so a
+backend declares its `BackendCapabilities`; the window and the reports say "not exposed by this
+backend" for what is missing instead of drawing zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from engine.metrics import RequestMetrics, StepStats
+from engine.outputs import RequestOutput
+from engine.sampling_params import SamplingParams
+from engine.tokenizer import Tokenizer
+
+# Block-map cell values besides a request's row number.
+BLOCK_FREE, BLOCK_CACHED, BLOCK_SHARED = -1, -2, -3
+
+
+@dataclass(frozen=True)
+class BackendCapabilities:
+    kv_cache: bool = False  # KV usage % and capacity (tokens, blocks, block size)
+    queues: bool = False  # waiting / waiting_long / running counts
+    batch_composition: bool = False  # prefill and decode tokens of each step
+    preemptions: bool = False
+    prefix_cache: bool = False  # prefix-cache hits and queries
+    block_map: bool = False  # which request holds which KV block
+    token_ids: bool = False  # takes prompts as token ids (a chat endpoint may take only text)
+    scheduled_events: bool = False  # when each request was scheduled and how many tokens each step computed
+
+    def missing(self) -> list[str]:
+        """What this backend does not expose, by field name."""
+        return [name for name, present in vars(self).items() if not present]
+
+
+IN_PROCESS = BackendCapabilities(**{name: True for name in BackendCapabilities.__dataclass_fields__})
+
+
+@dataclass
+class BackendUpdate:
+    outputs: list[RequestOutput]  # per request that got tokens or ended since the last update
+    stats: StepStats | None = None  # the server's state after the update, where exposed
+    scheduled: dict[str, int] = field(default_factory=dict)  # tokens each request computed (scheduled_events)
+
+
+@dataclass
+class RequestProgress:
+    """Where a request sent to the backend stands (for tables, and for requests a run ends without)."""
+
+    state: str  # waiting, running, ... in the engine's words
+    metrics: RequestMetrics  # so far
+    prompt_token_ids: list[int]
+    num_tokens: int  # prompt and output tokens so far
+
+
+class Backend(Protocol):
+    capabilities: BackendCapabilities
+    max_model_len: int  # longest prompt + output a request may have
+    vocab_size: int
+    tokenizer: Tokenizer | None  # None: prompts are token ids only
+    kv_capacity_tokens: int | None  # None where not exposed
+    kv_cache_bytes: int | None
+    num_kv_blocks: int | None
+    clock: Callable[[], float]  # seconds; a simulated backend's own clock
+    sleep: Callable[[float], None]  # how to wait on that clock
+
+    def describe(self) -> dict:
+        """Provenance for the run log: {"versions": ..., "engine": ...}."""
+
+    def submit(self, prompt: str | list[int], params: SamplingParams, *, request_id: str, arrival_time: float,
+               priority: int = 0) -> str:
+        """Queue a request; raises EngineError for what can never run (never later, mid-step)."""
+
+    def abort(self, request_id: str) -> None:
+        """End a request; it comes back finished with reason "abort" in the next update."""
+
+    def has_unfinished(self) -> bool:
+        """Some request sent has not ended yet."""
+
+    def advance(self) -> BackendUpdate:
+        """Make progress and report it (the local backend: one engine step)."""
+
+    def progress(self, request_id: str) -> RequestProgress | None:
+        """None once the request has ended (or was never queued)."""
+
+    def block_owners(self, rows: dict[str, int]) -> np.ndarray | None:
+        """Per KV block: the row number of the request holding it (`rows`: request id -> row),
+        BLOCK_SHARED, BLOCK_CACHED or BLOCK_FREE; None without the block_map capability."""

@@ -1,0 +1,125 @@
+"""The requests table's and block map's data, kept by the engine thread and read by the window:
+one row per request sent (state, tokens, latencies, a timeline of what happened to it), and which
+request holds each KV block. No Qt: the views only draw these snapshots.
+
+The engine thread calls `sent`, `updated`, `output` and `ended` as the runner reports them, and
+`refresh` at a bounded rate; the window calls `rows`, `row`, `block_map` and `in_flight` from its
+timers. One lock guards both sides; a reader gets copies.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.outputs import RequestOutput
+from workbench.backend import BLOCK_FREE, Backend, BackendUpdate
+from workbench.runner import EndedRequest
+
+ENDED_STATES = ("finished", "rejected", "aborted")
+
+
+@dataclass
+class RequestRow:
+    request_id: str
+    tag: str
+    state: str
+    prompt_token_ids: list[int]
+    output_token_ids: list[int] = field(default_factory=list)
+    queue_ms: float | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    preemptions: int = 0
+    # (seconds since the run started, event), e.g. (1.20, "prefill 512 tokens")
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+
+
+class RequestRows:
+    def __init__(self, backend: Backend, num_blocks: int):
+        self._backend = backend
+        self._lock = threading.Lock()
+        self._rows: dict[str, RequestRow] = {}
+        self._live: dict[str, int] = {}  # unfinished request id -> its row number (block-map colour)
+        self._block_map = np.full(num_blocks, BLOCK_FREE)
+
+    # ----- engine thread -------------------------------------------------------------------------
+
+    def sent(self, request_id: str, tag: str, now_s: float) -> None:
+        """A row for every request sent (a rejected one never gets queued)."""
+        progress = self._backend.progress(request_id)
+        with self._lock:
+            self._rows[request_id] = RequestRow(
+                request_id, tag, progress.state if progress else "rejected",
+                progress.prompt_token_ids if progress else [], timeline=[(now_s, "arrived")],
+            )
+            if progress is not None:
+                self._live[request_id] = len(self._rows) - 1
+
+    def updated(self, update: BackendUpdate, now_s: float) -> None:
+        """Timeline entries for what each scheduled request did in this update."""
+        with self._lock:
+            for request_id, tokens in update.scheduled.items():
+                row, progress = self._rows.get(request_id), self._backend.progress(request_id)
+                if row is None or progress is None:
+                    continue
+                preemptions = progress.metrics.preemptions
+                if preemptions > row.preemptions:
+                    row.timeline.append((now_s, f"preempted (recompute {progress.num_tokens} tokens)"))
+                row.preemptions, row.state = preemptions, progress.state
+                if tokens > 1 or progress.num_tokens == len(progress.prompt_token_ids):
+                    row.timeline.append((now_s, f"prefill {tokens} tokens"))
+                elif not row.output_token_ids:
+                    row.timeline.append((now_s, "decoding"))
+
+    def output(self, output: RequestOutput) -> None:
+        with self._lock:
+            row = self._rows.get(output.request_id)
+            if row is not None:
+                row.output_token_ids.extend(output.new_token_ids)
+
+    def ended(self, ended: EndedRequest, now_s: float) -> None:
+        metrics = ended.metrics
+        with self._lock:
+            self._live.pop(ended.request_id, None)
+            row = self._rows.get(ended.request_id)
+            if row is None:
+                return
+            row.state = {"abort": "aborted", "rejected": "rejected"}.get(metrics.finish_reason, "finished")
+            row.queue_ms, row.ttft_ms, row.tpot_ms, row.e2e_ms = metrics.queue_time_ms, metrics.ttft_ms, metrics.tpot_ms, metrics.e2e_ms
+            row.preemptions = metrics.preemptions
+            detail = f": {metrics.finish_detail}" if metrics.finish_detail else ""
+            row.timeline.append((now_s, f"{row.state} ({metrics.finish_reason}{detail})"))
+
+    def refresh(self) -> None:
+        """Waiting rows' states and the block map change without being scheduled: read them anew."""
+        with self._lock:
+            for request_id in self._live:
+                progress = self._backend.progress(request_id)
+                if progress is not None:
+                    self._rows[request_id].state = progress.state
+            owners = self._backend.block_owners(self._live)
+            if owners is not None:
+                self._block_map = owners
+
+    # ----- window thread -------------------------------------------------------------------------
+
+    def rows(self) -> list[RequestRow]:
+        with self._lock:
+            return [copy.copy(row) for row in self._rows.values()]
+
+    def row(self, request_id: str) -> RequestRow | None:
+        with self._lock:
+            row = self._rows.get(request_id)
+            return copy.deepcopy(row) if row else None
+
+    def block_map(self) -> np.ndarray:
+        with self._lock:
+            return self._block_map.copy()
+
+    def in_flight(self) -> bool:
+        with self._lock:
+            return any(row.state not in ENDED_STATES for row in self._rows.values())

@@ -1,0 +1,60 @@
+"""One run's log, written as the run happens: the header (provenance, scenario, seed, requests
+planned), a line per backend update that carries server state, a line per ended request, and the
+footer once the run has ended. A log without a footer is an interrupted run (its report says so).
+Headless runs and the window record the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench.backend import Backend, BackendUpdate
+from workbench.run_log import RunLogWriter
+from workbench.runner import EndedRequest, RunResult
+
+RUN_LOG_NAME = "run.jsonl"
+
+
+def run_header(backend: Backend, scenario: dict, *, variant: str | None, seed: int, requests_planned: int | None,
+               start_time: float) -> dict:
+    """The run log's first line: everything needed to read and reproduce the run."""
+    description = backend.describe()
+    return {
+        "start_time": start_time,
+        "scenario": scenario,
+        "variant": variant,
+        "seed": seed,
+        "versions": description["versions"],
+        "engine": description["engine"],
+        "requests_planned": requests_planned,
+    }
+
+
+class RunRecorder:
+    def __init__(self, path: Path, header: dict):
+        if path.exists():
+            path.unlink()  # a rerun into the same place starts a fresh log
+        self._writer: RunLogWriter | None = RunLogWriter(path)
+        self._writer.write("header", header)
+
+    def update(self, update: BackendUpdate) -> None:
+        if self._writer is not None and update.stats is not None:
+            self._writer.step(update.stats)
+
+    def request_ended(self, ended: EndedRequest) -> None:
+        if self._writer is not None:
+            self._writer.request(ended.request_id, ended.tag, ended.metrics)
+
+    def finish(self, result: RunResult) -> None:
+        """Write the footer and close: the run is whole."""
+        if self._writer is not None:
+            self._writer.write("footer", {
+                "duration_s": result.duration_s, "stopped_early": result.interrupted,
+                "requests_unfinished": result.num_unfinished, "requests_not_sent": result.num_not_sent,
+            })
+        self.close()
+
+    def close(self) -> None:
+        """Close without a footer (interrupted, or replaced by a new run)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
