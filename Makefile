@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
 CPU_TORCH_SOURCE := $(if $(wildcard /opt/wheels/torch-2.13.0*),--find-links /opt/wheels,--index-url https://download.pytorch.org/whl/cpu)
 
-.PHONY: run test test-fast mutation bench setup
+.PHONY: run test test-fast mutation throughput setup
 
 setup: $(STAMP)
 
@@ -42,5 +42,6 @@ mutation: $(STAMP)
 	$(PY) -m pip install --quiet 'mutmut==3.8.1'
 	QT_QPA_PLATFORM=offscreen TRITON_INTERPRET=1 HYPOTHESIS_PROFILE=mutation $(VENV)/bin/mutmut run --max-children 2; $(VENV)/bin/mutmut results
 
-bench: $(STAMP)
+# N requests arriving together on the bundled model: output tokens/s and latency percentiles.
+throughput: $(STAMP)
 	$(PY) -m benchmarks.fixed_workload

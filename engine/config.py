@@ -67,9 +67,10 @@ class EngineConfig:
     # SmolLM2's weights, read in full every decode step.
     quantize_lm_head: bool = False
 
-    # Run decode-only steps as one torch.compile graph (engine.executor.DecodeGraph): on the
-    # development CPU, int4 single-stream decode ran about 1.8x faster. The first compile takes
-    # minutes on a 2-core CPU (later runs reuse the on-disk cache); on failure decode stays eager.
+    # Run decode-only steps as one torch.compile graph (engine.executor.DecodeGraph): fewer, fused
+    # operators and less Python per step (README, "Measured reasons behind the code"). The first
+    # compile takes minutes on a small CPU (later runs reuse the on-disk cache); on failure decode
+    # stays eager.
     compile_decode: bool = False
 
     # Simulated models only ("simulated:MODEL@HARDWARE"): simulated seconds per wall-clock

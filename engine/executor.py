@@ -152,13 +152,11 @@ class DecodeGraph:
     """
 
     def __init__(self, model: CausalLM):
-        # cpp_wrapper: the generated code that calls the kernels is C++ too, not Python. On the
-        # development CPU it took an int4 step from 10.8 to 9.4 ms, for a first compile about
-        # twice as long.
+        # cpp_wrapper: the generated code that calls the kernels is C++ too, not Python: a faster
+        # step for a slower first compile (README, "Measured reasons behind the code").
         #
         # guard_filter_fn: the weights never change once the engine is built, so checking every
-        # parameter and module attribute before each step (~0.3 ms of a 10 ms int4 step) buys
-        # nothing. Without those guards, two engines' models must never share graphs: torch
+        # parameter and module attribute before each step costs time and buys nothing. Without those guards, two engines' models must never share graphs: torch
         # keeps graphs per code object, so each engine compiles its own copy of forward_logits.
         self._compiled = torch.compile(_with_own_code(model.forward_logits), options={
             "cpp_wrapper": True, "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,

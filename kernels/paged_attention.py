@@ -125,9 +125,8 @@ def paged_prefill_attention(
         values = gather_blocks(value_cache, block_table)[:context_len]
     query_positions = torch.arange(context_len - num_new, context_len, device=query.device)
     causal = torch.arange(context_len, device=query.device)[None, :] <= query_positions[:, None]
-    # Heads first, with a batch of one: 4-D inputs with enable_gqa take PyTorch's fused CPU kernel.
-    # The 3-D grouped-query form it replaces ran the unfused math path, 2.9x slower for a
-    # 128-token prompt of SmolLM2 (0.71 vs 0.24 ms per layer).
+    # Heads first, with a batch of one: 4-D inputs with enable_gqa take PyTorch's fused CPU kernel;
+    # a 3-D grouped-query form runs the slower unfused math path (README, "Measured reasons behind the code").
     out = F.scaled_dot_product_attention(
         query.transpose(0, 1)[None], keys.transpose(0, 1)[None], values.transpose(0, 1)[None],
         attn_mask=causal, scale=scale, enable_gqa=True,

@@ -66,6 +66,7 @@ class RequestProgress:
 
 
 class Backend(Protocol):
+    name: str  # what serves the requests, for the run log ("in-process engine", a server's URL)
     capabilities: BackendCapabilities
     max_model_len: int  # longest prompt + output a request may have
     vocab_size: int

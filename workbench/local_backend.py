@@ -28,6 +28,7 @@ class LocalBackend:
 
     def __init__(self, engine: LLMEngine):
         self.engine = engine
+        self.name = f"in-process engine ({engine.executor.decode_mode})"
         self.max_model_len = engine.max_model_len
         self.vocab_size = engine.model_config.vocab_size
         self.tokenizer = engine.tokenizer

@@ -37,6 +37,15 @@ REQUEST_COLUMNS = ["request_id", "tag"] + [field.name for field in dataclasses.f
 ]
 
 
+NOT_EXPOSED = "not exposed by this backend"
+# Metrics read from the server's state, by the backend capability they need (workbench/backend.py).
+SERVER_STATE_METRICS = {
+    "kv_cache": ("kv_usage_peak_perc", "kv_usage_mean_perc"),
+    "preemptions": ("preemptions",),
+    "prefix_cache": ("prefix_cache_hit_perc",),
+    "batch_composition": ("prefill_tok_s",),
+}
+
 NOTES = {
     "latency": "ttft, tpot, itl, e2e and queue_time cover finished requests (stop or length) only",
     "goodput": "requests meeting every SLO over every request that arrived: rejected, aborted and unfinished ones count as misses",
@@ -85,6 +94,7 @@ def build_report(log: RunLog) -> dict:
     # as not sent (unknown when the number planned was: traffic that ends by a duration), and the
     # report is incomplete anyway.
     planned = header["requests_planned"]
+    not_exposed = header.get("backend", {}).get("not_exposed", [])  # run logs before backends: the engine, all exposed
     if log.complete:
         not_sent = log.footer.get("requests_not_sent", 0)
         if planned is None:
@@ -120,6 +130,9 @@ def build_report(log: RunLog) -> dict:
             last.prefix_cache_query_tokens_total if last else 0,
         ),
     }
+    for capability, names in SERVER_STATE_METRICS.items():
+        if capability in not_exposed:
+            metrics.update({name: _metric(None, NOT_EXPOSED, 0) for name in names})
     for tag in sorted(set(tags)):
         tagged = [metrics for metrics, request_tag in zip(requests, tags) if request_tag == tag]
         metrics.update(latency_metrics(tagged, slo, duration, prefix=f"{tag}/"))
@@ -129,7 +142,7 @@ def build_report(log: RunLog) -> dict:
         (f"planned requests never sent: {not_sent}", not_sent),
     ) if applies]
     return {
-        "schema": "workbench-report/2",
+        "schema": "workbench-report/3",
         "complete": not incomplete_because,
         "incomplete_because": incomplete_because,
         "stopped_early": bool(log.footer and log.footer.get("stopped_early")),
@@ -140,6 +153,7 @@ def build_report(log: RunLog) -> dict:
         "versions": header["versions"],
         "engine": header["engine"],
         "requests_planned": planned,
+        "backend": header.get("backend", {"name": "in-process engine", "not_exposed": []}),
         "metrics": metrics,
         "notes": NOTES,
     }

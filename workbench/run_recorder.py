@@ -23,6 +23,7 @@ def run_header(backend: Backend, scenario: dict, *, variant: str | None, seed: i
         "scenario": scenario,
         "variant": variant,
         "seed": seed,
+        "backend": {"name": backend.name, "not_exposed": backend.capabilities.missing()},
         "versions": description["versions"],
         "engine": description["engine"],
         "requests_planned": requests_planned,

@@ -39,8 +39,8 @@ class W8A8(QuantizationMethod):
     description = "int8 weights and int8 activations per token: an integer product (smoothed at load)"
     bits_per_weight = 8
     needs_activation_smoothing = True
-    # The head keeps the integer product too: at 256 rows the weight-only int8 kernel ran 2.3x
-    # slower than fp32 on the development CPU, the integer product 2.5x faster (README, Quantization).
+    # The head keeps the integer product too: at batched sizes the weight-only int8 kernel is
+    # slower than the float head and the integer product faster (README, "Measured reasons behind the code").
     lm_head_method = "w8a8"
 
     def create_linear(self, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int) -> nn.Module:

@@ -111,7 +111,7 @@ def test_units_say_what_each_number_counts():
 
 def test_the_report_carries_its_identity_and_definitions():
     report = build_report(LOG)
-    assert report["schema"] == "workbench-report/2" and report["stopped_early"] is True and report["requests_planned"] == 7
+    assert report["schema"] == "workbench-report/3" and report["stopped_early"] is True and report["requests_planned"] == 7
     assert report["slo"] == {"ttft_ms": 1500, "tpot_ms": None, "e2e_ms": None} and report["variant"] is None
     assert "finished requests (stop or length) only" in report["notes"]["latency"]
     assert "rejected, aborted and unfinished ones count as misses" in report["notes"]["goodput"]
