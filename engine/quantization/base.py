@@ -16,6 +16,27 @@ from engine.errors import ConfigError
 from engine.model_config import ModelConfig
 
 
+class QuantizedLinear(nn.Module):
+    """A Linear whose weight is kept quantized; subclasses store their tensors and run their
+    kernels: Triton on CUDA, torch's packed CPU ops elsewhere."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+        self.on_cuda = weight.is_cuda
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.matmul_cuda(x) if self.on_cuda else self.matmul_cpu(x)
+        return out if self.bias is None else out + self.bias
+
+    def matmul_cuda(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def matmul_cpu(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
 class QuantizationMethod:
     name: str
     description: str

@@ -20,19 +20,29 @@ class _BitsAndBytes(QuantizationMethod):
             return f"needs bitsandbytes: {exc}; choose int8 or int4"
         return None
 
+    def create_linear(self, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int) -> nn.Module:
+        import bitsandbytes as bnb
+
+        out_features, in_features = weight.shape
+        module = self.layer(bnb.nn, in_features, out_features, bias is not None, weight.dtype)
+        module.weight = self.parameter(bnb.nn, weight.float().cpu())
+        if bias is not None:
+            module.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
+        return module.to(weight.device)
+
 
 class BitsAndBytesInt8(_BitsAndBytes):
     name = "bnb-int8"
     description = "bitsandbytes LLM.int8() (Linear8bitLt, outlier threshold 6.0)"
     bits_per_weight = 8
 
-    def create_linear(self, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int) -> nn.Module:
-        import bitsandbytes as bnb
+    @staticmethod
+    def layer(bnb_nn, in_features: int, out_features: int, bias: bool, dtype: torch.dtype) -> nn.Module:
+        return bnb_nn.Linear8bitLt(in_features, out_features, bias=bias, has_fp16_weights=False, threshold=6.0)
 
-        out_features, in_features = weight.shape
-        module = bnb.nn.Linear8bitLt(in_features, out_features, bias=bias is not None, has_fp16_weights=False, threshold=6.0)
-        module.weight = bnb.nn.Int8Params(weight.float().cpu(), requires_grad=False, has_fp16_weights=False)
-        return _with_bias(module, bias).to(weight.device)
+    @staticmethod
+    def parameter(bnb_nn, weight: torch.Tensor) -> nn.Parameter:
+        return bnb_nn.Int8Params(weight, requires_grad=False, has_fp16_weights=False)
 
 
 class BitsAndBytesNF4(_BitsAndBytes):
@@ -40,16 +50,10 @@ class BitsAndBytesNF4(_BitsAndBytes):
     description = "bitsandbytes NF4 (Linear4bit, blocksize 64)"
     bits_per_weight = 4
 
-    def create_linear(self, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int) -> nn.Module:
-        import bitsandbytes as bnb
+    @staticmethod
+    def layer(bnb_nn, in_features: int, out_features: int, bias: bool, dtype: torch.dtype) -> nn.Module:
+        return bnb_nn.Linear4bit(in_features, out_features, bias=bias, quant_type="nf4", compute_dtype=dtype)
 
-        out_features, in_features = weight.shape
-        module = bnb.nn.Linear4bit(in_features, out_features, bias=bias is not None, quant_type="nf4", compute_dtype=weight.dtype)
-        module.weight = bnb.nn.Params4bit(weight.float().cpu(), requires_grad=False, quant_type="nf4", blocksize=64)
-        return _with_bias(module, bias).to(weight.device)
-
-
-def _with_bias(module: nn.Module, bias: torch.Tensor | None) -> nn.Module:
-    if bias is not None:
-        module.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
-    return module
+    @staticmethod
+    def parameter(bnb_nn, weight: torch.Tensor) -> nn.Parameter:
+        return bnb_nn.Params4bit(weight, requires_grad=False, quant_type="nf4", blocksize=64)

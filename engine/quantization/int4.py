@@ -6,18 +6,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.quantization.base import QuantizationMethod
+from engine.quantization.base import QuantizationMethod, QuantizedLinear
 from kernels.quant import quantize_int4
 from kernels.quant_matmul import int4_matmul_cpu, prepare_int4_cpu
 
 
-class Int4Linear(nn.Module):
+class Int4Linear(QuantizedLinear):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int):
-        super().__init__()
+        super().__init__(weight, bias)
         self.group_size = group_size
-        self.out_features, self.in_features = weight.shape
-        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
-        self.on_cuda = weight.is_cuda
         packed, scales, minimums = quantize_int4(weight, group_size)
         if self.on_cuda:
             self.register_buffer("qweight", packed)
@@ -28,14 +25,13 @@ class Int4Linear(nn.Module):
             self.register_buffer("qweight", cpu_packed)
             self.register_buffer("scales_and_zeros", scales_and_zeros)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.on_cuda:
-            from kernels.triton_quant_matmul import int4_matmul_triton
+    def matmul_cuda(self, x: torch.Tensor) -> torch.Tensor:
+        from kernels.triton_quant_matmul import int4_matmul_triton
 
-            out = int4_matmul_triton(x, self.qweight, self.scales, self.minimums, self.group_size)
-        else:
-            out = int4_matmul_cpu(x, self.qweight, self.scales_and_zeros, self.group_size, self.out_features)
-        return out if self.bias is None else out + self.bias
+        return int4_matmul_triton(x, self.qweight, self.scales, self.minimums, self.group_size)
+
+    def matmul_cpu(self, x: torch.Tensor) -> torch.Tensor:
+        return int4_matmul_cpu(x, self.qweight, self.scales_and_zeros, self.group_size, self.out_features)
 
 
 class Int4WeightOnly(QuantizationMethod):

@@ -6,30 +6,26 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.quantization.base import QuantizationMethod
+from engine.quantization.base import QuantizationMethod, QuantizedLinear
 from kernels.quant import quantize_int8
 from kernels.quant_matmul import int8_matmul_cpu
 
 
-class Int8Linear(nn.Module):
+class Int8Linear(QuantizedLinear):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
-        super().__init__()
-        self.out_features, self.in_features = weight.shape
-        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
-        self.on_cuda = weight.is_cuda
+        super().__init__(weight, bias)
         q, scales = quantize_int8(weight)
         self.register_buffer("qweight", q)
         # The CPU kernel (torch's _weight_int8pack_mm) takes bf16 scales.
         self.register_buffer("scales", scales if self.on_cuda else scales.to(torch.bfloat16))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.on_cuda:
-            from kernels.triton_quant_matmul import int8_matmul_triton
+    def matmul_cuda(self, x: torch.Tensor) -> torch.Tensor:
+        from kernels.triton_quant_matmul import int8_matmul_triton
 
-            out = int8_matmul_triton(x, self.qweight, self.scales)
-        else:
-            out = int8_matmul_cpu(x, self.qweight, self.scales)
-        return out if self.bias is None else out + self.bias
+        return int8_matmul_triton(x, self.qweight, self.scales)
+
+    def matmul_cpu(self, x: torch.Tensor) -> torch.Tensor:
+        return int8_matmul_cpu(x, self.qweight, self.scales)
 
 
 class Int8WeightOnly(QuantizationMethod):

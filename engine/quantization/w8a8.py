@@ -8,30 +8,26 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.quantization.base import QuantizationMethod
+from engine.quantization.base import QuantizationMethod, QuantizedLinear
 from kernels.quant import quantize_int8
 from kernels.quant_matmul import w8a8_matmul_cpu
 
 
-class W8A8Linear(nn.Module):
+class W8A8Linear(QuantizedLinear):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
-        super().__init__()
-        self.out_features, self.in_features = weight.shape
-        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
-        self.on_cuda = weight.is_cuda
+        super().__init__(weight, bias)
         # _int_mm and the Triton kernel both take the [N, K] int8 weight as stored.
         q, scales = quantize_int8(weight)
         self.register_buffer("qweight", q)
         self.register_buffer("scales", scales)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.on_cuda:
-            from kernels.triton_quant_matmul import w8a8_matmul_triton
+    def matmul_cuda(self, x: torch.Tensor) -> torch.Tensor:
+        from kernels.triton_quant_matmul import w8a8_matmul_triton
 
-            out = w8a8_matmul_triton(x, self.qweight, self.scales)
-        else:
-            out = w8a8_matmul_cpu(x, self.qweight, self.scales)
-        return out if self.bias is None else out + self.bias
+        return w8a8_matmul_triton(x, self.qweight, self.scales)
+
+    def matmul_cpu(self, x: torch.Tensor) -> torch.Tensor:
+        return w8a8_matmul_cpu(x, self.qweight, self.scales)
 
 
 class W8A8(QuantizationMethod):
