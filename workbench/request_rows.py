@@ -72,7 +72,7 @@ class RequestRows:
                 row.preemptions, row.state = preemptions, progress.state
                 if tokens > 1 or progress.num_tokens == len(progress.prompt_token_ids):
                     row.timeline.append((now_s, f"prefill {tokens} tokens"))
-                elif not row.output_token_ids:
+                elif row.timeline[-1][1] != "decoding":  # the first decode step after a prefill
                     row.timeline.append((now_s, "decoding"))
 
     def output(self, output: RequestOutput) -> None:
