@@ -80,6 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     estimate.add_argument("--max-num-batched-tokens", type=at_least(int, 1), default=2048)
     estimate.add_argument("--loaded", action="store_true", help="also load the bundled model and compare with measured bytes")
 
+    serve = commands.add_parser("serve", help="serve the engine over an OpenAI-compatible HTTP API with vLLM's metrics")
+    serve.add_argument("--preset", help="take the engine settings from this preset")
+    serve.add_argument("--set", dest="overrides", action="append", default=[], metavar="engine.KEY=VALUE",
+                       help="an engine setting, e.g. engine.model=simulated:llama-2-7b@h100-80gb")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    serve.add_argument("--port", type=at_least(int, 1), default=8000)
+    serve.add_argument("--served-model-name", help="the model's name in /v1/models (default: from engine.model)")
+
     calibrate = commands.add_parser("calibrate", help="fit the cost model to this machine and save it as a hardware profile")
     calibrate.add_argument("--name", default="this-machine-calibrated")
 
@@ -97,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             return _estimate(args)
         if args.command == "calibrate":
             return _calibrate(args)
+        if args.command == "serve":
+            return _serve(args)
         from workbench.gui.app import run_gui
 
         if args.command == "gui":
@@ -109,6 +119,26 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{error.filename}: " if error.filename else ""
         print(f"workbench: {where}{error.strerror or error}", file=sys.stderr)
         return 2
+
+
+def _serve(args) -> int:
+    from engine import EngineConfig
+    from engine.errors import ConfigError
+    from engine.settings import apply_override, build
+    from workbench.presets import load_preset
+    from workbench.server.run import serve
+
+    if args.preset:
+        config = load_preset(args.preset, args.overrides).engine
+    else:
+        raw: dict = {}
+        for assignment in args.overrides:
+            apply_override(raw, assignment)
+        if set(raw) - {"engine"}:
+            raise ConfigError(f"--set: serve takes engine.KEY=VALUE settings only, got {', '.join(sorted(set(raw) - {'engine'}))}")
+        config = build(EngineConfig, raw.get("engine", {}), "--set", "engine")
+    serve(config, args.host, args.port, args.served_model_name)
+    return 0
 
 
 def _list_presets() -> int:

@@ -34,9 +34,9 @@ def model_identity(path: Path) -> dict:
 
 def environment(engine: LLMEngine) -> dict:
     return {
-        "workbench": _version("workbench"),
+        "workbench": package_version("workbench"),
         "torch": torch.__version__,
-        "python": platform.python_version(),
+        "python": platform.pythonpackage_version(),
         "platform": platform.platform(),
         "device": device_name(engine.device),
         "dtype": str(engine.dtype).removeprefix("torch."),
@@ -47,7 +47,7 @@ def environment(engine: LLMEngine) -> dict:
     }
 
 
-def _version(distribution: str) -> str:
+def package_version(distribution: str) -> str:
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:

@@ -1,0 +1,1 @@
+"""`workbench serve`: our engine behind an OpenAI-compatible HTTP API with vLLM's metrics."""

@@ -1,0 +1,99 @@
+"""Our engine in one loop thread, serving requests that come from the HTTP event loop.
+
+The event loop never touches the engine: it sends commands (add, abort) through a queue and gets
+each request's outputs on that request's own asyncio queue. The loop thread drains commands
+between steps, steps while anything is unfinished, and hands every output to the event loop with
+`call_soon_threadsafe`. A request's first event is either its first token(s) or its end (a
+rejection comes back this way too, with the reason), so a handler can answer 400 before it starts
+a stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+
+from engine import LLMEngine, SamplingParams
+from engine.outputs import RequestOutput
+from workbench.server.metrics import ServerMetrics
+
+_IDLE_WAIT_S = 0.05
+
+
+class EngineLoop:
+    def __init__(self, engine: LLMEngine, model_name: str):
+        self.engine, self.model_name = engine, model_name
+        self.metrics = ServerMetrics(model_name, engine.config.block_size, engine.num_kv_blocks)
+        self._commands: queue.Queue = queue.Queue()
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+        self._stopped = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._commands.put(("stop", None, None))
+        self._thread.join()
+
+    # ----- event loop side -----------------------------------------------------------------------
+
+    async def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> asyncio.Queue:
+        """Queue a request; its outputs arrive on the returned queue. Raises EngineError for what
+        add_request refuses."""
+        outputs: asyncio.Queue = asyncio.Queue()
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        self._commands.put(("add", (request_id, prompt_token_ids, params, asyncio.get_running_loop(), outputs), done))
+        await asyncio.wrap_future(done)
+        return outputs
+
+    def abort(self, request_id: str) -> None:
+        """End a request whose client went away; its blocks are freed by the next step."""
+        self._commands.put(("abort", request_id, None))
+
+    # ----- loop thread ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        engine = self.engine
+        while not self._stopped.is_set():
+            busy = engine.has_unfinished()
+            try:
+                command = self._commands.get(block=not busy, timeout=None if busy else _IDLE_WAIT_S)
+            except queue.Empty:
+                command = None
+            if command is not None:
+                self._handle(*command)
+                continue
+            if busy:
+                step = engine.step()
+                self.metrics.step(step.stats, sum(len(output.new_token_ids) for output in step.outputs))
+                for output in step.outputs:
+                    self._deliver(output)
+                if not engine.has_unfinished():
+                    self.metrics.idle(engine.block_manager.num_used_blocks, engine.num_kv_blocks)
+
+    def _handle(self, kind: str, argument, done: concurrent.futures.Future | None) -> None:
+        if kind == "add":
+            request_id, prompt_token_ids, params, loop, outputs = argument
+            try:
+                self._streams[request_id] = (loop, outputs)
+                self.engine.add_request(prompt_token_ids, params, request_id=request_id)
+            except Exception as error:  # noqa: BLE001 - handed to the waiting handler, which answers 400
+                self._streams.pop(request_id, None)
+                done.set_exception(error)
+                return
+            done.set_result(None)
+        elif kind == "abort":
+            self.engine.abort(argument)
+
+    def _deliver(self, output: RequestOutput) -> None:
+        stream = self._streams.get(output.request_id)
+        if output.finished:
+            self._streams.pop(output.request_id, None)
+            self.metrics.request_ended(output.metrics)
+        if stream is not None:
+            loop, outputs = stream
+            loop.call_soon_threadsafe(outputs.put_nowait, output)
