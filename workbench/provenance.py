@@ -36,7 +36,7 @@ def environment(engine: LLMEngine) -> dict:
     return {
         "workbench": package_version("workbench"),
         "torch": torch.__version__,
-        "python": platform.pythonpackage_version(),
+        "python": platform.python_version(),
         "platform": platform.platform(),
         "device": device_name(engine.device),
         "dtype": str(engine.dtype).removeprefix("torch."),
