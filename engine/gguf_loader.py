@@ -60,6 +60,11 @@ def read_gguf(path: Path, progress: ProgressCallback) -> ModelSource:
     return ModelSource(path, "gguf", config, tensors, tokenizer, dict(stored))
 
 
+def read_gguf_tokenizer(path: Path) -> Tokenizer:
+    """The file's tokenizer alone, from its metadata (no tensor is read)."""
+    return Tokenizer.from_gguf_metadata(_metadata(_open_reader(path)), path)
+
+
 def _open_reader(path: Path) -> gguf.GGUFReader:
     try:
         reader = gguf.GGUFReader(path)

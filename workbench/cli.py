@@ -53,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--seed", type=at_least(int, 0), help="override the preset's seed")
     bench.add_argument("--out", required=True, type=Path, help="folder for report.json, CSVs, PNGs and the run log")
     bench.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    bench.add_argument("--server", metavar="URL", help="drive this OpenAI-compatible server (vLLM, SGLang, llama.cpp, "
+                       "workbench serve) instead of the in-process engine; the preset's [engine] table is then not used")
+    bench.add_argument("--served-model", metavar="NAME", help="with --server: the model to ask for (default: the first in /v1/models)")
+    bench.add_argument("--tokenizer", metavar="MODEL", default="smollm2-135m",
+                       help="with --server: the served model's tokenizer (a .gguf file or Hugging Face folder), to make prompts")
 
     compare = commands.add_parser("compare", help="compare two runs and check a decision")
     compare.add_argument("baseline", help="run folder (or report.json) of the baseline")
@@ -152,21 +157,36 @@ def _list_presets() -> int:
 
 
 def _bench(args) -> int:
-    from workbench.compare import compare, format_comparison
-    from engine.model_source import read_model
-    from workbench.presets import load_preset
+    from engine import LLMEngine
+    from engine.errors import ConfigError
+    from engine.model_source import read_model, read_tokenizer
     from engine.simulation import is_simulated
+    from workbench.compare import compare, format_comparison
+    from workbench.local_backend import LocalBackend
+    from workbench.presets import load_preset
+    from workbench.remote_backend import RemoteBackend
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
     base = load_preset(args.preset, overrides)
     variants = [args.variant] if args.variant else list(base.variants) or [None]
     scenarios = {variant: load_preset(args.preset, overrides, variant) for variant in variants}  # validate all first
-    source = None if is_simulated(base.engine.model) else read_model(base.engine.model)
+    if args.server:
+        tokenizer = read_tokenizer(args.tokenizer)
+        if tokenizer is None:
+            raise ConfigError(f"--tokenizer {args.tokenizer}: that model has no tokenizer")
+        make_backend = lambda scenario: RemoteBackend(args.server, tokenizer, model=args.served_model)  # noqa: E731
+    else:
+        source = None if is_simulated(base.engine.model) else read_model(base.engine.model)
+        make_backend = lambda scenario: LocalBackend(LLMEngine(scenario.engine, source=source))  # noqa: E731
     reports = {}
     for variant, scenario in scenarios.items():
         out_dir = args.out / variant if variant and len(variants) > 1 else args.out
         print(f"running {scenario.name}{' / ' + variant if variant else ''} -> {out_dir}", file=sys.stderr)
-        reports[variant] = _run_one(scenario, variant, out_dir, source, plots=not args.no_plots)
+        backend = make_backend(scenario)
+        try:
+            reports[variant] = _run_one(scenario, variant, out_dir, backend, plots=not args.no_plots)
+        finally:
+            getattr(backend, "close", lambda: None)()
         _print_summary(reports[variant])
     decision = base.decision
     if decision and decision.baseline in reports and decision.candidate in reports:
@@ -178,7 +198,7 @@ def _bench(args) -> int:
     return 0
 
 
-def _run_one(scenario, variant, out_dir: Path, source, plots: bool) -> dict:
+def _run_one(scenario, variant, out_dir: Path, backend, plots: bool) -> dict:
     from tqdm import tqdm
 
     from workbench.headless import run_headless
@@ -196,7 +216,7 @@ def _run_one(scenario, variant, out_dir: Path, source, plots: bool) -> dict:
             bar.set_postfix_str(f"{output_tokens / elapsed:.0f} output tok/s of wall-clock time", refresh=False)
             bar.update(1)
 
-        report = run_headless(scenario, out_dir, variant=variant, source=source, on_progress=progress)
+        report = run_headless(scenario, out_dir, variant=variant, backend=backend, on_progress=progress)
     if plots:
         from workbench.gui.report_images import export_plot_images
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from engine import LLMEngine
 from engine.model_file import ModelSource
+from workbench.backend import Backend
 from workbench.local_backend import LocalBackend
 from workbench.report import write_report_files
 from workbench.run_log import read_run_log
@@ -24,12 +25,14 @@ def run_headless(
     *,
     variant: str | None = None,
     source: ModelSource | None = None,
+    backend: Backend | None = None,
     on_progress: Callable[[EndedRequest, int | None], None] = lambda ended, total: None,
 ) -> dict:
-    """Run the scenario on the in-process engine, log it to out_dir/run.jsonl as it happens, then
-    write the report files. Ctrl-C ends the run early; the report is then built from the log and
-    marked incomplete."""
-    backend = LocalBackend(LLMEngine(scenario.engine, source=source))
+    """Run the scenario on `backend` (default: the in-process engine of the scenario's [engine]
+    table, from `source` if given), log it to out_dir/run.jsonl as it happens, then write the
+    report files. Ctrl-C ends the run early; the report is then built from the log and marked
+    incomplete."""
+    backend = backend or LocalBackend(LLMEngine(scenario.engine, source=source))
     runner = ScenarioRunner(backend, scenario)
     start_time = backend.clock()
     log_path = out_dir / RUN_LOG_NAME

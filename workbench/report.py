@@ -48,7 +48,7 @@ SERVER_STATE_METRICS = {
 
 NOTES = {
     "latency": "ttft, tpot, itl, e2e and queue_time cover finished requests (stop or length) only",
-    "goodput": "requests meeting every SLO over every request that arrived: rejected, aborted and unfinished ones count as misses",
+    "goodput": "requests meeting every SLO over every request that arrived: rejected, aborted, failed and unfinished ones count as misses",
     "output_tok_s": "every output token generated, aborted and unfinished requests' included",
     "requests_not_sent": "planned requests the run ended before sending; they did not arrive and are in no other figure",
 }
@@ -118,6 +118,7 @@ def build_report(log: RunLog) -> dict:
         "requests_finished": _metric(len(finished), "requests", len(requests)),
         "requests_rejected": _metric(_count(requests, "rejected"), "requests", len(requests)),
         "requests_aborted": _metric(_count(requests, "abort"), "requests", len(requests)),
+        "requests_failed": _metric(_count(requests, "error"), "requests the server or the network failed", len(requests)),
         "requests_unfinished": _metric(unfinished, "requests still waiting or running when the run ended", len(requests)),
         "requests_not_sent": _metric(not_sent, "planned requests never sent", planned),
         "preemptions": _metric(last.preemptions_total if last else 0, "events", len(steps)),

@@ -1,0 +1,304 @@
+"""An OpenAI-compatible server (vLLM, SGLang, llama.cpp's server, `workbench serve`) behind the
+Backend protocol.
+
+Each request is one streaming `/v1/completions` call (`stream: true`, usage in the stream,
+`ignore_eos` so output lengths follow the preset, prompts as token ids). Latency is measured on
+this side, as `vllm bench serve` does: from the request's arrival time in the schedule to each
+streamed chunk. The server's state comes from its Prometheus `/metrics`, scraped every 250 ms;
+each scrape is a state update in the run log. A server without `/metrics` gets client-side
+figures only, and the capabilities say so.
+
+All network work runs on one asyncio event loop in its own thread with one pooled httpx client
+(async streaming, HTTP/1.1 keep-alive, a pool sized for the peak concurrency; httpx because the
+same library serves the tests' and the OpenAI SDK's needs). The runner's thread only submits,
+aborts and collects events. An HTTP error, a timeout or a dropped stream ends that request with
+finish reason "error" and the message in its metrics; the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import threading
+import time
+from collections import deque
+
+import httpx
+
+from engine.errors import EngineError
+from engine.metrics import RequestMetrics, StepStats
+from engine.outputs import RequestOutput
+from engine.sampling_params import SamplingParams
+from engine.tokenizer import Tokenizer
+from workbench.backend import BackendCapabilities, BackendUpdate, RequestProgress
+from workbench.provenance import package_version
+from workbench.server_state import ServerState, parse_server_state
+
+SCRAPE_INTERVAL_S = 0.25
+_EVENT_WAIT_S = 0.005  # how long advance() waits for something to happen before it returns empty
+ERROR = "error"  # the finish reason of a request the server or the network failed
+
+
+@dataclasses.dataclass
+class _InFlight:
+    prompt_token_ids: list[int]
+    metrics: RequestMetrics
+    output_token_ids: list[int] = dataclasses.field(default_factory=list)
+    task: asyncio.Task | None = None
+
+
+class RemoteBackend:
+    def __init__(self, base_url: str, tokenizer: Tokenizer, *, model: str | None = None, max_concurrency: int = 1024,
+                 request_timeout_s: float = 600.0):
+        self.base_url = base_url.rstrip("/")
+        self.tokenizer, self.vocab_size = tokenizer, tokenizer.vocab_size
+        self.clock, self.sleep = time.perf_counter, time.sleep
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="remote-backend", daemon=True)
+        self._thread.start()
+        limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
+        timeout = httpx.Timeout(request_timeout_s, connect=10.0)
+        self._client: httpx.AsyncClient = self._call(self._make_client(limits, timeout))
+        self._events: deque[RequestOutput] = deque()
+        self._states: deque[StepStats] = deque()
+        self._ready = threading.Condition()
+        self._requests: dict[str, _InFlight] = {}
+        try:
+            self.model, self.max_model_len, self._server_version = self._call(self._probe(model))
+            first_state = self._call(self._scrape())
+        except BaseException:
+            self.close()
+            raise
+        self.capabilities = _capabilities(first_state)
+        self.name = f"{self.base_url} ({self.model})"
+        self.num_kv_blocks = first_state.num_blocks if first_state else None
+        block_size = first_state.block_size if first_state else None
+        self.kv_capacity_tokens = self.num_kv_blocks * block_size if self.num_kv_blocks and block_size else None
+        self.kv_cache_bytes = None
+        self._last_state: tuple[float, ServerState] | None = None
+        self._scraper = asyncio.run_coroutine_threadsafe(self._scrape_forever(), self._loop) if first_state else None
+
+    # ----- the protocol --------------------------------------------------------------------------
+
+    def describe(self) -> dict:
+        return {
+            "versions": {"workbench": package_version("workbench"), "server": self.base_url, "server_version": self._server_version,
+                         "model": self.model},
+            "engine": {"server": self.base_url, "model": self.model, "max_model_len": self.max_model_len,
+                       "kv_blocks": self.num_kv_blocks, "kv_capacity_tokens": self.kv_capacity_tokens},
+        }
+
+    def submit(self, prompt: str | list[int], params: SamplingParams, *, request_id: str, arrival_time: float,
+               priority: int = 0) -> str:
+        prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if len(prompt_ids) + params.max_tokens > self.max_model_len:
+            raise EngineError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceed the server's "
+                              f"max_model_len ({self.max_model_len})")
+        request = _InFlight(prompt_ids, RequestMetrics(arrival_time=arrival_time, num_prompt_tokens=len(prompt_ids)))
+        self._requests[request_id] = request
+        body = {
+            "model": self.model, "prompt": prompt_ids, "max_tokens": params.max_tokens, "temperature": params.temperature,
+            "top_p": params.top_p, "ignore_eos": params.ignore_eos, "stream": True,
+            "stream_options": {"include_usage": True}, "return_token_ids": True,
+        }
+        if params.top_k:
+            body["top_k"] = params.top_k
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.stop:
+            body["stop"] = params.stop
+        self._loop.call_soon_threadsafe(self._start, request_id, body)
+        return request_id
+
+    def abort(self, request_id: str) -> None:
+        """Close the request's stream; it ends with reason "abort"."""
+        request = self._requests.get(request_id)
+        if request is not None and request.task is not None:
+            self._loop.call_soon_threadsafe(request.task.cancel)
+
+    def has_unfinished(self) -> bool:
+        return bool(self._requests or self._events)
+
+    def advance(self) -> BackendUpdate:
+        with self._ready:
+            if not self._events and not self._states:
+                self._ready.wait(_EVENT_WAIT_S)
+            outputs = [self._events.popleft() for _ in range(len(self._events))]
+            stats = self._states.pop() if self._states else None
+            self._states.clear()
+        return BackendUpdate(outputs=outputs, stats=stats)
+
+    def progress(self, request_id: str) -> RequestProgress | None:
+        request = self._requests.get(request_id)
+        if request is None:
+            return None
+        state = "running" if request.output_token_ids else "waiting"
+        metrics = dataclasses.replace(request.metrics, token_times=list(request.metrics.token_times))
+        return RequestProgress(state, metrics, list(request.prompt_token_ids),
+                               len(request.prompt_token_ids) + len(request.output_token_ids))
+
+    def block_owners(self, rows: dict[str, int]) -> None:
+        return None
+
+    def close(self) -> None:
+        """Cancel what is in flight and stop the event loop."""
+        if self._loop.is_running():
+            if getattr(self, "_scraper", None) is not None:
+                self._scraper.cancel()
+            for request in list(self._requests.values()):
+                if request.task is not None:
+                    self._loop.call_soon_threadsafe(request.task.cancel)
+            if getattr(self, "_client", None) is not None:
+                self._call(self._client.aclose())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+
+    # ----- the event loop's side -----------------------------------------------------------------
+
+    def _call(self, coroutine):
+        """Run a coroutine on the event loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def _make_client(self, limits: httpx.Limits, timeout: httpx.Timeout) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=timeout)
+
+    async def _probe(self, model: str | None) -> tuple[str, int, str | None]:
+        """(model name, max_model_len, server version), or one clear error before the run starts."""
+        try:
+            response = await self._client.get("/v1/models")
+        except httpx.HTTPError as error:
+            raise EngineError(f"{self.base_url}: no server answers ({type(error).__name__}: {error})") from error
+        try:
+            served = response.json()["data"]
+        except (ValueError, KeyError, TypeError):
+            raise EngineError(f"{self.base_url}/v1/models answered HTTP {response.status_code} without a model list: "
+                              "not an OpenAI-compatible server") from None
+        names = [entry.get("id") for entry in served]
+        if model is None:
+            if not names:
+                raise EngineError(f"{self.base_url} serves no model")
+            model = names[0]
+        elif model not in names:
+            raise EngineError(f"{self.base_url} does not serve {model!r}; it serves {', '.join(map(str, names))}")
+        entry = served[names.index(model)]
+        max_model_len = int(entry.get("max_model_len") or 2048)
+        version = None
+        try:
+            version_response = await self._client.get("/version")
+            if version_response.status_code == 200:
+                version = version_response.json().get("version")
+        except (httpx.HTTPError, ValueError):
+            pass
+        return model, max_model_len, version
+
+    async def _scrape(self) -> ServerState | None:
+        try:
+            response = await self._client.get("/metrics")
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        return parse_server_state(response.text)
+
+    async def _scrape_forever(self) -> None:
+        while True:
+            started = time.perf_counter()
+            state = await self._scrape()
+            if state is not None:
+                self._record_state(time.perf_counter(), state)
+            await asyncio.sleep(max(0.0, SCRAPE_INTERVAL_S - (time.perf_counter() - started)))
+
+    def _record_state(self, now: float, state: ServerState) -> None:
+        """One scrape as a StepStats: prefill and decode tokens are what the counters added since
+        the last scrape; KV blocks from the usage fraction and the capacity where known."""
+        previous = self._last_state
+        self._last_state = (now, state)
+        if previous is None:
+            return
+        before_time, before = previous
+        total = state.num_blocks or 10_000  # without a capacity: the fraction in 0.01% steps
+        stats = StepStats(
+            time_s=now, step_duration_s=now - before_time,
+            prefill_tokens=_delta(state.prompt_tokens_total, before.prompt_tokens_total),
+            decode_tokens=_delta(state.generation_tokens_total, before.generation_tokens_total),
+            num_seqs=state.num_running or 0, kv_blocks_used=round((state.kv_usage or 0.0) * total), kv_blocks_total=total,
+            kv_blocks_cached_free=0, num_waiting=state.num_waiting or 0, num_waiting_long=0, num_running=state.num_running or 0,
+            preemptions_total=state.preemptions_total or 0, rejections_total=0,
+            prefix_cache_hit_tokens_total=state.prefix_hits_total or 0,
+            prefix_cache_query_tokens_total=state.prefix_queries_total or 0,
+        )
+        with self._ready:
+            self._states.append(stats)
+            self._ready.notify()
+
+    def _start(self, request_id: str, body: dict) -> None:
+        request = self._requests[request_id]
+        request.task = self._loop.create_task(self._stream(request_id, request, body))
+
+    async def _stream(self, request_id: str, request: _InFlight, body: dict) -> None:
+        reason, detail = ERROR, ""
+        try:
+            async with self._client.stream("POST", "/v1/completions", json=body) as response:
+                if response.status_code != 200:
+                    message = (await response.aread()).decode(errors="replace")[:500]
+                    detail = f"HTTP {response.status_code}: {message}"
+                    return
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[len("data: "):])
+                    if chunk.get("usage"):
+                        request.metrics.num_prompt_tokens = chunk["usage"].get("prompt_tokens", request.metrics.num_prompt_tokens)
+                    for choice in chunk.get("choices", []):
+                        self._tokens_arrived(request_id, request, choice)
+                        if choice.get("finish_reason"):
+                            reason = choice["finish_reason"]
+                if reason == ERROR:
+                    detail = "the stream ended without a finish reason"
+        except asyncio.CancelledError:
+            reason, detail = "abort", "aborted by the client"
+        except (httpx.HTTPError, ValueError) as error:
+            detail = f"{type(error).__name__}: {error}"
+        finally:
+            self._finish(request_id, request, reason, detail)
+
+    def _tokens_arrived(self, request_id: str, request: _InFlight, choice: dict) -> None:
+        now = time.perf_counter()
+        new_ids = choice.get("token_ids")
+        if new_ids is None:  # a server that does not return token ids: one token per chunk with text
+            new_ids = [0] if choice.get("text") else []
+        if not new_ids:
+            return
+        metrics = request.metrics
+        if metrics.first_token_time is None:
+            metrics.first_token_time = now
+        metrics.token_times.extend([now] * len(new_ids))
+        request.output_token_ids.extend(new_ids)
+        self._emit(RequestOutput(request_id, list(new_ids), list(request.output_token_ids), False, None, None, metrics))
+
+    def _finish(self, request_id: str, request: _InFlight, reason: str, detail: str) -> None:
+        metrics = request.metrics
+        metrics.finish_time, metrics.finish_reason, metrics.finish_detail = time.perf_counter(), reason, detail
+        text = self.tokenizer.decode(request.output_token_ids)
+        self._emit(RequestOutput(request_id, [], list(request.output_token_ids), True, reason, text, metrics))
+        self._requests.pop(request_id, None)  # after the event: has_unfinished() never misses the end
+
+    def _emit(self, output: RequestOutput) -> None:
+        with self._ready:
+            self._events.append(output)
+            self._ready.notify()
+
+
+def _delta(now: int | None, before: int | None) -> int:
+    return max(0, (now or 0) - (before or 0))
+
+
+def _capabilities(state: ServerState | None) -> BackendCapabilities:
+    if state is None:
+        return BackendCapabilities(token_ids=True)
+    return BackendCapabilities(
+        kv_cache=state.kv_usage is not None, queues=state.num_waiting is not None and state.num_running is not None,
+        preemptions=state.preemptions_total is not None, prefix_cache=state.prefix_queries_total is not None,
+        token_ids=True,
+    )
