@@ -1,0 +1,211 @@
+"""`workbench serve` and the remote backend, for real: the server runs as a subprocess on a free
+loopback port with the bundled model, and every check goes over HTTP."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from engine import EngineConfig, EngineError, LLMEngine, SamplingParams
+from engine.model_source import read_tokenizer
+from workbench.headless import run_headless
+from workbench.presets import load_preset
+from workbench.remote_backend import RemoteBackend
+from workbench.server_state import parse_server_state
+
+pytestmark = pytest.mark.slow  # loads SmolLM2 in the server
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until(condition, what: str, limit_s: float = 120.0) -> None:
+    """Poll until true; a hang detector for a server that never answers, not a timing assertion."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def start_server(port: int, *extra: str) -> subprocess.Popen:
+    command = [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())", "serve", "--port", str(port), *extra]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def healthy() -> bool:
+        if server.poll() is not None:
+            raise AssertionError(f"the server exited: {server.stdout.read()}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(healthy, "the server to answer /health")
+    return server
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = free_port()
+    process = start_server(port, "--set", "engine.max_model_len=512", "--set", "engine.kv_cache_memory=67108864")
+    yield f"http://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return read_tokenizer("smollm2-135m")
+
+
+def state(url: str):
+    return parse_server_state(httpx.get(f"{url}/metrics").text)
+
+
+def test_greedy_tokens_over_http_are_the_in_process_engines(server, tokenizer):
+    prompts = [tokenizer.encode(text) for text in ("The capital of France is", "Water boils at", "def fibonacci(n):")]
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    backend = RemoteBackend(server, tokenizer)
+    try:
+        for index, prompt in enumerate(prompts):
+            backend.submit(prompt, params, request_id=f"r{index}", arrival_time=backend.clock())
+        ended = {}
+        while backend.has_unfinished():
+            ended.update({output.request_id: output for output in backend.advance().outputs if output.finished})
+    finally:
+        backend.close()
+    local = LLMEngine(EngineConfig(max_model_len=512, kv_cache_memory=64 << 20)).generate(prompts, params)
+    for index, expected in enumerate(local):
+        assert ended[f"r{index}"].token_ids == expected.token_ids and ended[f"r{index}"].finish_reason == "length"
+        metrics = ended[f"r{index}"].metrics
+        assert metrics.num_output_tokens == 12 and metrics.ttft_ms > 0 and metrics.num_prompt_tokens == len(prompts[index])
+
+
+def test_a_preset_through_the_server_gives_a_full_report_and_live_server_state(server, tmp_path):
+    scenario = load_preset("chat-steady", ["traffic.num_requests=8", "traffic.rate=8", "traffic.prompt_len.high=64",
+                                           "traffic.output_len.mean=16", "traffic.output_len.high=24"])
+    local = run_headless(load_preset("chat-steady", ["engine.model=simulated:llama-2-7b@h100-80gb", "traffic.num_requests=2"]),
+                         tmp_path / "local")
+    seen_usage = []
+    watcher_done = threading.Event()
+
+    def watch() -> None:
+        while not watcher_done.is_set():
+            seen_usage.append(state(server).kv_usage)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    backend = RemoteBackend(server, read_tokenizer("smollm2-135m"))
+    try:
+        report = run_headless(scenario, tmp_path / "remote", backend=backend)
+    finally:
+        backend.close()
+        watcher_done.set()
+        watcher.join()
+    assert report["complete"] and report["metrics"]["requests_finished"]["value"] == 8
+    assert set(report["metrics"]) >= set(local["metrics"]) - {key for key in local["metrics"] if "/" in key}
+    assert report["backend"]["not_exposed"] == ["batch_composition", "block_map", "scheduled_events"]
+    assert report["metrics"]["kv_usage_peak_perc"]["value"] > 0 and report["metrics"]["kv_usage_peak_perc"]["n"] > 0
+    assert max(seen_usage) > 0
+    wait_until(lambda: state(server).kv_usage == 0.0 and state(server).num_running == 0, "KV usage back to 0 after the run")
+
+
+def test_a_client_that_goes_away_frees_its_blocks(server, tokenizer):
+    body = {"prompt": tokenizer.encode("Tell me a long story about a dragon."), "max_tokens": 400, "temperature": 0.0,
+            "ignore_eos": True, "stream": True}
+    generated_before = state(server).generation_tokens_total
+    with httpx.stream("POST", f"{server}/v1/completions", json=body, timeout=60) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                break
+        assert state(server).kv_usage > 0 and state(server).num_running == 1
+    # The stream is closed: the server aborts the request at its next step and frees its blocks.
+    wait_until(lambda: state(server).kv_usage == 0.0 and state(server).num_running == 0, "the aborted request's blocks")
+    assert state(server).generation_tokens_total - generated_before < 400  # stopped, not run to its end
+    assert 'vllm:request_success_total{finished_reason="abort",model_name="smollm2-135m"} 1.0' in httpx.get(f"{server}/metrics").text
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"prompt": "hi", "max_tokens": 0}, "max_tokens: expected a positive integer, got 0"),
+    ({"max_tokens": 3}, "invalid request: prompt: Field required"),
+    ({"prompt": "hi", "temperature": -1}, "temperature: expected a finite number >= 0"),
+    ({"prompt": "hi", "n": 2}, "n: only 1 choice per request is served, got 2"),
+    ({"prompt": list(range(600)), "max_tokens": 4}, "max_model_len"),
+])
+def test_invalid_requests_get_400_with_an_openai_error_body(server, body, message):
+    response = httpx.post(f"{server}/v1/completions", json=body, timeout=30)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "BadRequestError" and message in error["message"]
+
+
+def test_models_version_and_metrics_speak_vllms_dialect(server):
+    models = httpx.get(f"{server}/v1/models").json()
+    assert models["data"][0]["id"] == "smollm2-135m" and models["data"][0]["max_model_len"] == 512
+    text = httpx.get(f"{server}/metrics").text
+    for name in ("vllm:kv_cache_usage_perc", "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:num_preemptions_total",
+                 "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
+                 "vllm:e2e_request_latency_seconds_bucket", "vllm:request_queue_time_seconds_bucket", "vllm:cache_config_info"):
+        assert name in text, name
+    assert state(server).num_blocks > 0 and state(server).block_size == 16
+
+
+def test_a_dropped_server_ends_each_request_with_an_error_and_the_run_goes_on(tokenizer):
+    port = free_port()
+    process = start_server(port, "--set", "engine.model=simulated:llama-2-7b@h100-80gb")
+    backend = RemoteBackend(f"http://127.0.0.1:{port}", tokenizer)
+    try:
+        for index in range(3):
+            backend.submit(list(range(1, 30)), SamplingParams(max_tokens=2000, ignore_eos=True), request_id=f"r{index}",
+                           arrival_time=backend.clock())
+        first = []
+        wait_until(lambda: first.extend(backend.advance().outputs) or first, "the first tokens")
+        process.kill()
+        process.wait()
+        ended = {}
+        while backend.has_unfinished():
+            ended.update({output.request_id: output for output in backend.advance().outputs if output.finished})
+    finally:
+        backend.close()
+    assert sorted(ended) == ["r0", "r1", "r2"]
+    assert all(output.finish_reason == "error" and output.metrics.finish_detail for output in ended.values())
+
+
+def test_no_server_or_not_an_openai_server_is_one_clear_message(tokenizer, tmp_path):
+    with pytest.raises(EngineError, match=r"http://127.0.0.1:\d+: no server answers"):
+        RemoteBackend(f"http://127.0.0.1:{free_port()}", tokenizer)
+    handler = lambda *args: http.server.SimpleHTTPRequestHandler(*args, directory=str(tmp_path))  # noqa: E731
+    plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=plain.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(EngineError, match=r"/v1/models answered HTTP 404 without a model list: not an OpenAI-compatible server"):
+            RemoteBackend(f"http://127.0.0.1:{plain.server_address[1]}", tokenizer)
+    finally:
+        plain.shutdown()
+
+
+def test_server_state_is_read_from_each_engines_metric_names():
+    llama_cpp = "# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio 0.25\n" \
+                "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 3\n" \
+                "# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 2\n"
+    sglang = "# TYPE sglang:token_usage gauge\nsglang:token_usage{model_name=\"m\"} 0.5\n" \
+             "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=\"m\"} 4\n" \
+             "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"m\"} 7\n"
+    old_vllm = "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"a\"} 0.1\n" \
+               "vllm:gpu_cache_usage_perc{model_name=\"b\"} 0.3\n"
+    assert (parse_server_state(llama_cpp).kv_usage, parse_server_state(llama_cpp).num_running, parse_server_state(llama_cpp).num_waiting) == (0.25, 3, 2)
+    assert (parse_server_state(sglang).kv_usage, parse_server_state(sglang).num_running, parse_server_state(sglang).num_waiting) == (0.5, 7, 4)
+    assert parse_server_state(old_vllm).kv_usage == 0.3 and parse_server_state(old_vllm).preemptions_total is None
+    assert json.dumps(parse_server_state("").__dict__) == json.dumps({key: None for key in parse_server_state("").__dict__})
