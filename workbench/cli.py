@@ -93,6 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=at_least(int, 1), default=8000)
     serve.add_argument("--served-model-name", help="the model's name in /v1/models (default: from engine.model)")
 
+    export = commands.add_parser("export-hf", help="write a model as a Hugging Face directory (for vLLM or SGLang to serve)")
+    export.add_argument("--model", default="smollm2-135m", help="the bundled alias, a .gguf file or a Hugging Face folder")
+    export.add_argument("--out", required=True, type=Path, help="the directory to write")
+    export.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+
     calibrate = commands.add_parser("calibrate", help="fit the cost model to this machine and save it as a hardware profile")
     calibrate.add_argument("--name", default="this-machine-calibrated")
 
@@ -112,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
             return _calibrate(args)
         if args.command == "serve":
             return _serve(args)
+        if args.command == "export-hf":
+            from engine.model_source import read_model
+            from workbench.export_hf import export_hf_directory
+
+            print(f"wrote {export_hf_directory(read_model(args.model), args.out, args.dtype)}")
+            return 0
         from workbench.gui.app import run_gui
 
         if args.command == "gui":
