@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     gui.add_argument("--preset", help="load and run this preset")
     gui.add_argument("--run-for", type=at_least(float, 0.0, inclusive=False), metavar="SECONDS", help="run the traffic this long after loading, then exit")
     gui.add_argument("--screenshot", metavar="FILE.png", help="with --run-for: save a screenshot of the window before exiting")
+    gui.add_argument("--server", metavar="URL", help="drive this OpenAI-compatible server instead of the in-process engine")
 
     bench = commands.add_parser("bench", help="run a preset headless and write its report")
     bench.add_argument("--preset", required=True, help="a preset name (see `workbench presets`) or a .toml file")
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         from workbench.gui.app import run_gui
 
         if args.command == "gui":
-            return run_gui(args.preset, args.run_for, args.screenshot)
+            return run_gui(args.preset, args.run_for, args.screenshot, args.server)
         return run_gui()
     except EngineError as error:
         print(f"workbench: {error}", file=sys.stderr)

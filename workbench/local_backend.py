@@ -7,18 +7,11 @@ window's engine thread, or the headless runner's). Everything is exposed: it is 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from engine import EngineConfig, LLMEngine
-from engine.model_config import ModelConfig
-from engine.model_file import ModelSource, ProgressCallback
-from engine.model_source import read_model
+from engine import LLMEngine
 from engine.sampling_params import SamplingParams
-from engine.simulation import is_simulated
-from engine.tokenizer import Tokenizer
 from workbench.backend import BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED, IN_PROCESS, BackendUpdate, RequestProgress
 from workbench.provenance import environment
 
@@ -89,42 +82,3 @@ class LocalBackend:
         owners[manager.cached_free_block_ids()] = BLOCK_CACHED
         return owners
 
-
-@dataclass
-class EngineInfo:
-    """What the window may know about the loaded engine (all immutable or thread-safe)."""
-
-    config: EngineConfig
-    summary: dict  # capacity and byte counts, all measured (the run log's "engine")
-    dtype: str
-    bytes_per_element: int
-    device: str
-    model_path: str
-    model_config: ModelConfig
-    tokenizer: Tokenizer | None  # decoding is thread-safe (the tokenizers library is immutable)
-    decode_mode: str  # "compiled", "eager", "simulated", or why compilation fell back to eager
-
-
-class LocalBackendLoader:
-    """Builds local backends for the window. It keeps the last model file read, so that a new
-    configuration of the same model does not read the file again."""
-
-    def __init__(self):
-        self._source: ModelSource | None = None
-        self._source_model: str | None = None
-
-    def load(self, config: EngineConfig, progress: ProgressCallback) -> tuple[LocalBackend, EngineInfo]:
-        if is_simulated(config.model):
-            # The window watches a simulated engine in real time, unless a speed was chosen.
-            config = dataclasses.replace(config, simulation_speed=config.simulation_speed or 1.0)
-        elif self._source is None or self._source_model != config.model:
-            self._source, self._source_model = read_model(config.model, progress), config.model
-        engine = LLMEngine(config, progress=progress, source=None if is_simulated(config.model) else self._source)
-        backend = LocalBackend(engine)
-        info = EngineInfo(
-            config=config, summary=backend.describe()["engine"], dtype=str(engine.dtype).removeprefix("torch."),
-            bytes_per_element=torch.finfo(engine.dtype).bits // 8, device=str(engine.device),
-            model_path=str(engine.model_path), model_config=engine.model_config, tokenizer=engine.tokenizer,
-            decode_mode=engine.executor.decode_mode,
-        )
-        return backend, info

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import sys
 from pathlib import Path
@@ -31,7 +33,9 @@ def screenshot_problem(screenshot: str | None, run_for_s: float | None) -> str |
     return None
 
 
-def run_gui(preset: str | None = None, run_for_s: float | None = None, screenshot: str | None = None) -> int:
+def run_gui(preset: str | None = None, run_for_s: float | None = None, screenshot: str | None = None,
+            server: str | None = None) -> int:
+    """The window; with `server` (a URL), driving that server instead of an in-process engine."""
     problem = screenshot_problem(screenshot, run_for_s)
     if problem:
         print(f"workbench: {problem}", file=sys.stderr)
@@ -59,7 +63,11 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
     window.show()
     outcome = {"code": 0}
     if scenario is not None:
+        if server:
+            scenario = dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, model=server))
         window.run_preset(scenario)
+    elif server:
+        window.load(EngineConfig(model=server))
     else:
         window.load(window.engine_panel.config() if run_for_s is None else EngineConfig())
 

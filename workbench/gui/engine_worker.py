@@ -21,7 +21,8 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from engine import EngineConfig, EngineError
-from workbench.local_backend import EngineInfo, LocalBackend, LocalBackendLoader
+from workbench.backend import Backend
+from workbench.backend_loader import BackendLoader
 from workbench.metrics_store import MetricsStore
 from workbench.request_rows import RequestRow, RequestRows
 from workbench.run_recorder import RUN_LOG_NAME, RunRecorder, run_header
@@ -33,7 +34,7 @@ _REFRESH_S = 0.1  # how often waiting rows and the block map are refreshed
 
 class EngineWorker(QObject):
     loading = Signal(str, float)  # stage, fraction done
-    loaded = Signal(object)  # EngineInfo
+    loaded = Signal(object)  # EngineInfo, or ServerInfo for a server
     failed = Signal(str)  # a one-line message for the user
     traffic_state = Signal(str)  # "idle" (loaded), "running", "paused", "stopped", "finished"
 
@@ -43,8 +44,8 @@ class EngineWorker(QObject):
         self.store: MetricsStore | None = None
         self.slo = SLO()
         self._commands: queue.Queue = queue.Queue()
-        self._loader = LocalBackendLoader()
-        self._backend: LocalBackend | None = None
+        self._loader = BackendLoader()
+        self._backend: Backend | None = None
         self._runner: ScenarioRunner | None = None
         self._requests: RequestRows | None = None
         self._recorder: RunRecorder | None = None
@@ -127,6 +128,7 @@ class EngineWorker(QObject):
                 command = None
             if command == "shutdown":
                 self._close_log()
+                self._close_backend()
                 return
             try:
                 if command is not None:
@@ -176,10 +178,10 @@ class EngineWorker(QObject):
             self._backend.abort(argument)
 
     def _load(self, config: EngineConfig) -> None:
-        self._backend, self._runner = None, None
+        self._close_backend()
         self._close_log()
         backend, info = self._loader.load(config, progress=self.loading.emit)
-        self._backend, self._requests = backend, RequestRows(backend, backend.num_kv_blocks)
+        self._backend, self._requests = backend, RequestRows(backend, backend.num_kv_blocks or 0)
         self._runner = ScenarioRunner(
             backend, None, on_step=self._on_update, on_request_end=self._on_end, on_output=self._requests.output,
             on_send=self._on_send,
@@ -191,10 +193,15 @@ class EngineWorker(QObject):
         self.traffic_state.emit("idle")
         self.loaded.emit(info)
 
+    def _close_backend(self) -> None:
+        """A remote backend holds connections and a thread: close it before it is replaced."""
+        backend, self._backend, self._runner = self._backend, None, None
+        getattr(backend, "close", lambda: None)()
+
     def _new_store(self) -> MetricsStore:
         backend = self._backend
-        return MetricsStore(self._runner.start_time, kv_capacity_tokens=backend.kv_capacity_tokens,
-                            kv_cache_bytes=backend.kv_cache_bytes, slo=self.slo)
+        return MetricsStore(self._runner.start_time, kv_capacity_tokens=backend.kv_capacity_tokens or 0,
+                            kv_cache_bytes=backend.kv_cache_bytes or 0, slo=self.slo)
 
     def _open_log(self, scenario: dict) -> None:
         """Each traffic run (and each load) starts a fresh run log, ready for "save run"."""

@@ -30,7 +30,7 @@ from engine.simulation import is_simulated, parse
 from workbench.gui.block_map import BlockMapView
 from workbench.gui.engine_panel import EnginePanel
 from workbench.gui.engine_worker import EngineWorker
-from workbench.local_backend import EngineInfo
+from workbench.backend_loader import EngineInfo, ServerInfo
 from workbench.gui.memory_panel import MemoryPanel
 from workbench.gui.plots_view import PlotsView
 from workbench.gui.report_images import export_plot_images, store_from_log
@@ -204,12 +204,17 @@ class MainWindow(QMainWindow):
         self.stage.setText(stage)
         self.progress.setValue(int(round(fraction * 100)))
 
-    def on_loaded(self, info: EngineInfo) -> None:
+    def on_loaded(self, info: EngineInfo | ServerInfo) -> None:
         self.info = info
         self.tokenizer_decode = info.tokenizer.decode if info.tokenizer else None
         self.viewing_past_run = False
-        self.stage.setText(f"ready: {Path(info.model_path).name} ({info.dtype}, {info.device}, decode {info.decode_mode})")
+        self.plots.set_capabilities(info.capabilities)
         self.progress.setValue(100)
+        if isinstance(info, ServerInfo):
+            self.stage.setText(f"connected: {info.name}")
+            self.memory.show_not_exposed(info.name)
+            return
+        self.stage.setText(f"ready: {Path(info.model_path).name} ({info.dtype}, {info.device}, decode {info.decode_mode})")
         self._show_memory(info)
 
     def on_traffic_state(self, state: str) -> None:

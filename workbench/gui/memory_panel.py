@@ -63,3 +63,10 @@ class MemoryPanel(QWidget):
             f"<b>{device}</b>: {used / 2**30:,.2f} GiB of {device_total / 2**30:,.1f} GiB "
             f"({100 * used / max(device_total, 1):.1f}%)<table cellspacing='6'>{rows}</table>"
         )
+
+    def show_not_exposed(self, server: str) -> None:
+        """A server does not say where its memory goes."""
+        self.bar.lines, self.bar.total = [], 1
+        self.bar.update()
+        self.text.setText(f"<b>{server}</b>: memory not exposed by this backend (a server reports KV usage only; "
+                          "see the KV-cache plot)")

@@ -260,6 +260,22 @@ class BatchCompositionPlot:
         self.decode.setData(*decimate(times, decode))
 
 
+# The backend capability each plot needs (workbench/backend.py); latency and throughput are
+# measured on the client or from the server's token counters, so every backend has them.
+PLOT_NEEDS = {  # plot: (capability, what it shows)
+    "kv_occupancy": ("kv_cache", "KV-cache occupancy"),
+    "queue_depth": ("queues", "Queue depth"),
+    "batch_composition": ("batch_composition", "Batch composition per step"),
+}
+
+
+def show_not_exposed(plot: pg.PlotItem, what: str) -> None:
+    """Empty the plot and say why, instead of drawing zeros."""
+    for item in plot.listDataItems():
+        item.setData([], [])
+    _set_title(plot, f"{what}: not exposed by this backend")
+
+
 def all_plots() -> dict[str, object]:
     """One of each plot, keyed by the file stem its PNG report uses."""
     return {

@@ -6,7 +6,8 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from workbench.metrics_store import MetricsSnapshot
-from workbench.gui.plots import LatencyPlot, all_plots
+from workbench.backend import IN_PROCESS, BackendCapabilities
+from workbench.gui.plots import PLOT_NEEDS, LatencyPlot, all_plots, show_not_exposed
 
 
 class PlotsView(QWidget):
@@ -22,6 +23,7 @@ class PlotsView(QWidget):
         self.latency_mode.setToolTip("What the per-request latency plot shows; rolling percentiles follow TTFT or TPOT.")
         self.latency_mode.currentIndexChanged.connect(self._mode_changed)
         self.snapshot: MetricsSnapshot | None = None  # the last data drawn
+        self.not_exposed: set[str] = set()  # plots the backend has no data for
         self.goodput = QLabel("goodput: -")
         self.goodput.setToolTip("Share of ended requests meeting every SLO set before the run, with n; "
                                 "rejected and aborted requests count as misses.")
@@ -45,10 +47,16 @@ class PlotsView(QWidget):
         if self.snapshot is not None:
             self.latency.update(self.snapshot)
 
+    def set_capabilities(self, capabilities: BackendCapabilities = IN_PROCESS) -> None:
+        self.not_exposed = {name for name, (needed, _) in PLOT_NEEDS.items() if not getattr(capabilities, needed)}
+        for name in self.not_exposed:
+            show_not_exposed(self.plots[name].plot, PLOT_NEEDS[name][1])
+
     def update_from(self, snapshot: MetricsSnapshot) -> None:
         self.snapshot = snapshot
-        for plot in self.plots.values():
-            plot.update(snapshot)
+        for name, plot in self.plots.items():
+            if name not in self.not_exposed:
+                plot.update(snapshot)
         self._update_goodput(snapshot)
 
     def _update_goodput(self, snapshot: MetricsSnapshot) -> None:

@@ -302,3 +302,25 @@ def test_the_memory_tab_scrolls_rather_than_hiding_lines(window, qtbot, tiny_con
     text = window.memory.text
     assert isinstance(text.parentWidget().parentWidget(), QScrollArea)
     assert all(f"■</span> {name}</td>" in text.text() for name in ("weights", "KV cache", "activations", "other"))
+
+
+@pytest.mark.slow  # serves SmolLM2
+def test_the_window_drives_a_server_and_says_what_it_does_not_expose(window, qtbot, server):
+    """Issue 14: `workbench gui --server URL` (or a URL in the model field): live latency and server
+    state from /metrics; the plots a server cannot feed say so instead of drawing zeros."""
+    from engine import EngineConfig
+
+    window.load(EngineConfig(model=server))
+    qtbot.waitUntil(lambda: window.stage.text().startswith("connected:"), timeout=60_000)
+    assert window.stage.text() == f"connected: {server} (smollm2-135m)"
+    plots = window.plots.plots
+    assert plots["batch_composition"].plot.titleLabel.text == "Batch composition per step: not exposed by this backend"
+    assert "not exposed by this backend" in window.memory.text.text()
+    traffic = TrafficProfile(arrival="poisson", rate=20.0, num_requests=6, prompt_len=LengthDistribution(mean=12),
+                             output_len=LengthDistribution(mean=8))
+    window.start_traffic(Scenario(name="remote", traffic=traffic))
+    qtbot.waitUntil(lambda: window.worker.at_rest() and len(window.worker.rows()) == 6, timeout=120_000)
+    window.refresh_plots()
+    assert "n=6" in plots["latency"].plot.titleLabel.text
+    assert plots["kv_occupancy"].used.getData()[0].size > 0  # scrapes of vllm:kv_cache_usage_perc
+    assert all(row.state == "finished" and len(row.output_token_ids) == 8 for row in window.worker.rows())

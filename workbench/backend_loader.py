@@ -1,0 +1,82 @@
+"""What the window connects to: the in-process engine for a model or a simulated GPU, or a server
+for a URL ("http://127.0.0.1:8000"), each with what the window may show about it."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from engine import EngineConfig, LLMEngine
+from engine.model_config import ModelConfig
+from engine.model_file import ModelSource, ProgressCallback
+from engine.model_source import read_model, read_tokenizer
+from engine.simulation import is_simulated
+from engine.tokenizer import Tokenizer
+from workbench.backend import Backend, BackendCapabilities
+from workbench.local_backend import LocalBackend
+from workbench.remote_backend import RemoteBackend
+
+SERVER_TOKENIZER = "smollm2-135m"  # prompts for a server are made with this tokenizer unless told otherwise
+
+
+def is_server_url(model: str) -> bool:
+    return model.startswith(("http://", "https://"))
+
+
+@dataclass
+class EngineInfo:
+    """What the window may know about the loaded engine (all immutable or thread-safe)."""
+
+    config: EngineConfig
+    summary: dict  # capacity and byte counts, all measured (the run log's "engine")
+    dtype: str
+    bytes_per_element: int
+    device: str
+    model_path: str
+    model_config: ModelConfig
+    tokenizer: Tokenizer | None  # decoding is thread-safe (the tokenizers library is immutable)
+    decode_mode: str  # "compiled", "eager", "simulated", or why compilation fell back to eager
+    capabilities: BackendCapabilities
+
+
+@dataclass
+class ServerInfo:
+    """What the window may know about a server it drives."""
+
+    config: EngineConfig  # its model field holds the URL
+    name: str  # the URL and the model served
+    max_model_len: int
+    tokenizer: Tokenizer
+    capabilities: BackendCapabilities
+
+
+class BackendLoader:
+    """Builds the window's backends. It keeps the last model file read, so that a new
+    configuration of the same model does not read the file again."""
+
+    def __init__(self):
+        self._source: ModelSource | None = None
+        self._source_model: str | None = None
+
+    def load(self, config: EngineConfig, progress: ProgressCallback) -> tuple[Backend, EngineInfo | ServerInfo]:
+        if is_server_url(config.model):
+            progress("connect", 0.0)
+            backend = RemoteBackend(config.model, read_tokenizer(SERVER_TOKENIZER))
+            progress("connect", 1.0)
+            return backend, ServerInfo(config, backend.name, backend.max_model_len, backend.tokenizer, backend.capabilities)
+        if is_simulated(config.model):
+            # The window watches a simulated engine in real time, unless a speed was chosen.
+            config = dataclasses.replace(config, simulation_speed=config.simulation_speed or 1.0)
+        elif self._source is None or self._source_model != config.model:
+            self._source, self._source_model = read_model(config.model, progress), config.model
+        engine = LLMEngine(config, progress=progress, source=None if is_simulated(config.model) else self._source)
+        backend = LocalBackend(engine)
+        info = EngineInfo(
+            config=config, summary=backend.describe()["engine"], dtype=str(engine.dtype).removeprefix("torch."),
+            bytes_per_element=torch.finfo(engine.dtype).bits // 8, device=str(engine.device),
+            model_path=str(engine.model_path), model_config=engine.model_config, tokenizer=engine.tokenizer,
+            decode_mode=engine.executor.decode_mode, capabilities=backend.capabilities,
+        )
+        return backend, info
