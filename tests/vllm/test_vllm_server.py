@@ -10,8 +10,9 @@ import sys
 import httpx
 import pytest
 
+from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.model_source import read_model, read_tokenizer
-from tests.workbench.conftest import free_port, wait_until
+from tests.workbench.conftest import free_port, launch
 from workbench.export_hf import export_hf_directory
 from workbench.headless import run_headless
 from workbench.presets import load_preset
@@ -30,18 +31,9 @@ def vllm_server(tmp_path_factory):
     log = (tmp_path_factory.mktemp("vllm") / "server.log").open("w")
     command = [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--host", "127.0.0.1",
                "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "2048", "--served-model-name", "smollm2-135m"]
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
     url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"vLLM exited; see {log.name}")
-        try:
-            return httpx.get(f"{url}/v1/models", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(up, "vLLM to serve /v1/models", limit_s=600)
+    process = launch(command, f"{url}/v1/models", f"vLLM (log: {log.name})", limit_s=600, stdout=log, stderr=subprocess.STDOUT,
+                     env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
     yield url
     process.terminate()
     process.wait(timeout=60)
@@ -72,8 +64,6 @@ def test_vllm_and_the_in_process_engine_agree_on_greedy_tokens(vllm_server):
     prompt = tokenizer.encode("The capital of France is")
     body = {"model": "smollm2-135m", "prompt": prompt, "max_tokens": 4, "temperature": 0, "return_token_ids": True}
     remote = httpx.post(f"{vllm_server}/v1/completions", json=body, timeout=60).json()["choices"][0]["token_ids"]
-    from engine import EngineConfig, LLMEngine, SamplingParams
-
     local = LLMEngine(EngineConfig(kv_cache_memory=64 << 20, max_model_len=512)).generate(
         [prompt], SamplingParams(max_tokens=4, temperature=0.0))[0].token_ids
     assert remote == local

@@ -29,34 +29,26 @@ def wait_until(condition, what: str, limit_s: float = 120.0) -> None:
         time.sleep(0.05)
 
 
-def start_server(port: int, *extra: str) -> subprocess.Popen:
-    command = [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())", "serve", "--port", str(port), *extra]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def launch(command: list[str], probe_url: str, what: str, limit_s: float = 120.0, **popen_options) -> subprocess.Popen:
+    """Start a server process and wait until `probe_url` answers 200."""
+    process = subprocess.Popen(command, **popen_options)
 
-    def healthy() -> bool:
-        if server.poll() is not None:
-            raise AssertionError(f"the server exited: {server.stdout.read()}")
+    def answering() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"{what} exited with code {process.returncode}")
         try:
-            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200
+            return httpx.get(probe_url, timeout=2.0).status_code == 200
         except httpx.HTTPError:
             return False
 
-    wait_until(healthy, "the server to answer /health")
-    return server
+    wait_until(answering, f"{what} to answer {probe_url}", limit_s)
+    return process
 
 
-@pytest.fixture(scope="module")
-def server():
-    port = free_port()
-    process = start_server(port, "--set", "engine.max_model_len=512", "--set", "engine.kv_cache_memory=67108864")
-    yield f"http://127.0.0.1:{port}"
-    process.terminate()
-    process.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return read_tokenizer("smollm2-135m")
+def start_server(port: int, *extra: str) -> subprocess.Popen:
+    """`workbench serve` on this port (its messages go to this test's output)."""
+    command = [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())", "serve", "--port", str(port), *extra]
+    return launch(command, f"http://127.0.0.1:{port}/health", "workbench serve")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ aborts its request, which frees its KV blocks at the next step.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import time
 import uuid
