@@ -81,9 +81,10 @@ def test_a_client_that_goes_away_frees_its_blocks(server, tokenizer):
     generated_before = state(server).generation_tokens_total
     with httpx.stream("POST", f"{server}/v1/completions", json=body, timeout=60) as response:
         for line in response.iter_lines():
-            if line.startswith("data: "):
+            if line.startswith("data: "):  # streaming: the request holds blocks while we read
+                during = state(server)
                 break
-        assert state(server).kv_usage > 0 and state(server).num_running == 1
+    assert during.kv_usage > 0 and during.num_running == 1
     # The stream is closed: the server aborts the request at its next step and frees its blocks.
     wait_until(lambda: state(server).kv_usage == 0.0 and state(server).num_running == 0, "the aborted request's blocks")
     assert state(server).generation_tokens_total - generated_before < 400  # stopped, not run to its end
