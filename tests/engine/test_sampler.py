@@ -93,3 +93,12 @@ def test_each_row_of_a_mixed_batch_keeps_its_own_filters():
     assert set(tokens[:, 0]) == {0, 1}  # top-k 2 of the first row
     assert np.abs(np.bincount(tokens[:, 1], minlength=6) / 3000 - p1[::-1]).max() < 0.03  # unfiltered, its own logits
     assert set(tokens[:, 2]) == {0}  # greedy
+
+
+def test_min_p_is_relative_to_each_rows_own_most_likely_token():
+    """Row 2's logits are row 1's minus 5: min_p keeps the same tokens in both (a threshold taken
+    from the whole batch's maximum would drop all of row 2 but its best)."""
+    row = torch.tensor(LOGITS, dtype=torch.float32)
+    logits = torch.stack([row, row - 5.0]).repeat(2000, 1)
+    tokens = np.array(sample(logits, [SamplingParams(min_p=0.3)] * 4000, list(range(4000)))).reshape(2000, 2)
+    assert set(tokens[:, 0]) == set(tokens[:, 1]) == {0, 1, 2}

@@ -114,7 +114,7 @@ def test_the_report_carries_its_identity_and_definitions():
     assert report["schema"] == "workbench-report/3" and report["stopped_early"] is True and report["requests_planned"] == 7
     assert report["slo"] == {"ttft_ms": 1500, "tpot_ms": None, "e2e_ms": None} and report["variant"] is None
     assert "finished requests (stop or length) only" in report["notes"]["latency"]
-    assert "rejected, aborted and unfinished ones count as misses" in report["notes"]["goodput"]
+    assert "rejected, aborted, failed and unfinished ones count as misses" in report["notes"]["goodput"]
 
 
 def test_a_log_cut_off_before_its_first_step_has_no_rates():
