@@ -163,3 +163,31 @@ def test_server_state_is_read_from_each_engines_metric_names():
     assert (parse_server_state(sglang).kv_usage, parse_server_state(sglang).num_running, parse_server_state(sglang).num_waiting) == (0.5, 7, 4)
     assert parse_server_state(old_vllm).kv_usage == 0.3 and parse_server_state(old_vllm).preemptions_total is None
     assert json.dumps(parse_server_state("").__dict__) == json.dumps({key: None for key in parse_server_state("").__dict__})
+
+
+def test_256_concurrent_streams_and_an_abort_from_the_client(tokenizer):
+    """A simulated 7B on an H100, served in real time: 256 streams at once all finish; one request
+    aborted by the client ends with "abort" and its blocks are freed."""
+    port = free_port()
+    process = start_server(port, "--set", "engine.model=simulated:llama-2-7b@h100-80gb", "--set", "engine.max_num_seqs=256")
+    url = f"http://127.0.0.1:{port}"
+    backend = RemoteBackend(url, tokenizer)
+    try:
+        for index in range(256):
+            backend.submit(list(range(1, 40)), SamplingParams(max_tokens=8, ignore_eos=True), request_id=f"r{index}",
+                           arrival_time=backend.clock())
+        backend.submit(list(range(1, 40)), SamplingParams(max_tokens=4000, ignore_eos=True), request_id="long",
+                       arrival_time=backend.clock())
+        ended = {}
+        while len(ended) < 256:
+            ended.update({output.request_id: output for output in backend.advance().outputs if output.finished})
+        assert state(url).num_running == 1  # the long one, still going
+        backend.abort("long")
+        while backend.has_unfinished():
+            ended.update({output.request_id: output for output in backend.advance().outputs if output.finished})
+    finally:
+        backend.close()
+        process.terminate()
+        process.wait(timeout=30)
+    assert all(ended[f"r{index}"].finish_reason == "length" and len(ended[f"r{index}"].token_ids) == 8 for index in range(256))
+    assert ended["long"].finish_reason == "abort" and 0 < len(ended["long"].token_ids) < 4000
