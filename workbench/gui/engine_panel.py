@@ -29,7 +29,9 @@ class EnginePanel(QGroupBox):
         self.model.addItems([f"simulated:{name}@{gpu}" for name, gpu in (("llama-2-7b", "h100-80gb"), ("llama-3-8b", "h100-80gb"),
                                                                          ("llama-3-70b", "h200"), ("mistral-7b", "a100-80gb"))])
         self.model.setToolTip("The bundled SmolLM2-135M (Q4_1 GGUF), a .gguf file, a Hugging Face folder (safetensors), "
-                              "or simulated:MODEL@HARDWARE: the same scheduler on a GPU you describe, timed by a cost model.")
+                              "simulated:MODEL@HARDWARE: the same scheduler on a GPU you describe, timed by a cost model; "
+                              "or a server's URL (http://HOST:PORT): drive that OpenAI-compatible server (vLLM, SGLang, "
+                              "llama.cpp, workbench serve); the other engine settings are then the server's own.")
         # One narrow button with a menu keeps the controls column narrow.
         self.browse = QToolButton()
         self.browse.setText("…")
