@@ -4,7 +4,6 @@ workbench's remote backend. `make test-vllm` builds that venv and runs these; el
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import httpx
@@ -12,7 +11,7 @@ import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.model_source import read_model, read_tokenizer
-from tests.workbench.conftest import free_port, launch
+from benchmarks.server_processes import free_port, start_vllm_server
 from workbench.export_hf import export_hf_directory
 from workbench.headless import run_headless
 from workbench.presets import load_preset
@@ -28,16 +27,12 @@ pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="make test-vllm runs the
 def vllm_server(tmp_path_factory):
     model_dir = export_hf_directory(read_model("smollm2-135m"), tmp_path_factory.mktemp("smollm2-hf"))
     port = free_port()
-    log = (tmp_path_factory.mktemp("vllm") / "server.log").open("w")
-    command = [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--host", "127.0.0.1",
-               "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "2048", "--served-model-name", "smollm2-135m"]
-    url = f"http://127.0.0.1:{port}"
-    process = launch(command, f"{url}/v1/models", f"vLLM (log: {log.name})", limit_s=600, stdout=log, stderr=subprocess.STDOUT,
-                     env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
-    yield url
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    process = start_vllm_server(VLLM_PYTHON, model_dir, port, log)
+    yield f"http://127.0.0.1:{port}"
     process.terminate()
     process.wait(timeout=60)
-    print(f"vLLM log: {log.name}", file=sys.stderr)
+    print(f"vLLM log: {log}", file=sys.stderr)
 
 
 def test_chat_burst_against_vllm_gives_a_full_report_with_server_state(vllm_server, tmp_path):

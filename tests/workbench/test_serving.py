@@ -17,7 +17,7 @@ from workbench.headless import run_headless
 from workbench.presets import load_preset
 from workbench.remote_backend import RemoteBackend
 from workbench.server_state import parse_server_state
-from tests.workbench.conftest import free_port, start_server, wait_until
+from benchmarks.server_processes import free_port, start_workbench_server, wait_until
 
 pytestmark = pytest.mark.slow  # loads SmolLM2 in the server
 
@@ -118,7 +118,7 @@ def test_models_version_and_metrics_speak_vllms_dialect(server):
 
 def test_a_dropped_server_ends_each_request_with_an_error_and_the_run_goes_on(tokenizer):
     port = free_port()
-    process = start_server(port, "--set", "engine.model=simulated:llama-2-7b@h100-80gb")
+    process = start_workbench_server(port, "--set", "engine.model=simulated:llama-2-7b@h100-80gb")
     backend = RemoteBackend(f"http://127.0.0.1:{port}", tokenizer)
     try:
         for index in range(3):
@@ -169,7 +169,7 @@ def test_256_concurrent_streams_and_an_abort_from_the_client(tokenizer):
     """A simulated 7B on an H100, served in real time: 256 streams at once all finish; one request
     aborted by the client ends with "abort" and its blocks are freed."""
     port = free_port()
-    process = start_server(port, "--set", "engine.model=simulated:llama-2-7b@h100-80gb", "--set", "engine.max_num_seqs=256")
+    process = start_workbench_server(port, "--set", "engine.model=simulated:llama-2-7b@h100-80gb", "--set", "engine.max_num_seqs=256")
     url = f"http://127.0.0.1:{port}"
     backend = RemoteBackend(url, tokenizer)
     try:
