@@ -16,7 +16,6 @@ event changes the pace without changing the random draws before it.
 from __future__ import annotations
 
 import csv
-import itertools
 import json
 import math
 from collections.abc import Iterable, Iterator
@@ -157,9 +156,9 @@ class PlannedTraffic:
 
     Arrival times and request contents come from two streams of the same seed: reading arrivals
     ahead (or counting those left) never changes a prompt, and the same seed gives the same
-    requests, byte for byte. `arrivals` yields one time per request (None for closed-loop
-    requests, which are sent when a slot frees); `next_request` draws the contents of the next
-    one, in the same order."""
+    requests, byte for byte. `arrivals` yields one time per open-loop request (closed-loop
+    requests have none: they are sent as slots free, `known_count` of them); `next_request` draws
+    the contents of the next one, in the same order."""
 
     def __init__(
         self, profile: TrafficProfile, prompt_maker: PromptMaker, seed: int | np.random.SeedSequence, max_model_len: int,
@@ -184,8 +183,8 @@ class PlannedTraffic:
             raise ConfigError("num_requests: closed_loop traffic needs a number of requests")
         if profile.shared_prefix_tokens and profile.prompts == "synthetic":
             self._prefix = prompt_maker.synthetic(profile.shared_prefix_tokens, self._rng)
-        if profile.arrival == "closed_loop":
-            self.arrivals = itertools.repeat(None, profile.num_requests)
+        if profile.arrival == "closed_loop":  # no arrival times: sent as slots free, counted by known_count
+            self.arrivals = iter(())
             self.known_count = profile.num_requests
         else:
             self.arrivals = arrival_times(profile, arrival_rng, self._rate_changes)

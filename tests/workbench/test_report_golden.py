@@ -173,3 +173,29 @@ def test_identity_offsets_and_short_runs_in_the_report_and_its_files(tmp_path):
     assert metric(report, "goodput_req_s") == (2.0, 1)  # 1 request in half a second
     with (tmp_path / "nested" / "run" / "steps.csv").open() as handle:
         assert [float(row["time_since_start_s"]) for row in csv.DictReader(handle)] == [0.25, 0.5]
+
+
+def test_failed_requests_and_a_count_known_only_at_the_end():
+    """A remote backend's failed request is counted and misses goodput; traffic that ended by a
+    duration logs requests_planned null, filled in from the footer (or unknown without one)."""
+    header = {**LOG.header, "start_time": 0.0, "requests_planned": None}
+    requests = [request("a", "chat", 0.0, 0.1, [0.2, 0.3], "stop", 4), request("b", "chat", 0.0, None, [], "error", 4, finish=0.5)]
+    footer = {"duration_s": 1.0, "stopped_early": False, "requests_unfinished": 0, "requests_not_sent": 3}
+    complete = build_report(RunLog(header, [step(0.5, 8, 1, 2)], requests, footer=footer))
+    assert metric(complete, "requests_failed") == (1, 2) and metric(complete, "requests_finished") == (1, 2)
+    assert complete["metrics"]["requests_failed"]["unit"] == "requests the server or the network failed"
+    assert complete["requests_planned"] == 5 and metric(complete, "requests_not_sent") == (3, 5)
+    assert metric(complete, "goodput_perc")[0] == 50.0  # a counts, b is a miss
+    crashed = build_report(RunLog(header, [step(0.5, 8, 1, 2)], requests, footer=None))
+    assert crashed["requests_planned"] is None and metric(crashed, "requests_not_sent") == (None, None)
+
+
+def test_what_a_backend_does_not_expose_is_said_not_zeroed():
+    header = {**LOG.header, "backend": {"name": "http://server (m)", "not_exposed": ["kv_cache", "prefix_cache"]}}
+    report = build_report(RunLog(header, LOG.steps, LOG.requests, LOG.footer))
+    for name in ("kv_usage_peak_perc", "kv_usage_mean_perc", "prefix_cache_hit_perc"):
+        assert report["metrics"][name] == {"value": None, "unit": "not exposed by this backend", "n": 0}
+    assert metric(report, "preemptions") == (3, 4)  # exposed: as in the local report
+    assert report["backend"] == {"name": "http://server (m)", "not_exposed": ["kv_cache", "prefix_cache"]}
+    # A run log from before backends existed is the in-process engine's, everything exposed.
+    assert build_report(LOG)["backend"] == {"name": "in-process engine", "not_exposed": []}

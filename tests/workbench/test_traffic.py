@@ -189,7 +189,7 @@ def test_planned_traffic_follows_rate_changes_and_needs_a_count_for_closed_loop(
     profile = TrafficProfile(arrival="constant", rate=10.0, num_requests=6, prompt_len=LengthDistribution(mean=4))
     planned = plan_traffic(profile, PromptMaker(None, 100), 0, 64, rate_changes=[(0.25, 1.0)])
     assert [request.arrival_s for request in planned] == pytest.approx([0.1, 0.2, 0.3, 1.3, 2.3, 3.3])
-    with pytest.raises(ConfigError, match="num_requests: closed_loop traffic needs a number of requests"):
+    with pytest.raises(ConfigError, match="^num_requests: closed_loop traffic needs a number of requests$"):
         plan_traffic(TrafficProfile(arrival="closed_loop", num_requests=0, duration_s=5.0), PromptMaker(None, 100), 0, 64)
 
 
@@ -338,3 +338,20 @@ def test_traffic_ended_by_a_duration_is_counted_by_its_arrival_times_alone():
     assert plan.total is None
     plan.pop_timed()
     assert plan.count_rest() == 10 - 1 + 10**9 and maker.drawn == 1
+
+
+def test_a_trace_plan_knows_its_count_and_uniform_lengths_stay_within_their_bounds(tmp_path):
+    from engine import EngineConfig
+    from workbench.request_plan import RequestPlan
+    from workbench.scenario import Scenario
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(f'{{"arrival_s": {index / 10}, "prompt_tokens": 5, "output_tokens": 2}}\n' for index in range(4)))
+    profile = TrafficProfile(prompts="trace", trace_file=str(trace), num_requests=0)
+    plan = RequestPlan(Scenario(name="t", engine=EngineConfig(model="simulated:llama-2-7b@h100-80gb"), traffic=profile),
+                       max_model_len=64, prompt_maker=PromptMaker(None, 100))
+    assert plan.total == 4 and plan.count_rest() == 4
+    lengths = {LengthDistribution(kind="uniform", low=3, high=5).sample(np.random.default_rng(seed), limit=100) for seed in range(200)}
+    assert lengths == {3, 4, 5}  # both bounds included, nothing past high
+    with pytest.raises(ConfigError, match="^num_requests, duration_s: set at least one, or the traffic never ends$"):
+        TrafficProfile(num_requests=0, duration_s=0)
