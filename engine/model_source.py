@@ -6,6 +6,7 @@ knows nothing of devices or the decoder module; engine/model.py turns it into a 
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 from pathlib import Path
 
@@ -43,8 +44,10 @@ def read_model(model: str, progress: ProgressCallback = no_progress) -> ModelSou
     raise ModelLoadError(f"{path}: expected a .gguf file or a Hugging Face directory with config.json")
 
 
+@functools.lru_cache(maxsize=4)
 def read_tokenizer(model: str) -> Tokenizer | None:
-    """A model's tokenizer without its weights (to make prompts for a server that serves it)."""
+    """A model's tokenizer without its weights (to make prompts for a server that serves it).
+    Read once per process: parsing a GGUF vocabulary takes seconds, and tokenizers are immutable."""
     path = resolve_model_path(model)
     if path.is_dir():
         return read_hf_tokenizer(path)

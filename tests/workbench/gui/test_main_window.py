@@ -305,9 +305,11 @@ def test_the_memory_tab_scrolls_rather_than_hiding_lines(window, qtbot, tiny_con
 
 
 @pytest.mark.slow  # serves SmolLM2
-def test_the_window_drives_a_server_and_says_what_it_does_not_expose(window, qtbot, server):
+def test_the_window_drives_a_server_and_says_what_it_does_not_expose(window, qtbot, server, tokenizer):
     """Issue 14: `workbench gui --server URL` (or a URL in the model field): live latency and server
-    state from /metrics; the plots a server cannot feed say so instead of drawing zeros."""
+    state from /metrics; the plots a server cannot feed say so instead of drawing zeros. (The
+    `tokenizer` fixture reads the prompt tokenizer into the process cache first: parsing the GGUF
+    vocabulary in the engine thread while the window repaints took over a minute on 2 cores.)"""
     from engine import EngineConfig
 
     window.load(EngineConfig(model=server))
