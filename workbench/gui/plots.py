@@ -115,7 +115,9 @@ class KvOccupancyPlot:
         times, used, cached = break_at_idle_gaps(steps, steps["kv_used_perc"], steps["kv_used_perc"] + steps["kv_cached_perc"])
         self.used.setData(times, used)
         self.cached.setData(times, cached)
-        _set_title(self.plot, f"KV-cache occupancy: {snapshot.kv_capacity_tokens:,} tokens, {snapshot.kv_cache_bytes / 2**20:,.0f} MiB")
+        size = f", {snapshot.kv_cache_bytes / 2**20:,.0f} MiB" if snapshot.kv_cache_bytes else ""  # a server may not say
+        capacity = f"{snapshot.kv_capacity_tokens:,} tokens{size}" if snapshot.kv_capacity_tokens else "capacity not exposed"
+        _set_title(self.plot, f"KV-cache occupancy: {capacity}")
 
 
 class QueueDepthPlot:

@@ -103,3 +103,12 @@ def test_legends_sit_under_the_plot_and_decode_has_its_own_axis(qtbot):
     batch.decode_view.autoRange()
     low, high = batch.decode_view.viewRange()[1]
     assert low <= 5 <= high and high < 50  # decode's own scale, not the prefill axis
+
+
+def test_a_capacity_the_backend_does_not_give_is_not_drawn_as_zero(qtbot):
+    _view, plots = plots_in_a_view(qtbot)
+    store = MetricsStore(0.0, kv_capacity_tokens=46_592, kv_cache_bytes=0)
+    plots["kv_occupancy"].update(store.snapshot())
+    assert plots["kv_occupancy"].plot.titleLabel.text == "KV-cache occupancy: 46,592 tokens"
+    plots["kv_occupancy"].update(MetricsStore(0.0).snapshot())
+    assert plots["kv_occupancy"].plot.titleLabel.text == "KV-cache occupancy: capacity not exposed"
