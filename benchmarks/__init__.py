@@ -1,1 +1,3 @@
-"""Performance scripts (not tests): `python -m benchmarks.throughput`, `python -m benchmarks.decode`."""
+"""Scripts that measure (not tests), each named for what it measures: `python -m
+benchmarks.throughput`, `.decode`, `.fixed_workload`, `.kernel_timings`, `.soak`,
+`.servers_side_by_side`; `server_processes` starts the servers they and the tests drive."""

@@ -43,7 +43,7 @@ def soak(num_requests: int, abort_probability: float, seed: int = 0) -> dict:
             engine.abort(recent[int(rng.integers(len(recent)))])
 
     runner = ScenarioRunner(LocalBackend(engine), Scenario(name="soak", engine=config, traffic=traffic, seed=seed),
-                            on_send=sent.append, on_step=maybe_abort)
+                            on_send=lambda request_id, prompt: sent.append(request_id), on_step=maybe_abort)
     started = time.perf_counter()
     result = runner.run()
     wall_s = time.perf_counter() - started

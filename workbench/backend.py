@@ -57,11 +57,13 @@ class BackendUpdate:
 
 @dataclass
 class RequestProgress:
-    """Where a request sent to the backend stands (for tables, and for requests a run ends without)."""
+    """Where a request sent to the backend stands (for tables, and for requests a run ends without).
+    Read on the engine thread's hot path, so nothing is copied: `metrics` may be the backend's
+    live object; copy it to keep it."""
 
     state: str  # waiting, running, ... in the engine's words
     metrics: RequestMetrics  # so far
-    prompt_token_ids: list[int]
+    num_prompt_tokens: int
     num_tokens: int  # prompt and output tokens so far
 
 

@@ -6,8 +6,6 @@ window's engine thread, or the headless runner's). Everything is exposed: it is 
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from engine import LLMEngine
@@ -69,8 +67,7 @@ class LocalBackend:
         seq = self.engine.sequence(request_id)
         if seq is None:
             return None
-        metrics = dataclasses.replace(seq.metrics, token_times=list(seq.metrics.token_times))
-        return RequestProgress(seq.state, metrics, seq.token_ids[: seq.num_prompt_tokens], seq.num_tokens)
+        return RequestProgress(seq.state, seq.metrics, seq.num_prompt_tokens, seq.num_tokens)
 
     def block_owners(self, rows: dict[str, int]) -> np.ndarray:
         manager = self.engine.block_manager

@@ -135,7 +135,7 @@ class RemoteBackend:
             return None
         state = "running" if request.output_token_ids else "waiting"
         metrics = dataclasses.replace(request.metrics, token_times=list(request.metrics.token_times))
-        return RequestProgress(state, metrics, list(request.prompt_token_ids),
+        return RequestProgress(state, metrics, len(request.prompt_token_ids),
                                len(request.prompt_token_ids) + len(request.output_token_ids))
 
     def block_owners(self, rows: dict[str, int]) -> None:

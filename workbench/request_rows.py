@@ -48,13 +48,12 @@ class RequestRows:
 
     # ----- engine thread -------------------------------------------------------------------------
 
-    def sent(self, request_id: str, tag: str, now_s: float) -> None:
+    def sent(self, request_id: str, tag: str, prompt_token_ids: list[int], now_s: float) -> None:
         """A row for every request sent (a rejected one never gets queued)."""
         progress = self._backend.progress(request_id)
         with self._lock:
             self._rows[request_id] = RequestRow(
-                request_id, tag, progress.state if progress else "rejected",
-                progress.prompt_token_ids if progress else [], timeline=[(now_s, "arrived")],
+                request_id, tag, progress.state if progress else "rejected", prompt_token_ids, timeline=[(now_s, "arrived")],
             )
             if progress is not None:
                 self._live[request_id] = len(self._rows) - 1
@@ -70,7 +69,7 @@ class RequestRows:
                 if preemptions > row.preemptions:
                     row.timeline.append((now_s, f"preempted (recompute {progress.num_tokens} tokens)"))
                 row.preemptions, row.state = preemptions, progress.state
-                if tokens > 1 or progress.num_tokens == len(progress.prompt_token_ids):
+                if tokens > 1 or progress.num_tokens == progress.num_prompt_tokens:
                     row.timeline.append((now_s, f"prefill {tokens} tokens"))
                 elif row.timeline[-1][1] != "decoding":  # the first decode step after a prefill
                     row.timeline.append((now_s, "decoding"))

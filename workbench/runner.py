@@ -58,7 +58,7 @@ class ScenarioRunner:
         on_step: Callable[[BackendUpdate], None] = lambda update: None,
         on_request_end: Callable[[EndedRequest], None] = lambda ended: None,
         on_output: Callable[[RequestOutput], None] = lambda output: None,
-        on_send: Callable[[str], None] = lambda request_id: None,
+        on_send: Callable[[str, list[int]], None] = lambda request_id, prompt_token_ids: None,
         should_stop: Callable[[], bool] = lambda: False,
         sleep: Callable[[float], None] | None = None,
     ):
@@ -114,7 +114,7 @@ class ScenarioRunner:
         for request_id, progress in unfinished:
             if progress is None:  # ended inside a step that was interrupted before it returned
                 continue
-            metrics = dataclasses.replace(progress.metrics, finish_reason=UNFINISHED,
+            metrics = dataclasses.replace(progress.metrics, token_times=list(progress.metrics.token_times), finish_reason=UNFINISHED,
                                           finish_detail=f"{progress.state} when the run ended")
             self._record_end(EndedRequest(request_id, self.tags[request_id], metrics))
         self.result.num_not_sent = self.plan.count_rest() if self.plan is not None else 0
@@ -199,8 +199,9 @@ class ScenarioRunner:
         request_id = f"{request.tag}-{len(self.tags)}"
         self.tags[request_id] = request.tag
         self._in_flight[request_id] = None
-        self.backend.submit(list(request.prompt_token_ids), params, arrival_time=arrival_time, request_id=request_id)
-        self.on_send(request_id)
+        prompt = list(request.prompt_token_ids)
+        self.backend.submit(prompt, params, arrival_time=arrival_time, request_id=request_id)
+        self.on_send(request_id, prompt)
         return request_id
 
     def _step(self) -> None:

@@ -19,7 +19,7 @@ def test_rows_follow_each_request_from_arrival_to_its_end():
         ScenarioEvent(at_s=0.0, action="inject", count=2, prompt_tokens=100, output_tokens=3, tag="chat")])
     runner = ScenarioRunner(backend, scenario)
     seconds = lambda: backend.clock() - runner.start_time  # noqa: E731
-    runner.on_send = lambda request_id: rows.sent(request_id, runner.tags[request_id], seconds())
+    runner.on_send = lambda request_id, prompt: rows.sent(request_id, runner.tags[request_id], prompt, seconds())
     runner.on_output = rows.output
     runner.on_request_end = lambda ended: rows.ended(ended, seconds())
     held = []

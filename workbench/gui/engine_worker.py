@@ -220,8 +220,8 @@ class EngineWorker(QObject):
     def _seconds(self) -> float:
         return self._backend.clock() - self._runner.start_time
 
-    def _on_send(self, request_id: str) -> None:
-        self._requests.sent(request_id, self._runner.tags.get(request_id, ""), self._seconds())
+    def _on_send(self, request_id: str, prompt_token_ids: list[int]) -> None:
+        self._requests.sent(request_id, self._runner.tags.get(request_id, ""), prompt_token_ids, self._seconds())
 
     def _on_update(self, update) -> None:
         if update.stats is not None:
