@@ -17,7 +17,7 @@ import numpy as np
 
 from workbench.prompts import PromptMaker
 from workbench.scenario import Scenario, ScenarioEvent
-from workbench.traffic import PlannedRequest, PlannedTraffic
+from workbench.traffic import PlannedRequest, PlannedTraffic, injected_request
 
 
 @dataclass
@@ -92,10 +92,8 @@ class RequestPlan:
         return self._traffic.next_request(None)
 
     def _injected(self, event: ScenarioEvent) -> PlannedRequest:
-        limit = self._max_model_len
-        prompt = self._maker.synthetic(min(event.prompt_tokens, limit - 2), self._inject_rng)
-        output = max(1, min(event.output_tokens, limit - len(prompt) - 1))
-        return PlannedRequest(event.at_s, tuple(prompt), output, event.tag)
+        return injected_request(self._maker, self._inject_rng, event.prompt_tokens, event.output_tokens, self._max_model_len,
+                                event.at_s, event.tag)
 
     def clear(self) -> None:
         """Drop every request not yet sent."""

@@ -20,7 +20,7 @@ from workbench.backend import Backend, BackendUpdate
 from workbench.prompts import PromptMaker
 from workbench.request_plan import RequestPlan
 from workbench.scenario import Scenario
-from workbench.traffic import PlannedRequest
+from workbench.traffic import PlannedRequest, injected_request
 
 _IDLE_POLL_S = 0.005
 
@@ -162,14 +162,10 @@ class ScenarioRunner:
 
     def inject(self, count: int, prompt_tokens: int, output_tokens: int, tag: str) -> list[str]:
         """Send `count` synthetic requests now (prompts of real text, lengths clipped to the model)."""
-        limit = self.backend.max_model_len
         now = self.backend.clock()
-        sent = []
-        for _ in range(count):
-            prompt = self._prompt_maker.synthetic(min(prompt_tokens, limit - 2), self._inject_rng)
-            output = max(1, min(output_tokens, limit - len(prompt) - 1))
-            sent.append(self._send(PlannedRequest(None, tuple(prompt), output, tag), now))
-        return sent
+        return [self._send(injected_request(self._prompt_maker, self._inject_rng, prompt_tokens, output_tokens,
+                                            self.backend.max_model_len, None, tag), now)
+                for _ in range(count)]
 
     def pause(self) -> None:
         if self._paused_since is None:

@@ -209,6 +209,14 @@ class PlannedTraffic:
         return PlannedRequest(arrival_s, tuple(prompt), output, profile.tag)
 
 
+def injected_request(prompt_maker: PromptMaker, rng: np.random.Generator, prompt_tokens: int, output_tokens: int,
+                     max_model_len: int, arrival_s: float | None, tag: str) -> PlannedRequest:
+    """An injected request: a synthetic prompt and an output length, both clipped to the model."""
+    prompt = prompt_maker.synthetic(min(prompt_tokens, max_model_len - 2), rng)
+    output = max(1, min(output_tokens, max_model_len - len(prompt) - 1))
+    return PlannedRequest(arrival_s, tuple(prompt), output, tag)
+
+
 def read_trace(path: Path, prompt_maker: PromptMaker, rng: np.random.Generator, tag: str) -> list[PlannedRequest]:
     """Replay a trace: CSV with a header row, or JSONL, one request per row with arrival_s,
     prompt (text) or prompt_tokens (a length), and output_tokens."""

@@ -64,9 +64,7 @@ class ServerMetrics:
 
     def step(self, stats: StepStats, generated_tokens: int) -> None:
         """After every engine step: the gauges, and the counters by what the step added."""
-        self.running.set(stats.num_running)
-        self.waiting.set(stats.num_waiting + stats.num_waiting_long)
-        self.kv_usage.set(stats.kv_blocks_used / stats.kv_blocks_total)
+        self._gauges(stats.num_running, stats.num_waiting + stats.num_waiting_long, stats.kv_blocks_used, stats.kv_blocks_total)
         self.prompt_tokens.inc(stats.prefill_tokens)
         self.generation_tokens.inc(generated_tokens)
         totals = (stats.preemptions_total, stats.prefix_cache_hit_tokens_total, stats.prefix_cache_query_tokens_total)
@@ -78,8 +76,11 @@ class ServerMetrics:
 
     def idle(self, used_blocks: int, total_blocks: int) -> None:
         """No request left: nothing runs or waits, and the KV usage is what is still held (0)."""
-        self.running.set(0)
-        self.waiting.set(0)
+        self._gauges(0, 0, used_blocks, total_blocks)
+
+    def _gauges(self, running: int, waiting: int, used_blocks: int, total_blocks: int) -> None:
+        self.running.set(running)
+        self.waiting.set(waiting)
         self.kv_usage.set(used_blocks / total_blocks)
 
     def request_ended(self, metrics: RequestMetrics) -> None:
