@@ -25,6 +25,8 @@ from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.tokenizer import Tokenizer
 
+Chat = tuple[dict[str, str], ...]  # chat messages: {"role": "user", "content": "..."}, in order
+
 # Block-map cell values besides a request's row number.
 BLOCK_FREE, BLOCK_CACHED, BLOCK_SHARED = -1, -2, -3
 
@@ -83,8 +85,10 @@ class Backend(Protocol):
         """Provenance for the run log: {"versions": ..., "engine": ...}."""
 
     def submit(self, prompt: str | list[int], params: SamplingParams, *, request_id: str, arrival_time: float,
-               priority: int = 0) -> str:
-        """Queue a request; raises EngineError for what can never run (never later, mid-step)."""
+               priority: int = 0, messages: Chat | None = None) -> str:
+        """Queue a request; raises EngineError for what can never run (never later, mid-step).
+        `messages`: the chat that `prompt` was templated from. A server gets the chat (and applies
+        its own template); the in-process engine runs the templated prompt."""
 
     def abort(self, request_id: str) -> None:
         """End a request; it comes back finished with reason "abort" in the next update."""

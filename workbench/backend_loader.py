@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from engine import EngineConfig, LLMEngine
+from engine.errors import ConfigError
 from engine.model_config import ModelConfig
 from engine.model_file import ModelSource, ProgressCallback
 from engine.model_source import read_model, read_tokenizer
@@ -23,6 +24,14 @@ SERVER_TOKENIZER = "smollm2-135m"  # prompts for a server are made with this tok
 
 def is_server_url(model: str) -> bool:
     return model.startswith(("http://", "https://"))
+
+
+def server_tokenizer(model: str) -> Tokenizer:
+    """The tokenizer that makes prompts for a server: the served model's own, read from `model`."""
+    tokenizer = read_tokenizer(model)
+    if tokenizer is None:
+        raise ConfigError(f"tokenizer {model}: that model has no tokenizer to make a server's prompts with")
+    return tokenizer
 
 
 @dataclass
@@ -54,16 +63,19 @@ class ServerInfo:
 
 class BackendLoader:
     """Builds the window's backends. It keeps the last model file read, so that a new
-    configuration of the same model does not read the file again."""
+    configuration of the same model does not read the file again. For a server URL it asks for
+    `served_model` (default: the first in /v1/models) and makes prompts with `server_tokenizer`
+    (a bundled alias, a .gguf file or a Hugging Face folder)."""
 
-    def __init__(self):
+    def __init__(self, served_model: str | None = None, server_tokenizer: str = SERVER_TOKENIZER):
+        self.served_model, self.server_tokenizer = served_model, server_tokenizer
         self._source: ModelSource | None = None
         self._source_model: str | None = None
 
     def load(self, config: EngineConfig, progress: ProgressCallback) -> tuple[Backend, EngineInfo | ServerInfo]:
         if is_server_url(config.model):
             progress("connect", 0.0)
-            backend = RemoteBackend(config.model, read_tokenizer(SERVER_TOKENIZER))
+            backend = RemoteBackend(config.model, server_tokenizer(self.server_tokenizer), model=self.served_model)
             progress("connect", 1.0)
             return backend, ServerInfo(config, backend.name, backend.max_model_len, backend.tokenizer, backend.capabilities)
         if is_simulated(config.model):

@@ -34,6 +34,14 @@ def at_least(kind: type, minimum: float, inclusive: bool = True):
     return parse
 
 
+def add_server_model_options(command: argparse.ArgumentParser) -> None:
+    from workbench.backend_loader import SERVER_TOKENIZER
+
+    command.add_argument("--served-model", metavar="NAME", help="with --server: the model to ask for (default: the first in /v1/models)")
+    command.add_argument("--tokenizer", metavar="MODEL", default=SERVER_TOKENIZER,
+                         help="with --server: the served model's tokenizer (a .gguf file or Hugging Face folder), to make prompts")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="workbench", description="LLM serving workbench")
     commands = parser.add_subparsers(dest="command")
@@ -45,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     gui.add_argument("--run-for", type=at_least(float, 0.0, inclusive=False), metavar="SECONDS", help="run the traffic this long after loading, then exit")
     gui.add_argument("--screenshot", metavar="FILE.png", help="with --run-for: save a screenshot of the window before exiting")
     gui.add_argument("--server", metavar="URL", help="drive this OpenAI-compatible server instead of the in-process engine")
+    add_server_model_options(gui)
 
     bench = commands.add_parser("bench", help="run a preset headless and write its report")
     bench.add_argument("--preset", required=True, help="a preset name (see `workbench presets`) or a .toml file")
@@ -56,9 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     bench.add_argument("--server", metavar="URL", help="drive this OpenAI-compatible server (vLLM, SGLang, llama.cpp, "
                        "workbench serve) instead of the in-process engine; the preset's [engine] table is then not used")
-    bench.add_argument("--served-model", metavar="NAME", help="with --server: the model to ask for (default: the first in /v1/models)")
-    bench.add_argument("--tokenizer", metavar="MODEL", default="smollm2-135m",
-                       help="with --server: the served model's tokenizer (a .gguf file or Hugging Face folder), to make prompts")
+    add_server_model_options(bench)
 
     compare = commands.add_parser("compare", help="compare two runs and check a decision")
     compare.add_argument("baseline", help="run folder (or report.json) of the baseline")
@@ -127,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         from workbench.gui.app import run_gui
 
         if args.command == "gui":
-            return run_gui(args.preset, args.run_for, args.screenshot, args.server)
+            return run_gui(args.preset, args.run_for, args.screenshot, args.server, args.served_model, args.tokenizer)
         return run_gui()
     except EngineError as error:
         print(f"workbench: {error}", file=sys.stderr)
@@ -170,9 +177,9 @@ def _list_presets() -> int:
 
 def _bench(args) -> int:
     from engine import LLMEngine
-    from engine.errors import ConfigError
-    from engine.model_source import read_model, read_tokenizer
+    from engine.model_source import read_model
     from engine.simulation import is_simulated
+    from workbench.backend_loader import server_tokenizer
     from workbench.compare import compare, format_comparison
     from workbench.local_backend import LocalBackend
     from workbench.presets import load_preset
@@ -183,9 +190,7 @@ def _bench(args) -> int:
     variants = [args.variant] if args.variant else list(base.variants) or [None]
     scenarios = {variant: load_preset(args.preset, overrides, variant) for variant in variants}  # validate all first
     if args.server:
-        tokenizer = read_tokenizer(args.tokenizer)
-        if tokenizer is None:
-            raise ConfigError(f"--tokenizer {args.tokenizer}: that model has no tokenizer")
+        tokenizer = server_tokenizer(args.tokenizer)
         make_backend = lambda scenario: RemoteBackend(args.server, tokenizer, model=args.served_model)  # noqa: E731
     else:
         source = None if is_simulated(base.engine.model) else read_model(base.engine.model)

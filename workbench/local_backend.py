@@ -10,7 +10,7 @@ import numpy as np
 
 from engine import LLMEngine
 from engine.sampling_params import SamplingParams
-from workbench.backend import BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED, IN_PROCESS, BackendUpdate, RequestProgress
+from workbench.backend import BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED, IN_PROCESS, BackendUpdate, Chat, RequestProgress
 from workbench.provenance import environment
 
 
@@ -50,7 +50,7 @@ class LocalBackend:
         }
 
     def submit(self, prompt: str | list[int], params: SamplingParams, *, request_id: str, arrival_time: float,
-               priority: int = 0) -> str:
+               priority: int = 0, messages: Chat | None = None) -> str:
         return self.engine.add_request(prompt, params, arrival_time=arrival_time, priority=priority, request_id=request_id)
 
     def abort(self, request_id: str) -> None:

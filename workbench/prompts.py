@@ -11,6 +11,7 @@ import numpy as np
 from engine.errors import ConfigError
 from engine.sharegpt import load_sharegpt
 from engine.tokenizer import Tokenizer
+from workbench.backend import Chat
 
 _CORPUS_CONVERSATIONS = 400  # about 150k tokens of English text, tokenised once
 
@@ -30,19 +31,21 @@ class PromptMaker:
         indices = (start + np.arange(num_tokens)) % len(stream)
         return stream[indices].tolist()
 
-    def sharegpt(self, rng: np.random.Generator) -> tuple[list[int], int, str]:
-        """A random conversation's first question (chat-formatted when the model has a template)
-        and the token length of the reference reply."""
+    def sharegpt(self, rng: np.random.Generator) -> tuple[list[int], int, Chat | None]:
+        """A random conversation's first question (chat-formatted when the model has a template),
+        the token length of the reference reply, and the chat the prompt was templated from (None
+        without a template: the prompt is the question's text)."""
         if self.tokenizer is None:
             raise ConfigError("prompts: ShareGPT prompts need a model with a tokenizer (a simulated model has none); "
                               "use synthetic prompts")
         conversations = load_sharegpt().conversations
         conversation = conversations[int(rng.integers(0, len(conversations)))]
-        text = conversation.prompt
+        text, messages = conversation.prompt, None
         if self.tokenizer.chat_template:
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}])
+            messages = ({"role": "user", "content": text},)
+            text = self.tokenizer.apply_chat_template(list(messages))
         reply_tokens = len(self.tokenizer.encode(conversation.reply, add_special_tokens=False))
-        return self.tokenizer.encode(text), reply_tokens, text
+        return self.tokenizer.encode(text), reply_tokens, messages
 
     def _text_stream(self) -> np.ndarray:
         if self._stream is None:

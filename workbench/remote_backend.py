@@ -1,8 +1,11 @@
 """An OpenAI-compatible server (vLLM, SGLang, llama.cpp's server, `workbench serve`) behind the
 Backend protocol.
 
-Each request is one streaming `/v1/completions` call (`stream: true`, usage in the stream,
-`ignore_eos` so output lengths follow the preset, prompts as token ids). Latency is measured on
+Each request is one streaming call (`stream: true`, usage in the stream, `ignore_eos` so output
+lengths follow the preset, `return_token_ids` to count tokens as the server made them): to
+`/v1/chat/completions` with the chat messages for a chat-templated prompt (ShareGPT on a model
+with a chat template), so that the server applies its own template; otherwise to
+`/v1/completions` with the prompt as token ids. Latency is measured on
 this side, as `vllm bench serve` does: from the request's arrival time in the schedule to each
 streamed chunk. The server's state comes from its Prometheus `/metrics`, scraped every 250 ms;
 each scrape is a state update in the run log. A server without `/metrics` gets client-side
@@ -31,7 +34,7 @@ from engine.metrics import RequestMetrics, StepStats
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.tokenizer import Tokenizer
-from workbench.backend import BackendCapabilities, BackendUpdate, RequestProgress
+from workbench.backend import BackendCapabilities, BackendUpdate, Chat, RequestProgress
 from workbench.provenance import package_version
 from workbench.server_state import ServerState, parse_server_state
 
@@ -90,7 +93,7 @@ class RemoteBackend:
         }
 
     def submit(self, prompt: str | list[int], params: SamplingParams, *, request_id: str, arrival_time: float,
-               priority: int = 0) -> str:
+               priority: int = 0, messages: Chat | None = None) -> str:
         prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if len(prompt_ids) + params.max_tokens > self.max_model_len:
             raise EngineError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceed the server's "
@@ -98,17 +101,21 @@ class RemoteBackend:
         request = _InFlight(prompt_ids, RequestMetrics(arrival_time=arrival_time, num_prompt_tokens=len(prompt_ids)))
         self._requests[request_id] = request
         body = {
-            "model": self.model, "prompt": prompt_ids, "max_tokens": params.max_tokens, "temperature": params.temperature,
+            "model": self.model, "max_tokens": params.max_tokens, "temperature": params.temperature,
             "top_p": params.top_p, "ignore_eos": params.ignore_eos, "stream": True,
             "stream_options": {"include_usage": True}, "return_token_ids": True,
         }
+        if messages:
+            path, body["messages"] = "/v1/chat/completions", list(messages)
+        else:
+            path, body["prompt"] = "/v1/completions", prompt_ids
         if params.top_k:
             body["top_k"] = params.top_k
         if params.seed is not None:
             body["seed"] = params.seed
         if params.stop:
             body["stop"] = params.stop
-        self._loop.call_soon_threadsafe(self._start, request_id, body)
+        self._loop.call_soon_threadsafe(self._start, request_id, path, body)
         return request_id
 
     def abort(self, request_id: str) -> None:
@@ -232,14 +239,14 @@ class RemoteBackend:
             self._states.append(stats)
             self._ready.notify()
 
-    def _start(self, request_id: str, body: dict) -> None:
+    def _start(self, request_id: str, path: str, body: dict) -> None:
         request = self._requests[request_id]
-        request.task = self._loop.create_task(self._stream(request_id, request, body))
+        request.task = self._loop.create_task(self._stream(request_id, request, path, body))
 
-    async def _stream(self, request_id: str, request: _InFlight, body: dict) -> None:
+    async def _stream(self, request_id: str, request: _InFlight, path: str, body: dict) -> None:
         reason, detail = ERROR, ""
         try:
-            async with self._client.stream("POST", "/v1/completions", json=body) as response:
+            async with self._client.stream("POST", path, json=body) as response:
                 if response.status_code != 200:
                     message = (await response.aread()).decode(errors="replace")[:500]
                     detail = f"HTTP {response.status_code}: {message}"
@@ -267,7 +274,7 @@ class RemoteBackend:
         now = time.perf_counter()
         new_ids = choice.get("token_ids")
         if new_ids is None:  # a server that does not return token ids: one token per chunk with text
-            new_ids = [0] if choice.get("text") else []
+            new_ids = [0] if choice.get("text") or (choice.get("delta") or {}).get("content") else []
         if not new_ids:
             return
         metrics = request.metrics

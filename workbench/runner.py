@@ -196,7 +196,7 @@ class ScenarioRunner:
         self.tags[request_id] = request.tag
         self._in_flight[request_id] = None
         prompt = list(request.prompt_token_ids)
-        self.backend.submit(prompt, params, arrival_time=arrival_time, request_id=request_id)
+        self.backend.submit(prompt, params, arrival_time=arrival_time, request_id=request_id, messages=request.messages)
         self.on_send(request_id, prompt)
         return request_id
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import ConfigError
+from workbench.backend import Chat
 from workbench.prompts import PromptMaker
 
 ARRIVAL_KINDS = ("poisson", "gamma", "constant", "ramp", "closed_loop")
@@ -76,7 +77,7 @@ class TrafficProfile:
     duration_s: float = 0.0  # stop issuing after this long (0 = no limit: num_requests decides)
     prompts: str = "synthetic"  # synthetic | sharegpt | trace
     prompt_len: LengthDistribution = field(default_factory=lambda: LengthDistribution(mean=128))
-    output_len: LengthDistribution = field(default_factory=lambda: LengthDistribution(mean=64))
+    output_len: LengthDistribution = field(default_factory=lambda: LengthDistribution(mean=64))  # sharegpt: its low and high clip the reference reply's length
     trace_file: str = ""  # CSV or JSONL: arrival_s, prompt or prompt_tokens, output_tokens
     shared_prefix_tokens: int = 0  # a common "system prompt" before every synthetic prompt
     temperature: float = 0.0
@@ -116,6 +117,7 @@ class PlannedRequest:
     prompt_token_ids: tuple[int, ...]
     max_tokens: int
     tag: str
+    messages: Chat | None = None  # the chat the prompt was templated from (ShareGPT prompts on a chat model)
 
 
 def unit_gaps(profile: TrafficProfile, rng: np.random.Generator, count: int) -> np.ndarray:
@@ -199,13 +201,16 @@ class PlannedTraffic:
         if profile.prompts == "trace":
             return next(self._trace)
         if profile.prompts == "sharegpt":
-            prompt, reply_len, _ = self._maker.sharegpt(self._rng)
-            prompt = prompt[: limit - 2]
-            output = max(1, min(reply_len, limit - len(prompt) - 1))
-        else:
-            prompt_len = profile.prompt_len.sample(self._rng, limit - len(self._prefix) - 2)
-            prompt = self._prefix + self._maker.synthetic(prompt_len, self._rng)
-            output = profile.output_len.sample(self._rng, limit - len(prompt) - 1)
+            prompt, reply_len, messages = self._maker.sharegpt(self._rng)
+            if len(prompt) > limit - 2:  # cut to fit: the chat no longer says what the prompt holds
+                prompt, messages = prompt[: limit - 2], None
+            # The reference reply's length, within output_len's [low, high] and the model's limit.
+            upper = max(1, min(profile.output_len.high or limit, limit - len(prompt) - 1))
+            output = min(max(reply_len, profile.output_len.low), upper)
+            return PlannedRequest(arrival_s, tuple(prompt), output, profile.tag, messages)
+        prompt_len = profile.prompt_len.sample(self._rng, limit - len(self._prefix) - 2)
+        prompt = self._prefix + self._maker.synthetic(prompt_len, self._rng)
+        output = profile.output_len.sample(self._rng, limit - len(prompt) - 1)
         return PlannedRequest(arrival_s, tuple(prompt), output, profile.tag)
 
 

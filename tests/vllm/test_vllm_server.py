@@ -62,3 +62,27 @@ def test_vllm_and_the_in_process_engine_agree_on_greedy_tokens(vllm_server):
     local = LLMEngine(EngineConfig(kv_cache_memory=64 << 20, max_model_len=512)).generate(
         [prompt], SamplingParams(max_tokens=4, temperature=0.0))[0].token_ids
     assert remote == local
+
+
+def test_sharegpt_chats_run_through_vllms_chat_endpoint_and_template(vllm_server, tmp_path):
+    scenario = load_preset("sharegpt-chat", ["traffic.num_requests=6", "traffic.rate=6", "traffic.output_len.low=4",
+                                             "traffic.output_len.high=16"])
+    backend = RemoteBackend(vllm_server, read_tokenizer("smollm2-135m"))
+    sent, submit = {}, backend.submit
+
+    def record_and_submit(prompt, params, **request):
+        sent[request["request_id"]] = (len(prompt), request["messages"])
+        return submit(prompt, params, **request)
+
+    backend.submit = record_and_submit
+    try:
+        report = run_headless(scenario, tmp_path, backend=backend)
+    finally:
+        backend.close()
+    metrics = report["metrics"]
+    assert report["complete"] and metrics["requests_finished"]["value"] == 6 and metrics["requests_failed"]["value"] == 0
+    assert all(messages for _, messages in sent.values())  # every request went as a chat
+    # vLLM templated each chat itself, with the exported template: the prompt lengths it reports are ours.
+    requests = read_run_log(tmp_path / RUN_LOG_NAME).requests
+    assert {request["request_id"]: request["num_prompt_tokens"] for request in requests} == {
+        request_id: length for request_id, (length, _) in sent.items()}

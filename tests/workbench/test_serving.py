@@ -45,6 +45,36 @@ def test_greedy_tokens_over_http_are_the_in_process_engines(server, tokenizer):
         assert metrics.num_output_tokens == 12 and metrics.ttft_ms > 0 and metrics.num_prompt_tokens == len(prompts[index])
 
 
+def test_a_chat_goes_to_the_chat_endpoint_and_the_server_applies_its_template(server, tokenizer):
+    messages = ({"role": "user", "content": "What is the capital of France?"},)
+    templated = tokenizer.encode(tokenizer.apply_chat_template(list(messages)))
+    params = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
+    backend = RemoteBackend(server, tokenizer)
+    try:
+        # The ids sent alongside are a stand-in: the server must template the chat, not run them.
+        backend.submit([1, 2, 3], params, request_id="chat", arrival_time=backend.clock(), messages=messages)
+        ended = None
+        while backend.has_unfinished():
+            ended = next((output for output in backend.advance().outputs if output.finished), ended)
+    finally:
+        backend.close()
+    (expected,) = LLMEngine(EngineConfig(max_model_len=512, kv_cache_memory=64 << 20)).generate([templated], params)
+    assert ended.finish_reason == "length" and ended.token_ids == expected.token_ids
+    assert ended.metrics.num_prompt_tokens == len(templated)  # from the server's usage
+
+
+def test_a_sharegpt_preset_runs_as_chats_through_the_server(server, tmp_path):
+    scenario = load_preset("sharegpt-chat", ["traffic.num_requests=3", "traffic.rate=10", "traffic.output_len.low=4",
+                                              "traffic.output_len.high=8"])
+    backend = RemoteBackend(server, read_tokenizer("smollm2-135m"))
+    try:
+        report = run_headless(scenario, tmp_path, backend=backend)
+    finally:
+        backend.close()
+    assert report["complete"] and report["metrics"]["requests_finished"]["value"] == 3
+    assert report["metrics"]["requests_failed"]["value"] == 0
+
+
 def test_a_preset_through_the_server_gives_a_full_report_and_live_server_state(server, tmp_path):
     scenario = load_preset("chat-steady", ["traffic.num_requests=8", "traffic.rate=8", "traffic.prompt_len.high=64",
                                            "traffic.output_len.mean=16", "traffic.output_len.high=24"])

@@ -202,7 +202,7 @@ class FixedConversations(PromptMaker):
 
     def sharegpt(self, rng):
         prompt_len, reply_len = next(self.conversations)
-        return list(range(prompt_len)), reply_len, "text"
+        return list(range(prompt_len)), reply_len, ({"role": "user", "content": f"{prompt_len} tokens"},)
 
 
 def test_sharegpt_prompts_are_cut_to_leave_room_for_their_reply():
@@ -211,6 +211,14 @@ def test_sharegpt_prompts_are_cut_to_leave_room_for_their_reply():
     planned = plan_traffic(profile, maker, 0, max_model_len=20)
     # (prompt, output): as given; the reply cut to the context; the prompt cut to 18 and one output token.
     assert [(len(request.prompt_token_ids), request.max_tokens) for request in planned] == [(5, 8), (5, 14), (18, 1)]
+    # A cut prompt is no longer the chat it was templated from: it is sent as tokens, not as the chat.
+    assert [request.messages is not None for request in planned] == [True, True, False]
+
+
+def test_sharegpt_reply_lengths_are_clipped_to_the_output_length_bounds():
+    profile = TrafficProfile(prompts="sharegpt", num_requests=3, output_len=LengthDistribution(low=4, high=32))
+    planned = plan_traffic(profile, FixedConversations([(5, 2), (5, 20), (5, 500)]), 0, max_model_len=2048)
+    assert [request.max_tokens for request in planned] == [4, 20, 32]
 
 
 def test_synthetic_lengths_are_clipped_to_the_context_around_the_shared_prefix():

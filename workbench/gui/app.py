@@ -1,14 +1,15 @@
-"""Start the desktop app: `workbench` or `workbench gui [--preset NAME] [--run-for S] [--screenshot F]`."""
+"""Start the desktop app: `workbench` or `workbench gui [--preset NAME] [--run-for S] [--screenshot F]
+[--server URL [--served-model NAME] [--tokenizer MODEL]]`."""
 
 from __future__ import annotations
 
 import dataclasses
-
 import os
 import sys
 from pathlib import Path
 
 from engine import EngineConfig, EngineError
+from workbench.backend_loader import SERVER_TOKENIZER, BackendLoader
 
 
 def has_display() -> bool:
@@ -34,8 +35,9 @@ def screenshot_problem(screenshot: str | None, run_for_s: float | None) -> str |
 
 
 def run_gui(preset: str | None = None, run_for_s: float | None = None, screenshot: str | None = None,
-            server: str | None = None) -> int:
-    """The window; with `server` (a URL), driving that server instead of an in-process engine."""
+            server: str | None = None, served_model: str | None = None, tokenizer: str = SERVER_TOKENIZER) -> int:
+    """The window; with `server` (a URL), driving that server instead of an in-process engine:
+    its model `served_model` (default: the first it lists), prompts made with `tokenizer`."""
     problem = screenshot_problem(screenshot, run_for_s)
     if problem:
         print(f"workbench: {problem}", file=sys.stderr)
@@ -48,6 +50,7 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
     from PySide6.QtWidgets import QApplication
 
     from workbench.presets import load_preset
+    from workbench.gui.engine_worker import EngineWorker
     from workbench.gui.main_window import MainWindow
     from workbench.gui.theme import apply_theme
 
@@ -59,7 +62,7 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
     except EngineError as error:
         print(f"workbench: {error}", file=sys.stderr)
         return 2
-    window = MainWindow()
+    window = MainWindow(EngineWorker(loader=BackendLoader(served_model, tokenizer)))
     window.show()
     outcome = {"code": 0}
     if scenario is not None:

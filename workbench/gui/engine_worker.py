@@ -38,13 +38,13 @@ class EngineWorker(QObject):
     failed = Signal(str)  # a one-line message for the user
     traffic_state = Signal(str)  # "idle" (loaded), "running", "paused", "stopped", "finished"
 
-    def __init__(self, runs_dir: Path | None = None):
+    def __init__(self, runs_dir: Path | None = None, loader: BackendLoader | None = None):
         super().__init__()
         self.runs_dir = runs_dir or Path(tempfile.mkdtemp(prefix="workbench-runs-"))
         self.store: MetricsStore | None = None
         self.slo = SLO()
         self._commands: queue.Queue = queue.Queue()
-        self._loader = BackendLoader()
+        self._loader = loader or BackendLoader()
         self._backend: Backend | None = None
         self._runner: ScenarioRunner | None = None
         self._requests: RequestRows | None = None

@@ -92,3 +92,16 @@ def test_closing_in_the_middle_of_a_long_step_exits_cleanly(tmp_path):
                             env=environment, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "terminate called" not in result.stderr
+
+
+@pytest.mark.slow  # serves SmolLM2
+@pytest.mark.parametrize("served_model, code, said", [
+    ("smollm2-135m", 0, ""),
+    ("llama-70b", 1, "does not serve 'llama-70b'; it serves smollm2-135m"),
+])
+def test_gui_on_a_server_asks_for_the_served_model_it_is_given(tmp_path, server, served_model, code, said):
+    environment = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "WORKBENCH_SETTINGS": str(tmp_path / "settings.ini")}
+    result = subprocess.run(workbench_command("gui", "--server", server, "--served-model", served_model, "--run-for", "0.5"),
+                            env=environment, capture_output=True, text=True, timeout=300)
+    assert result.returncode == code, result.stderr[-2000:]
+    assert said in result.stderr
