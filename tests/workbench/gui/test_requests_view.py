@@ -16,7 +16,8 @@ def view_with_rows(qtbot, ids):
 
 
 def visible_ids(view):
-    return [view.proxy.index(row, 0).data() for row in range(view.proxy.rowCount())]
+    shown = view.table.model()
+    return [shown.index(row, 0).data() for row in range(shown.rowCount())]
 
 
 def test_ids_sort_naturally(qtbot):
@@ -37,3 +38,11 @@ def test_abort_takes_the_selected_row_through_the_sort(qtbot):
         assert aborted[-1] == expected
     view.set_rows([RequestRow(request_id, "chat", "finished", [1]) for request_id in ("chat-0", "chat-1", "chat-2", "chat-3")])
     assert view.selected_id() == "chat-1"  # the selection follows its request across a refresh
+
+
+def test_a_refresh_keeps_the_chosen_sort_numbers_as_numbers_and_missing_values_last(qtbot):
+    view = view_with_rows(qtbot, [])
+    view.table.sortByColumn(6, Qt.SortOrder.AscendingOrder)  # TTFT ms
+    view.set_rows([RequestRow(request_id, "chat", "finished", [1], ttft_ms=ttft)
+                   for request_id, ttft in (("a", 100.0), ("b", None), ("c", 9.5), ("d", 20.0))])
+    assert visible_ids(view) == ["c", "d", "a", "b"]
