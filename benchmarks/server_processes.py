@@ -8,9 +8,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
-import httpx
 
 
 def free_port() -> int:
@@ -36,8 +37,9 @@ def launch(command: list[str], probe_url: str, what: str, limit_s: float = 120.0
         if process.poll() is not None:
             raise AssertionError(f"{what} exited with code {process.returncode}")
         try:
-            return httpx.get(probe_url, timeout=2.0).status_code == 200
-        except httpx.HTTPError:
+            with urllib.request.urlopen(probe_url, timeout=2.0) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
             return False
 
     wait_until(answering, f"{what} to answer {probe_url}", limit_s)

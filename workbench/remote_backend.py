@@ -11,9 +11,13 @@ streamed chunk. The server's state comes from its Prometheus `/metrics`, scraped
 each scrape is a state update in the run log. A server without `/metrics` gets client-side
 figures only, and the capabilities say so.
 
-All network work runs on one asyncio event loop in its own thread with one pooled httpx client
-(async streaming, HTTP/1.1 keep-alive, a pool sized for the peak concurrency; httpx because the
-same library serves the tests' and the OpenAI SDK's needs). The runner's thread only submits,
+All network work runs on one asyncio event loop in its own thread with one aiohttp session
+(async streaming, HTTP/1.1 keep-alive), as `vllm bench serve` does. aiohttp rather than httpx:
+with 2,000 streams in flight, httpx's connection pool (httpcore 1.0.9) spent two thirds of this
+thread rescanning its connections on every request event (README, "Thousands of streams"). The
+pool grows to the traffic's peak concurrency unless `max_concurrency` caps it (as `vllm bench
+serve --max-concurrency`): a cap would hold open-loop arrivals back on this side and hide the
+server's own queueing. The runner's thread only submits,
 aborts and collects events. An HTTP error, a timeout or a dropped stream ends that request with
 finish reason "error" and the message in its metrics; the run goes on.
 """
@@ -27,7 +31,7 @@ import threading
 import time
 from collections import deque
 
-import httpx
+import aiohttp
 
 from engine.errors import EngineError
 from engine.metrics import RequestMetrics, StepStats
@@ -35,6 +39,7 @@ from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.tokenizer import Tokenizer
 from workbench.backend import BackendCapabilities, BackendUpdate, Chat, RequestProgress
+from workbench.process_tuning import allow_open_files
 from workbench.provenance import package_version
 from workbench.server_state import ServerState, parse_server_state
 
@@ -52,7 +57,7 @@ class _InFlight:
 
 
 class RemoteBackend:
-    def __init__(self, base_url: str, tokenizer: Tokenizer, *, model: str | None = None, max_concurrency: int = 1024,
+    def __init__(self, base_url: str, tokenizer: Tokenizer, *, model: str | None = None, max_concurrency: int | None = None,
                  request_timeout_s: float = 600.0):
         self.base_url = base_url.rstrip("/")
         self.tokenizer, self.vocab_size = tokenizer, tokenizer.vocab_size
@@ -60,9 +65,9 @@ class RemoteBackend:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="remote-backend", daemon=True)
         self._thread.start()
-        limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
-        timeout = httpx.Timeout(request_timeout_s, connect=10.0)
-        self._client: httpx.AsyncClient = self._call(self._make_client(limits, timeout))
+        allow_open_files()  # one socket per stream
+        self.request_timeout_s = request_timeout_s
+        self._session: aiohttp.ClientSession = self._call(self._make_session(max_concurrency or 0))
         self._events: deque[RequestOutput] = deque()
         self._states: deque[StepStats] = deque()
         self._ready = threading.Condition()
@@ -141,8 +146,7 @@ class RemoteBackend:
         if request is None:
             return None
         state = "running" if request.output_token_ids else "waiting"
-        metrics = dataclasses.replace(request.metrics, token_times=list(request.metrics.token_times))
-        return RequestProgress(state, metrics, len(request.prompt_token_ids),
+        return RequestProgress(state, request.metrics, len(request.prompt_token_ids),
                                len(request.prompt_token_ids) + len(request.output_token_ids))
 
     def block_owners(self, rows: dict[str, int]) -> None:
@@ -156,8 +160,8 @@ class RemoteBackend:
             for request in list(self._requests.values()):
                 if request.task is not None:
                     self._loop.call_soon_threadsafe(request.task.cancel)
-            if getattr(self, "_client", None) is not None:
-                self._call(self._client.aclose())
+            if getattr(self, "_session", None) is not None:
+                self._call(self._session.close())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
 
@@ -167,19 +171,25 @@ class RemoteBackend:
         """Run a coroutine on the event loop and wait for its result."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    async def _make_client(self, limits: httpx.Limits, timeout: httpx.Timeout) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=timeout)
+    async def _make_session(self, max_connections: int) -> aiohttp.ClientSession:
+        # A stream may wait in the server's queue, then generate for long: only silence ends it.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=self.request_timeout_s)
+        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=max_connections, limit_per_host=0), timeout=timeout)
+
+    async def _get(self, path: str) -> tuple[int, str]:
+        async with self._session.get(self.base_url + path) as response:
+            return response.status, await response.text()
 
     async def _probe(self, model: str | None) -> tuple[str, int, str | None]:
         """(model name, max_model_len, server version), or one clear error before the run starts."""
         try:
-            response = await self._client.get("/v1/models")
-        except httpx.HTTPError as error:
-            raise EngineError(f"{self.base_url}: no server answers ({type(error).__name__}: {error})") from error
+            status, text = await self._get("/v1/models")
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise EngineError(f"{self.base_url}: no server answers ({_describe(error)})") from error
         try:
-            served = response.json()["data"]
+            served = json.loads(text)["data"]
         except (ValueError, KeyError, TypeError):
-            raise EngineError(f"{self.base_url}/v1/models answered HTTP {response.status_code} without a model list: "
+            raise EngineError(f"{self.base_url}/v1/models answered HTTP {status} without a model list: "
                               "not an OpenAI-compatible server") from None
         names = [entry.get("id") for entry in served]
         if model is None:
@@ -192,21 +202,19 @@ class RemoteBackend:
         max_model_len = int(entry.get("max_model_len") or 2048)
         version = None
         try:
-            version_response = await self._client.get("/version")
-            if version_response.status_code == 200:
-                version = version_response.json().get("version")
-        except (httpx.HTTPError, ValueError):
-            pass
+            status, text = await self._get("/version")
+            if status == 200:
+                version = json.loads(text).get("version")
+        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
+            pass  # the version is provenance, not a requirement
         return model, max_model_len, version
 
     async def _scrape(self) -> ServerState | None:
         try:
-            response = await self._client.get("/metrics")
-        except httpx.HTTPError:
+            status, text = await self._get("/metrics")
+        except (aiohttp.ClientError, TimeoutError):
             return None
-        if response.status_code != 200:
-            return None
-        return parse_server_state(response.text)
+        return parse_server_state(text) if status == 200 else None
 
     async def _scrape_forever(self) -> None:
         while True:
@@ -246,12 +254,13 @@ class RemoteBackend:
     async def _stream(self, request_id: str, request: _InFlight, path: str, body: dict) -> None:
         reason, detail = ERROR, ""
         try:
-            async with self._client.stream("POST", path, json=body) as response:
-                if response.status_code != 200:
-                    message = (await response.aread()).decode(errors="replace")[:500]
-                    detail = f"HTTP {response.status_code}: {message}"
+            async with self._session.post(self.base_url + path, json=body) as response:
+                if response.status != 200:
+                    message = (await response.read()).decode(errors="replace")[:500]
+                    detail = f"HTTP {response.status}: {message}"
                     return
-                async for line in response.aiter_lines():
+                async for raw_line in response.content:  # server-sent events, a line at a time
+                    line = raw_line.decode().strip()
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
                     chunk = json.loads(line[len("data: "):])
@@ -265,8 +274,10 @@ class RemoteBackend:
                     detail = "the stream ended without a finish reason"
         except asyncio.CancelledError:
             reason, detail = "abort", "aborted by the client"
-        except (httpx.HTTPError, ValueError) as error:
-            detail = f"{type(error).__name__}: {error}"
+        except TimeoutError:
+            detail = f"timed out: the server sent nothing for {self.request_timeout_s:g} s"
+        except (aiohttp.ClientError, ValueError) as error:
+            detail = _describe(error)
         finally:
             self._finish(request_id, request, reason, detail)
 
@@ -295,6 +306,10 @@ class RemoteBackend:
         with self._ready:
             self._events.append(output)
             self._ready.notify()
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 def _delta(now: int | None, before: int | None) -> int:
