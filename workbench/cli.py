@@ -183,6 +183,7 @@ def _bench(args) -> int:
     from workbench.compare import compare, format_comparison
     from workbench.local_backend import LocalBackend
     from workbench.presets import load_preset
+    from workbench.process_tuning import freeze_loaded_heap
     from workbench.remote_backend import RemoteBackend
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
@@ -200,6 +201,7 @@ def _bench(args) -> int:
         out_dir = args.out / variant if variant and len(variants) > 1 else args.out
         print(f"running {scenario.name}{' / ' + variant if variant else ''} -> {out_dir}", file=sys.stderr)
         backend = make_backend(scenario)
+        freeze_loaded_heap()  # no full collection walks the model again during the measured run
         try:
             reports[variant] = _run_one(scenario, variant, out_dir, backend, plots=not args.no_plots)
         finally:

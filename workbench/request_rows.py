@@ -19,7 +19,7 @@ from engine.outputs import RequestOutput
 from workbench.backend import BLOCK_FREE, Backend, BackendUpdate
 from workbench.runner import EndedRequest
 
-ENDED_STATES = ("finished", "rejected", "aborted")
+_STATE_OF_END = {"abort": "aborted", "rejected": "rejected", "error": "failed"}  # any other reason: finished
 
 
 @dataclass
@@ -87,7 +87,7 @@ class RequestRows:
             row = self._rows.get(ended.request_id)
             if row is None:
                 return
-            row.state = {"abort": "aborted", "rejected": "rejected"}.get(metrics.finish_reason, "finished")
+            row.state = _STATE_OF_END.get(metrics.finish_reason, "finished")
             row.queue_ms, row.ttft_ms, row.tpot_ms, row.e2e_ms = metrics.queue_time_ms, metrics.ttft_ms, metrics.tpot_ms, metrics.e2e_ms
             row.preemptions = metrics.preemptions
             detail = f": {metrics.finish_detail}" if metrics.finish_detail else ""
@@ -119,6 +119,12 @@ class RequestRows:
         with self._lock:
             return self._block_map.copy()
 
-    def in_flight(self) -> bool:
+    def __len__(self) -> int:
+        """Requests sent."""
         with self._lock:
-            return any(row.state not in ENDED_STATES for row in self._rows.values())
+            return len(self._rows)
+
+    def num_in_flight(self) -> int:
+        """Requests sent and not ended yet."""
+        with self._lock:
+            return len(self._live)

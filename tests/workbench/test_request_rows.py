@@ -38,6 +38,21 @@ def test_rows_follow_each_request_from_arrival_to_its_end():
     # The final prefill chunk samples the first token; the next two steps decode (logged once).
     assert events[3:] == ["decoding", "finished (length: max_tokens (3))"]
     assert first.state == "finished" and len(first.output_token_ids) == 3 and len(first.prompt_token_ids) == 100
-    assert first.ttft_ms is not None and not rows.in_flight()
+    assert first.ttft_ms is not None and rows.num_in_flight() == 0
     # After every step the map holds exactly the blocks the engine counts as used.
     assert all(drawn == used for drawn, used in held) and max(used for _, used in held) >= 7
+
+
+def test_a_request_the_server_failed_is_shown_failed_with_the_servers_message():
+    from engine.metrics import RequestMetrics
+    from workbench.runner import EndedRequest
+
+    backend = LocalBackend(LLMEngine(EngineConfig(model="simulated:llama-2-7b@h100-80gb", num_kv_blocks=8, max_model_len=64)))
+    rows = RequestRows(backend, backend.num_kv_blocks)
+    rows.sent("chat-0", "chat", [1, 2, 3], 0.0)
+    metrics = RequestMetrics(arrival_time=0.0, num_prompt_tokens=3, finish_time=0.5, finish_reason="error",
+                             finish_detail="HTTP 500: out of memory")
+    rows.ended(EndedRequest("chat-0", "chat", metrics), 0.5)
+    row = rows.row("chat-0")
+    assert row.state == "failed" and row.timeline[-1] == (0.5, "failed (error: HTTP 500: out of memory)")
+    assert rows.num_in_flight() == 0

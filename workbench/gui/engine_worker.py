@@ -24,6 +24,7 @@ from engine import EngineConfig, EngineError
 from workbench.backend import Backend
 from workbench.backend_loader import BackendLoader
 from workbench.metrics_store import MetricsStore
+from workbench.prompts import text_stream
 from workbench.request_rows import RequestRow, RequestRows
 from workbench.run_recorder import RUN_LOG_NAME, RunRecorder, run_header
 from workbench.runner import EndedRequest, ScenarioRunner
@@ -107,11 +108,15 @@ class EngineWorker(QObject):
     def at_rest(self) -> bool:
         """Every request sent has ended and no traffic is left to send: the run so far is whole."""
         runner = self._runner
-        return not self.has_requests_in_flight() and not (runner is not None and runner.traffic_pending)
+        return not self.requests_in_flight() and not (runner is not None and runner.traffic_pending)
 
-    def has_requests_in_flight(self) -> bool:
+    def requests_in_flight(self) -> int:
         requests = self._requests
-        return requests is not None and requests.in_flight()
+        return requests.num_in_flight() if requests is not None else 0
+
+    def requests_sent(self) -> int:
+        requests = self._requests
+        return len(requests) if requests is not None else 0
 
     # ----- worker thread -------------------------------------------------------------------------
 
@@ -181,6 +186,9 @@ class EngineWorker(QObject):
         self._close_backend()
         self._close_log()
         backend, info = self._loader.load(config, progress=self.loading.emit)
+        if backend.tokenizer is not None:
+            self.loading.emit("prompt text", 0.0)
+            text_stream(backend.tokenizer)  # now, not as a stall at the first injected request
         self._backend, self._requests = backend, RequestRows(backend, backend.num_kv_blocks or 0)
         self._runner = ScenarioRunner(
             backend, None, on_step=self._on_update, on_request_end=self._on_end, on_output=self._requests.output,

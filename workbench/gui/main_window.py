@@ -31,6 +31,7 @@ from workbench.gui.block_map import BlockMapView
 from workbench.gui.engine_panel import EnginePanel
 from workbench.gui.engine_worker import EngineWorker
 from workbench.backend_loader import EngineInfo, ServerInfo
+from workbench.process_tuning import freeze_loaded_heap
 from workbench.gui.memory_panel import MemoryPanel
 from workbench.gui.plots_view import PlotsView
 from workbench.gui.report_images import export_plot_images, store_from_log
@@ -184,7 +185,7 @@ class MainWindow(QMainWindow):
         return answer == QMessageBox.StandardButton.Yes
 
     def apply_config(self, config: EngineConfig) -> None:
-        if self.worker.has_requests_in_flight() and not self.confirm_reload():
+        if self.worker.requests_in_flight() and not self.confirm_reload():
             return
         self.load(config)
 
@@ -205,6 +206,9 @@ class MainWindow(QMainWindow):
         self.progress.setValue(int(round(fraction * 100)))
 
     def on_loaded(self, info: EngineInfo | ServerInfo) -> None:
+        # No full collection walks the model, torch and Qt again while requests run. On this
+        # thread: a collection in the engine thread finalised Qt objects and deadlocked the window.
+        freeze_loaded_heap()
         self.info = info
         self.tokenizer_decode = info.tokenizer.decode if info.tokenizer else None
         self.viewing_past_run = False

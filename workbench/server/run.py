@@ -11,6 +11,7 @@ import uvicorn
 
 from engine import EngineConfig, LLMEngine
 from engine.simulation import is_simulated
+from workbench.process_tuning import allow_open_files, freeze_loaded_heap
 from workbench.server.engine_loop import EngineLoop
 from workbench.server.openai_api import create_app
 
@@ -27,6 +28,8 @@ def serve(config: EngineConfig, host: str, port: int, model_name: str | None = N
     engine = LLMEngine(config, progress=lambda stage, fraction: print(f"loading: {stage} {fraction:.0%}", file=sys.stderr)
                        if fraction in (0.0, 1.0) else None)
     loop = EngineLoop(engine, model_name or served_name(config.model))
+    allow_open_files()  # one socket per client stream
+    freeze_loaded_heap()  # no full collection walks the model again while requests run
     loop.start()
     print(f"serving {loop.model_name} on http://{host}:{port} (OpenAI API under /v1, Prometheus metrics at /metrics)",
           file=sys.stderr, flush=True)
