@@ -221,3 +221,24 @@ def test_256_concurrent_streams_and_an_abort_from_the_client(tokenizer):
         process.wait(timeout=30)
     assert all(ended[f"r{index}"].finish_reason == "length" and len(ended[f"r{index}"].token_ids) == 8 for index in range(256))
     assert ended["long"].finish_reason == "abort" and 0 < len(ended["long"].token_ids) < 4000
+
+
+def test_1500_streams_are_in_flight_at_the_server_at_once(tokenizer):
+    """No cap on this side: every stream reaches the server (httpx's pool stopped at 1,024), and
+    closing the backend ends them all there."""
+    port = free_port()
+    process = start_workbench_server(port, "--set", "engine.model=simulated:llama-3-8b@h100-80gb", "--set", "engine.max_num_seqs=256")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        backend = RemoteBackend(url, tokenizer)
+        try:
+            for index in range(1500):
+                backend.submit(list(range(1, 40)), SamplingParams(max_tokens=1000, ignore_eos=True), request_id=f"r{index}",
+                               arrival_time=backend.clock())
+            wait_until(lambda: (lambda now: now.num_running + now.num_waiting)(state(url)) == 1500, "1,500 requests at the server", 60)
+        finally:
+            backend.close()
+        wait_until(lambda: state(url).num_running == 0 and state(url).num_waiting == 0, "the server to drop the closed streams")
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
