@@ -83,23 +83,49 @@ def params_only_line(params: float, bits: int) -> MemoryLine:
                       "(before KV cache and runtime overhead)", measured=False)
 
 
+def _weights_line(config: ModelConfig, bits: int, group_size: int | None) -> MemoryLine:
+    weights = weight_bytes_estimate(config, bits, group_size)
+    return MemoryLine("weights", weights, f"{config.num_parameters / 1e9:.2f} × 10⁹ params, projections at {bits} bits"
+                      + (f" + scale and minimum per {group_size}" if group_size else "") + f" = {weights / 1e9:.2f} GB", measured=False)
+
+
+def _kv_per_token_arithmetic(config: ModelConfig, kv_bytes: int) -> str:
+    return (f"{config.kv_bytes_per_token(kv_bytes) / 1024:,.0f} KiB/token (2 × {config.num_layers} layers × {config.num_kv_heads} "
+            f"kv heads × {config.head_dim} dims × {kv_bytes} B)")
+
+
+def model_memory_lines(config: ModelConfig, bits: int, kv_bytes: int, context: int, concurrent: int,
+                       group_size: int | None = None) -> list[MemoryLine]:
+    """What a model needs whatever the device: weights, KV per token and per request, and the
+    weights plus the KV cache of `concurrent` requests of `context` tokens."""
+    weights = _weights_line(config, bits, group_size)
+    per_token = config.kv_bytes_per_token(kv_bytes)
+    per_request = per_token * context
+    total = weights.bytes + concurrent * per_request
+    return [
+        weights,
+        MemoryLine("KV per token", per_token, _kv_per_token_arithmetic(config, kv_bytes), measured=False),
+        MemoryLine("KV per request", per_request, f"{per_token / 1024:,.0f} KiB × {context:,} tokens = {per_request / 1e9:.3f} GB",
+                   measured=False),
+        MemoryLine(f"{concurrent:,} requests", total, f"weights + {concurrent:,} × {per_request / 1e9:.3f} GB = {total / 1e9:.2f} GB "
+                   "(before activations and runtime overhead)", measured=False),
+    ]
+
+
 def concurrency_lines(config: ModelConfig, memory_bytes: float, bits: int, kv_bytes: int, context: int,
                       step_tokens: int, max_seqs: int, group_size: int | None = None) -> tuple[list[MemoryLine], int]:
     """The memory budget of a device for a model, and how many `context`-token requests fit."""
-    weights = weight_bytes_estimate(config, bits, group_size)
-    kv_per_token = config.kv_bytes_per_token(kv_bytes)
+    weights = _weights_line(config, bits, group_size)
     activations = activation_bytes_estimate(config, step_tokens, max(bits, 16) // 8, max_seqs)
     overhead = int(memory_bytes * RUNTIME_OVERHEAD_FRACTION)
-    free = int(memory_bytes) - weights - activations - overhead
-    per_request = kv_per_token * context
+    free = int(memory_bytes) - weights.bytes - activations - overhead
+    per_request = config.kv_bytes_per_token(kv_bytes) * context
     fits = max(0, free // per_request)
     lines = [
-        MemoryLine("weights", weights, f"{config.num_parameters / 1e9:.2f} × 10⁹ params, projections at {bits} bits"
-                   + (f" + scale and minimum per {group_size}" if group_size else "") + f" = {weights / 1e9:.2f} GB", measured=False),
+        weights,
         MemoryLine("activations", activations, f"{step_tokens} tokens/step, one layer live at a time ≈ {activations / 1e9:.3f} GB", measured=False),
         MemoryLine("runtime overhead", overhead, f"{RUNTIME_OVERHEAD_FRACTION:.0%} of {memory_bytes / 1e9:.0f} GB (assumed allowance)", measured=False),
         MemoryLine("KV cache", max(free, 0), f"{memory_bytes / 1e9:.1f} GB − the lines above = {free / 1e9:.2f} GB; "
-                   f"{kv_per_token / 1024:,.0f} KiB/token (2 × {config.num_layers} layers × {config.num_kv_heads} kv heads × "
-                   f"{config.head_dim} dims × {kv_bytes} B) × {context:,} tokens = {per_request / 1e9:.3f} GB per request", measured=False),
+                   f"{_kv_per_token_arithmetic(config, kv_bytes)} × {context:,} tokens = {per_request / 1e9:.3f} GB per request", measured=False),
     ]
     return lines, int(fits)

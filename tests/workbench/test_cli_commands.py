@@ -24,6 +24,18 @@ def test_estimate_for_a_catalogued_model_and_gpu(capsys):
     assert printed.strip().endswith("=> 28 concurrent 4,096-token requests fit")
 
 
+def test_estimate_without_hardware_prints_what_needs_no_device(capsys):
+    """Issue 15: it printed the parameter count only."""
+    assert main(["estimate", "--model", "llama-2-7b", "--bits", "16", "--concurrent", "8"]) == 0
+    printed = capsys.readouterr().out
+    assert "weights              13.48 GB" in printed
+    assert "KV per token           512 KiB  512 KiB/token (2 × 32 layers × 32 kv heads × 128 dims × 2 B)" in printed
+    assert "512 KiB × 4,096 tokens = 2.147 GB" in printed  # the model's maximum context
+    assert "weights + 8 × 2.147 GB = 30.66 GB" in printed
+    assert main(["estimate", "--model", "llama-2-7b", "--bits", "16", "--kv-bits", "8", "--context", "1024"]) == 0
+    assert "256 KiB × 1,024 tokens = 0.268 GB" in capsys.readouterr().out
+
+
 def test_presets_lists_every_preset_with_its_variants(capsys):
     assert main(["presets"]) == 0
     lines = capsys.readouterr().out.splitlines()
