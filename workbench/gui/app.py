@@ -46,6 +46,11 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
         print("workbench: no display found (DISPLAY is unset); run it on a desktop, under xvfb-run, "
               "or with QT_QPA_PLATFORM=offscreen for automation", file=sys.stderr)
         return 2
+    from workbench.gui.system_libraries import xcb_problem
+
+    if (problem := xcb_problem()) is not None:
+        print(f"workbench: {problem}", file=sys.stderr)
+        return 2
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
