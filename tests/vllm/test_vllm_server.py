@@ -35,15 +35,22 @@ def vllm_server(tmp_path_factory):
     print(f"vLLM log: {log}", file=sys.stderr)
 
 
-def test_chat_burst_against_vllm_gives_a_full_report_with_server_state(vllm_server, tmp_path):
-    scenario = load_preset("chat-burst", ["traffic.num_requests=20"])
-    backend = RemoteBackend(vllm_server, read_tokenizer("smollm2-135m"))
+def run_to_the_end(scenario, backend, out_dir) -> dict:
+    """Run the scenario on the backend, close it, and check that every request finished."""
     try:
-        report = run_headless(scenario, tmp_path, backend=backend)
+        report = run_headless(scenario, out_dir, backend=backend)
     finally:
         backend.close()
     metrics = report["metrics"]
-    assert report["complete"] and metrics["requests_finished"]["value"] == 20 and metrics["requests_failed"]["value"] == 0
+    assert report["complete"] and metrics["requests_finished"]["value"] == scenario.traffic.num_requests
+    assert metrics["requests_failed"]["value"] == 0
+    return report
+
+
+def test_chat_burst_against_vllm_gives_a_full_report_with_server_state(vllm_server, tmp_path):
+    scenario = load_preset("chat-burst", ["traffic.num_requests=20"])
+    report = run_to_the_end(scenario, RemoteBackend(vllm_server, read_tokenizer("smollm2-135m")), tmp_path)
+    metrics = report["metrics"]
     assert metrics["ttft_p50_ms"]["n"] == 20 and metrics["tpot_p50_ms"]["value"] > 0
     assert report["backend"]["name"] == f"{vllm_server} (smollm2-135m)"
     assert report["versions"]["server_version"] == "0.32.0"
@@ -75,12 +82,7 @@ def test_sharegpt_chats_run_through_vllms_chat_endpoint_and_template(vllm_server
         return submit(prompt, params, **request)
 
     backend.submit = record_and_submit
-    try:
-        report = run_headless(scenario, tmp_path, backend=backend)
-    finally:
-        backend.close()
-    metrics = report["metrics"]
-    assert report["complete"] and metrics["requests_finished"]["value"] == 6 and metrics["requests_failed"]["value"] == 0
+    run_to_the_end(scenario, backend, tmp_path)
     assert all(messages for _, messages in sent.values())  # every request went as a chat
     # vLLM templated each chat itself, with the exported template: the prompt lengths it reports are ours.
     requests = read_run_log(tmp_path / RUN_LOG_NAME).requests
