@@ -20,7 +20,7 @@ _STEP_FIELDS = (
     "time_s", "start_s", "kv_used_perc", "kv_cached_perc", "waiting", "waiting_long", "running",
     "prefill_tokens", "decode_tokens", "preemptions_total", "rejections_total",
 )
-_REQUEST_FIELDS = ("finish_s", "ttft_ms", "tpot_ms", "e2e_ms", "finished", "meets_slo")
+_REQUEST_FIELDS = ("finish_s", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prompt_tokens", "output_tokens", "finished", "meets_slo")
 
 
 class _Ring:
@@ -48,6 +48,7 @@ class MetricsSnapshot:
     steps: dict[str, np.ndarray]  # per step, at its end (time_s) and start (start_s), in seconds since the run started
     requests: dict[str, np.ndarray]  # per ended request, at its finish time
     request_tags: list[str]
+    request_ids: list[str]
     prefill_tok_s: np.ndarray  # per step, over the sliding window
     decode_tok_s: np.ndarray
     window_s: float
@@ -74,6 +75,7 @@ class MetricsStore:
         self._steps = _Ring(_STEP_FIELDS, step_capacity)
         self._requests = _Ring(_REQUEST_FIELDS, request_capacity)
         self._tags: list[str] = [""] * request_capacity
+        self._ids: list[str] = [""] * request_capacity
         self._lock = threading.Lock()
 
     def add_step(self, stats: StepStats) -> None:
@@ -94,18 +96,22 @@ class MetricsStore:
         with self._lock:
             self._steps.append(values)
 
-    def add_request(self, metrics: RequestMetrics, tag: str = "") -> None:
+    def add_request(self, metrics: RequestMetrics, tag: str = "", request_id: str = "") -> None:
         finish = metrics.finish_time if metrics.finish_time is not None else self.start_time
         values = {
             "finish_s": finish - self.start_time,
             "ttft_ms": _or_nan(metrics.ttft_ms),
             "tpot_ms": _or_nan(metrics.tpot_ms),
             "e2e_ms": _or_nan(metrics.e2e_ms),
+            "queue_ms": _or_nan(metrics.queue_time_ms),
+            "prompt_tokens": metrics.num_prompt_tokens,
+            "output_tokens": metrics.num_output_tokens,
             "finished": float(metrics.finish_reason in FINISHED_REASONS),
             "meets_slo": float(self.slo.met_by(metrics)),
         }
         with self._lock:
-            self._tags[self._requests.count % self._requests.capacity] = tag
+            slot = self._requests.count % self._requests.capacity
+            self._tags[slot], self._ids[slot] = tag, request_id
             self._requests.append(values)
 
     @property
@@ -117,12 +123,12 @@ class MetricsStore:
         with self._lock:
             steps = self._steps.ordered()
             requests = self._requests.ordered()
-            count, capacity = self._requests.count, self._requests.capacity
-            tags = self._tags[count % capacity :] + self._tags[: count % capacity] if count > capacity else self._tags[:count]
+            tags, ids = _in_order(self._tags, self._requests), _in_order(self._ids, self._requests)
         return MetricsSnapshot(
             steps=steps,
             requests=requests,
-            request_tags=list(tags),
+            request_tags=tags,
+            request_ids=ids,
             prefill_tok_s=_windowed_rate(steps["time_s"], steps["prefill_tokens"], self.window_s),
             decode_tok_s=_windowed_rate(steps["time_s"], steps["decode_tokens"], self.window_s),
             window_s=self.window_s,
@@ -130,6 +136,12 @@ class MetricsStore:
             kv_cache_bytes=self.kv_cache_bytes,
             slo=self.slo,
         )
+
+
+def _in_order(column: list[str], ring: _Ring) -> list[str]:
+    """A list kept beside the ring, oldest first (a copy)."""
+    start = ring.count % ring.capacity
+    return column[start:] + column[:start] if ring.count > ring.capacity else column[: ring.count]
 
 
 def _or_nan(value: float | None) -> float:

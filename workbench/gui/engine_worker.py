@@ -239,7 +239,7 @@ class EngineWorker(QObject):
         self._requests.updated(update, self._seconds())
 
     def _on_end(self, ended: EndedRequest) -> None:
-        self.store.add_request(ended.metrics, ended.tag)
+        self.store.add_request(ended.metrics, ended.tag, ended.request_id)
         if self._recorder is not None:
             self._recorder.request_ended(ended)
         self._requests.ended(ended, self._seconds())

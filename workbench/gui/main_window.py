@@ -170,6 +170,7 @@ class MainWindow(QMainWindow):
         panel.inject_requested.connect(worker.inject)
         panel.preset_chosen.connect(self.run_preset)
         self.requests.abort_requested.connect(worker.abort)
+        self.plots.request_clicked.connect(self.show_request)
         self.requests.selection_changed.connect(lambda request_id: self.requests.show_detail(self.worker.row(request_id) if request_id else None))
 
     # ----- engine --------------------------------------------------------------------------------
@@ -268,6 +269,13 @@ class MainWindow(QMainWindow):
         self.refresh_plots()
         spent_ms = (time.perf_counter() - started) * 1000
         self.plot_timer.start(max(PLOT_INTERVAL_MS, int(spent_ms / PLOT_BUDGET)))
+
+    def show_request(self, request_id: str) -> None:
+        """A latency point was clicked: its row in the requests table, and its timeline."""
+        self.refresh_tables()  # a request that just ended may not be in the table yet
+        self.tabs.setCurrentWidget(self.requests)
+        if not self.requests.select(request_id):
+            self.statusBar().showMessage(f"{request_id} is not in this run's requests table", 5000)
 
     def refresh_tables(self) -> None:
         if self.viewing_past_run:

@@ -35,14 +35,13 @@ def decimate(x: np.ndarray, y: np.ndarray, limit: int = MAX_CURVE_POINTS) -> tup
     return np.concatenate([xs, x[usable:]]), np.concatenate([ys, y[usable:]])
 
 
-def thin(x: np.ndarray, y: np.ndarray, limit: int = MAX_SCATTER_POINTS) -> tuple[np.ndarray, np.ndarray]:
-    """All of the newest limit/2 points, and an even stride through the older ones."""
-    if x.size <= limit:
-        return x, y
+def thin(n: int, limit: int = MAX_SCATTER_POINTS) -> np.ndarray:
+    """Which of n points to draw: all of the newest limit/2, and an even stride through the older ones."""
+    if n <= limit:
+        return np.arange(n)
     keep_recent = limit // 2
-    older = np.linspace(0, x.size - keep_recent - 1, limit - keep_recent).astype(int)
-    index = np.concatenate([older, np.arange(x.size - keep_recent, x.size)])
-    return x[index], y[index]
+    older = np.linspace(0, n - keep_recent - 1, limit - keep_recent).astype(int)
+    return np.concatenate([older, np.arange(n - keep_recent, n)])
 
 
 def break_at_idle_gaps(steps: dict[str, np.ndarray], *series: np.ndarray) -> list[np.ndarray]:
@@ -149,16 +148,20 @@ def _event_points(times: np.ndarray, totals: np.ndarray) -> tuple[np.ndarray, np
 
 class LatencyPlot:
     """One point per ended request at its finish time (TTFT and e2e, or TPOT), rolling p50/p90/p99
-    over the last ROLLING_WINDOW requests, and the SLO threshold."""
+    over the last ROLLING_WINDOW requests, and the SLO threshold. Hovering a point shows its
+    request; each point carries its index into the snapshot's requests (`request_at`)."""
 
     MODES = ("ttft+e2e", "tpot")
 
     def __init__(self, mode: str = "ttft+e2e"):
         self.plot = _new_plot("Per-request latency", "latency", "ms", bottom="finish time since start", legend_columns=3)
         self.points = {
-            key: self.plot.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None, symbolBrush=COLORS[key], name=key.upper())
+            key: self.plot.plot(pen=None, symbol="o", symbolSize=5, symbolPen=None, symbolBrush=COLORS[key], name=key.upper())
             for key in ("ttft", "e2e", "tpot")
         }
+        for item in self.points.values():
+            item.scatter.opts.update(hoverable=True, tip=self._tip)
+        self.snapshot: MetricsSnapshot | None = None
         self.rolling = {key: _curve(self.plot, COLORS[key], f"{key} of last {ROLLING_WINDOW}", width=2) for key in ("p50", "p90", "p99")}
         self.slo_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(COLORS["slo"], width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine), label="SLO", labelOpts={"position": 0.05})
         self.plot.addItem(self.slo_line)
@@ -167,13 +170,31 @@ class LatencyPlot:
     def set_mode(self, mode: str) -> None:
         self.mode = mode
 
+    def request_at(self, index: int) -> str:
+        """The id of the request a point stands for."""
+        return self.snapshot.request_ids[index]
+
+    def _tip(self, x: float, y: float, data: int) -> str:
+        requests, index = self.snapshot.requests, int(data)
+
+        def ms(key: str) -> str:
+            value = requests[key][index]
+            return "-" if np.isnan(value) else f"{value:,.1f}"
+
+        return (f"{self.snapshot.request_ids[index]} ({self.snapshot.request_tags[index]})\n"
+                f"prompt {requests['prompt_tokens'][index]:,.0f} tokens, output {requests['output_tokens'][index]:,.0f} tokens\n"
+                f"queue {ms('queue_ms')} ms, TTFT {ms('ttft_ms')} ms, TPOT {ms('tpot_ms')} ms/token, e2e {ms('e2e_ms')} ms\n"
+                f"finished at {x:,.2f} s (click: its row and timeline)")
+
     def update(self, snapshot: MetricsSnapshot) -> None:
+        self.snapshot = snapshot
         requests = snapshot.requests
         finish = requests["finish_s"]
         shown = ("ttft", "e2e") if self.mode == "ttft+e2e" else ("tpot",)
+        drawn = thin(finish.size)
         for key, item in self.points.items():
             if key in shown:
-                item.setData(*thin(finish, requests[f"{key}_ms"]))
+                item.setData(finish[drawn], requests[f"{key}_ms"][drawn], data=drawn)
             else:
                 item.setData([], [])
         # Percentiles follow the first shown metric (TTFT, or TPOT).
@@ -187,9 +208,9 @@ class LatencyPlot:
         for item, column in zip(self.rolling.values(), rolling):
             item.setData(points, column)
         unit = "ms/token" if shown[0] == "tpot" else "ms"
-        drawn = "" if finish.size <= MAX_SCATTER_POINTS else f", {MAX_SCATTER_POINTS:,} points drawn"
+        thinned = "" if finish.size <= MAX_SCATTER_POINTS else f", {MAX_SCATTER_POINTS:,} points drawn"
         if n:
-            _set_title(self.plot, f"{shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} (n={n}{drawn})")
+            _set_title(self.plot, f"{shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} (n={n}{thinned})")
         else:
             _set_title(self.plot, f"{shown[0].upper()}: no request finished yet (n=0)")
         threshold = snapshot.slo.tpot_ms if shown[0] == "tpot" else snapshot.slo.ttft_ms

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyqtgraph as pg
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from workbench.metrics_store import MetricsSnapshot
@@ -11,9 +12,13 @@ from workbench.gui.plots import PLOT_NEEDS, LatencyPlot, all_plots, show_not_exp
 
 
 class PlotsView(QWidget):
+    request_clicked = Signal(str)  # the request of a clicked latency point
+
     def __init__(self):
         super().__init__()
         self.plots = all_plots()
+        for item in self.latency.points.values():
+            item.scatter.sigClicked.connect(self._point_clicked)
         self.layout_widget = pg.GraphicsLayoutWidget()
         positions = {"kv_occupancy": (0, 0), "queue_depth": (0, 1), "latency": (1, 0), "throughput": (1, 1), "batch_composition": (2, 0)}
         for name, (row, column) in positions.items():
@@ -40,6 +45,10 @@ class PlotsView(QWidget):
     @property
     def latency(self) -> LatencyPlot:
         return self.plots["latency"]
+
+    def _point_clicked(self, scatter, points, event) -> None:
+        if len(points):
+            self.request_clicked.emit(self.latency.request_at(int(points[0].data())))
 
     def _mode_changed(self, index: int) -> None:
         """Redraw at once from the last data (the engine may be idle, or this may be a past run)."""

@@ -25,7 +25,7 @@ def store_from_log(log: RunLog) -> MetricsStore:
     for record in log.steps:
         store.add_step(StepStats(**record))
     for record in log.requests:
-        store.add_request(request_metrics(record), record["tag"])
+        store.add_request(request_metrics(record), record["tag"], record["request_id"])
     return store
 
 

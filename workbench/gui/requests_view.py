@@ -119,10 +119,16 @@ class RequestsView(QWidget):
         selected = self.selected_id()
         self.model.set_rows(rows)
         if selected is not None:
-            for index, row in enumerate(self.model.rows):
-                if row.request_id == selected:
-                    self.table.selectRow(index)
-                    break
+            self.select(selected)
+
+    def select(self, request_id: str) -> bool:
+        """Select the request's row and show it; False when the table has no such request."""
+        for index, row in enumerate(self.model.rows):
+            if row.request_id == request_id:
+                self.table.selectRow(index)
+                self.table.scrollTo(self.model.index(index, 0))
+                return True
+        return False
 
     def show_detail(self, row: RequestRow | None) -> None:
         if row is None:

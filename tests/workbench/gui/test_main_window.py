@@ -326,3 +326,33 @@ def test_the_window_drives_a_server_and_says_what_it_does_not_expose(window, qtb
     assert "n=6" in plots["latency"].plot.titleLabel.text
     assert plots["kv_occupancy"].used.getData()[0].size > 0  # scrapes of vllm:kv_cache_usage_perc
     assert all(row.state == "finished" and len(row.output_token_ids) == 8 for row in window.worker.rows())
+
+
+def test_hovering_a_latency_point_names_its_request_and_clicking_selects_its_row(window, qtbot, tiny_config):
+    from PySide6.QtCore import QPointF, Qt
+    from PySide6.QtTest import QTest
+
+    load(window, qtbot, tiny_config)
+    window.traffic_panel.inject_requested.emit(3, 8, 4, "chat")
+    window.traffic_panel.inject_requested.emit(1, 40, 30, "long")  # ends last, far from the others
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=30_000)
+    window.tabs.setCurrentWidget(window.memory)
+    window.refresh_plots()
+    latency = window.plots.latency
+    x, y = latency.points["e2e"].getData()
+    target = int(y.argmax())  # the long request's e2e point
+    view = window.plots.layout_widget
+
+    def on_screen():  # where the point is drawn, once the plot has ranged its axes to the data
+        return view.mapFromScene(latency.plot.vb.mapViewToScene(QPointF(x[target], y[target])))
+
+    qtbot.waitUntil(lambda: view.viewport().rect().contains(on_screen()) and latency.plot.vb.viewRect().contains(x[target], y[target]))
+    where = on_screen()
+    QTest.mouseMove(view.viewport(), where)
+    qtbot.waitUntil(lambda: latency.plot.vb.toolTip().startswith("long-3 (long)"), timeout=5_000)
+    tip = latency.plot.vb.toolTip()
+    assert "prompt 40 tokens, output 30 tokens" in tip and "TTFT" in tip and "e2e" in tip
+    QTest.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=where)
+    qtbot.waitUntil(lambda: window.requests.selected_id() == "long-3", timeout=5_000)
+    assert window.tabs.currentWidget() is window.requests
+    assert window.requests.detail.toPlainText().startswith("long-3 (long) — finished")
