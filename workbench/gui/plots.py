@@ -61,10 +61,11 @@ COLORS = {
 
 
 class _Curve:
-    """A persistent curve whose data is decimated before it reaches pyqtgraph."""
+    """A persistent curve whose data is decimated before it reaches pyqtgraph. One pixel wide:
+    wider pens are stroked as polygons, a fifth of a frame."""
 
-    def __init__(self, plot: pg.PlotItem, color: str, name: str, width: float = 1.5, **options):
-        self.item = plot.plot(pen=pg.mkPen(color, width=width), name=name, connect="finite", **options)
+    def __init__(self, plot: pg.PlotItem, color: str, name: str, **options):
+        self.item = plot.plot(pen=pg.mkPen(color), name=name, connect="finite", **options)
         self.item.setClipToView(True)
 
     def setData(self, x, y) -> None:
@@ -74,8 +75,8 @@ class _Curve:
         return self.item.getData()
 
 
-def _curve(plot: pg.PlotItem, color: str, name: str, width: float = 1.5, **options) -> _Curve:
-    return _Curve(plot, color, name, width, **options)
+def _curve(plot: pg.PlotItem, color: str, name: str, **options) -> _Curve:
+    return _Curve(plot, color, name, **options)
 
 
 def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since start", bottom_unit: str = "s",
@@ -84,10 +85,10 @@ def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since s
     _set_title(plot, title)
     plot.setLabel("left", left, units=left_unit)
     plot.setLabel("bottom", bottom, units=bottom_unit)
-    plot.showGrid(x=True, y=True, alpha=0.25)
+    # No grid: its lines, alpha-blended across every plot, were a third of a frame (README,
+    # "The window": where a frame's time goes).
     for axis in ("left", "bottom"):
         plot.getAxis(axis).enableAutoSIPrefix(False)  # "ms" must not become "kms"
-        # Major grid lines only: minor ones, blended across the plot, cost most of a frame.
         plot.getAxis(axis).setStyle(maxTickLevel=1)
 
     # The legend is a row under the plot, never over the data.
@@ -98,15 +99,18 @@ def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since s
 
 def _set_title(plot: pg.PlotItem, text: str) -> None:
     """Titles are short and small: a title's width is its column's minimum, and two columns of
-    plots must fit the centre of a 1280-pixel-wide window."""
-    plot.setTitle(text, size="9pt")
+    plots must fit the centre of a 1280-pixel-wide window. Set only when changed: each setTitle
+    lays the plot out again."""
+    if getattr(plot, "title_text", None) != text:
+        plot.title_text = text
+        plot.setTitle(text, size="9pt")
 
 
 class KvOccupancyPlot:
     def __init__(self):
         self.plot = _new_plot("KV-cache occupancy", "blocks used", "%")
         self.plot.setYRange(0, 100)
-        self.used = _curve(self.plot, COLORS["used"], "used", width=2)
+        self.used = _curve(self.plot, COLORS["used"], "used")
         self.cached = _curve(self.plot, COLORS["cached"], "used + cached free prefixes")
 
     def update(self, snapshot: MetricsSnapshot) -> None:
@@ -162,7 +166,8 @@ class LatencyPlot:
         for item in self.points.values():
             item.scatter.opts.update(hoverable=True, tip=self._tip)
         self.snapshot: MetricsSnapshot | None = None
-        self.rolling = {key: _curve(self.plot, COLORS[key], f"{key} of last {ROLLING_WINDOW}", width=2) for key in ("p50", "p90", "p99")}
+        self._drawn: tuple | None = None
+        self.rolling = {key: _curve(self.plot, COLORS[key], f"{key} of last {ROLLING_WINDOW}") for key in ("p50", "p90", "p99")}
         self.slo_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(COLORS["slo"], width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine), label="SLO", labelOpts={"position": 0.05})
         self.plot.addItem(self.slo_line)
         self.mode = mode
@@ -187,14 +192,19 @@ class LatencyPlot:
                 f"finished at {x:,.2f} s (click: its row and timeline)")
 
     def update(self, snapshot: MetricsSnapshot) -> None:
-        self.snapshot = snapshot
         requests = snapshot.requests
         finish = requests["finish_s"]
+        # Redrawn only when a request ended (or the mode or SLO changed): steps come far more often.
+        drawn = (finish.size, finish[-1] if finish.size else None, self.mode, snapshot.slo)
+        if self.snapshot is not None and drawn == self._drawn:
+            self.snapshot = snapshot
+            return
+        self.snapshot, self._drawn = snapshot, drawn
         shown = ("ttft", "e2e") if self.mode == "ttft+e2e" else ("tpot",)
-        drawn = thin(finish.size)
+        drawn_index = thin(finish.size)
         for key, item in self.points.items():
             if key in shown:
-                item.setData(finish[drawn], requests[f"{key}_ms"][drawn], data=drawn)
+                item.setData(finish[drawn_index], requests[f"{key}_ms"][drawn_index], data=drawn_index)
             else:
                 item.setData([], [])
         # Percentiles follow the first shown metric (TTFT, or TPOT).
@@ -271,7 +281,7 @@ class BatchCompositionPlot:
         right.enableAutoSIPrefix(False)
         right.setPen(pg.mkPen(COLORS["decode"]))
         self.plot.vb.sigResized.connect(lambda view: self.decode_view.setGeometry(view.geometry()))
-        self.decode = pg.PlotDataItem(pen=pg.mkPen(COLORS["decode"], width=1.5), connect="finite")
+        self.decode = pg.PlotDataItem(pen=pg.mkPen(COLORS["decode"]), connect="finite")
         self.decode.setClipToView(True)
         self.decode_view.addItem(self.decode)
         self.plot.legend.addItem(self.decode, "decode sequences (right)")
