@@ -25,6 +25,7 @@ from engine.device import total_memory_bytes
 from engine.memory import memory_lines, process_resident_bytes
 from workbench.report import write_report_files
 from workbench.run_log import RunLogWriter, read_run_log
+from workbench.run_recorder import RUN_LOG_NAME
 from workbench.scenario import Scenario
 from engine.simulation import is_simulated, parse
 from workbench.gui.block_map import BlockMapView
@@ -103,7 +104,9 @@ class MainWindow(QMainWindow):
         runs_layout = QVBoxLayout(runs)
         buttons = QGridLayout()  # two rows: the window must still fit an 800-pixel-wide screen
         for index, (label, slot) in enumerate((("Save run…", self.save_run), ("Open run…", self.open_run),
-                                               ("Compare runs…", self.compare_runs), ("Back to live", self.back_to_live))):
+                                               ("Compare runs…", self.compare_runs), ("Back to live", self.back_to_live),
+                                               ("Baseline…", self.open_baseline), ("Clear baseline", self.clear_baseline),
+                                               ("Export plots…", self.export_plots))):
             button = QPushButton(label)
             button.clicked.connect(slot)
             buttons.addWidget(button, index // 2, index % 2)
@@ -314,16 +317,44 @@ class MainWindow(QMainWindow):
         self.runs_text.setPlainText(f"saved to {target}\n\n{json.dumps(report['metrics'], indent=1)[:4000]}")
         return target
 
+    def _read_run(self, folder: str, action: str):
+        """A run folder's log and its replayed store, or None (and the reason in the status line)."""
+        try:
+            log = read_run_log(Path(folder) / RUN_LOG_NAME)
+            return log, store_from_log(log)
+        except (EngineError, KeyError, TypeError) as error:  # KeyError, TypeError: a header of another shape
+            self.on_failed(f"{action}: {error if isinstance(error, EngineError) else f'{folder}: not a workbench run log'}")
+            return None
+
+    def open_baseline(self, folder: str | None = None) -> None:
+        """A past run (ours or a server's), faded under the live plots."""
+        folder = folder or QFileDialog.getExistingDirectory(self, "A run folder to draw as the baseline")
+        if not folder or (run := self._read_run(folder, "baseline")) is None:
+            return
+        log, store = run
+        self.plots.set_baseline(store.snapshot(), Path(folder).name)
+        self.runs_text.setPlainText(f"baseline: {folder} ({len(log.requests)} requests), drawn faded under the live plots")
+
+    def export_plots(self, folder: str | None = None) -> list[Path]:
+        folder = folder or QFileDialog.getExistingDirectory(self, "Export each plot (PNG, SVG, CSV) into")
+        if not folder:
+            return []
+        try:
+            written = self.plots.export(Path(folder))
+        except OSError as error:
+            self.on_failed(f"export plots: {folder}: {error.strerror or error}")
+            return []
+        self.runs_text.setPlainText(f"exported {len(written)} files into {folder}: " + ", ".join(path.name for path in written))
+        return written
+
+    def clear_baseline(self) -> None:
+        self.plots.set_baseline(None)
+
     def open_run(self, folder: str | None = None) -> None:
         folder = folder or QFileDialog.getExistingDirectory(self, "Open a run folder")
-        if not folder:
+        if not folder or (run := self._read_run(folder, "open run")) is None:
             return
-        try:
-            log = read_run_log(Path(folder) / "run.jsonl")
-            store = store_from_log(log)
-        except (EngineError, KeyError, TypeError) as error:  # KeyError, TypeError: a header of another shape
-            self.on_failed(f"open run: {error if isinstance(error, EngineError) else f'{folder}: not a workbench run log'}")
-            return
+        log, store = run
         self.viewing_past_run = True
         self.plots.update_from(store.snapshot())
         self.runs_text.setPlainText(f"viewing {folder} ({'complete' if log.complete else 'incomplete'}); 'Back to live' returns")

@@ -293,6 +293,46 @@ class BatchCompositionPlot:
         self.decode.setData(*decimate(times, decode))
 
 
+def draw_ghost(live: pg.PlotItem, baseline: pg.PlotItem) -> list[pg.PlotDataItem]:
+    """Faded copies of a plot's lines and points, drawn from `baseline` (the same plot class fed a
+    past run) under the live ones, outside the legend; returns them for removal."""
+    ghosts = []
+    for item in baseline.listDataItems():
+        x, y = item.getData()
+        if x is None or len(x) == 0:
+            continue
+        options = item.opts
+        pen = pg.mkPen(options["pen"]) if options["pen"] is not None else None
+        if pen is not None:
+            colour = pen.color()
+            colour.setAlpha(70)
+            pen.setColor(colour)
+        ghost = pg.PlotDataItem(x, y, pen=pen, connect="finite", symbol=options["symbol"], symbolSize=options["symbolSize"],
+                                symbolPen=None, symbolBrush=_faded(options["symbolBrush"]) if options["symbol"] else None)
+        ghost.setZValue(-10)
+        live.vb.addItem(ghost)  # the view box, not the plot: ghosts stay out of the legend
+        ghosts.append(ghost)
+    return ghosts
+
+
+def _faded(brush) -> pg.QtGui.QBrush:
+    faded = pg.mkBrush(brush)
+    colour = faded.color()
+    colour.setAlpha(70)
+    faded.setColor(colour)
+    return faded
+
+
+def percentile_summary(snapshot: MetricsSnapshot, key: str) -> str:
+    """p50 / p99 of one latency column over finished requests, with n."""
+    values = snapshot.requests[f"{key}_ms"]
+    values = values[~np.isnan(values)]
+    if not values.size:
+        return "n=0"
+    p50, p99 = np.percentile(values, [50, 99])
+    return f"p50 {p50:.0f} / p99 {p99:.0f} (n={values.size})"
+
+
 # The backend capability each plot needs (workbench/backend.py); latency and throughput are
 # measured on the client or from the server's token counters, so every backend has them.
 PLOT_NEEDS = {  # plot: (capability, what it shows)

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyqtgraph as pg
-from PySide6.QtCore import Signal
+import pyqtgraph.exporters  # noqa: F401  (pg.exporters)
+from PySide6.QtCore import QRectF, Signal
+from PySide6.QtGui import QPainter
+from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from workbench.metrics_store import MetricsSnapshot
 from workbench.backend import IN_PROCESS, BackendCapabilities
-from workbench.gui.plots import PLOT_NEEDS, LatencyPlot, all_plots, show_not_exposed
+from workbench.gui.plots import PLOT_NEEDS, LatencyPlot, all_plots, draw_ghost, percentile_summary, show_not_exposed
+
+
+def _export_svg(plot: pg.PlotItem, path: Path) -> None:
+    """Qt's own SVG generator: pyqtgraph 0.14's SVGExporter fails on the closed paths Qt 6.11
+    writes (pyqtgraph issue 3495)."""
+    source = plot.sceneBoundingRect()
+    target = QRectF(0, 0, source.width(), source.height())
+    generator = QSvgGenerator()
+    generator.setFileName(str(path))
+    generator.setSize(target.size().toSize())
+    generator.setViewBox(target)
+    painter = QPainter(generator)
+    plot.scene().render(painter, target, source)
+    painter.end()
 
 
 class PlotsView(QWidget):
@@ -28,6 +47,9 @@ class PlotsView(QWidget):
         self.latency_mode.setToolTip("What the per-request latency plot shows; rolling percentiles follow TTFT or TPOT.")
         self.latency_mode.currentIndexChanged.connect(self._mode_changed)
         self.snapshot: MetricsSnapshot | None = None  # the last data drawn
+        self.baseline: MetricsSnapshot | None = None  # a past run drawn faded under the live one
+        self.baseline_name = ""
+        self._ghosts: list = []
         self.not_exposed: set[str] = set()  # plots the backend has no data for
         self.goodput = QLabel("goodput: -")
         self.goodput.setToolTip("Share of ended requests meeting every SLO set before the run, with n; "
@@ -36,6 +58,8 @@ class PlotsView(QWidget):
         header.addWidget(QLabel("Latency plot:"))
         header.addWidget(self.latency_mode)
         header.addStretch(1)
+        self.baseline_label = QLabel("")
+        header.addWidget(self.baseline_label)
         header.addWidget(self.goodput)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -55,6 +79,8 @@ class PlotsView(QWidget):
         self.latency.set_mode(LatencyPlot.MODES[index])
         if self.snapshot is not None:
             self.latency.update(self.snapshot)
+        if self.baseline is not None:
+            self.set_baseline(self.baseline, self.baseline_name)
 
     def set_capabilities(self, capabilities: BackendCapabilities = IN_PROCESS) -> None:
         self.not_exposed = {name for name, (needed, _) in PLOT_NEEDS.items() if not getattr(capabilities, needed)}
@@ -67,6 +93,38 @@ class PlotsView(QWidget):
             if name not in self.not_exposed:
                 plot.update(snapshot)
         self._update_goodput(snapshot)
+
+    def export(self, folder: Path) -> list[Path]:
+        """Each plot as it is shown now: NAME.png and NAME.csv (pyqtgraph's exporters; the CSV
+        has an x and a y column per line or point series) and NAME.svg."""
+        if not folder.is_dir():
+            raise FileNotFoundError(2, "no such folder", str(folder))
+        written = []
+        for name, plot in self.plots.items():
+            for suffix, export in (("png", lambda item, path: pg.exporters.ImageExporter(item).export(str(path))),
+                                   ("svg", _export_svg),
+                                   ("csv", lambda item, path: pg.exporters.CSVExporter(item).export(str(path)))):
+                path = folder / f"{name}.{suffix}"
+                export(plot.plot, path)
+                written.append(path)
+        return written
+
+    def set_baseline(self, baseline: MetricsSnapshot | None, name: str = "") -> None:
+        """Draw a past run faded under the live plots, aligned at t = 0 (None removes it)."""
+        for ghost in self._ghosts:
+            ghost.getViewBox().removeItem(ghost)
+        self._ghosts, self.baseline, self.baseline_name = [], baseline, name
+        if baseline is None:
+            self.baseline_label.setText("")
+            return
+        drawn = all_plots()
+        drawn["latency"].set_mode(self.latency.mode)
+        for name_of_plot, plot in drawn.items():
+            if name_of_plot not in self.not_exposed:
+                plot.update(baseline)
+                self._ghosts += draw_ghost(self.plots[name_of_plot].plot, plot.plot)
+        key = "tpot" if self.latency.mode == "tpot" else "ttft"
+        self.baseline_label.setText(f"baseline (faded): {name}, {key.upper()} {percentile_summary(baseline, key)} ms")
 
     def _update_goodput(self, snapshot: MetricsSnapshot) -> None:
         meeting, n = snapshot.goodput

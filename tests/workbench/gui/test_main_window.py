@@ -356,3 +356,61 @@ def test_hovering_a_latency_point_names_its_request_and_clicking_selects_its_row
     qtbot.waitUntil(lambda: window.requests.selected_id() == "long-3", timeout=5_000)
     assert window.tabs.currentWidget() is window.requests
     assert window.requests.detail.toPlainText().startswith("long-3 (long) — finished")
+
+
+def test_a_bench_run_is_drawn_faded_under_the_live_plots_as_a_baseline(window, qtbot, tiny_config, tmp_path):
+    from workbench.cli import main
+
+    preset = tmp_path / "baseline.toml"
+    preset.write_text(f"""
+name = "baseline"
+description = "Five chats on the tiny model."
+[engine]
+model = "{tiny_config.model}"
+device = "cpu"
+num_kv_blocks = 128
+block_size = 4
+[traffic]
+arrival = "constant"
+rate = 50.0
+num_requests = 5
+prompt_len = {{ kind = "fixed", mean = 12 }}
+output_len = {{ kind = "fixed", mean = 6 }}
+[slo]
+ttft_ms = 1000
+""")
+    assert main(["bench", "--preset", str(preset), "--out", str(tmp_path / "run"), "--no-plots"]) == 0
+    load(window, qtbot, tiny_config)
+    window.open_baseline(str(tmp_path / "run"))
+    latency = window.plots.latency.plot
+    ghosts = [item for item in latency.vb.addedItems if item.zValue() == -10]
+    ghost_points = [item for item in ghosts if item.opts["symbol"] and len(item.getData()[0]) == 5]
+    assert len(ghost_points) == 2  # TTFT and e2e of the 5 baseline requests
+    assert all(item not in [entry[0] for entry in latency.legend.items] for item in ghosts)
+    assert window.plots.baseline_label.text().startswith("baseline (faded): run, TTFT p50") and "(n=5)" in window.plots.baseline_label.text()
+    assert any(item.zValue() == -10 for item in window.plots.plots["kv_occupancy"].plot.vb.addedItems)
+    window.traffic_panel.inject_requested.emit(3, 8, 4, "chat")  # live requests draw over it
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 3, timeout=30_000)
+    window.refresh_plots()
+    assert window.plots.latency.points["ttft"].getData()[0].size == 3 and "(n=3)" in latency.titleLabel.text
+    window.clear_baseline()
+    assert not [item for item in latency.vb.addedItems if item.zValue() == -10] and window.plots.baseline_label.text() == ""
+
+
+def test_each_plot_exports_to_png_svg_and_csv(window, qtbot, tiny_config, tmp_path):
+    from PySide6.QtGui import QImage
+
+    load(window, qtbot, tiny_config)
+    window.traffic_panel.inject_requested.emit(4, 8, 4, "chat")
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=30_000)
+    window.refresh_plots()
+    written = window.export_plots(str(tmp_path))
+    assert len(written) == 15 and all(path.stat().st_size > 0 for path in written)
+    assert not QImage(str(tmp_path / "latency.png")).isNull()
+    assert "<svg" in (tmp_path / "queue_depth.svg").read_text()
+    header, *rows = (tmp_path / "latency.csv").read_text().splitlines()
+    assert header.startswith("TTFT_x,TTFT_y,E2E_x,E2E_y,p50 of last 100_x") and len(rows) == 4  # one row per request
+    ttft_x = sorted(float(row.split(",")[0]) for row in rows)
+    assert ttft_x == pytest.approx(sorted(window.plots.latency.points["ttft"].getData()[0].tolist()))
+    assert window.export_plots(str(tmp_path / "missing" / "folder")) == []
+    assert "export plots:" in window.error_label.text()
