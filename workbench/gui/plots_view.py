@@ -9,7 +9,7 @@ import pyqtgraph.exporters  # noqa: F401  (pg.exporters)
 from PySide6.QtCore import QRectF, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtSvg import QSvgGenerator
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from workbench.metrics_store import MetricsSnapshot
 from workbench.backend import IN_PROCESS, BackendCapabilities
@@ -57,6 +57,16 @@ class PlotsView(QWidget):
         header = QHBoxLayout()
         header.addWidget(QLabel("Latency plot:"))
         header.addWidget(self.latency_mode)
+        self.follow = QCheckBox("follow last")
+        self.follow.setToolTip("Show only the most recent seconds of the run; off: the whole run from t = 0.")
+        self.follow_seconds = QSpinBox()
+        self.follow_seconds.setRange(1, 24 * 3600)
+        self.follow_seconds.setValue(30)
+        self.follow_seconds.setSuffix(" s")
+        self.follow.toggled.connect(self._apply_x_range)
+        self.follow_seconds.valueChanged.connect(self._apply_x_range)
+        header.addWidget(self.follow)
+        header.addWidget(self.follow_seconds)
         header.addStretch(1)
         self.baseline_label = QLabel("")
         header.addWidget(self.baseline_label)
@@ -93,6 +103,20 @@ class PlotsView(QWidget):
             if name not in self.not_exposed:
                 plot.update(snapshot)
         self._update_goodput(snapshot)
+        self._apply_x_range()
+
+    def _apply_x_range(self, *_) -> None:
+        """Every time axis shows the whole run, or, when following, its last N seconds."""
+        snapshot = self.snapshot
+        latest = 0.0
+        if snapshot is not None:
+            ends = [snapshot.steps["time_s"][-1:], snapshot.requests["finish_s"][-1:]]
+            latest = max((float(end[0]) for end in ends if end.size), default=0.0)
+        for plot in self.plots.values():
+            if self.follow.isChecked():
+                plot.plot.setXRange(max(0.0, latest - self.follow_seconds.value()), max(latest, 1e-3), padding=0)
+            else:
+                plot.plot.enableAutoRange(x=True)
 
     def export(self, folder: Path) -> list[Path]:
         """Each plot as it is shown now: NAME.png and NAME.csv (pyqtgraph's exporters; the CSV

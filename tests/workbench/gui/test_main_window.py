@@ -414,3 +414,33 @@ def test_each_plot_exports_to_png_svg_and_csv(window, qtbot, tiny_config, tmp_pa
     assert ttft_x == pytest.approx(sorted(window.plots.latency.points["ttft"].getData()[0].tolist()))
     assert window.export_plots(str(tmp_path / "missing" / "folder")) == []
     assert "export plots:" in window.error_label.text()
+
+
+def test_time_axes_show_the_whole_run_or_follow_its_last_seconds(qtbot):
+    import numpy as np
+
+    from engine.metrics import RequestMetrics, StepStats
+    from workbench.gui.plots_view import PlotsView
+    from workbench.metrics_store import MetricsStore
+
+    store = MetricsStore(0.0, kv_capacity_tokens=1024)
+    for index in range(600):  # a 60-second run
+        store.add_step(StepStats(index * 0.1 + 0.1, 0.1, 8, 4, 4, 10, 100, 0, 0, 0, 4, 0, 0, 0, 0))
+    store.add_request(RequestMetrics(1.0, 10, 1.0, 1.2, 2.0, [1.2, 2.0], finish_reason="length"), "chat", "chat-0")
+    store.add_request(RequestMetrics(58.0, 10, 58.0, 58.5, 59.0, [58.5, 59.0], finish_reason="length"), "chat", "chat-1")
+    view = PlotsView()
+    qtbot.addWidget(view)
+    view.resize(1200, 800)
+    view.show()
+    view.update_from(store.snapshot())
+    for plot in view.plots.values():
+        plot.plot.vb.updateAutoRange()
+    whole = {name: plot.plot.vb.viewRange()[0] for name, plot in view.plots.items()}
+    assert all(low <= 1.0 and high >= 59.0 for low, high in whole.values()), whole  # the first request stays in view
+    view.follow_seconds.setValue(10)
+    view.follow.setChecked(True)
+    assert all(np.allclose(plot.plot.vb.viewRange()[0], [50.0, 60.0]) for plot in view.plots.values())
+    view.follow.setChecked(False)
+    for plot in view.plots.values():
+        plot.plot.vb.updateAutoRange()
+    assert view.plots["latency"].plot.vb.viewRange()[0][0] <= 1.0
