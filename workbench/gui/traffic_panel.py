@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget,
+    QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QTableWidget,
+    QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
 from workbench.presets import load_preset, preset_names
@@ -51,7 +52,7 @@ class TrafficPanel(QWidget):
 
         self.start_button, self.pause_button, self.stop_button = QPushButton("Start"), QPushButton("Pause"), QPushButton("Stop")
         self.start_button.clicked.connect(lambda: emit_validated(self.scenario, self.start_requested, self.invalid, "traffic"))
-        self.start_button.clicked.connect(lambda: self.preset_label.setVisible(False))  # Start runs the fields, not the preset
+        self.start_button.clicked.connect(self._hide_preset)  # Start runs the fields, not the preset
         self.pause_button.setCheckable(True)
         self.pause_button.toggled.connect(lambda paused: (self.pause_requested if paused else self.resume_requested).emit())
         self.stop_button.clicked.connect(self.stop_requested.emit)
@@ -74,6 +75,14 @@ class TrafficPanel(QWidget):
         self.preset_label = QLabel("")
         self.preset_label.setWordWrap(True)
         self.preset_label.setVisible(False)
+        # The preset's timeline, one event a row: what will actually be sent, and when.
+        self.events = QTableWidget(0, 2)
+        self.events.setHorizontalHeaderLabels(["at (s)", "event"])
+        self.events.horizontalHeader().setStretchLastSection(True)
+        self.events.verticalHeader().setVisible(False)
+        self.events.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.events.setMaximumHeight(110)
+        self.events.setVisible(False)
         self.shape = shape = QFormLayout()
         for label, widget in (
             ("arrival", self.arrival), ("rate (req/s)", self.rate), ("end rate (req/s)", self.end_rate),
@@ -86,6 +95,7 @@ class TrafficPanel(QWidget):
         traffic_box = QGroupBox("Traffic")
         traffic_layout = QVBoxLayout(traffic_box)
         traffic_layout.addWidget(self.preset_label)
+        traffic_layout.addWidget(self.events)
         traffic_layout.addLayout(shape)
         buttons = QHBoxLayout()
         for button in (self.start_button, self.pause_button, self.stop_button):
@@ -115,6 +125,10 @@ class TrafficPanel(QWidget):
             layout.addWidget(box)
         self.arrival.currentTextChanged.connect(self._show_arrival_parameters)
         self._show_arrival_parameters(self.arrival.currentText())
+
+    def _hide_preset(self) -> None:
+        self.preset_label.setVisible(False)
+        self.events.setVisible(False)
 
     def _show_arrival_parameters(self, arrival: str) -> None:
         """Only the fields the chosen arrival process reads."""
@@ -152,13 +166,18 @@ class TrafficPanel(QWidget):
         """Reflect a preset's traffic and SLOs in the controls, and say what the preset runs: a
         preset with only a timeline of events leaves the fields as they were, for the next Start."""
         traffic = scenario.traffic
-        timeline = "; ".join(describe_event(event) for event in scenario.events)
+        timeline = " and the timeline below" if scenario.events else ""
         if traffic is None:
-            what = f"no background traffic; timeline: {timeline or 'empty'}. The fields below are for Start."
+            what = f"no background traffic{', only the timeline below' if timeline else ''}. The fields below are for Start."
         else:
-            what = "the fields below show its traffic" + (f"; timeline: {timeline}" if timeline else "")
+            what = f"the fields below show its traffic{timeline}"
         self.preset_label.setText(f"Preset {scenario.name!r}: {what}")
         self.preset_label.setVisible(True)
+        self.events.setRowCount(len(scenario.events))
+        for row, event in enumerate(scenario.events):
+            self.events.setItem(row, 0, QTableWidgetItem(f"{event.at_s:g}"))
+            self.events.setItem(row, 1, QTableWidgetItem(describe_event(event)))
+        self.events.setVisible(bool(scenario.events))
         if traffic is not None:
             self.arrival.setCurrentText(traffic.arrival)
             self.rate.setValue(traffic.rate)
@@ -179,7 +198,7 @@ class TrafficPanel(QWidget):
 
 def describe_event(event: ScenarioEvent) -> str:
     if event.action == "inject":
-        return f"at {event.at_s:g} s inject {event.count} × {event.prompt_tokens}-token {event.tag!r}"
+        return f"inject {event.count} × {event.prompt_tokens}+{event.output_tokens}-token {event.tag!r}"
     if event.action == "set_rate":
-        return f"at {event.at_s:g} s rate {event.rate:g} req/s"
-    return f"at {event.at_s:g} s stop"
+        return f"rate {event.rate:g} req/s"
+    return "stop the traffic"

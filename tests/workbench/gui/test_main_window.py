@@ -276,12 +276,16 @@ def test_an_events_only_preset_says_it_sends_no_background_traffic(window):
     panel.show_scenario(load_preset("long-prompt-isolation"))
     assert panel.preset_label.isVisibleTo(panel)
     assert panel.preset_label.text() == (
-        "Preset 'long-prompt-isolation': no background traffic; timeline: at 0 s inject 1 × 6000-token 'long'; "
-        "at 0 s inject 20 × 64-token 'chat'. The fields below are for Start.")
+        "Preset 'long-prompt-isolation': no background traffic, only the timeline below. The fields below are for Start.")
+    assert panel.events.isVisibleTo(panel)
+    assert [(panel.events.item(row, 0).text(), panel.events.item(row, 1).text()) for row in range(panel.events.rowCount())] == [
+        ("0", "inject 1 × 6000+16-token 'long'"), ("0", "inject 20 × 64+32-token 'chat'")]
     panel.show_scenario(load_preset("chat-steady"))
     assert panel.preset_label.text() == "Preset 'chat-steady': the fields below show its traffic"
+    assert not panel.events.isVisibleTo(panel)
+    panel.show_scenario(load_preset("long-prompt-isolation"))
     panel.start_button.click()
-    assert not panel.preset_label.isVisibleTo(panel)
+    assert not panel.preset_label.isVisibleTo(panel) and not panel.events.isVisibleTo(panel)
 
 
 @pytest.mark.parametrize("arrival, shown", [
