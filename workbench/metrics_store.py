@@ -8,6 +8,7 @@ capacities whatever the run length: the oldest entries are overwritten.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +19,7 @@ from workbench.scenario import SLO
 
 _STEP_FIELDS = (
     "time_s", "start_s", "kv_used_perc", "kv_cached_perc", "waiting", "waiting_long", "running",
-    "prefill_tokens", "decode_tokens", "preemptions_total", "rejections_total",
+    "prefill_tokens", "decode_tokens", "preemptions_total", "rejections_total", "prefill_tok_s", "decode_tok_s",
 )
 _REQUEST_FIELDS = ("finish_s", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prompt_tokens", "output_tokens", "finished", "meets_slo")
 
@@ -74,12 +75,19 @@ class MetricsStore:
         self.window_s = window_s
         self._steps = _Ring(_STEP_FIELDS, step_capacity)
         self._requests = _Ring(_REQUEST_FIELDS, request_capacity)
+        # Tokens per second over the window_s seconds ending at each step, computed as steps
+        # arrive (a step's rate never changes afterwards): the steps inside the window with the
+        # running token totals, and the totals just before the window.
+        self._in_window: deque[tuple[float, float, float]] = deque()
+        self._totals = self._before_window = (0.0, 0.0)
         self._tags: list[str] = [""] * request_capacity
         self._ids: list[str] = [""] * request_capacity
         self._lock = threading.Lock()
 
     def add_step(self, stats: StepStats) -> None:
         total = stats.kv_blocks_total
+        now = stats.time_s - self.start_time
+        prefill_rate, decode_rate = self._windowed_rates(now, stats.prefill_tokens, stats.decode_tokens)
         values = {
             "time_s": stats.time_s - self.start_time,
             "start_s": stats.time_s - stats.step_duration_s - self.start_time,
@@ -92,9 +100,22 @@ class MetricsStore:
             "decode_tokens": stats.decode_tokens,
             "preemptions_total": stats.preemptions_total,
             "rejections_total": stats.rejections_total,
+            "prefill_tok_s": prefill_rate,
+            "decode_tok_s": decode_rate,
         }
         with self._lock:
             self._steps.append(values)
+
+    def _windowed_rates(self, now: float, prefill_tokens: int, decode_tokens: int) -> tuple[float, float]:
+        """Always divided by the full window, so the first seconds read low rather than spiking
+        on a tiny denominator."""
+        self._totals = (self._totals[0] + prefill_tokens, self._totals[1] + decode_tokens)
+        self._in_window.append((now, *self._totals))
+        while self._in_window[0][0] <= now - self.window_s:
+            _, *before = self._in_window.popleft()
+            self._before_window = tuple(before)
+        return ((self._totals[0] - self._before_window[0]) / self.window_s,
+                (self._totals[1] - self._before_window[1]) / self.window_s)
 
     def add_request(self, metrics: RequestMetrics, tag: str = "", request_id: str = "") -> None:
         finish = metrics.finish_time if metrics.finish_time is not None else self.start_time
@@ -129,8 +150,8 @@ class MetricsStore:
             requests=requests,
             request_tags=tags,
             request_ids=ids,
-            prefill_tok_s=_windowed_rate(steps["time_s"], steps["prefill_tokens"], self.window_s),
-            decode_tok_s=_windowed_rate(steps["time_s"], steps["decode_tokens"], self.window_s),
+            prefill_tok_s=steps["prefill_tok_s"],
+            decode_tok_s=steps["decode_tok_s"],
             window_s=self.window_s,
             kv_capacity_tokens=self.kv_capacity_tokens,
             kv_cache_bytes=self.kv_cache_bytes,
@@ -147,12 +168,3 @@ def _in_order(column: list[str], ring: _Ring) -> list[str]:
 def _or_nan(value: float | None) -> float:
     return np.nan if value is None else value
 
-
-def _windowed_rate(times: np.ndarray, counts: np.ndarray, window_s: float) -> np.ndarray:
-    """Tokens per second over the window_s seconds ending at each step. Always divided by the
-    full window, so the first seconds read low rather than spiking on a tiny denominator."""
-    if times.size == 0:
-        return times.copy()
-    cumulative = np.concatenate([[0.0], np.cumsum(counts)])
-    window_start = np.searchsorted(times, times - window_s, side="right")
-    return (cumulative[1:] - cumulative[window_start]) / window_s

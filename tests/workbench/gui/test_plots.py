@@ -68,6 +68,20 @@ def test_metrics_store_is_bounded_and_ordered():
     assert steps["time_s"].size == 50 and np.all(np.diff(steps["time_s"]) > 0) and steps["time_s"][-1] == 119
 
 
+def test_windowed_token_rates_are_computed_as_steps_arrive_and_match_their_definition():
+    rng = np.random.default_rng(3)
+    times = np.cumsum(rng.exponential(0.3, 400))
+    prefill, decode = rng.integers(0, 500, 400), rng.integers(0, 40, 400)
+    store = MetricsStore(0.0, step_capacity=150, window_s=2.0)  # wraps: rates cover every step ever added
+    for time_s, p, d in zip(times, prefill, decode):
+        store.add_step(StepStats(float(time_s), 0.1, int(p), int(d), 1, 1, 10, 0, 0, 0, 1, 0, 0, 0, 0))
+    snapshot = store.snapshot()
+    # The definition: tokens of the steps that ended in (t - 2 s, t], over 2 s.
+    expected_prefill = [prefill[(times > t - 2.0) & (times <= t)].sum() / 2.0 for t in times[-150:]]
+    expected_decode = [decode[(times > t - 2.0) & (times <= t)].sum() / 2.0 for t in times[-150:]]
+    assert np.allclose(snapshot.prefill_tok_s, expected_prefill) and np.allclose(snapshot.decode_tok_s, expected_decode)
+
+
 def test_lines_break_where_the_engine_sat_idle():
     """Issue 19 #15: lines ramped across idle gaps as if they were data. Steps at 0.1 s intervals,
     then 5 s with no step (the second step of the pair starts 5 s after the first ended)."""
