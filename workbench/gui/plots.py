@@ -21,17 +21,19 @@ IDLE_GAP_S = 0.25  # a pause between two steps longer than this is idle time: th
 
 def decimate(x: np.ndarray, y: np.ndarray, limit: int = MAX_CURVE_POINTS) -> tuple[np.ndarray, np.ndarray]:
     """At most `limit` points keeping every bin's minimum and maximum, so spikes stay visible
-    (pyqtgraph's "peak" method, done once here instead of per repaint)."""
+    (pyqtgraph's "peak" method, done once here instead of per repaint). A bin holding a NaN (a
+    line break) ends with one, so the line still breaks there."""
     if x.size <= limit:
         return x, y
     bins = limit // 2
     usable = x.size // bins * bins
     shaped_x, shaped_y = x[:usable].reshape(bins, -1), y[:usable].reshape(bins, -1)
-    lows, highs = np.nanargmin(np.nan_to_num(shaped_y, nan=np.inf), axis=1), np.nanargmax(np.nan_to_num(shaped_y, nan=-np.inf), axis=1)
+    missing = np.isnan(shaped_y)  # NaNs break lines (idle gaps); they are never a bin's extreme
+    lows, highs = np.where(missing, np.inf, shaped_y).argmin(axis=1), np.where(missing, -np.inf, shaped_y).argmax(axis=1)
     rows = np.arange(bins)
     first, second = np.minimum(lows, highs), np.maximum(lows, highs)
     xs = np.column_stack([shaped_x[rows, first], shaped_x[rows, second]]).ravel()
-    ys = np.column_stack([shaped_y[rows, first], shaped_y[rows, second]]).ravel()
+    ys = np.column_stack([shaped_y[rows, first], np.where(missing.any(axis=1), np.nan, shaped_y[rows, second])]).ravel()
     return np.concatenate([xs, x[usable:]]), np.concatenate([ys, y[usable:]])
 
 

@@ -82,6 +82,17 @@ def test_windowed_token_rates_are_computed_as_steps_arrive_and_match_their_defin
     assert np.allclose(snapshot.prefill_tok_s, expected_prefill) and np.allclose(snapshot.decode_tok_s, expected_decode)
 
 
+def test_decimation_keeps_each_bins_extremes_and_the_line_breaks():
+    from workbench.gui.plots import decimate
+
+    x, y = np.arange(100_000, dtype=float), np.sin(np.arange(100_000) / 500.0)
+    y[31_337], y[77_777], y[50_000] = 9.0, -7.0, np.nan
+    xs, ys = decimate(x, y, limit=2000)
+    assert xs.size == 2000 and np.all(np.diff(xs) >= 0)
+    assert np.nanmax(ys) == 9.0 and np.nanmin(ys) == -7.0 and 31_337 in xs and 77_777 in xs
+    assert np.isnan(ys).sum() == 1 and 49_900 <= xs[np.isnan(ys)][0] < 50_100  # the break stays, within its bin
+
+
 def test_lines_break_where_the_engine_sat_idle():
     """Issue 19 #15: lines ramped across idle gaps as if they were data. Steps at 0.1 s intervals,
     then 5 s with no step (the second step of the pair starts 5 s after the first ended)."""
