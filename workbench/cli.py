@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     gui.add_argument("--run-for", type=at_least(float, 0.0, inclusive=False), metavar="SECONDS", help="run the traffic this long after loading, then exit")
     gui.add_argument("--screenshot", metavar="FILE.png", help="with --run-for: save a screenshot of the window before exiting")
     gui.add_argument("--server", metavar="URL", help="drive this OpenAI-compatible server instead of the in-process engine")
+    gui.add_argument("--baseline", metavar="RUN_DIR", help="draw this past run (a bench --out folder) faded under the live plots")
     add_server_model_options(gui)
 
     bench = commands.add_parser("bench", help="run a preset headless and write its report")
@@ -135,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         from workbench.gui.app import run_gui
 
         if args.command == "gui":
-            return run_gui(args.preset, args.run_for, args.screenshot, args.server, args.served_model, args.tokenizer)
+            return run_gui(args.preset, args.run_for, args.screenshot, args.server, args.served_model, args.tokenizer,
+                           args.baseline)
         return run_gui()
     except EngineError as error:
         print(f"workbench: {error}", file=sys.stderr)

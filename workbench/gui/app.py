@@ -17,6 +17,13 @@ def has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or platform in ("offscreen", "minimal", "vnc"))
 
 
+def baseline_problem(baseline: str | None) -> str | None:
+    """Why the baseline cannot be drawn, found before the window opens."""
+    if baseline is not None and not (Path(baseline) / "run.jsonl").is_file():
+        return f"--baseline {baseline}: expected a run folder holding run.jsonl (a workbench bench --out folder)"
+    return None
+
+
 def screenshot_problem(screenshot: str | None, run_for_s: float | None) -> str | None:
     """Why the screenshot could not be saved, found before the model loads and the traffic runs."""
     if screenshot is None:
@@ -35,10 +42,12 @@ def screenshot_problem(screenshot: str | None, run_for_s: float | None) -> str |
 
 
 def run_gui(preset: str | None = None, run_for_s: float | None = None, screenshot: str | None = None,
-            server: str | None = None, served_model: str | None = None, tokenizer: str = SERVER_TOKENIZER) -> int:
+            server: str | None = None, served_model: str | None = None, tokenizer: str = SERVER_TOKENIZER,
+            baseline: str | None = None) -> int:
     """The window; with `server` (a URL), driving that server instead of an in-process engine:
-    its model `served_model` (default: the first it lists), prompts made with `tokenizer`."""
-    problem = screenshot_problem(screenshot, run_for_s)
+    its model `served_model` (default: the first it lists), prompts made with `tokenizer`; with
+    `baseline` (a run folder), that run drawn faded under the live plots."""
+    problem = screenshot_problem(screenshot, run_for_s) or baseline_problem(baseline)
     if problem:
         print(f"workbench: {problem}", file=sys.stderr)
         return 2
@@ -69,6 +78,8 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
         return 2
     window = MainWindow(EngineWorker(loader=BackendLoader(served_model, tokenizer)))
     window.show()
+    if baseline:
+        window.open_baseline(baseline)
     outcome = {"code": 0}
     if scenario is not None:
         if server:
