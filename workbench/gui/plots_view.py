@@ -52,10 +52,10 @@ class PlotsView(QWidget):
         self._ghosts: list = []
         self.not_exposed: set[str] = set()  # plots the backend has no data for
         self.goodput = QLabel("goodput: -")
+        self.goodput.setWordWrap(True)
         self.goodput.setToolTip("Share of ended requests meeting every SLO set before the run, with n; "
                                 "rejected and aborted requests count as misses.")
         header = QHBoxLayout()
-        header.addWidget(QLabel("Latency plot:"))
         header.addWidget(self.latency_mode)
         self.follow = QCheckBox("follow last")
         self.follow.setToolTip("Show only the most recent seconds of the run; off: the whole run from t = 0.")
@@ -69,6 +69,7 @@ class PlotsView(QWidget):
         header.addWidget(self.follow_seconds)
         header.addStretch(1)
         self.baseline_label = QLabel("")
+        self.baseline_label.setWordWrap(True)  # long texts wrap: the window must fit an 800-pixel screen
         header.addWidget(self.baseline_label)
         header.addWidget(self.goodput)
         layout = QVBoxLayout(self)
