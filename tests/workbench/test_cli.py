@@ -87,8 +87,9 @@ def test_bench_runs_every_variant_writes_files_and_compares(tmp_path, tiny_llama
         assert report["complete"] and report["metrics"]["requests_finished"]["value"] == 7
         for name in ("kv_occupancy", "queue_depth", "latency", "throughput", "batch_composition"):
             assert distinct_colours(folder / f"{name}.png")[0] >= 1000
-            # Curves and points cover thousands of pixels; a plot with no data differs only in its ticks.
-            assert pixels_unlike(folder / f"{name}.png", empty / f"{name}.png") > 10_000, name
+            # Curves and points cover thousands of pixels (8,000 to 20,000 here, with 2-pixel lines
+            # and no grid); a plot with no data differs only in its ticks.
+            assert pixels_unlike(folder / f"{name}.png", empty / f"{name}.png") > 5_000, name
     comparison = json.loads((out / "comparison.json").read_text())
     assert comparison["baseline"]["variant"] == "admission-off" and len(comparison["checks"]) == 2
     assert [check["passed"] for check in comparison["checks"]] == [True, True]
