@@ -137,3 +137,36 @@ def test_a_capacity_the_backend_does_not_give_is_not_drawn_as_zero(qtbot):
     assert plots["kv_occupancy"].plot.titleLabel.text == "KV-cache occupancy: 46,592 tokens"
     plots["kv_occupancy"].update(MetricsStore(0.0).snapshot())
     assert plots["kv_occupancy"].plot.titleLabel.text == "KV-cache occupancy: capacity not exposed"
+
+
+def test_a_frame_hands_pyqtgraph_bounded_work_whatever_the_store_holds(qtbot):
+    """The frame-time guard, counted rather than timed (timed assertions flake on shared
+    machines): what made frames 10× slower was unbounded work per frame, so the test bounds it.
+    With 50,000 steps and 10,000 requests, every curve gets at most MAX_CURVE_POINTS points,
+    the latency scatter at most MAX_SCATTER_POINTS, no plot draws a grid, and a frame that
+    brings only a new step leaves the latency plot alone."""
+    from engine.metrics import RequestMetrics
+    from workbench.gui.plots import MAX_CURVE_POINTS, MAX_SCATTER_POINTS
+    from workbench.gui.plots_view import PlotsView
+
+    rng = np.random.default_rng(0)
+    store = MetricsStore(0.0, kv_capacity_tokens=23_296, step_capacity=60_000, request_capacity=10_000)
+    for index in range(50_000):
+        store.add_step(StepStats(index * 0.07, 0.07, int(rng.integers(0, 512)), 32, 40, int(rng.integers(0, 1456)), 1456, 10, 5, 0, 32, 0, 0, 0, 0))
+    for index in range(10_000):
+        start = index * 0.35
+        store.add_request(RequestMetrics(start, 100, start, start + 0.3, start + 3, [start + 0.3, start + 3], finish_reason="length"), "chat", f"chat-{index}")
+    view = PlotsView()
+    qtbot.addWidget(view)
+    view.update_from(store.snapshot())
+    for name, plot in view.plots.items():
+        assert not plot.plot.getAxis("left").grid and not plot.plot.getAxis("bottom").grid, name
+        for item in plot.plot.listDataItems():
+            x = item.getData()[0]
+            limit = MAX_SCATTER_POINTS if item.opts["symbol"] else MAX_CURVE_POINTS
+            assert x is None or len(x) <= limit, (name, item.name(), len(x))
+    drawn = []
+    view.latency.points["ttft"].setData = lambda *args, **kwargs: drawn.append(args)
+    store.add_step(StepStats(50_000 * 0.07, 0.07, 10, 32, 40, 700, 1456, 10, 5, 0, 32, 0, 0, 0, 0))
+    view.update_from(store.snapshot())
+    assert drawn == []
