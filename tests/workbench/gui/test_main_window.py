@@ -336,6 +336,7 @@ def test_hovering_a_latency_point_names_its_request_and_clicking_selects_its_row
     from PySide6.QtCore import QPointF, Qt
     from PySide6.QtTest import QTest
 
+    window.resize(1480, 960)  # the plots side by side in full (an earlier test may leave an 800-pixel screen)
     load(window, qtbot, tiny_config)
     window.traffic_panel.inject_requested.emit(3, 8, 4, "chat")
     window.traffic_panel.inject_requested.emit(1, 40, 30, "long")  # ends last, far from the others
