@@ -24,6 +24,9 @@ _STEP_FIELDS = (
 _REQUEST_FIELDS = ("finish_s", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prompt_tokens", "output_tokens", "finished", "meets_slo")
 
 
+_ROWS_FREE_FOR_A_COPY = 10_000  # appends a copy outside the lock may overlap, with room to spare
+
+
 class _Ring:
     """Fixed-capacity float64 columns; `ordered()` returns them oldest first."""
 
@@ -37,9 +40,19 @@ class _Ring:
             column[index] = values[name]
         self.count += 1
 
-    def ordered(self) -> dict[str, np.ndarray]:
-        if self.count <= self.capacity:  # not wrapped yet: copy only what is filled
-            return {name: column[: self.count].copy() for name, column in self.data.items()}
+    @property
+    def wrapped(self) -> bool:
+        return self.count > self.capacity
+
+    @property
+    def filling(self) -> bool:
+        """Far from wrapping: rows below the count stay as they are for a while yet."""
+        return self.count < self.capacity - _ROWS_FREE_FOR_A_COPY
+
+    def ordered(self, count: int | None = None) -> dict[str, np.ndarray]:
+        """The columns oldest first; `count`: the first rows only (of a ring not wrapped yet)."""
+        if not self.wrapped:  # copy only what is filled
+            return {name: column[: self.count if count is None else count].copy() for name, column in self.data.items()}
         start = self.count % self.capacity
         return {name: np.concatenate([column[start:], column[:start]]) for name, column in self.data.items()}
 
@@ -141,10 +154,18 @@ class MetricsStore:
         return self._steps.count, self._requests.count
 
     def snapshot(self) -> MetricsSnapshot:
+        """While the rings are far from wrapping, rows below the counts read under the lock are not
+        written again: they are copied after the lock is released, so the engine thread does not
+        wait for a copy of the whole run (at 500,000 steps, milliseconds each frame)."""
         with self._lock:
-            steps = self._steps.ordered()
-            requests = self._requests.ordered()
-            tags, ids = _in_order(self._tags, self._requests), _in_order(self._ids, self._requests)
+            filling = self._steps.filling and self._requests.filling
+            step_count, request_count = self._steps.count, self._requests.count
+            if not filling:
+                steps, requests = self._steps.ordered(), self._requests.ordered()
+                tags, ids = _in_order(self._tags, self._requests), _in_order(self._ids, self._requests)
+        if filling:
+            steps, requests = self._steps.ordered(step_count), self._requests.ordered(request_count)
+            tags, ids = self._tags[:request_count], self._ids[:request_count]
         return MetricsSnapshot(
             steps=steps,
             requests=requests,

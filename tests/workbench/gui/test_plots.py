@@ -170,3 +170,36 @@ def test_a_frame_hands_pyqtgraph_bounded_work_whatever_the_store_holds(qtbot):
     store.add_step(StepStats(50_000 * 0.07, 0.07, 10, 32, 40, 700, 1456, 10, 5, 0, 32, 0, 0, 0, 0))
     view.update_from(store.snapshot())
     assert drawn == []
+
+
+def test_snapshots_taken_while_the_engine_adds_steps_are_whole():
+    """Snapshots copy outside the lock until the rings wrap: every row they hold is complete."""
+    import threading
+
+    from engine.metrics import RequestMetrics
+
+    store = MetricsStore(0.0, step_capacity=300_000, request_capacity=50_000)
+    done = threading.Event()
+
+    def engine() -> None:
+        for index in range(200_000):
+            store.add_step(StepStats(index * 0.01 + 0.01, 0.01, 5, 3, 2, 7, 100, 0, 1, 0, 2, 0, 0, 0, 0))
+            if index % 10 == 0:
+                store.add_request(RequestMetrics(index * 0.01, 4, index * 0.01, index * 0.01 + 0.005, index * 0.01 + 0.01,
+                                                 [index * 0.01 + 0.005, index * 0.01 + 0.01], finish_reason="length"),
+                                  "chat", f"chat-{index}")
+        done.set()
+
+    writer = threading.Thread(target=engine)
+    writer.start()
+    seen = 0
+    while not done.is_set() or seen == 0:
+        snapshot = store.snapshot()
+        steps, requests = snapshot.steps, snapshot.requests
+        assert all(not np.isnan(column).any() for name, column in steps.items())
+        assert np.all(np.diff(steps["time_s"]) > 0)
+        assert not np.isnan(requests["finish_s"]).any() and len(snapshot.request_ids) == requests["finish_s"].size
+        assert all(snapshot.request_ids)  # no id slot read before it was written
+        seen += 1
+    writer.join()
+    assert seen > 1
