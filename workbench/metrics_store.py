@@ -63,12 +63,18 @@ class MetricsSnapshot:
     requests: dict[str, np.ndarray]  # per ended request, at its finish time
     request_tags: list[str]
     request_ids: list[str]
-    prefill_tok_s: np.ndarray  # per step, over the sliding window
-    decode_tok_s: np.ndarray
-    window_s: float
+    window_s: float  # of the token rates, steps["prefill_tok_s"] and steps["decode_tok_s"]
     kv_capacity_tokens: int
     kv_cache_bytes: int
     slo: SLO
+
+    @property
+    def prefill_tok_s(self) -> np.ndarray:
+        return self.steps["prefill_tok_s"]
+
+    @property
+    def decode_tok_s(self) -> np.ndarray:
+        return self.steps["decode_tok_s"]
 
     @property
     def goodput(self) -> tuple[int, int]:
@@ -102,7 +108,7 @@ class MetricsStore:
         now = stats.time_s - self.start_time
         prefill_rate, decode_rate = self._windowed_rates(now, stats.prefill_tokens, stats.decode_tokens)
         values = {
-            "time_s": stats.time_s - self.start_time,
+            "time_s": now,
             "start_s": stats.time_s - stats.step_duration_s - self.start_time,
             "kv_used_perc": 100.0 * stats.kv_blocks_used / total,
             "kv_cached_perc": 100.0 * stats.kv_blocks_cached_free / total,
@@ -171,8 +177,6 @@ class MetricsStore:
             requests=requests,
             request_tags=tags,
             request_ids=ids,
-            prefill_tok_s=steps["prefill_tok_s"],
-            decode_tok_s=steps["decode_tok_s"],
             window_s=self.window_s,
             kv_capacity_tokens=self.kv_capacity_tokens,
             kv_cache_bytes=self.kv_cache_bytes,

@@ -136,8 +136,8 @@ class RemoteBackend:
         with self._ready:
             if not self._events and not self._states:
                 self._ready.wait(_EVENT_WAIT_S)
-            outputs = [self._events.popleft() for _ in range(len(self._events))]
-            stats = self._states.pop() if self._states else None
+            outputs, stats = list(self._events), self._states[-1] if self._states else None
+            self._events.clear()
             self._states.clear()
         return BackendUpdate(outputs=outputs, stats=stats)
 
@@ -293,13 +293,14 @@ class RemoteBackend:
             metrics.first_token_time = now
         metrics.token_times.extend([now] * len(new_ids))
         request.output_token_ids.extend(new_ids)
-        self._emit(RequestOutput(request_id, list(new_ids), list(request.output_token_ids), False, None, None, metrics))
+        # The output list itself, as the engine hands it out: copying it per chunk cost O(tokens²) per stream.
+        self._emit(RequestOutput(request_id, new_ids, request.output_token_ids, False, None, None, metrics))
 
     def _finish(self, request_id: str, request: _InFlight, reason: str, detail: str) -> None:
         metrics = request.metrics
         metrics.finish_time, metrics.finish_reason, metrics.finish_detail = time.perf_counter(), reason, detail
         text = self.tokenizer.decode(request.output_token_ids)
-        self._emit(RequestOutput(request_id, [], list(request.output_token_ids), True, reason, text, metrics))
+        self._emit(RequestOutput(request_id, [], request.output_token_ids, True, reason, text, metrics))
         self._requests.pop(request_id, None)  # after the event: has_unfinished() never misses the end
 
     def _emit(self, output: RequestOutput) -> None:

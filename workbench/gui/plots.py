@@ -198,7 +198,7 @@ class LatencyPlot:
         finish = requests["finish_s"]
         # Redrawn only when a request ended (or the mode or SLO changed): steps come far more often.
         drawn = (finish.size, finish[-1] if finish.size else None, self.mode, snapshot.slo)
-        if self.snapshot is not None and drawn == self._drawn:
+        if drawn == self._drawn:
             self.snapshot = snapshot
             return
         self.snapshot, self._drawn = snapshot, drawn
@@ -304,25 +304,22 @@ def draw_ghost(live: pg.PlotItem, baseline: pg.PlotItem) -> list[pg.PlotDataItem
         if x is None or len(x) == 0:
             continue
         options = item.opts
-        pen = pg.mkPen(options["pen"]) if options["pen"] is not None else None
-        if pen is not None:
-            colour = pen.color()
-            colour.setAlpha(70)
-            pen.setColor(colour)
+        pen = _faded(pg.mkPen(options["pen"])) if options["pen"] is not None else None
+        brush = _faded(pg.mkBrush(options["symbolBrush"])) if options["symbol"] else None
         ghost = pg.PlotDataItem(x, y, pen=pen, connect="finite", symbol=options["symbol"], symbolSize=options["symbolSize"],
-                                symbolPen=None, symbolBrush=_faded(options["symbolBrush"]) if options["symbol"] else None)
+                                symbolPen=None, symbolBrush=brush)
         ghost.setZValue(-10)
         live.vb.addItem(ghost)  # the view box, not the plot: ghosts stay out of the legend
         ghosts.append(ghost)
     return ghosts
 
 
-def _faded(brush) -> pg.QtGui.QBrush:
-    faded = pg.mkBrush(brush)
-    colour = faded.color()
+def _faded(pen_or_brush):
+    """The same pen or brush, mostly transparent."""
+    colour = pen_or_brush.color()
     colour.setAlpha(70)
-    faded.setColor(colour)
-    return faded
+    pen_or_brush.setColor(colour)
+    return pen_or_brush
 
 
 def percentile_summary(snapshot: MetricsSnapshot, key: str) -> str:

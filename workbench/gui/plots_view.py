@@ -63,8 +63,8 @@ class PlotsView(QWidget):
         self.follow_seconds.setRange(1, 24 * 3600)
         self.follow_seconds.setValue(30)
         self.follow_seconds.setSuffix(" s")
-        self.follow.toggled.connect(self._apply_x_range)
-        self.follow_seconds.valueChanged.connect(self._apply_x_range)
+        self.follow.toggled.connect(self._follow_toggled)
+        self.follow_seconds.valueChanged.connect(self._follow_latest)
         header.addWidget(self.follow)
         header.addWidget(self.follow_seconds)
         header.addStretch(1)
@@ -104,20 +104,26 @@ class PlotsView(QWidget):
             if name not in self.not_exposed:
                 plot.update(snapshot)
         self._update_goodput(snapshot)
-        self._apply_x_range()
+        self._follow_latest()
 
-    def _apply_x_range(self, *_) -> None:
-        """Every time axis shows the whole run, or, when following, its last N seconds."""
-        snapshot = self.snapshot
+    def _follow_toggled(self, following: bool) -> None:
+        """Following shows the last N seconds; otherwise each time axis ranges over the whole run
+        (set once here: on every frame it would also undo the user's own zoom)."""
+        if following:
+            self._follow_latest()
+        else:
+            for plot in self.plots.values():
+                plot.plot.enableAutoRange(x=True)
+
+    def _follow_latest(self) -> None:
+        if not self.follow.isChecked():
+            return
         latest = 0.0
-        if snapshot is not None:
-            ends = [snapshot.steps["time_s"][-1:], snapshot.requests["finish_s"][-1:]]
+        if self.snapshot is not None:
+            ends = [self.snapshot.steps["time_s"][-1:], self.snapshot.requests["finish_s"][-1:]]
             latest = max((float(end[0]) for end in ends if end.size), default=0.0)
         for plot in self.plots.values():
-            if self.follow.isChecked():
-                plot.plot.setXRange(max(0.0, latest - self.follow_seconds.value()), max(latest, 1e-3), padding=0)
-            else:
-                plot.plot.enableAutoRange(x=True)
+            plot.plot.setXRange(max(0.0, latest - self.follow_seconds.value()), max(latest, 1e-3), padding=0)
 
     def export(self, folder: Path) -> list[Path]:
         """Each plot as it is shown now: NAME.png and NAME.csv (pyqtgraph's exporters; the CSV
