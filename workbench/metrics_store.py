@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from engine.metrics import RequestMetrics, StepStats
 from workbench.report import FINISHED_REASONS
 from workbench.scenario import SLO
+from workbench.step_overview import StepOverview
 
-_STEP_FIELDS = (
-    "time_s", "start_s", "kv_used_perc", "kv_cached_perc", "waiting", "waiting_long", "running",
-    "prefill_tokens", "decode_tokens", "preemptions_total", "rejections_total", "prefill_tok_s", "decode_tok_s",
+STEP_LINES = (  # per-step series drawn as lines
+    "kv_used_perc", "kv_used_plus_cached_perc", "waiting", "waiting_long", "running",
+    "prefill_tokens", "decode_tokens", "prefill_tok_s", "decode_tok_s",
 )
-_REQUEST_FIELDS = ("finish_s", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prompt_tokens", "output_tokens", "finished", "meets_slo")
+STEP_COUNTERS = ("preemptions_total", "rejections_total")  # cumulative: drawn as markers where they rise
+STEP_FIELDS = ("time_s", "start_s", *STEP_LINES, *STEP_COUNTERS)
+REQUEST_FIELDS = ("finish_s", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prompt_tokens", "output_tokens", "finished", "meets_slo")
 
 
 _ROWS_FREE_FOR_A_COPY = 10_000  # appends a copy outside the lock may overlap, with room to spare
@@ -49,6 +52,12 @@ class _Ring:
         """Far from wrapping: rows below the count stay as they are for a while yet."""
         return self.count < self.capacity - _ROWS_FREE_FOR_A_COPY
 
+    def rows_since(self, since: int) -> tuple[int, dict[str, np.ndarray]]:
+        """(the first row returned, copies of the rows from `since` on, or from the oldest still held)."""
+        first = max(since, self.count - self.capacity, 0)
+        positions = np.arange(first, self.count) % self.capacity
+        return first, {name: column[positions] for name, column in self.data.items()}
+
     def ordered(self, count: int | None = None) -> dict[str, np.ndarray]:
         """The columns oldest first; `count`: the first rows only (of a ring not wrapped yet)."""
         if not self.wrapped:  # copy only what is filled
@@ -67,6 +76,14 @@ class MetricsSnapshot:
     kv_capacity_tokens: int
     kv_cache_bytes: int
     slo: SLO
+    step_overview: StepOverview | None = field(default=None, repr=False)  # built from `steps` when first drawn
+
+    @property
+    def overview(self) -> StepOverview:
+        """The step series binned for drawing (workbench/step_overview.py)."""
+        if self.step_overview is None:
+            self.step_overview = StepOverview.of(self.steps, STEP_LINES, STEP_COUNTERS)
+        return self.step_overview
 
     @property
     def prefill_tok_s(self) -> np.ndarray:
@@ -92,8 +109,9 @@ class MetricsStore:
         self.slo = slo or SLO()  # fixed when a run starts; goodput is judged against it
         self.kv_capacity_tokens, self.kv_cache_bytes = kv_capacity_tokens, kv_cache_bytes
         self.window_s = window_s
-        self._steps = _Ring(_STEP_FIELDS, step_capacity)
-        self._requests = _Ring(_REQUEST_FIELDS, request_capacity)
+        self.step_capacity, self.request_capacity = step_capacity, request_capacity
+        self._steps = _Ring(STEP_FIELDS, step_capacity)
+        self._requests = _Ring(REQUEST_FIELDS, request_capacity)
         # Tokens per second over the window_s seconds ending at each step, computed as steps
         # arrive (a step's rate never changes afterwards): the steps inside the window with the
         # running token totals, and the totals just before the window.
@@ -111,7 +129,7 @@ class MetricsStore:
             "time_s": now,
             "start_s": stats.time_s - stats.step_duration_s - self.start_time,
             "kv_used_perc": 100.0 * stats.kv_blocks_used / total,
-            "kv_cached_perc": 100.0 * stats.kv_blocks_cached_free / total,
+            "kv_used_plus_cached_perc": 100.0 * (stats.kv_blocks_used + stats.kv_blocks_cached_free) / total,
             "waiting": stats.num_waiting,
             "waiting_long": stats.num_waiting_long,
             "running": stats.num_running,
@@ -159,6 +177,17 @@ class MetricsStore:
         """Changes whenever a step or a request is added: readers skip unchanged snapshots."""
         return self._steps.count, self._requests.count
 
+    def rows_since(self, steps_since: int, requests_since: int) -> NewRows:
+        """Copies of the steps and requests added since the given counts: O(new rows) under the
+        lock, for a reader that keeps its own copy (workbench/live_metrics.py)."""
+        with self._lock:
+            first_step, steps = self._steps.rows_since(steps_since)
+            first_request, requests = self._requests.rows_since(requests_since)
+            slots = range(first_request, self._requests.count)
+            tags = [self._tags[slot % self._requests.capacity] for slot in slots]
+            ids = [self._ids[slot % self._requests.capacity] for slot in slots]
+            return NewRows(steps, requests, tags, ids, self._steps.count, self._requests.count)
+
     def snapshot(self) -> MetricsSnapshot:
         """While the rings are far from wrapping, rows below the counts read under the lock are not
         written again: they are copied after the lock is released, so the engine thread does not
@@ -182,6 +211,16 @@ class MetricsStore:
             kv_cache_bytes=self.kv_cache_bytes,
             slo=self.slo,
         )
+
+
+@dataclass
+class NewRows:
+    steps: dict[str, np.ndarray]
+    requests: dict[str, np.ndarray]
+    request_tags: list[str]
+    request_ids: list[str]
+    steps_count: int  # rows ever added, to pass as `since` next time
+    requests_count: int
 
 
 def _in_order(column: list[str], ring: _Ring) -> list[str]:

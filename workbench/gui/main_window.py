@@ -32,6 +32,7 @@ from workbench.gui.block_map import BlockMapView
 from workbench.gui.engine_panel import EnginePanel
 from workbench.gui.engine_worker import EngineWorker
 from workbench.backend_loader import EngineInfo, ServerInfo
+from workbench.live_metrics import LiveMetrics
 from workbench.process_tuning import freeze_loaded_heap
 from workbench.gui.memory_panel import MemoryPanel
 from workbench.gui.plots_view import PlotsView
@@ -73,7 +74,7 @@ class MainWindow(QMainWindow):
         self._connect()
         self._restore_settings()
 
-        self._plotted_version = None
+        self._live: LiveMetrics | None = None  # the GUI thread's copy of the worker's store
         self.plot_timer = QTimer(self)
         self.plot_timer.setSingleShot(True)
         self.plot_timer.timeout.connect(self._plot_tick)
@@ -259,11 +260,13 @@ class MainWindow(QMainWindow):
 
     def refresh_plots(self) -> None:
         store = self.worker.store
-        # A reload brings a new store whose version may equal the old one's: compare both.
-        if store is None or self.viewing_past_run or (store, store.version) == self._plotted_version:
+        if store is None or self.viewing_past_run:
             return
-        self._plotted_version = (store, store.version)
-        self.plots.update_from(store.snapshot())
+        new_store = self._live is None or self._live.store is not store  # a reload brings a new store
+        if new_store:
+            self._live = LiveMetrics(store)
+        if self._live.refresh() or new_store:
+            self.plots.update_from(self._live.snapshot())
 
     def _plot_tick(self) -> None:
         """Redraw, then wait long enough that drawing takes at most PLOT_BUDGET of the time: the
@@ -361,7 +364,7 @@ class MainWindow(QMainWindow):
 
     def back_to_live(self) -> None:
         self.viewing_past_run = False
-        self._plotted_version = None
+        self._live = None
 
     def compare_runs(self, baseline: str | None = None, candidate: str | None = None) -> None:
         baseline = baseline or QFileDialog.getExistingDirectory(self, "Baseline run folder")

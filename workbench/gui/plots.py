@@ -1,6 +1,7 @@
 """The workbench's plots, one class per plot, each owning long-lived pyqtgraph items that
-`update(snapshot)` refreshes with `setData`. The live window and the PNG reports of
-`workbench bench` use these same classes, so each plot is drawn one way only.
+`update(snapshot, x_range)` refreshes. The live window and the PNG reports of `workbench bench`
+use these same classes, so each plot is drawn one way only. Lines come from the snapshot's
+StepOverview, so a frame draws O(points on screen) whatever the run's length.
 
 Time axes are seconds since the run started; every axis names its unit; percentiles show n.
 """
@@ -14,44 +15,8 @@ from workbench.metrics_store import MetricsSnapshot
 
 ROLLING_WINDOW = 100  # requests behind each rolling percentile point
 MAX_ROLLING_POINTS = 200  # rolling percentiles are evaluated at most this often along the axis
-MAX_CURVE_POINTS = 2000  # longer series are reduced to per-bin minima and maxima before drawing
-MAX_SCATTER_POINTS = 3000  # older points are thinned beyond this; the newest are all drawn
-IDLE_GAP_S = 0.25  # a pause between two steps longer than this is idle time: the lines break there
-
-
-def decimate(x: np.ndarray, y: np.ndarray, limit: int = MAX_CURVE_POINTS) -> tuple[np.ndarray, np.ndarray]:
-    """At most `limit` points keeping every bin's minimum and maximum, so spikes stay visible
-    (pyqtgraph's "peak" method, done once here instead of per repaint). A bin holding a NaN (a
-    line break) ends with one, so the line still breaks there."""
-    if x.size <= limit:
-        return x, y
-    bins = limit // 2
-    usable = x.size // bins * bins
-    shaped_x, shaped_y = x[:usable].reshape(bins, -1), y[:usable].reshape(bins, -1)
-    missing = np.isnan(shaped_y)  # NaNs break lines (idle gaps); they are never a bin's extreme
-    lows, highs = np.where(missing, np.inf, shaped_y).argmin(axis=1), np.where(missing, -np.inf, shaped_y).argmax(axis=1)
-    rows = np.arange(bins)
-    first, second = np.minimum(lows, highs), np.maximum(lows, highs)
-    xs = np.column_stack([shaped_x[rows, first], shaped_x[rows, second]]).ravel()
-    ys = np.column_stack([shaped_y[rows, first], np.where(missing.any(axis=1), np.nan, shaped_y[rows, second])]).ravel()
-    return np.concatenate([xs, x[usable:]]), np.concatenate([ys, y[usable:]])
-
-
-def thin(n: int, limit: int = MAX_SCATTER_POINTS) -> np.ndarray:
-    """Which of n points to draw: all of the newest limit/2, and an even stride through the older ones."""
-    if n <= limit:
-        return np.arange(n)
-    keep_recent = limit // 2
-    older = np.linspace(0, n - keep_recent - 1, limit - keep_recent).astype(int)
-    return np.concatenate([older, np.arange(n - keep_recent, n)])
-
-
-def break_at_idle_gaps(steps: dict[str, np.ndarray], *series: np.ndarray) -> list[np.ndarray]:
-    """The step times and the given per-step series, with a NaN row wherever the engine sat idle
-    between two steps, so that lines stop there instead of ramping across time without data."""
-    times = steps["time_s"]
-    idle = np.flatnonzero(steps["start_s"][1:] - times[:-1] > IDLE_GAP_S) + 1
-    return [np.insert(np.asarray(column, dtype=float), idle, np.nan) for column in (times, *series)]
+MAX_SCATTER_POINTS = 3000  # per latency series: the newest all, older ones at an even stride
+RECENT_POINTS = 500  # newest requests drawn one by one between two redraws of the scatter
 
 
 COLORS = {
@@ -62,23 +27,10 @@ COLORS = {
 }
 
 
-class _Curve:
-    """A persistent curve whose data is decimated before it reaches pyqtgraph. One pixel wide:
-    wider pens are stroked as polygons, a fifth of a frame."""
-
-    def __init__(self, plot: pg.PlotItem, color: str, name: str, **options):
-        self.item = plot.plot(pen=pg.mkPen(color), name=name, connect="finite", **options)
-        self.item.setClipToView(True)
-
-    def setData(self, x, y) -> None:
-        self.item.setData(*decimate(np.asarray(x), np.asarray(y)))
-
-    def getData(self):
-        return self.item.getData()
-
-
-def _curve(plot: pg.PlotItem, color: str, name: str, **options) -> _Curve:
-    return _Curve(plot, color, name, **options)
+def _line(plot: pg.PlotItem, color: str, name: str) -> pg.PlotDataItem:
+    """A line one pixel wide (wider pens are stroked as polygons, a fifth of a frame) that
+    breaks at NaNs."""
+    return plot.plot(pen=pg.mkPen(color), name=name, connect="finite")
 
 
 def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since start", bottom_unit: str = "s",
@@ -108,18 +60,19 @@ def _set_title(plot: pg.PlotItem, text: str) -> None:
         plot.setTitle(text, size="9pt")
 
 
+XRange = tuple[float, float] | None  # seconds since the run started; None: the whole run
+
+
 class KvOccupancyPlot:
     def __init__(self):
         self.plot = _new_plot("KV-cache occupancy", "blocks used", "%")
         self.plot.setYRange(0, 100)
-        self.used = _curve(self.plot, COLORS["used"], "used")
-        self.cached = _curve(self.plot, COLORS["cached"], "used + cached free prefixes")
+        self.used = _line(self.plot, COLORS["used"], "used")
+        self.cached = _line(self.plot, COLORS["cached"], "used + cached free prefixes")
 
-    def update(self, snapshot: MetricsSnapshot) -> None:
-        steps = snapshot.steps
-        times, used, cached = break_at_idle_gaps(steps, steps["kv_used_perc"], steps["kv_used_perc"] + steps["kv_cached_perc"])
-        self.used.setData(times, used)
-        self.cached.setData(times, cached)
+    def update(self, snapshot: MetricsSnapshot, x_range: XRange = None) -> None:
+        self.used.setData(*snapshot.overview.line("kv_used_perc", x_range))
+        self.cached.setData(*snapshot.overview.line("kv_used_plus_cached_perc", x_range))
         size = f", {snapshot.kv_cache_bytes / 2**20:,.0f} MiB" if snapshot.kv_cache_bytes else ""  # a server may not say
         capacity = f"{snapshot.kv_capacity_tokens:,} tokens{size}" if snapshot.kv_capacity_tokens else "capacity not exposed"
         _set_title(self.plot, f"KV-cache occupancy: {capacity}")
@@ -129,27 +82,63 @@ class QueueDepthPlot:
     def __init__(self):
         self.plot = _new_plot("Queue depth", "requests", "", legend_columns=3)
         self.curves = {
-            key: _curve(self.plot, COLORS[key], label)
+            key: _line(self.plot, COLORS[key], label)
             for key, label in (("waiting", "waiting"), ("waiting_long", "waiting (long)"), ("running", "running"))
         }
         self.preemptions = self.plot.plot(pen=None, symbol="t", symbolBrush=COLORS["preempt"], symbolSize=9, name="preempted")
         self.rejections = self.plot.plot(pen=None, symbol="x", symbolBrush=COLORS["reject"], symbolSize=9, name="rejected")
 
-    def update(self, snapshot: MetricsSnapshot) -> None:
-        steps = snapshot.steps
-        times, *columns = break_at_idle_gaps(steps, *(steps[key] for key in self.curves))
-        for curve, column in zip(self.curves.values(), columns):
-            curve.setData(times, column)
-        for markers, column in ((self.preemptions, "preemptions_total"), (self.rejections, "rejections_total")):
-            markers.setData(*_event_points(steps["time_s"], steps[column]))
+    def update(self, snapshot: MetricsSnapshot, x_range: XRange = None) -> None:
+        """Markers at y = 0 where a cumulative counter went up."""
+        for key, curve in self.curves.items():
+            curve.setData(*snapshot.overview.line(key, x_range))
+        for markers, counter in ((self.preemptions, "preemptions_total"), (self.rejections, "rejections_total")):
+            times = snapshot.overview.rises(counter, x_range)
+            markers.setData(times, np.zeros(times.size))
 
 
-def _event_points(times: np.ndarray, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Markers at y=0 where a cumulative counter went up."""
-    if times.size == 0:
-        return times, times
-    rises = np.flatnonzero(np.diff(totals, prepend=totals[0]) > 0)
-    return times[rises], np.zeros(rises.size)
+class _LatencyPoints:
+    """One latency column as a scatter, kept up to date by appending: pyqtgraph styles every
+    point handed to setData in Python, so new requests are added with addPoints and the whole
+    set is redrawn only every RECENT_POINTS requests, or when the range or the column changes.
+    Drawn: the newest (up to 2 x RECENT_POINTS) one by one, older ones at a power-of-two stride.
+    Each point's data is its index into the snapshot's requests."""
+
+    def __init__(self, plot: pg.PlotItem, color: str, name: str, tip):
+        self.item = pg.ScatterPlotItem(symbol="o", size=5, pen=None, brush=pg.mkBrush(color), name=name, hoverable=True, tip=tip)
+        plot.addItem(self.item)
+        self._drawn: tuple | None = None  # (column, first request, first one drawn one by one), and up to where
+        self._end = 0
+
+    def getData(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.item.getData()
+
+    def clear(self) -> None:
+        self.item.setData([], [])
+        self._drawn, self._end = None, 0
+
+    def update(self, column: str, finish: np.ndarray, values: np.ndarray, start: int, stop: int) -> None:
+        """Draw requests [start, stop) (indices into the snapshot's requests)."""
+        key = self._drawn
+        if key is not None and key[:2] == (column, start) and self._end <= stop <= key[2] + 2 * RECENT_POINTS:
+            self._add(finish, values, self._end, stop)
+        else:
+            dense_from = max(start, stop - RECENT_POINTS)
+            stride = 1 << max(int(np.ceil(np.log2(max((dense_from - start) / (MAX_SCATTER_POINTS - 2 * RECENT_POINTS), 1)))), 0)
+            older = np.arange(start, dense_from, stride)
+            self.item.setData([], [])
+            self._drawn, self._end = (column, start, dense_from), start
+            self._add(finish, values, older, None)
+            self._add(finish, values, dense_from, stop)
+        self._end = stop
+
+    def _add(self, finish: np.ndarray, values: np.ndarray, indices, stop: int | None) -> None:
+        """Append the points at `indices` (or the range indices..stop) that have a value."""
+        if stop is not None:
+            indices = np.arange(indices, stop)
+        indices = indices[np.isfinite(values[indices])]
+        if indices.size:
+            self.item.addPoints(x=finish[indices], y=values[indices], data=indices)
 
 
 class LatencyPlot:
@@ -161,15 +150,10 @@ class LatencyPlot:
 
     def __init__(self, mode: str = "ttft+e2e"):
         self.plot = _new_plot("Per-request latency", "latency", "ms", bottom="finish time since start", legend_columns=3)
-        self.points = {
-            key: self.plot.plot(pen=None, symbol="o", symbolSize=5, symbolPen=None, symbolBrush=COLORS[key], name=key.upper())
-            for key in ("ttft", "e2e", "tpot")
-        }
-        for item in self.points.values():
-            item.scatter.opts.update(hoverable=True, tip=self._tip)
+        self.points = {key: _LatencyPoints(self.plot, COLORS[key], key.upper(), self._tip) for key in ("ttft", "e2e", "tpot")}
         self.snapshot: MetricsSnapshot | None = None
         self._drawn: tuple | None = None
-        self.rolling = {key: _curve(self.plot, COLORS[key], f"{key} of last {ROLLING_WINDOW}") for key in ("p50", "p90", "p99")}
+        self.rolling = {key: _line(self.plot, COLORS[key], f"{key} of last {ROLLING_WINDOW}") for key in ("p50", "p90", "p99")}
         self.slo_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(COLORS["slo"], width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine), label="SLO", labelOpts={"position": 0.05})
         self.plot.addItem(self.slo_line)
         self.mode = mode
@@ -193,35 +177,38 @@ class LatencyPlot:
                 f"queue {ms('queue_ms')} ms, TTFT {ms('ttft_ms')} ms, TPOT {ms('tpot_ms')} ms/token, e2e {ms('e2e_ms')} ms\n"
                 f"finished at {x:,.2f} s (click: its row and timeline)")
 
-    def update(self, snapshot: MetricsSnapshot) -> None:
+    def update(self, snapshot: MetricsSnapshot, x_range: XRange = None) -> None:
         requests = snapshot.requests
         finish = requests["finish_s"]
-        # Redrawn only when a request ended (or the mode or SLO changed): steps come far more often.
-        drawn = (finish.size, finish[-1] if finish.size else None, self.mode, snapshot.slo)
+        # Redrawn only when a request ended (or the mode, SLO or range changed): steps come far more often.
+        drawn = (finish.size, finish[-1] if finish.size else None, self.mode, snapshot.slo, x_range)
         if drawn == self._drawn:
             self.snapshot = snapshot
             return
         self.snapshot, self._drawn = snapshot, drawn
         shown = ("ttft", "e2e") if self.mode == "ttft+e2e" else ("tpot",)
-        drawn_index = thin(finish.size)
-        for key, item in self.points.items():
+        start, stop = _finished_within(finish, x_range)
+        for key, points in self.points.items():
             if key in shown:
-                item.setData(finish[drawn_index], requests[f"{key}_ms"][drawn_index], data=drawn_index)
+                points.update(key, finish, requests[f"{key}_ms"], start, stop)
             else:
-                item.setData([], [])
-        # Percentiles follow the first shown metric (TTFT, or TPOT).
+                points.clear()
+        # Percentiles follow the first shown metric (TTFT, or TPOT): rolling ones over the range
+        # drawn, the title's over the whole run.
         primary = requests[f"{shown[0]}_ms"]
-        valid = ~np.isnan(primary)
-        x, values = finish[valid], primary[valid]
-        rolling = _rolling_percentiles(values)
-        n = values.size
-        summary = np.percentile(values, [50, 90, 99]) if n else None
-        points = x[rolling_index(n)]
-        for item, column in zip(self.rolling.values(), rolling):
+        in_range = primary[start:stop]
+        valid = ~np.isnan(in_range)
+        x, values = finish[start:stop][valid], in_range[valid]
+        points = x[rolling_index(values.size)]
+        for item, column in zip(self.rolling.values(), _rolling_percentiles(values)):
             item.setData(points, column)
+        every = primary[~np.isnan(primary)]
+        n = every.size
         unit = "ms/token" if shown[0] == "tpot" else "ms"
-        thinned = "" if finish.size <= MAX_SCATTER_POINTS else f", {MAX_SCATTER_POINTS:,} points drawn"
+        drawn_points = sum(len(self.points[key].item.data) for key in shown)
+        thinned = "" if drawn_points >= len(shown) * finish.size else f", {drawn_points:,} points drawn"
         if n:
+            summary = np.percentile(every, [50, 90, 99])
             _set_title(self.plot, f"{shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} (n={n}{thinned})")
         else:
             _set_title(self.plot, f"{shown[0].upper()}: no request finished yet (n=0)")
@@ -230,6 +217,13 @@ class LatencyPlot:
         if threshold is not None:
             self.slo_line.setValue(threshold)
             self.slo_line.label.setFormat(f"SLO {shown[0].upper()} {threshold:g} {unit}")
+
+
+def _finished_within(finish: np.ndarray, x_range: XRange) -> tuple[int, int]:
+    """Requests (in finishing order) that ended inside the range."""
+    if x_range is None:
+        return 0, finish.size
+    return int(np.searchsorted(finish, x_range[0], side="left")), int(np.searchsorted(finish, x_range[1], side="right"))
 
 
 def rolling_index(n: int) -> np.ndarray:
@@ -256,13 +250,12 @@ def _rolling_percentiles(values: np.ndarray) -> np.ndarray:
 class ThroughputPlot:
     def __init__(self):
         self.plot = _new_plot("Throughput", "tokens/s", "")
-        self.prefill = _curve(self.plot, COLORS["prefill"], "prefill")
-        self.decode = _curve(self.plot, COLORS["decode"], "decode")
+        self.prefill = _line(self.plot, COLORS["prefill"], "prefill")
+        self.decode = _line(self.plot, COLORS["decode"], "decode")
 
-    def update(self, snapshot: MetricsSnapshot) -> None:
-        times, prefill, decode = break_at_idle_gaps(snapshot.steps, snapshot.prefill_tok_s, snapshot.decode_tok_s)
-        self.prefill.setData(times, prefill)
-        self.decode.setData(times, decode)
+    def update(self, snapshot: MetricsSnapshot, x_range: XRange = None) -> None:
+        self.prefill.setData(*snapshot.overview.line("prefill_tok_s", x_range))
+        self.decode.setData(*snapshot.overview.line("decode_tok_s", x_range))
         _set_title(self.plot, f"Throughput (sliding window {snapshot.window_s:g} s)")
 
 
@@ -272,7 +265,7 @@ class BatchCompositionPlot:
 
     def __init__(self):
         self.plot = _new_plot("Batch composition per step", "prefill", "tokens/step")
-        self.prefill = _curve(self.plot, COLORS["prefill"], "prefill tokens (left)")
+        self.prefill = _line(self.plot, COLORS["prefill"], "prefill tokens (left)")
         self.decode_view = pg.ViewBox()
         self.decode_view.setParentItem(self.plot)
         self.decode_view.setXLink(self.plot.vb)
@@ -284,15 +277,12 @@ class BatchCompositionPlot:
         right.setPen(pg.mkPen(COLORS["decode"]))
         self.plot.vb.sigResized.connect(lambda view: self.decode_view.setGeometry(view.geometry()))
         self.decode = pg.PlotDataItem(pen=pg.mkPen(COLORS["decode"]), connect="finite")
-        self.decode.setClipToView(True)
         self.decode_view.addItem(self.decode)
         self.plot.legend.addItem(self.decode, "decode sequences (right)")
 
-    def update(self, snapshot: MetricsSnapshot) -> None:
-        steps = snapshot.steps
-        times, prefill, decode = break_at_idle_gaps(steps, steps["prefill_tokens"], steps["decode_tokens"])
-        self.prefill.setData(times, prefill)
-        self.decode.setData(*decimate(times, decode))
+    def update(self, snapshot: MetricsSnapshot, x_range: XRange = None) -> None:
+        self.prefill.setData(*snapshot.overview.line("prefill_tokens", x_range))
+        self.decode.setData(*snapshot.overview.line("decode_tokens", x_range))
 
 
 def draw_ghost(live: pg.PlotItem, baseline: pg.PlotItem) -> list[pg.PlotDataItem]:
@@ -303,11 +293,14 @@ def draw_ghost(live: pg.PlotItem, baseline: pg.PlotItem) -> list[pg.PlotDataItem
         x, y = item.getData()
         if x is None or len(x) == 0:
             continue
-        options = item.opts
-        pen = _faded(pg.mkPen(options["pen"])) if options["pen"] is not None else None
-        brush = _faded(pg.mkBrush(options["symbolBrush"])) if options["symbol"] else None
-        ghost = pg.PlotDataItem(x, y, pen=pen, connect="finite", symbol=options["symbol"], symbolSize=options["symbolSize"],
-                                symbolPen=None, symbolBrush=brush)
+        if isinstance(item, pg.ScatterPlotItem):
+            symbol, size, pen, brush = item.opts["symbol"], item.opts["size"], None, _faded(pg.mkBrush(item.opts["brush"]))
+        else:
+            options = item.opts
+            symbol, size = options["symbol"], options["symbolSize"]
+            pen = _faded(pg.mkPen(options["pen"])) if options["pen"] is not None else None
+            brush = _faded(pg.mkBrush(options["symbolBrush"])) if symbol else None
+        ghost = pg.PlotDataItem(x, y, pen=pen, connect="finite", symbol=symbol, symbolSize=size, symbolPen=None, symbolBrush=brush)
         ghost.setZValue(-10)
         live.vb.addItem(ghost)  # the view box, not the plot: ghosts stay out of the legend
         ghosts.append(ghost)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyqtgraph as pg
 import pyqtgraph.exporters  # noqa: F401  (pg.exporters)
 from PySide6.QtCore import QRectF, Signal
@@ -14,6 +15,20 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QSpinBo
 from workbench.metrics_store import MetricsSnapshot
 from workbench.backend import IN_PROCESS, BackendCapabilities
 from workbench.gui.plots import PLOT_NEEDS, LatencyPlot, all_plots, draw_ghost, percentile_summary, show_not_exposed
+
+
+def axis_end(latest: float) -> float:
+    """Where a whole-run time axis ends: past `latest` by a step of half its leading digit
+    (3,500 s -> 4,000 s), so the axis moves a few times per decade of run length."""
+    if latest <= 0:
+        return 1.0
+    step = 10 ** np.floor(np.log10(latest)) / 2
+    return float((np.floor(latest / step) + 1) * step)
+
+
+def _latest_time(snapshot: MetricsSnapshot) -> float:
+    ends = [snapshot.steps["time_s"][-1:], snapshot.requests["finish_s"][-1:]]
+    return max((float(end[0]) for end in ends if end.size), default=0.0)
 
 
 def _export_svg(plot: pg.PlotItem, path: Path) -> None:
@@ -36,12 +51,19 @@ class PlotsView(QWidget):
     def __init__(self):
         super().__init__()
         self.plots = all_plots()
-        for item in self.latency.points.values():
-            item.scatter.sigClicked.connect(self._point_clicked)
+        for points in self.latency.points.values():
+            points.item.sigClicked.connect(self._point_clicked)
         self.layout_widget = pg.GraphicsLayoutWidget()
         positions = {"kv_occupancy": (0, 0), "queue_depth": (0, 1), "latency": (1, 0), "throughput": (1, 1), "batch_composition": (2, 0)}
         for name, (row, column) in positions.items():
             self.layout_widget.addItem(self.plots[name].plot, row=row, col=column, colspan=2 if name == "batch_composition" else 1)
+        # One time range for all: zooming into a moment in one plot shows it in every plot. Not
+        # pyqtgraph's setXLink: it aligns linked views by pixel, and the batch plot is twice as wide.
+        for plot in self.plots.values():
+            view = plot.plot.vb
+            view.sigRangeChangedManually.connect(lambda _mask, view=view: self._zoomed_by_user(view))
+        self.zoomed = False  # the user zoomed or panned: draw what they look at, and leave the axis alone
+        self._axis_end: float | None = None
         self.latency_mode = QComboBox()
         self.latency_mode.addItems(["TTFT and e2e", "TPOT"])
         self.latency_mode.setToolTip("What the per-request latency plot shows; rolling percentiles follow TTFT or TPOT.")
@@ -64,7 +86,7 @@ class PlotsView(QWidget):
         self.follow_seconds.setValue(30)
         self.follow_seconds.setSuffix(" s")
         self.follow.toggled.connect(self._follow_toggled)
-        self.follow_seconds.valueChanged.connect(self._follow_latest)
+        self.follow_seconds.valueChanged.connect(self.redraw)
         header.addWidget(self.follow)
         header.addWidget(self.follow_seconds)
         header.addStretch(1)
@@ -86,10 +108,8 @@ class PlotsView(QWidget):
             self.request_clicked.emit(self.latency.request_at(int(points[0].data())))
 
     def _mode_changed(self, index: int) -> None:
-        """Redraw at once from the last data (the engine may be idle, or this may be a past run)."""
         self.latency.set_mode(LatencyPlot.MODES[index])
-        if self.snapshot is not None:
-            self.latency.update(self.snapshot)
+        self.redraw()
         if self.baseline is not None:
             self.set_baseline(self.baseline, self.baseline_name)
 
@@ -100,30 +120,54 @@ class PlotsView(QWidget):
 
     def update_from(self, snapshot: MetricsSnapshot) -> None:
         self.snapshot = snapshot
+        x_range = self._time_range(snapshot)
         for name, plot in self.plots.items():
             if name not in self.not_exposed:
-                plot.update(snapshot)
+                plot.update(snapshot, x_range)
         self._update_goodput(snapshot)
-        self._follow_latest()
+
+    def redraw(self) -> None:
+        """Draw the last data again, for a new range (the engine may be idle, or this may be a past run)."""
+        if self.snapshot is not None:
+            self.update_from(self.snapshot)
+
+    def _time_range(self, snapshot: MetricsSnapshot) -> tuple[float, float] | None:
+        """The seconds to draw, set on the shared time axis. Following: the last N seconds. The
+        whole run (None): the axis ends a step past the latest data and moves only when the data
+        reaches it, since each move lays out and redraws every axis's ticks and labels. Zoomed by
+        the user: their range; the pyqtgraph "A" button or "View All" returns to the whole run."""
+        latest = _latest_time(snapshot)
+        if self.follow.isChecked():
+            shown = (max(0.0, latest - self.follow_seconds.value()), max(latest, 1e-3))
+            self._set_time_range(*shown)
+            return shown
+        if any(plot.plot.vb.autoRangeEnabled()[0] for plot in self.plots.values()):
+            self.zoomed, self._axis_end = False, None
+        if self.zoomed:
+            return tuple(self.plots["kv_occupancy"].plot.vb.viewRange()[0])
+        if self.baseline is not None:
+            latest = max(latest, _latest_time(self.baseline))
+        end = axis_end(latest)
+        if end != self._axis_end:
+            self._axis_end = end
+            self._set_time_range(0, end)
+        return None
+
+    def _set_time_range(self, low: float, high: float) -> None:
+        for plot in self.plots.values():
+            plot.plot.setXRange(low, high, padding=0)
+
+    def _zoomed_by_user(self, view: pg.ViewBox) -> None:
+        self.zoomed = True
+        self._set_time_range(*view.viewRange()[0])
+        self.follow.setChecked(False)
+        self.redraw()
 
     def _follow_toggled(self, following: bool) -> None:
-        """Following shows the last N seconds; otherwise each time axis ranges over the whole run
-        (set once here: on every frame it would also undo the user's own zoom)."""
-        if following:
-            self._follow_latest()
-        else:
-            for plot in self.plots.values():
-                plot.plot.enableAutoRange(x=True)
-
-    def _follow_latest(self) -> None:
-        if not self.follow.isChecked():
-            return
-        latest = 0.0
-        if self.snapshot is not None:
-            ends = [self.snapshot.steps["time_s"][-1:], self.snapshot.requests["finish_s"][-1:]]
-            latest = max((float(end[0]) for end in ends if end.size), default=0.0)
-        for plot in self.plots.values():
-            plot.plot.setXRange(max(0.0, latest - self.follow_seconds.value()), max(latest, 1e-3), padding=0)
+        """Following shows the last N seconds; otherwise the whole run from t = 0."""
+        if not following:
+            self.zoomed, self._axis_end = False, None
+        self.redraw()
 
     def export(self, folder: Path) -> list[Path]:
         """Each plot as it is shown now: NAME.png and NAME.csv (pyqtgraph's exporters; the CSV

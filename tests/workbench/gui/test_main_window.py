@@ -414,7 +414,8 @@ def test_each_plot_exports_to_png_svg_and_csv(window, qtbot, tiny_config, tmp_pa
     assert not QImage(str(tmp_path / "latency.png")).isNull()
     assert "<svg" in (tmp_path / "queue_depth.svg").read_text()
     header, *rows = (tmp_path / "latency.csv").read_text().splitlines()
-    assert header.startswith("TTFT_x,TTFT_y,E2E_x,E2E_y,p50 of last 100_x") and len(rows) == 4  # one row per request
+    # One row per request; TPOT's columns are empty while TTFT and e2e are shown.
+    assert header.startswith("TTFT_x,TTFT_y,E2E_x,E2E_y,TPOT_x,TPOT_y,p50 of last 100_x") and len(rows) == 4
     ttft_x = sorted(float(row.split(",")[0]) for row in rows)
     assert ttft_x == pytest.approx(sorted(window.plots.latency.points["ttft"].getData()[0].tolist()))
     assert window.export_plots(str(tmp_path / "missing" / "folder")) == []
@@ -446,6 +447,18 @@ def test_time_axes_show_the_whole_run_or_follow_its_last_seconds(qtbot):
     view.follow.setChecked(True)
     assert all(np.allclose(plot.plot.vb.viewRange()[0], [50.0, 60.0]) for plot in view.plots.values())
     view.follow.setChecked(False)
-    for plot in view.plots.values():
-        plot.plot.vb.updateAutoRange()
+    assert all(np.allclose(plot.plot.vb.viewRange()[0], [0.0, 65.0]) for plot in view.plots.values())  # a step past 60 s
+    # Zooming one plot zooms them all, and the lines are drawn at full resolution within it.
+    throughput = view.plots["throughput"].plot.vb
+    throughput.setXRange(10.05, 12.05, padding=0)
+    throughput.sigRangeChangedManually.emit([True, False])
+    assert all(np.allclose(plot.plot.vb.viewRange()[0], [10.05, 12.05]) for plot in view.plots.values())
+    x, _ = view.plots["kv_occupancy"].used.getData()
+    assert x.size == 22 and x[0] < 10.05 < x[1] and x[-2] < 12.05 < x[-1]  # every step inside, and one either side
+    store.add_step(StepStats(60.1, 0.1, 8, 4, 4, 10, 100, 0, 0, 0, 4, 0, 0, 0, 0))
+    view.update_from(store.snapshot())
+    assert np.allclose(throughput.viewRange()[0], [10.05, 12.05])  # new data leaves the user's zoom alone
+    throughput.enableAutoRange(x=True)  # pyqtgraph's "A" button: the whole run again
+    view.redraw()
+    assert all(np.allclose(plot.plot.vb.viewRange()[0], [0.0, 65.0]) for plot in view.plots.values())
     assert view.plots["latency"].plot.vb.viewRange()[0][0] <= 1.0

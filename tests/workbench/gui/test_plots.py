@@ -82,26 +82,17 @@ def test_windowed_token_rates_are_computed_as_steps_arrive_and_match_their_defin
     assert np.allclose(snapshot.prefill_tok_s, expected_prefill) and np.allclose(snapshot.decode_tok_s, expected_decode)
 
 
-def test_decimation_keeps_each_bins_extremes_and_the_line_breaks():
-    from workbench.gui.plots import decimate
-
-    x, y = np.arange(100_000, dtype=float), np.sin(np.arange(100_000) / 500.0)
-    y[31_337], y[77_777], y[50_000] = 9.0, -7.0, np.nan
-    xs, ys = decimate(x, y, limit=2000)
-    assert xs.size == 2000 and np.all(np.diff(xs) >= 0)
-    assert np.nanmax(ys) == 9.0 and np.nanmin(ys) == -7.0 and 31_337 in xs and 77_777 in xs
-    assert np.isnan(ys).sum() == 1 and 49_900 <= xs[np.isnan(ys)][0] < 50_100  # the break stays, within its bin
-
-
-def test_lines_break_where_the_engine_sat_idle():
+def test_lines_break_where_the_engine_sat_idle(qtbot):
     """Issue 19 #15: lines ramped across idle gaps as if they were data. Steps at 0.1 s intervals,
     then 5 s with no step (the second step of the pair starts 5 s after the first ended)."""
-    from workbench.gui.plots import IDLE_GAP_S, break_at_idle_gaps
+    from workbench.step_overview import IDLE_GAP_S
 
     store = MetricsStore(0.0)
     for end, duration, prefill in ((0.1, 0.1, 8), (0.2, 0.1, 4), (5.3, 0.1, 6), (9.0, 3.5, 2)):
         store.add_step(StepStats(end, duration, prefill, 1, 1, 1, 4, 0, 0, 0, 1, 0, 0, 0, 0))
-    times, prefill = break_at_idle_gaps(store.snapshot().steps, store.snapshot().steps["prefill_tokens"])
+    _view, plots = plots_in_a_view(qtbot)
+    plots["batch_composition"].update(store.snapshot())
+    times, prefill = plots["batch_composition"].prefill.getData()
     # One break, between 0.2 and 5.2; none before the 3.5 s step (busy, not idle: 9.0 - 3.5 - 5.3 = 0.2 s <= IDLE_GAP_S).
     assert 9.0 - 3.5 - 5.3 <= IDLE_GAP_S
     np.testing.assert_array_equal(times, [0.1, 0.2, np.nan, 5.3, 9.0])
@@ -141,35 +132,53 @@ def test_a_capacity_the_backend_does_not_give_is_not_drawn_as_zero(qtbot):
 
 def test_a_frame_hands_pyqtgraph_bounded_work_whatever_the_store_holds(qtbot):
     """The frame-time guard, counted rather than timed (timed assertions flake on shared
-    machines): what made frames 10× slower was unbounded work per frame, so the test bounds it.
-    With 50,000 steps and 10,000 requests, every curve gets at most MAX_CURVE_POINTS points,
-    the latency scatter at most MAX_SCATTER_POINTS, no plot draws a grid, and a frame that
-    brings only a new step leaves the latency plot alone."""
+    machines): what made frames slow was work per frame that grew with the run, so the test
+    bounds it. With 50,000 steps and 10,000 requests, as the window draws them (LiveMetrics):
+    every line gets at most MAX_LINE_POINTS points, the latency scatter at most
+    MAX_SCATTER_POINTS, no plot draws a grid; a frame that brings only a new step leaves the
+    latency plot alone, and one that brings a finished request appends its points without
+    handing pyqtgraph the others again."""
     from engine.metrics import RequestMetrics
-    from workbench.gui.plots import MAX_CURVE_POINTS, MAX_SCATTER_POINTS
+    from workbench.gui.plots import MAX_SCATTER_POINTS
     from workbench.gui.plots_view import PlotsView
+    from workbench.live_metrics import LiveMetrics
+    from workbench.step_overview import MAX_LINE_POINTS
 
     rng = np.random.default_rng(0)
-    store = MetricsStore(0.0, kv_capacity_tokens=23_296, step_capacity=60_000, request_capacity=10_000)
+    store = MetricsStore(0.0, kv_capacity_tokens=23_296, step_capacity=60_000, request_capacity=11_000)
     for index in range(50_000):
         store.add_step(StepStats(index * 0.07, 0.07, int(rng.integers(0, 512)), 32, 40, int(rng.integers(0, 1456)), 1456, 10, 5, 0, 32, 0, 0, 0, 0))
+
+    def finish(index: int) -> None:
+        end = index * 0.35 + 3
+        store.add_request(RequestMetrics(end - 3, 100, end - 3, end - 2.7, end, [end - 2.7, end], finish_reason="length"), "chat", f"chat-{index}")
+
     for index in range(10_000):
-        start = index * 0.35
-        store.add_request(RequestMetrics(start, 100, start, start + 0.3, start + 3, [start + 0.3, start + 3], finish_reason="length"), "chat", f"chat-{index}")
+        finish(index)
     view = PlotsView()
     qtbot.addWidget(view)
-    view.update_from(store.snapshot())
+    live = LiveMetrics(store)
+    live.refresh()
+    view.update_from(live.snapshot())
     for name, plot in view.plots.items():
         assert not plot.plot.getAxis("left").grid and not plot.plot.getAxis("bottom").grid, name
         for item in plot.plot.listDataItems():
             x = item.getData()[0]
-            limit = MAX_SCATTER_POINTS if item.opts["symbol"] else MAX_CURVE_POINTS
-            assert x is None or len(x) <= limit, (name, item.name(), len(x))
-    drawn = []
-    view.latency.points["ttft"].setData = lambda *args, **kwargs: drawn.append(args)
+            limit = MAX_SCATTER_POINTS if isinstance(item, pg.ScatterPlotItem) else MAX_LINE_POINTS
+            assert x is None or (~np.isnan(x)).sum() <= limit, (name, item.name(), len(x))
+    scatter = view.latency.points["ttft"].item
+    handed = []
+    for method in ("setData", "addPoints"):
+        original = getattr(scatter, method)
+        setattr(scatter, method, lambda *args, original=original, method=method, **kwargs: (handed.append((method, kwargs.get("x", args[0] if args else []))), original(*args, **kwargs))[1])
     store.add_step(StepStats(50_000 * 0.07, 0.07, 10, 32, 40, 700, 1456, 10, 5, 0, 32, 0, 0, 0, 0))
-    view.update_from(store.snapshot())
-    assert drawn == []
+    live.refresh()
+    view.update_from(live.snapshot())
+    assert handed == []
+    finish(10_000)
+    live.refresh()
+    view.update_from(live.snapshot())
+    assert [(method, len(x)) for method, x in handed] == [("addPoints", 1)]
 
 
 def test_snapshots_taken_while_the_engine_adds_steps_are_whole():
