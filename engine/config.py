@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 
 from engine.errors import ConfigError
 from engine.quantization import get_method
+from engine.quantization.auto import AUTO
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -56,12 +57,14 @@ class EngineConfig:
     # "fcfs" serves in arrival order; "priority" serves lower `priority` values first.
     scheduling_policy: str = "fcfs"
 
-    # Quantization of the attention and MLP projections (see engine/quantization.py): weight-only
+    # Quantization of the attention and MLP projections (see engine/quantization/): weight-only
     # none, int8, int4 (group_size 32, 64 or 128), bnb-int8, bnb-nf4 (less memory and, with the
     # packed kernels, faster single-stream decode), or w8a8, int8 weights and per-token int8
     # activations (integer products: faster batched steps; smoothed at load, engine/smoothing.py),
-    # at some quality cost.
-    quantization: str = "none"
+    # at some quality cost. "auto" (the default) runs a GGUF file in its own precision where a
+    # method reproduces it, and sets group_size and quantize_lm_head too (engine/quantization/auto.py);
+    # the engine's config then holds the choice.
+    quantization: str = "auto"
     group_size: int = 32
     # Quantize the LM head too, to int8 per channel (for int8, int4, w8a8): in fp32 it is a fifth of
     # SmolLM2's weights, read in full every decode step.
@@ -105,7 +108,8 @@ class EngineConfig:
             raise ConfigError(
                 f"scheduling_policy: expected one of {', '.join(SCHEDULING_POLICIES)}, got {self.scheduling_policy!r}"
             )
-        get_method(self.quantization)  # refuses unknown names, listing the registry's
+        if self.quantization != AUTO:
+            get_method(self.quantization)  # refuses unknown names, listing the registry's
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):

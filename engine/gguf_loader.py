@@ -35,6 +35,7 @@ _LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+_PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 
 
@@ -57,7 +58,12 @@ def read_gguf(path: Path, progress: ProgressCallback) -> ModelSource:
         tensors[name] = torch.from_numpy(np.array(values, dtype=np.float32))  # a copy: the file is mapped read-only
         progress("dequantize", (index + 1) / len(reader.tensors))
     stored = Counter(tensor.tensor_type.name for tensor in reader.tensors)
-    return ModelSource(path, "gguf", config, tensors, tokenizer, dict(stored))
+    types = {tensor.name: tensor.tensor_type.name for tensor in reader.tensors}
+    projections = Counter(kind for name, kind in types.items()
+                          if (match := _LAYER_TENSOR.fullmatch(name)) and match.group(2) in _PROJECTIONS)
+    head_type = types.get("output.weight", types.get("token_embd.weight"))
+    return ModelSource(path, "gguf", config, tensors, tokenizer, dict(stored),
+                       projection_type=projections.most_common(1)[0][0] if projections else None, head_type=head_type)
 
 
 def read_gguf_tokenizer(path: Path) -> Tokenizer:

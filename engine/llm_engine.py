@@ -29,6 +29,7 @@ from engine.metrics import StepStats
 from engine.model_file import ModelSource, ProgressCallback, no_progress
 from engine.outputs import RequestOutput, StepResult
 from engine.prepared_model import KvMemoryLimits
+from engine.quantization import describe_quantization
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import FinishReason, Sequence
@@ -55,7 +56,9 @@ class LLMEngine:
             prepared = prepare_simulated_model(config)
         else:
             prepared = prepare_torch_model(config, progress, clock, source)
+        config = prepared.config  # "auto" settings resolved
         self.config, self.model_config, self.tokenizer = config, prepared.model_config, prepared.tokenizer
+        self.quantization_choice = prepared.quantization_choice
         self.clock, self.sleep = prepared.clock, prepared.sleep
         self.model_path, self.stored_tensor_types = prepared.model_path, prepared.stored_tensor_types
         self.device, self.dtype = prepared.device, prepared.dtype
@@ -81,6 +84,12 @@ class LLMEngine:
         progress("warm up", 0.0)
         self.executor.warm_up()
         progress("warm up", 1.0)
+
+    @property
+    def quantization(self) -> str:
+        """What runs, e.g. "int4 g32 + int8 head"."""
+        config = self.config
+        return describe_quantization(config.quantization, config.group_size, config.quantize_lm_head)
 
     # ----- capacity ------------------------------------------------------------------------------
 

@@ -26,6 +26,10 @@ class ModelSource:
     tokenizer: Tokenizer | None
     # How the file stored its weights, e.g. {"Q4_1": 210, "F32": 61}.
     stored_tensor_types: dict[str, int]
+    # GGUF only: the block format of most attention/MLP projections, and of the LM head (the
+    # embedding table when they are tied), e.g. "Q4_1" and "Q8_0"; quantization "auto" reads them.
+    projection_type: str | None = None
+    head_type: str | None = None
 
 
 def no_progress(stage: str, fraction: float) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from engine.config import EngineConfig
 from engine.executor import ModelExecutor
 from engine.model_config import ModelConfig
 from engine.smoothing import Smoothing
@@ -32,6 +33,8 @@ class KvMemoryLimits:
 
 @dataclass
 class PreparedModel:
+    config: EngineConfig  # as it runs: quantization "auto" replaced by its choice
+    quantization_choice: str  # why it runs that quantization
     model_config: ModelConfig
     tokenizer: Tokenizer | None
     model_path: Path

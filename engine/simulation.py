@@ -7,6 +7,8 @@ the memory model, and impossible setups are refused with the numbers instead of 
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 
 import torch
@@ -17,7 +19,8 @@ from engine.cost_model import CostModel
 from engine.errors import ConfigError
 from engine.memory import GPU_MEMORY_UTILIZATION, RUNTIME_OVERHEAD_FRACTION, activation_bytes_estimate, weight_bytes_estimate
 from engine.prepared_model import KvMemoryLimits, PreparedModel
-from engine.quantization import get_method
+from engine.quantization import UNQUANTIZED, get_method
+from engine.quantization.auto import AUTO
 from engine.simulated_executor import SimulatedClock, SimulatedExecutor
 
 PREFIX = "simulated:"
@@ -39,6 +42,9 @@ def parse(model: str) -> tuple[str, str]:
 
 def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
     name, hardware_name = parse(config.model)
+    choice = "chosen in the configuration"
+    if config.quantization == AUTO:  # the catalogue's shapes are 16-bit checkpoints
+        config, choice = dataclasses.replace(config, quantization=UNQUANTIZED), "auto: a simulated 16-bit checkpoint runs unquantized"
     shape, _ = model_shape(name)
     hardware = hardware_profile(hardware_name)
     method = get_method(config.quantization)
@@ -65,7 +71,7 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
         return SimulatedExecutor(cost_model, clock, kv_cache_bytes=num_blocks * config.block_size * kv_bytes_per_token)
 
     return PreparedModel(
-        model_config=shape, tokenizer=None, model_path=Path(config.model), stored_tensor_types={},
+        config=config, quantization_choice=choice, model_config=shape, tokenizer=None, model_path=Path(config.model), stored_tensor_types={},
         device=torch.device("cpu"), dtype=KV_DTYPE, weight_bytes=weights, unquantized_weight_bytes=shape.num_parameters * 2,
         activation_smoothing=None, clock=clock, sleep=clock.advance,
         kv_limits=KvMemoryLimits(

@@ -3,6 +3,7 @@ and quantize it, and say how much memory is left for the KV cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -10,14 +11,15 @@ import torch
 
 from engine.config import EngineConfig
 from engine.device import free_memory_bytes, resolve_device, resolve_dtype, total_memory_bytes
-from engine.errors import ModelLoadError
+from engine.errors import ConfigError, ModelLoadError
 from engine.executor import TorchExecutor
 from engine.memory import CPU_DEFAULT_KV_CACHE_BYTES, GPU_MEMORY_UTILIZATION, activation_bytes_estimate
 from engine.model import CausalLM, RotaryEmbedding
 from engine.model_file import ModelSource, ProgressCallback
 from engine.model_source import read_model
 from engine.prepared_model import KvMemoryLimits, PreparedModel
-from engine.quantization import check_quantization, get_method, quantize_model, weight_bytes
+from engine.quantization import UNQUANTIZED, check_quantization, get_method, quantize_model, weight_bytes
+from engine.quantization.auto import AUTO, choose_quantization
 from engine.smoothing import Smoothing, smooth_for_w8a8
 
 
@@ -27,6 +29,7 @@ def prepare_torch_model(
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     source = source or read_model(config.model, progress)
+    config, quantization_choice = _resolve_quantization(config, source)
     model = _build_model(source, device, dtype)
     unquantized = weight_bytes(model)
     check_quantization(config.quantization, config.group_size, source.config, config.quantize_lm_head)
@@ -38,12 +41,25 @@ def prepare_torch_model(
         progress("calibrate activation smoothing", 1.0)
     quantize_model(model, config.quantization, config.group_size, config.quantize_lm_head, progress, head_weight)
     return PreparedModel(
-        model_config=source.config, tokenizer=source.tokenizer, model_path=source.path,
+        config=config, quantization_choice=quantization_choice, model_config=source.config, tokenizer=source.tokenizer, model_path=source.path,
         stored_tensor_types=source.stored_tensor_types, device=device, dtype=dtype, weight_bytes=weight_bytes(model),
         unquantized_weight_bytes=unquantized, activation_smoothing=smoothing, clock=clock, sleep=time.sleep,
         kv_limits=_kv_memory_limits(config, source, device, dtype),
         create_executor=lambda num_blocks: TorchExecutor(model, num_blocks, config.block_size, device, dtype, config.compile_decode),
     )
+
+
+def _resolve_quantization(config: EngineConfig, source: ModelSource) -> tuple[EngineConfig, str]:
+    """The configuration with "auto" replaced by what it chose for this file, and why."""
+    if config.quantization != AUTO:
+        return config, "chosen in the configuration"
+    choice = choose_quantization(source.projection_type, source.head_type, config.group_size)
+    try:
+        check_quantization(choice.method, choice.group_size, source.config, choice.quantize_lm_head)
+    except ConfigError as error:  # e.g. the packed int4 kernels cannot run on this machine
+        return dataclasses.replace(config, quantization=UNQUANTIZED), f"auto: {choice.method} cannot run here ({error}); unquantized"
+    return dataclasses.replace(config, quantization=choice.method, group_size=choice.group_size,
+                               quantize_lm_head=choice.quantize_lm_head), choice.reason
 
 
 def _kv_memory_limits(config: EngineConfig, source: ModelSource, device: torch.device, dtype: torch.dtype) -> KvMemoryLimits:

@@ -48,6 +48,8 @@ class EngineInfo:
     tokenizer: Tokenizer | None  # decoding is thread-safe (the tokenizers library is immutable)
     decode_mode: str  # "compiled", "eager", "simulated", or why compilation fell back to eager
     capabilities: BackendCapabilities
+    quantization: str  # what runs, e.g. "int4 g32 + int8 head"
+    quantization_choice: str  # why: "auto: ..." or "chosen in the configuration"
 
 
 @dataclass
@@ -90,5 +92,6 @@ class BackendLoader:
             bytes_per_element=torch.finfo(engine.dtype).bits // 8, device=str(engine.device),
             model_path=str(engine.model_path), model_config=engine.model_config, tokenizer=engine.tokenizer,
             decode_mode=engine.executor.decode_mode, capabilities=backend.capabilities,
+            quantization=engine.quantization, quantization_choice=engine.quantization_choice,
         )
         return backend, info

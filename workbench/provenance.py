@@ -43,6 +43,8 @@ def environment(engine: LLMEngine) -> dict:
         "decode_step": engine.executor.decode_mode,  # "compiled", "eager", or why compilation fell back
         "model": model_identity(engine.model_path),
         "stored_tensor_types": engine.stored_tensor_types,  # how the file kept its weights, e.g. {"Q4_1": 210}
+        "quantization": engine.quantization,  # what runs, e.g. "int4 g32 + int8 head"
+        "quantization_choice": engine.quantization_choice,  # why: "auto: ..." or "chosen in the configuration"
         "activation_smoothing": engine.activation_smoothing.describe() if engine.activation_smoothing else None,  # w8a8
     }
 

@@ -34,6 +34,13 @@ def get_method(name: str) -> QuantizationMethod:
     return METHODS[name]
 
 
+def describe_quantization(name: str, group_size: int, quantize_lm_head: bool) -> str:
+    """E.g. "int4 g32 + int8 head", "none"."""
+    method = get_method(name)
+    text = f"{name} g{group_size}" if method.group_sizes else name
+    return f"{text} + {method.lm_head_method} head" if quantize_lm_head else text
+
+
 def own_methods() -> list[str]:
     """The methods that run this project's kernels (the benchmarks' rows)."""
     return [name for name, method in METHODS.items() if method.own_kernels]

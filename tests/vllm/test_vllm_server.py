@@ -66,7 +66,7 @@ def test_vllm_and_the_in_process_engine_agree_on_greedy_tokens(vllm_server):
     prompt = tokenizer.encode("The capital of France is")
     body = {"model": "smollm2-135m", "prompt": prompt, "max_tokens": 4, "temperature": 0, "return_token_ids": True}
     remote = httpx.post(f"{vllm_server}/v1/completions", json=body, timeout=60).json()["choices"][0]["token_ids"]
-    local = LLMEngine(EngineConfig(kv_cache_memory=64 << 20, max_model_len=512)).generate(
+    local = LLMEngine(EngineConfig(kv_cache_memory=64 << 20, max_model_len=512, quantization="none")).generate(
         [prompt], SamplingParams(max_tokens=4, temperature=0.0))[0].token_ids
     assert remote == local
 

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
 from engine.config import DTYPES, SCHEDULING_POLICIES, EngineConfig
 from engine.model_source import BUNDLED_MODELS
 from engine.quantization import METHODS, all_group_sizes
+from engine.quantization.auto import AUTO
 from workbench.gui.form_widgets import emit_validated, float_box, int_box
 
 
@@ -48,8 +49,10 @@ class EnginePanel(QGroupBox):
         self.dtype.addItems(list(DTYPES))
         self.dtype.setToolTip("Compute dtype. float32 is exact on CPU; bfloat16 halves weight and KV memory.")
         self.quantization = QComboBox()
-        self.quantization.addItems(list(METHODS))
-        self.quantization.setToolTip("Quantization of the projections, at some quality cost (see workbench quality). int8/int4/"
+        self.quantization.addItems([AUTO, *METHODS])
+        self.quantization.setToolTip("Quantization of the projections, at some quality cost (see workbench quality). auto: the "
+                                     "file's own precision where a method reproduces it (a Q4_1 GGUF runs as int4 g32 + int8 "
+                                     "head), else none; the status line says what runs. int8/int4/"
                                      "bnb: weight-only, less memory and faster single-stream decode. w8a8: int8 weights and "
                                      "per-token int8 activations, integer products that speed up large batches and prefill.")
         self.group_size = QComboBox()

@@ -223,7 +223,9 @@ class MainWindow(QMainWindow):
             self.stage.setText(f"connected: {info.name}")
             self.memory.show_not_exposed(info.name)
             return
-        self.stage.setText(f"ready: {Path(info.model_path).name} ({info.dtype}, {info.device}, decode {info.decode_mode})")
+        self.stage.setText(f"ready: {Path(info.model_path).name} ({info.dtype}, {info.device}, {info.quantization}, "
+                           f"decode {info.decode_mode})")
+        self.stage.setToolTip(f"quantization: {info.quantization} ({info.quantization_choice})")
         self._show_memory(info)
 
     def on_traffic_state(self, state: str) -> None:

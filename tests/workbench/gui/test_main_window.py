@@ -27,6 +27,8 @@ def test_loading_drives_the_progress_bar_and_shows_memory(window, qtbot, tiny_co
     load(window, qtbot, tiny_config)
     assert {"read file", "allocate KV cache", "warm up", "ready"} <= set(seen)
     assert "ready" in window.stage.text() and "decode eager" in window.stage.text()
+    # What quantization runs, and why: "auto" leaves a float safetensors model unquantized.
+    assert ", none, " in window.stage.text() and "auto: float weights" in window.stage.toolTip()
     memory_text = window.memory.text.text()
     assert "weights" in memory_text and "KV cache" in memory_text and "estimate" in memory_text and "measured" in memory_text
 

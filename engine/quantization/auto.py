@@ -1,0 +1,46 @@
+"""quantization = "auto", the default: run a model file in its own precision where a method here
+reproduces it, so that a new user gets the fast path without knowing the flags.
+
+- Q4_1 projections (4-bit values with a scale and a minimum per block of 32) -> int4 with groups
+  of 32: the same 16 levels per block, the file's weights exactly (README, Quantization:
+  +0.00% perplexity on the bundled model).
+- Q8_0 projections -> int8 (per output channel rather than Q8_0's blocks of 32: close, not exact).
+- Anything else (floats, safetensors, the other GGUF block formats) -> none: the weights run
+  dequantized to float, as stored.
+- The LM head is quantized to int8 when the file stores it at 8 bits or fewer (SmolLM2's Q4_1
+  file keeps it as Q8_0) and the chosen method can quantize a head: it stays next to the file's
+  own quality (README: +0.28% perplexity with int4 g32) and is read in full every decode step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+AUTO = "auto"
+
+_METHOD_FOR_PROJECTIONS = {"Q4_1": ("int4", 32), "Q8_0": ("int8", 32)}
+# GGUF block formats of 8 bits or fewer per weight: a head stored in one loses nothing more to int8
+# than the file already did.
+_AT_MOST_8_BITS = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K",
+                   "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS"}
+
+
+@dataclass(frozen=True)
+class QuantizationChoice:
+    method: str
+    group_size: int
+    quantize_lm_head: bool
+    reason: str  # one line for the window, the logs and the run's provenance
+
+
+def choose_quantization(projection_type: str | None, head_type: str | None, default_group_size: int) -> QuantizationChoice:
+    """What "auto" runs for a file whose projections and LM head are stored as these GGUF types
+    (None: not a GGUF block format, e.g. safetensors)."""
+    method, group_size = _METHOD_FOR_PROJECTIONS.get(projection_type or "", ("none", default_group_size))
+    if method == "none":
+        stored = f"{projection_type} projections" if projection_type else "float weights"
+        return QuantizationChoice("none", default_group_size, False, f"auto: {stored} run as stored, unquantized")
+    head = head_type in _AT_MOST_8_BITS
+    with_head = f" + int8 head (the file stores its head as {head_type})" if head else ""
+    return QuantizationChoice(method, group_size, head,
+                              f"auto: {projection_type} projections -> {method} g{group_size}{with_head}")

@@ -1,0 +1,51 @@
+"""quantization = "auto", the default: a model file runs in its own precision where a method
+reproduces it, and the engine, the run's provenance and the window say what runs and why."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.quantization.auto import choose_quantization
+from workbench.provenance import environment
+
+
+@pytest.mark.parametrize("projections, head, expected", [
+    ("Q4_1", "Q8_0", ("int4", 32, True)),  # the bundled SmolLM2 file
+    ("Q4_1", "F16", ("int4", 32, False)),  # a float head stays float
+    ("Q8_0", "Q8_0", ("int8", 32, True)),
+    ("Q4_K", "Q6_K", ("none", 64, False)),  # no method here reproduces K-quants: run them dequantized
+    ("F16", "F16", ("none", 64, False)),
+    (None, None, ("none", 64, False)),  # safetensors
+])
+def test_each_file_type_gets_the_method_that_reproduces_it(projections, head, expected):
+    choice = choose_quantization(projections, head, default_group_size=64)
+    assert (choice.method, choice.group_size, choice.quantize_lm_head) == expected
+    assert choice.reason.startswith("auto: ") and (projections or "float weights") in choice.reason
+
+
+def test_the_bundled_q4_1_file_runs_as_int4_g32_with_an_int8_head_by_default(smollm_source):
+    engine = LLMEngine(EngineConfig(device="cpu", kv_cache_memory=32 << 20), source=smollm_source)
+    config = engine.config
+    assert (config.quantization, config.group_size, config.quantize_lm_head) == ("int4", 32, True)
+    assert engine.quantization == "int4 g32 + int8 head"
+    assert engine.quantization_choice == "auto: Q4_1 projections -> int4 g32 + int8 head (the file stores its head as Q8_0)"
+    versions = environment(engine)
+    assert versions["quantization"] == "int4 g32 + int8 head" and versions["quantization_choice"].startswith("auto: Q4_1")
+    greedy = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    reference = LLMEngine(EngineConfig(device="cpu", kv_cache_memory=32 << 20, quantization="none"), source=smollm_source)
+    prompt = engine.tokenizer.encode("The capital of France is")
+    assert engine.generate([prompt], greedy)[0].token_ids[:4] == reference.generate([prompt], greedy)[0].token_ids[:4]
+
+
+def test_a_quantization_in_the_configuration_is_kept(smollm_source):
+    engine = LLMEngine(EngineConfig(device="cpu", kv_cache_memory=32 << 20, quantization="none"), source=smollm_source)
+    assert engine.quantization == "none" and engine.quantization_choice == "chosen in the configuration"
+
+
+def test_a_float_model_and_a_simulated_one_run_unquantized(tiny_llama):
+    directory, _ = tiny_llama
+    tiny = LLMEngine(EngineConfig(model=str(directory), device="cpu", num_kv_blocks=16, block_size=4))
+    assert tiny.quantization == "none" and tiny.quantization_choice == "auto: float weights run as stored, unquantized"
+    simulated = LLMEngine(EngineConfig(model="simulated:llama-2-7b@h100-80gb"))
+    assert simulated.quantization == "none" and "simulated" in simulated.quantization_choice
