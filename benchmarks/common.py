@@ -19,14 +19,14 @@ OPTIONS = tuple(own_methods())
 
 
 def variants(compile_too: bool) -> list[tuple[str, dict]]:
-    """(label, EngineConfig overrides) per quantization option, eager and, if asked, with the
-    decode step compiled (EngineConfig.compile_decode)."""
+    """(label, EngineConfig overrides): the default configuration, then each quantization
+    option, eager and, if asked, with the decode step compiled (EngineConfig.compile_decode)."""
     rows = [(option, {"quantization": option}) for option in OPTIONS]
     rows += [("int4 + int8 head", {"quantization": "int4", "quantize_lm_head": True}),
              ("w8a8 + w8a8 head", {"quantization": "w8a8", "quantize_lm_head": True})]
     if compile_too:
         rows += [(f"{label}, compiled", {**overrides, "compile_decode": True}) for label, overrides in rows]
-    return rows
+    return [("default", {}), *rows]
 
 
 def peak_resident_mb() -> float:
@@ -40,6 +40,8 @@ def machine_line() -> str:
 
 def engine_run(source, label: str, overrides: dict, prompts: list[list[int]], output_len: int) -> dict:
     engine = LLMEngine(EngineConfig(max_num_seqs=len(prompts), max_num_batched_tokens=2048, **overrides), source=source)
+    if not overrides:  # the default configuration: say what it chose
+        label = f"{label}: {engine.quantization}"
     return {"option": label, "weight_bytes": engine.weight_bytes, **run_fixed_workload(engine, prompts, output_len)}
 
 

@@ -2,8 +2,11 @@
 
     python -m benchmarks.decode [--tokens 128] [--no-compile]
 
-Rows: none, int8, int4, w8a8, int4 with the LM head quantized to int8 ("+ int8 head") and w8a8
-with a W8A8 head, each eager and with the decode step compiled (EngineConfig.compile_decode; the first compile takes minutes).
+Rows (benchmarks.common.variants): the default configuration (quantization "auto"), then none, int8, int4, w8a8, int4 with the
+LM head quantized to int8 ("+ int8 head") and w8a8 with a W8A8 head, each eager and with the
+decode step compiled (EngineConfig.compile_decode; the first compile takes minutes). The peer,
+llama.cpp (llama-cpp-python, 2 threads, the same GGUF file and prompt; `make peers`), is measured
+in the same run, and every row says its ratio to it.
 
 Roofline: one decode step reads every weight once (the embedding table only a row of it, unless
 it is also the LM head), so tokens/s <= bandwidth / bytes read per token. The
@@ -21,6 +24,7 @@ import time
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.common import machine_line, variants, measure_this_machine, read_model
+from benchmarks.peers import llama_cpp_decode
 from engine import EngineConfig, LLMEngine, SamplingParams
 
 
@@ -40,6 +44,9 @@ def bytes_read_per_token(engine: LLMEngine) -> int:
     return engine.weight_bytes - model.model.embed_tokens.weight.nbytes
 
 
+PROMPT = [1] * 16
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=128)
@@ -48,12 +55,16 @@ def main() -> None:
     source = read_model("smollm2-135m")
     bandwidth = measure_this_machine().bandwidth_bytes_s
     print(f"machine: {machine_line()}; copy bandwidth {bandwidth / 1e9:.1f} GB/s")
-    print(f"{'option':<28} {'tok/s':>7} {'step ms':>8} {'kernel ms':>10} {'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}")
+    peer = llama_cpp_decode(source.path, PROMPT, args.tokens)
+    peer_rate = peer["decode_tok_s"] if peer else None
+    print(f"llama.cpp {peer['version']} (llama-cpp-python, 2 threads): {peer_rate:.1f} tok/s" if peer
+          else "llama.cpp: not measured (its venv is not built: make peers)")
+    print(f"{'option':<28} {'tok/s':>7} {'x llama.cpp':>12} {'step ms':>8} {'kernel ms':>10} {'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}")
     for label, overrides in variants(not args.no_compile):
         engine = LLMEngine(EngineConfig(kv_cache_memory=64 << 20, **overrides), source=source)
         params = SamplingParams(max_tokens=args.tokens, temperature=0.0, ignore_eos=True)
-        engine.generate([[1] * 16], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
-        engine.add_request([1] * 16, params)
+        engine.generate([PROMPT], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
+        engine.add_request(PROMPT, params)
         engine.step()  # prefill
         start, steps = time.perf_counter(), 0
         while engine.has_unfinished():
@@ -62,13 +73,16 @@ def main() -> None:
         step_s = (time.perf_counter() - start) / steps
         split = "-".rjust(10) * 2
         if not engine.config.compile_decode:
-            engine.add_request([1] * 16, SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True))
+            engine.add_request(PROMPT, SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True))
             engine.step()
             kernel_ms = kernel_ms_per_step(engine)
             split = f"{kernel_ms:>10.2f} {step_s * 1000 - kernel_ms:>10.2f}"
         read = bytes_read_per_token(engine)
         roofline = bandwidth / read
-        print(f"{label:<28} {1 / step_s:>7.1f} {step_s * 1000:>8.2f} {split} "
+        versus = f"{1 / step_s / peer_rate:>11.2f}x" if peer_rate else "-".rjust(12)
+        if not overrides:
+            label = f"default: {engine.quantization}"
+        print(f"{label:<28} {1 / step_s:>7.1f} {versus} {step_s * 1000:>8.2f} {split} "
               f"{engine.weight_bytes / 1e6:>11.1f} {read / 1e6:>8.1f} {roofline:>15.1f} {100 / step_s / roofline:>8.0f}%")
 
 

