@@ -29,6 +29,16 @@ def variants(compile_too: bool) -> list[tuple[str, dict]]:
     return [("default", {}), *rows]
 
 
+def chosen_variants(compile_too: bool, only: str | None) -> list[tuple[str, dict]]:
+    """The variants whose labels are in `only` (semicolon-separated: labels hold commas), or all."""
+    wanted = {label.strip() for label in only.split(";")} if only else None
+    rows = [(label, overrides) for label, overrides in variants(compile_too) if wanted is None or label in wanted]
+    unknown = (wanted or set()) - {label for label, _ in rows}
+    if unknown:
+        raise SystemExit(f"--only: no row named {', '.join(sorted(unknown))}; rows: {'; '.join(label for label, _ in variants(True))}")
+    return rows
+
+
 def peak_resident_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
@@ -45,4 +55,4 @@ def engine_run(source, label: str, overrides: dict, prompts: list[list[int]], ou
     return {"option": label, "weight_bytes": engine.weight_bytes, **run_fixed_workload(engine, prompts, output_len)}
 
 
-__all__ = ["engine_run", "variants", "fixed_workload", "machine_line", "measure_this_machine", "peak_resident_mb", "read_model"]
+__all__ = ["engine_run", "variants", "chosen_variants", "fixed_workload", "machine_line", "measure_this_machine", "peak_resident_mb", "read_model"]

@@ -1,6 +1,6 @@
 """Single-stream decode per quantization option, against its roofline:
 
-    python -m benchmarks.decode [--tokens 128] [--no-compile]
+    python -m benchmarks.decode [--tokens 128] [--no-compile] [--only 'LABEL;LABEL']
 
 Rows (benchmarks.common.variants): the default configuration (quantization "auto"), then none, int8, int4, w8a8, int4 with the
 LM head quantized to int8 ("+ int8 head") and w8a8 with a W8A8 head, each eager and with the
@@ -23,7 +23,7 @@ import time
 
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.common import machine_line, variants, measure_this_machine, read_model
+from benchmarks.common import chosen_variants, machine_line, measure_this_machine, read_model
 from benchmarks.peers import llama_cpp_decode
 from engine import EngineConfig, LLMEngine, SamplingParams
 
@@ -51,6 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--no-compile", action="store_true", help="skip the rows with the decode step compiled (minutes to compile)")
+    parser.add_argument("--only", help="semicolon-separated row labels to run, e.g. 'default;w8a8 + w8a8 head, compiled' (default: all)")
     args = parser.parse_args()
     source = read_model("smollm2-135m")
     bandwidth = measure_this_machine().bandwidth_bytes_s
@@ -60,7 +61,7 @@ def main() -> None:
     print(f"llama.cpp {peer['version']} (llama-cpp-python, 2 threads): {peer_rate:.1f} tok/s" if peer
           else "llama.cpp: not measured (its venv is not built: make peers)")
     print(f"{'option':<28} {'tok/s':>7} {'x llama.cpp':>12} {'step ms':>8} {'kernel ms':>10} {'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}")
-    for label, overrides in variants(not args.no_compile):
+    for label, overrides in chosen_variants(not args.no_compile, args.only):
         engine = LLMEngine(EngineConfig(kv_cache_memory=64 << 20, **overrides), source=source)
         params = SamplingParams(max_tokens=args.tokens, temperature=0.0, ignore_eos=True)
         engine.generate([PROMPT], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))

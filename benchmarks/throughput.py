@@ -1,6 +1,6 @@
 """The fixed workload against its peers, in one run:
 
-    python -m benchmarks.throughput [--requests 64] [--prompt-len 128] [--output-len 128] [--baseline-requests 32] [--no-compile] [--only LABELS]
+    python -m benchmarks.throughput [--requests 64] [--prompt-len 128] [--output-len 128] [--baseline-requests 32] [--no-compile] [--only 'LABEL;LABEL']
 
 64 requests x (128 prompt + 128 output) tokens arriving at t=0, ignore_eos, on the bundled
 SmolLM2-135M: (a) this engine in its default configuration and per quantization option
@@ -23,7 +23,7 @@ import torch
 
 from benchmarks.peers import vllm_offline
 from workbench.export_hf import export_hf_directory
-from benchmarks.common import engine_run, variants, fixed_workload, machine_line, measure_this_machine, peak_resident_mb, read_model
+from benchmarks.common import chosen_variants, engine_run, fixed_workload, machine_line, measure_this_machine, peak_resident_mb, read_model
 
 
 def transformers_baseline(prompts: list[list[int]], output_len: int, batch: int = 32) -> float:
@@ -50,15 +50,13 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--baseline-requests", type=int, default=32, help="requests for the transformers baseline (0 = skip)")
     parser.add_argument("--no-compile", action="store_true", help="skip the rows with the decode step compiled (minutes to compile)")
-    parser.add_argument("--only", help="comma-separated row labels to run, e.g. 'default,w8a8 + w8a8 head, compiled' (default: all)")
+    parser.add_argument("--only", help="semicolon-separated row labels to run, e.g. 'default;w8a8 + w8a8 head, compiled' (default: all)")
     args = parser.parse_args()
 
     source = read_model("smollm2-135m")
     prompts = fixed_workload(args.requests, args.prompt_len, source.config.vocab_size)
     ceilings = measure_this_machine()
-    chosen = [(label, overrides) for label, overrides in variants(not args.no_compile)
-              if not args.only or label in {name.strip() for name in args.only.split(",")}]
-    rows = [engine_run(source, label, overrides, prompts, args.output_len) for label, overrides in chosen]
+    rows = [engine_run(source, label, overrides, prompts, args.output_len) for label, overrides in chosen_variants(not args.no_compile, args.only)]
     with tempfile.TemporaryDirectory() as folder:
         exported = export_hf_directory(source, Path(folder) / "smollm2-hf", dtype="float32")
         peers = {dtype: vllm_offline(exported, prompts, args.output_len, dtype) for dtype in ("bfloat16", "float32")}
