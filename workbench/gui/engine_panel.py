@@ -59,11 +59,11 @@ class EnginePanel(QGroupBox):
         self.group_size.addItems([str(size) for size in all_group_sizes()])
         self.group_size.setToolTip("Group size of grouped formats (int4): smaller groups keep more quality and cost more "
                                    "scale/zero bytes. Only the sizes the chosen method accepts are enabled.")
-        self.quantization.currentTextChanged.connect(self._offer_group_sizes)
-        self._offer_group_sizes(self.quantization.currentText())
         self.quantize_head = QCheckBox("quantize LM head")
         self.quantize_head.setToolTip("Quantize the vocabulary projection too, to int8 (W8A8 with w8a8): in fp32 it is a fifth "
-                                      "of SmolLM2's weights and read in full every decode step.")
+                                      "of SmolLM2's weights and read in full every decode step. auto decides it from the file.")
+        self.quantization.currentTextChanged.connect(self._offer_group_sizes)
+        self._offer_group_sizes(self.quantization.currentText())
         self.compile_decode = QCheckBox("compile decode step")
         self.compile_decode.setToolTip("Run decode-only steps as one torch.compile graph: fewer, fused operators and less Python "
                                        "per step. Loading compiles two graphs first: minutes on a 2-core CPU, seconds once cached.")
@@ -125,9 +125,11 @@ class EnginePanel(QGroupBox):
         layout.addWidget(self.apply_button)
 
     def _offer_group_sizes(self, method: str) -> None:
-        """Enable the group size chooser, and each size in it, only where the method reads them."""
+        """Enable the group size chooser, and each size in it, only where the method reads them;
+        with auto, the file decides both the group size and the head."""
         accepted = METHODS[method].group_sizes if method in METHODS else ()
         self.group_size.setEnabled(bool(accepted))
+        self.quantize_head.setEnabled(method != AUTO)
         model = self.group_size.model()
         for row in range(self.group_size.count()):
             model.item(row).setEnabled(int(self.group_size.itemText(row)) in accepted or not accepted)

@@ -31,3 +31,13 @@ def test_the_default_cache_size_is_auto_and_round_trips(qtbot):
     panel.set_config(EngineConfig(kv_cache_memory=64 << 20, long_prompt_max_wait_s=2.5))
     panel.set_config(EngineConfig())
     assert panel.config().kv_cache_memory is None and panel.config().long_prompt_max_wait_s == 5.0
+
+
+def test_the_default_quantization_is_auto_and_the_file_decides_group_size_and_head(qtbot):
+    panel = EnginePanel()
+    qtbot.addWidget(panel)
+    assert panel.config().quantization == "auto"
+    assert not panel.quantize_head.isEnabled() and not panel.group_size.isEnabled()
+    panel.set_config(EngineConfig(quantization="int4", group_size=64, quantize_lm_head=True))
+    assert panel.quantize_head.isEnabled() and panel.group_size.isEnabled()
+    assert (panel.config().quantization, panel.config().group_size, panel.config().quantize_lm_head) == ("int4", 64, True)
