@@ -39,6 +39,11 @@ def chosen_variants(compile_too: bool, only: str | None) -> list[tuple[str, dict
     return rows
 
 
+def row_label(label: str, overrides: dict, engine: LLMEngine) -> str:
+    """The default configuration's row says what it chose, e.g. "default: int4 g32 + int8 head"."""
+    return label if overrides else f"{label}: {engine.quantization}"
+
+
 def peak_resident_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
@@ -50,9 +55,7 @@ def machine_line() -> str:
 
 def engine_run(source, label: str, overrides: dict, prompts: list[list[int]], output_len: int) -> dict:
     engine = LLMEngine(EngineConfig(max_num_seqs=len(prompts), max_num_batched_tokens=2048, **overrides), source=source)
-    if not overrides:  # the default configuration: say what it chose
-        label = f"{label}: {engine.quantization}"
-    return {"option": label, "weight_bytes": engine.weight_bytes, **run_fixed_workload(engine, prompts, output_len)}
+    return {"option": row_label(label, overrides, engine), "weight_bytes": engine.weight_bytes, **run_fixed_workload(engine, prompts, output_len)}
 
 
-__all__ = ["engine_run", "variants", "chosen_variants", "fixed_workload", "machine_line", "measure_this_machine", "peak_resident_mb", "read_model"]
+__all__ = ["engine_run", "variants", "chosen_variants", "row_label", "fixed_workload", "machine_line", "measure_this_machine", "peak_resident_mb", "read_model"]

@@ -23,7 +23,7 @@ import time
 
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.common import chosen_variants, machine_line, measure_this_machine, read_model
+from benchmarks.common import chosen_variants, machine_line, row_label, measure_this_machine, read_model
 from benchmarks.peers import llama_cpp_decode
 from engine import EngineConfig, LLMEngine, SamplingParams
 
@@ -81,9 +81,7 @@ def main() -> None:
         read = bytes_read_per_token(engine)
         roofline = bandwidth / read
         versus = f"{1 / step_s / peer_rate:>11.2f}x" if peer_rate else "-".rjust(12)
-        if not overrides:
-            label = f"default: {engine.quantization}"
-        print(f"{label:<28} {1 / step_s:>7.1f} {versus} {step_s * 1000:>8.2f} {split} "
+        print(f"{row_label(label, overrides, engine):<28} {1 / step_s:>7.1f} {versus} {step_s * 1000:>8.2f} {split} "
               f"{engine.weight_bytes / 1e6:>11.1f} {read / 1e6:>8.1f} {roofline:>15.1f} {100 / step_s / roofline:>8.0f}%")
 
 

@@ -20,7 +20,7 @@ from engine.errors import ConfigError
 from engine.memory import GPU_MEMORY_UTILIZATION, RUNTIME_OVERHEAD_FRACTION, activation_bytes_estimate, weight_bytes_estimate
 from engine.prepared_model import KvMemoryLimits, PreparedModel
 from engine.quantization import UNQUANTIZED, get_method
-from engine.quantization.auto import AUTO
+from engine.quantization.auto import AUTO, CONFIGURED
 from engine.simulated_executor import SimulatedClock, SimulatedExecutor
 
 PREFIX = "simulated:"
@@ -42,7 +42,7 @@ def parse(model: str) -> tuple[str, str]:
 
 def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
     name, hardware_name = parse(config.model)
-    choice = "chosen in the configuration"
+    choice = CONFIGURED
     if config.quantization == AUTO:  # the catalogue's shapes are 16-bit checkpoints
         config, choice = dataclasses.replace(config, quantization=UNQUANTIZED), "auto: a simulated 16-bit checkpoint runs unquantized"
     shape, _ = model_shape(name)

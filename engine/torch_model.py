@@ -19,7 +19,7 @@ from engine.model_file import ModelSource, ProgressCallback
 from engine.model_source import read_model
 from engine.prepared_model import KvMemoryLimits, PreparedModel
 from engine.quantization import UNQUANTIZED, check_quantization, get_method, quantize_model, weight_bytes
-from engine.quantization.auto import AUTO, choose_quantization
+from engine.quantization.auto import AUTO, CONFIGURED, choose_quantization
 from engine.smoothing import Smoothing, smooth_for_w8a8
 
 
@@ -52,7 +52,7 @@ def prepare_torch_model(
 def _resolve_quantization(config: EngineConfig, source: ModelSource) -> tuple[EngineConfig, str]:
     """The configuration with "auto" replaced by what it chose for this file, and why."""
     if config.quantization != AUTO:
-        return config, "chosen in the configuration"
+        return config, CONFIGURED
     choice = choose_quantization(source.projection_type, source.head_type, config.group_size)
     try:
         check_quantization(choice.method, choice.group_size, source.config, choice.quantize_lm_head)

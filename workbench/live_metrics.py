@@ -26,11 +26,12 @@ class LiveMetrics:
     def refresh(self) -> bool:
         """Read the rows added since the last call; False if there were none."""
         new = self.store.rows_since(self._steps_read, self._requests_read)
-        changed = (new.steps_count, new.requests_count) != (self._steps_read, self._requests_read)
+        if (new.steps_count, new.requests_count) == (self._steps_read, self._requests_read):
+            return False
         self._steps_read, self._requests_read = new.steps_count, new.requests_count
         self.steps.extend(new.steps)
         self._extend_requests(new.requests, new.request_tags, new.request_ids)
-        return changed
+        return True
 
     def _extend_requests(self, requests: dict[str, np.ndarray], tags: list[str], ids: list[str]) -> None:
         """At most the store's capacity is kept: past it the older half is dropped, as the store's ring would."""
@@ -51,7 +52,7 @@ class LiveMetrics:
         start new columns); the overview is the live one."""
         store = self.store
         return MetricsSnapshot(
-            steps={name: self.steps.column(name) if self.steps.size else np.zeros(0) for name in STEP_FIELDS},
+            steps={name: self.steps.column(name) for name in STEP_FIELDS},
             requests={name: self.requests[name].view() if name in self.requests else np.zeros(0) for name in REQUEST_FIELDS},
             request_tags=self.request_tags,
             request_ids=self.request_ids,

@@ -52,11 +52,12 @@ class _Ring:
         """Far from wrapping: rows below the count stay as they are for a while yet."""
         return self.count < self.capacity - _ROWS_FREE_FOR_A_COPY
 
-    def rows_since(self, since: int) -> tuple[int, dict[str, np.ndarray]]:
-        """(the first row returned, copies of the rows from `since` on, or from the oldest still held)."""
-        first = max(since, self.count - self.capacity, 0)
-        positions = np.arange(first, self.count) % self.capacity
-        return first, {name: column[positions] for name, column in self.data.items()}
+    def positions_since(self, since: int) -> np.ndarray:
+        """Where the rows from `since` on lie, or from the oldest still held."""
+        return np.arange(max(since, self.count - self.capacity, 0), self.count) % self.capacity
+
+    def rows_at(self, positions: np.ndarray) -> dict[str, np.ndarray]:
+        return {name: column[positions] for name, column in self.data.items()}
 
     def ordered(self, count: int | None = None) -> dict[str, np.ndarray]:
         """The columns oldest first; `count`: the first rows only (of a ring not wrapped yet)."""
@@ -172,21 +173,14 @@ class MetricsStore:
             self._tags[slot], self._ids[slot] = tag, request_id
             self._requests.append(values)
 
-    @property
-    def version(self) -> tuple[int, int]:
-        """Changes whenever a step or a request is added: readers skip unchanged snapshots."""
-        return self._steps.count, self._requests.count
-
     def rows_since(self, steps_since: int, requests_since: int) -> NewRows:
         """Copies of the steps and requests added since the given counts: O(new rows) under the
         lock, for a reader that keeps its own copy (workbench/live_metrics.py)."""
         with self._lock:
-            first_step, steps = self._steps.rows_since(steps_since)
-            first_request, requests = self._requests.rows_since(requests_since)
-            slots = range(first_request, self._requests.count)
-            tags = [self._tags[slot % self._requests.capacity] for slot in slots]
-            ids = [self._ids[slot % self._requests.capacity] for slot in slots]
-            return NewRows(steps, requests, tags, ids, self._steps.count, self._requests.count)
+            steps = self._steps.rows_at(self._steps.positions_since(steps_since))
+            slots = self._requests.positions_since(requests_since)
+            tags, ids = [self._tags[slot] for slot in slots], [self._ids[slot] for slot in slots]
+            return NewRows(steps, self._requests.rows_at(slots), tags, ids, self._steps.count, self._requests.count)
 
     def snapshot(self) -> MetricsSnapshot:
         """While the rings are far from wrapping, rows below the counts read under the lock are not

@@ -92,13 +92,13 @@ class StepOverview:
             new = {name: values[-kept:] for name, values in joined.items()}
         previous_end = self.column("time_s")[-1] if self.size else np.inf
         ends = np.concatenate([[previous_end], new["time_s"][:-1]])
-        starts = self.size
+        last_held = max(self.size - 1, 0)  # a counter's rise is read against the step before it
         self.breaks.extend(new["start_s"] - ends > IDLE_GAP_S)
         for name, values in new.items():
             self.columns.setdefault(name, GrowableColumn()).extend(values)
         for name in self.counters:
-            totals = self.column(name)[max(starts - 1, 0):]
-            self._rises[name].extend(np.flatnonzero(np.diff(totals) > 0) + max(starts - 1, 0) + 1)
+            totals = self.column(name)[last_held:]
+            self._rises[name].extend(np.flatnonzero(np.diff(totals) > 0) + last_held + 1)
         self._extend_levels()
 
     def _extend_levels(self) -> None:

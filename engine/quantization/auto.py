@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 AUTO = "auto"
+CONFIGURED = "chosen in the configuration"  # the reason given when the configuration names a method
 
 _METHOD_FOR_PROJECTIONS = {"Q4_1": ("int4", 32), "Q8_0": ("int8", 32)}
 # GGUF block formats of 8 bits or fewer per weight: a head stored in one loses nothing more to int8

@@ -107,8 +107,8 @@ class _LatencyPoints:
     def __init__(self, plot: pg.PlotItem, color: str, name: str, tip):
         self.item = pg.ScatterPlotItem(symbol="o", size=5, pen=None, brush=pg.mkBrush(color), name=name, hoverable=True, tip=tip)
         plot.addItem(self.item)
-        self._drawn: tuple | None = None  # (column, first request, first one drawn one by one), and up to where
-        self._end = 0
+        self._drawn: tuple[int, int] | None = None  # (first request, first one drawn one by one) at the last redraw
+        self._end = 0  # requests drawn up to here
 
     def getData(self) -> tuple[np.ndarray, np.ndarray]:
         return self.item.getData()
@@ -117,25 +117,20 @@ class _LatencyPoints:
         self.item.setData([], [])
         self._drawn, self._end = None, 0
 
-    def update(self, column: str, finish: np.ndarray, values: np.ndarray, start: int, stop: int) -> None:
+    def update(self, finish: np.ndarray, values: np.ndarray, start: int, stop: int) -> None:
         """Draw requests [start, stop) (indices into the snapshot's requests)."""
-        key = self._drawn
-        if key is not None and key[:2] == (column, start) and self._end <= stop <= key[2] + 2 * RECENT_POINTS:
-            self._add(finish, values, self._end, stop)
+        if self._drawn is not None and self._drawn[0] == start and self._end <= stop <= self._drawn[1] + 2 * RECENT_POINTS:
+            self._add(finish, values, np.arange(self._end, stop))
         else:
             dense_from = max(start, stop - RECENT_POINTS)
-            stride = 1 << max(int(np.ceil(np.log2(max((dense_from - start) / (MAX_SCATTER_POINTS - 2 * RECENT_POINTS), 1)))), 0)
-            older = np.arange(start, dense_from, stride)
+            stride = 1 << int(np.ceil(np.log2(max((dense_from - start) / (MAX_SCATTER_POINTS - 2 * RECENT_POINTS), 1))))
             self.item.setData([], [])
-            self._drawn, self._end = (column, start, dense_from), start
-            self._add(finish, values, older, None)
-            self._add(finish, values, dense_from, stop)
+            self._drawn = (start, dense_from)
+            self._add(finish, values, np.concatenate([np.arange(start, dense_from, stride), np.arange(dense_from, stop)]))
         self._end = stop
 
-    def _add(self, finish: np.ndarray, values: np.ndarray, indices, stop: int | None) -> None:
-        """Append the points at `indices` (or the range indices..stop) that have a value."""
-        if stop is not None:
-            indices = np.arange(indices, stop)
+    def _add(self, finish: np.ndarray, values: np.ndarray, indices: np.ndarray) -> None:
+        """Append the points at `indices` that have a value."""
         indices = indices[np.isfinite(values[indices])]
         if indices.size:
             self.item.addPoints(x=finish[indices], y=values[indices], data=indices)
@@ -190,7 +185,7 @@ class LatencyPlot:
         start, stop = _finished_within(finish, x_range)
         for key, points in self.points.items():
             if key in shown:
-                points.update(key, finish, requests[f"{key}_ms"], start, stop)
+                points.update(finish, requests[f"{key}_ms"], start, stop)
             else:
                 points.clear()
         # Percentiles follow the first shown metric (TTFT, or TPOT): rolling ones over the range
