@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 import pyqtgraph.exporters  # noqa: F401  (pg.exporters)
-from PySide6.QtCore import QRectF, Signal
+from PySide6.QtCore import QRectF, QSignalBlocker, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
@@ -158,9 +158,11 @@ class PlotsView(QWidget):
             plot.plot.setXRange(low, high, padding=0)
 
     def _zoomed_by_user(self, view: pg.ViewBox) -> None:
+        """Following stops without `_follow_toggled`, which would return to the whole run."""
+        with QSignalBlocker(self.follow):
+            self.follow.setChecked(False)
         self.zoomed = True
         self._set_time_range(*view.viewRange()[0])
-        self.follow.setChecked(False)
         self.redraw()
 
     def _follow_toggled(self, following: bool) -> None:

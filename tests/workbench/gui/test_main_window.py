@@ -464,3 +464,9 @@ def test_time_axes_show_the_whole_run_or_follow_its_last_seconds(qtbot):
     view.redraw()
     assert all(np.allclose(plot.plot.vb.viewRange()[0], [0.0, 65.0]) for plot in view.plots.values())
     assert view.plots["latency"].plot.vb.viewRange()[0][0] <= 1.0
+    # Zooming while following stops following and keeps the zoom (it once jumped to the whole run).
+    view.follow.setChecked(True)
+    throughput.setXRange(52.05, 55.05, padding=0)
+    throughput.sigRangeChangedManually.emit([True, False])
+    assert not view.follow.isChecked() and view.zoomed
+    assert all(np.allclose(plot.plot.vb.viewRange()[0], [52.05, 55.05]) for plot in view.plots.values())
