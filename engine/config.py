@@ -6,7 +6,8 @@ that an engineer who knows vLLM can read a preset without a glossary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import os
+from dataclasses import dataclass, field, fields
 
 from engine.errors import ConfigError
 from engine.quantization import get_method
@@ -14,6 +15,16 @@ from engine.quantization.auto import AUTO
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# How the decode step is compiled: while the engine already serves eagerly, before loading ends,
+# or not at all.
+COMPILE_DECODE_CHOICES = ("background", "blocking", "off")
+# Overrides compile_decode's default for a whole process (the test suite sets "off": every test
+# engine compiling its own graph would take the two cores for minutes).
+COMPILE_DECODE_ENVIRONMENT = "WORKBENCH_COMPILE_DECODE"
+
+
+def default_compile_decode() -> str:
+    return os.environ.get(COMPILE_DECODE_ENVIRONMENT, "background")
 
 
 @dataclass
@@ -71,10 +82,12 @@ class EngineConfig:
     quantize_lm_head: bool = False
 
     # Run decode-only steps as one torch.compile graph (engine.executor.DecodeGraph): fewer, fused
-    # operators and less Python per step (README, "Measured reasons behind the code"). The first
-    # compile takes minutes on a small CPU (later runs reuse the on-disk cache); on failure decode
-    # stays eager.
-    compile_decode: bool = False
+    # operators and less Python per step (README, "Compiled decode"). The first compile takes
+    # minutes on a small CPU (later runs reuse the on-disk cache), so by default ("background") the
+    # engine serves eagerly while a thread compiles, and switches once the graph is ready;
+    # "blocking" compiles before loading ends; "off" stays eager. On failure decode stays eager.
+    # true and false (older presets) mean "blocking" and "off".
+    compile_decode: str = field(default_factory=default_compile_decode)
 
     # Simulated models only ("simulated:MODEL@HARDWARE"): simulated seconds per wall-clock
     # second; 0 runs as fast as the host allows.
@@ -116,7 +129,12 @@ class EngineConfig:
             raise ConfigError(f"device: expected 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
         _require_number("simulation_speed", self.simulation_speed)
         _require_int("seed", self.seed, 0)
-        for name in ("enable_prefix_caching", "enable_chunked_prefill", "quantize_lm_head", "compile_decode"):
+        if isinstance(self.compile_decode, bool):
+            self.compile_decode = "blocking" if self.compile_decode else "off"
+        if self.compile_decode not in COMPILE_DECODE_CHOICES:
+            raise ConfigError(f"compile_decode: expected one of {', '.join(COMPILE_DECODE_CHOICES)}, got {self.compile_decode!r}"
+                              + (f" (from ${COMPILE_DECODE_ENVIRONMENT})" if os.environ.get(COMPILE_DECODE_ENVIRONMENT) == self.compile_decode else ""))
+        for name in ("enable_prefix_caching", "enable_chunked_prefill", "quantize_lm_head"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         if not isinstance(self.model, str) or not self.model:

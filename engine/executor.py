@@ -7,6 +7,7 @@ cost model behind the same interface while all scheduling code stays the same.
 
 from __future__ import annotations
 
+import threading
 import types
 import warnings
 from typing import Protocol
@@ -28,6 +29,10 @@ class ModelExecutor(Protocol):
         """How decode steps run, recorded with every run."""
 
     @property
+    def last_step_compiled(self) -> bool:
+        """Whether the last `execute` ran as the compiled decode graph."""
+
+    @property
     def kv_cache_bytes(self) -> int:
         """The KV cache's size in bytes (allocated, or planned when simulated)."""
 
@@ -39,18 +44,25 @@ class ModelExecutor(Protocol):
 
 
 class TorchExecutor:
+    """Runs the model over its paged KV cache. It allocates one block more than the scheduler's
+    `num_blocks`: the scratch block, which warm-up and the background compile write into while
+    requests use the others."""
+
     def __init__(self, model: CausalLM, num_blocks: int, block_size: int, device: torch.device, dtype: torch.dtype,
-                 compile_decode: bool = False):
+                 compile_decode: str = "off"):
         self.model = model
         self.device = device
         self.block_size = block_size
         config = model.config
-        shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
+        self.scratch_block = num_blocks
+        shape = (num_blocks + 1, block_size, config.num_kv_heads, config.head_dim)
         self.kv_caches = [
             (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
             for _ in range(config.num_layers)
         ]
-        self.decode_graph = DecodeGraph(model) if compile_decode else None
+        self.compile_decode = compile_decode
+        self.decode_graph = DecodeGraph(model) if compile_decode != "off" else None
+        self.last_step_compiled = False
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -58,20 +70,38 @@ class TorchExecutor:
 
     @property
     def decode_mode(self) -> str:
-        """How decode-only steps run: "compiled", "eager", or "eager (compile failed: ...)"."""
+        """How decode-only steps run now: "compiled", "eager", "eager (compiling in the
+        background)", or "eager (compile failed: ...)"."""
         if self.decode_graph is None:
             return "eager"
         return self.decode_graph.mode
 
     def warm_up(self) -> None:
-        """Single-token forward passes, so the first real step does not pay one-time costs: one
-        sequence, then (when decode is compiled) two, the two graphs a decode step can take.
-        They write into block 0's first slots, which are free and hold nothing yet."""
-        batch_sizes = (1, 2) if self.decode_graph is not None else (1,)
-        for size in batch_sizes:
-            entries = [ScheduledSequence(f"warm-up {row}", [0], 0, [0], [0], True, SamplingParams(temperature=0.0), 0)
-                       for row in range(size)]
-            self.execute(ScheduledBatch(decodes=entries, prefills=[], block_size=self.block_size))
+        """A single-token forward pass, so that the first real step does not pay one-time costs;
+        then the decode graph's compile, before returning ("blocking") or in a thread
+        ("background")."""
+        self.compute_logits(self._scratch_batch(1))
+        if self.decode_graph is None:
+            return
+        if self.compile_decode == "blocking":
+            self._compile_decode_graph()
+        else:
+            threading.Thread(target=self._compile_decode_graph, name="decode graph compile", daemon=True).start()
+
+    def _compile_decode_graph(self) -> None:
+        """Compile the two graphs a decode step can take (one sequence, two or more) on the scratch
+        block; the graph is used from the next step on (each step's `decode_compiled` says whether it was)."""
+        with torch.inference_mode():
+            examples = [self._decode_inputs(self._scratch_batch(size)) for size in (1, 2)]
+            self.decode_graph.compile(examples)
+
+    def _scratch_batch(self, size: int) -> ScheduledBatch:
+        """`size` one-token decodes writing into the scratch block's first slots. Their block
+        tables are two scratch blocks wide (the graph's narrowest), so no padding block is read."""
+        first_slot = self.scratch_block * self.block_size
+        entries = [ScheduledSequence(f"warm-up {row}", [0], 0, [self.scratch_block] * 2, [first_slot + row], True,
+                                     SamplingParams(temperature=0.0), 0) for row in range(size)]
+        return ScheduledBatch(decodes=entries, prefills=[], block_size=self.block_size)
 
     def execute(self, batch: ScheduledBatch) -> list[int]:
         rows = [entry for entry in batch.sequences if entry.samples]
@@ -80,7 +110,17 @@ class TorchExecutor:
 
     @torch.inference_mode()
     def compute_logits(self, batch: ScheduledBatch) -> torch.Tensor:
-        """Float32 logits [sampling rows, vocab] for the entries that sample."""
+        """Float32 logits [sampling rows, vocab] for the entries that sample; sets
+        `last_step_compiled`."""
+        self.last_step_compiled = False
+        # The graph returns a row of logits for every row: only a batch whose rows all sample
+        # may use it, or a row's token would go to another.
+        if (self.decode_graph is not None and self.decode_graph.usable and not batch.prefills
+                and all(entry.samples for entry in batch.decodes)):
+            logits = self.decode_graph(*self._decode_inputs(batch))
+            if logits is not None:
+                self.last_step_compiled = True
+                return logits
         token_ids, positions, slots, sample_rows = [], [], [], []
         for entry in batch.sequences:
             token_ids += entry.token_ids
@@ -88,19 +128,16 @@ class TorchExecutor:
             slots += entry.slot_mapping
             if entry.samples:
                 sample_rows.append(len(token_ids) - 1)
-        # The graph returns a row of logits for every row: only a batch whose rows all sample
-        # may use it, or a row's token would go to another.
-        compiled = (self.decode_graph is not None and self.decode_graph.usable and not batch.prefills
-                    and len(sample_rows) == len(batch.decodes))
-        metadata = self._attention_metadata(batch, slots, group_by_length=not compiled)
-        token_ids, positions = self._tensor(token_ids), self._tensor(positions)
-        if compiled:
-            logits = self.decode_graph(token_ids, positions, self.kv_caches, metadata)
-            if logits is not None:
-                return logits
-            metadata = self._attention_metadata(batch, slots, group_by_length=True)
-        hidden = self.model(token_ids, positions, self.kv_caches, metadata)
+        metadata = self._attention_metadata(batch, slots, group_by_length=True)
+        hidden = self.model(self._tensor(token_ids), self._tensor(positions), self.kv_caches, metadata)
         return self.model.compute_logits(hidden[self._tensor(sample_rows)])
+
+    def _decode_inputs(self, batch: ScheduledBatch) -> tuple:
+        """The decode graph's arguments for a batch of one-token decodes."""
+        decodes = batch.decodes
+        metadata = self._attention_metadata(batch, [entry.slot_mapping[0] for entry in decodes], group_by_length=False)
+        return (self._tensor([entry.token_ids[0] for entry in decodes]),
+                self._tensor([entry.start_position for entry in decodes]), self.kv_caches, metadata)
 
     @torch.inference_mode()
     def sequence_logits(self, token_ids: list[int], block_size: int) -> torch.Tensor:
@@ -146,40 +183,61 @@ class DecodeGraph:
     fused into generated loops and the matmuls and attention are called from one wrapper.
 
     The batch and block-table sizes are dynamic, so two graphs serve every batch: one for a single
-    sequence (torch specialises sizes of 1) and one for two or more. The engine compiles both while
-    warming up, so that no request waits minutes for a compile mid-run. If compiling or running the
-    graph fails, decode falls back to eager for the rest of the engine's life and `mode` says why.
+    sequence (torch specialises sizes of 1) and one for two or more. `compile` builds both before
+    the graph is used, so that no request waits minutes for a compile mid-run. It may run in its
+    own thread while the engine serves eagerly: dynamo traces only the frames of the thread that
+    calls the compiled function. If compiling or running the graph fails, decode stays eager for
+    the rest of the engine's life and `mode` says why.
     """
+
+    COMPILING = "eager (compiling in the background)"
 
     def __init__(self, model: CausalLM):
         # cpp_wrapper: the generated code that calls the kernels is C++ too, not Python: a faster
         # step for a slower first compile (README, "Measured reasons behind the code").
         #
         # guard_filter_fn: the weights never change once the engine is built, so checking every
-        # parameter and module attribute before each step costs time and buys nothing. Without those guards, two engines' models must never share graphs: torch
-        # keeps graphs per code object, so each engine compiles its own copy of forward_logits.
+        # parameter and module attribute before each step costs time and buys nothing. Without
+        # those guards, two engines' models must never share graphs: torch keeps graphs per code
+        # object, so each engine compiles its own copy of forward_logits.
         self._compiled = torch.compile(_with_own_code(model.forward_logits), options={
             "cpp_wrapper": True, "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
         })
-        self.mode = "compiled"
+        self.mode = self.COMPILING
 
     @property
     def usable(self) -> bool:
         return self.mode == "compiled"
 
+    def compile(self, example_inputs: list[tuple]) -> None:
+        """Run the graph once on each example, compiling it; then mark it usable."""
+        try:
+            for inputs in example_inputs:
+                self._run(*inputs)
+        except Exception as exc:  # torch.compile raises many types (backend, codegen, C++ toolchain)
+            self._fall_back(exc)
+            return
+        self.mode = "compiled"
+
     def __call__(self, token_ids, positions, kv_caches, metadata: AttentionMetadata) -> torch.Tensor | None:
-        """Logits for every row, or None once compilation has failed (the caller runs eagerly)."""
+        """Logits for every row, or None once the graph has failed (the caller runs eagerly)."""
+        try:
+            return self._run(token_ids, positions, kv_caches, metadata)
+        except Exception as exc:  # as in compile: a shape not seen yet recompiles, which can fail too
+            self._fall_back(exc)
+            return None
+
+    def _run(self, token_ids, positions, kv_caches, metadata: AttentionMetadata) -> torch.Tensor:
         # Only the batch and block-table sizes vary; the weights and the KV cache keep static
         # shapes, which lets the compiler fold their sizes into the generated loops.
         for tensor in (token_ids, positions, metadata.slot_mapping, metadata.decode_context_lens, metadata.decode_block_tables):
             torch._dynamo.maybe_mark_dynamic(tensor, 0)
         torch._dynamo.maybe_mark_dynamic(metadata.decode_block_tables, 1)
-        try:
-            return self._compiled(token_ids, positions, kv_caches, metadata)
-        except Exception as exc:  # torch.compile raises many types (backend, codegen, C++ toolchain)
-            self.mode = f"eager (compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
-            warnings.warn(f"decode step: {self.mode}; continuing without compilation", RuntimeWarning, stacklevel=2)
-            return None
+        return self._compiled(token_ids, positions, kv_caches, metadata)
+
+    def _fall_back(self, exc: Exception) -> None:
+        self.mode = f"eager (compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+        warnings.warn(f"decode step: {self.mode}; continuing without compilation", RuntimeWarning, stacklevel=3)
 
 
 def _with_own_code(method):

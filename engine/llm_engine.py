@@ -322,4 +322,5 @@ class LLMEngine:
             rejections_total=self.num_rejections,
             prefix_cache_hit_tokens_total=manager.prefix_hit_tokens,
             prefix_cache_query_tokens_total=manager.prefix_query_tokens,
+            decode_compiled=self.executor.last_step_compiled,
         )

@@ -26,6 +26,7 @@ class StepStats:
     rejections_total: int
     prefix_cache_hit_tokens_total: int
     prefix_cache_query_tokens_total: int
+    decode_compiled: bool = False  # ran as the compiled decode graph (engine.executor.DecodeGraph)
 
     @property
     def kv_usage_perc(self) -> float:

@@ -15,6 +15,12 @@ if not torch.cuda.is_available():
 
 from hypothesis import settings
 
+from engine.config import COMPILE_DECODE_ENVIRONMENT
+
+# Engines in tests (and the CLI and window processes they start) stay eager unless a test asks
+# for a compile: every engine compiling its graph in the background would take both cores.
+os.environ.setdefault(COMPILE_DECODE_ENVIRONMENT, "off")
+
 from engine import EngineConfig, LLMEngine
 from engine.model_source import read_model
 

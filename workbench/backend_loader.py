@@ -4,6 +4,7 @@ for a URL ("http://127.0.0.1:8000"), each with what the window may show about it
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -46,7 +47,9 @@ class EngineInfo:
     model_path: str
     model_config: ModelConfig
     tokenizer: Tokenizer | None  # decoding is thread-safe (the tokenizers library is immutable)
-    decode_mode: str  # "compiled", "eager", "simulated", or why compilation fell back to eager
+    # How decode steps run now ("compiled", "eager", "eager (compiling in the background)",
+    # "simulated", or why compilation fell back to eager): a string read, safe from any thread.
+    decode_mode: Callable[[], str]
     capabilities: BackendCapabilities
     quantization: str  # what runs, e.g. "int4 g32 + int8 head"
     quantization_choice: str  # why: "auto: ..." or "chosen in the configuration"
@@ -91,7 +94,7 @@ class BackendLoader:
             config=config, summary=backend.describe()["engine"], dtype=str(engine.dtype).removeprefix("torch."),
             bytes_per_element=torch.finfo(engine.dtype).bits // 8, device=str(engine.device),
             model_path=str(engine.model_path), model_config=engine.model_config, tokenizer=engine.tokenizer,
-            decode_mode=engine.executor.decode_mode, capabilities=backend.capabilities,
+            decode_mode=lambda: engine.executor.decode_mode, capabilities=backend.capabilities,
             quantization=engine.quantization, quantization_choice=engine.quantization_choice,
         )
         return backend, info

@@ -19,7 +19,7 @@ class LocalBackend:
 
     def __init__(self, engine: LLMEngine):
         self.engine = engine
-        self.name = f"in-process engine ({engine.executor.decode_mode})"
+        self.name = "in-process engine"  # how it runs is in the header's versions, and in each step
         self.max_model_len = engine.max_model_len
         self.vocab_size = engine.model_config.vocab_size
         self.tokenizer = engine.tokenizer

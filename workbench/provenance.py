@@ -40,7 +40,9 @@ def environment(engine: LLMEngine) -> dict:
         "platform": platform.platform(),
         "device": device_name(engine.device),
         "dtype": str(engine.dtype).removeprefix("torch."),
-        "decode_step": engine.executor.decode_mode,  # "compiled", "eager", or why compilation fell back
+        # "compiled", "eager", "eager (compiling in the background)" or why compilation fell back,
+        # when the run started; each step's decode_compiled says how that step ran.
+        "decode_step": engine.executor.decode_mode,
         "model": model_identity(engine.model_path),
         "stored_tensor_types": engine.stored_tensor_types,  # how the file kept its weights, e.g. {"Q4_1": 210}
         "quantization": engine.quantization,  # what runs, e.g. "int4 g32 + int8 head"

@@ -1,8 +1,10 @@
 """The compiled decode step (EngineConfig.compile_decode) gives the eager engine's greedy tokens,
-compiles only while warming up, keeps engines' graphs apart, and falls back to eager when
-compilation fails."""
+compiles only while warming up or in its background thread, keeps engines' graphs apart, and falls
+back to eager when compilation fails."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 import torch
@@ -31,7 +33,7 @@ def test_compiled_decode_matches_eager_without_compiling_mid_run(tiny_llama):
     compiled = {}
     for method in methods:  # both alive at once: each must keep running its own model's graphs
         graphs_before = counters["stats"]["unique_graphs"]
-        compiled[method] = tiny_engine(directory, quantization=method, compile_decode=True)
+        compiled[method] = tiny_engine(directory, quantization=method, compile_decode="blocking")
         assert compiled[method].executor.decode_mode == "compiled"
         assert counters["stats"]["unique_graphs"] == graphs_before + 2  # one sequence, and two or more
     graphs_after_warm_up = counters["stats"]["unique_graphs"]
@@ -53,7 +55,7 @@ def test_failed_compile_falls_back_to_eager(tiny_llama, monkeypatch):
 
     monkeypatch.setattr(engine.executor.torch, "compile", broken_compile)
     with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler found"):
-        fallen_back = tiny_engine(directory, compile_decode=True)
+        fallen_back = tiny_engine(directory, compile_decode="blocking")
     assert fallen_back.executor.decode_mode == "eager (compile failed: RuntimeError: no C++ compiler found)"
     assert generate_each_way(fallen_back) == expected
 
@@ -65,5 +67,34 @@ def test_compiled_decode_gives_each_row_its_own_token_with_one_token_prompt_chun
     settings = dict(long_prompt_threshold=1, max_long_prefills=2)
     prompts = [[5, 9, 2, 40, 7], [11], [3] * 7, [8, 1, 3]]
     expected = [output.token_ids for output in tiny_engine(directory, **settings).generate(prompts, GREEDY)]
-    compiled = tiny_engine(directory, compile_decode=True, **settings)
+    compiled = tiny_engine(directory, compile_decode="blocking", **settings)
     assert [output.token_ids for output in compiled.generate(prompts, GREEDY)] == expected
+
+
+def test_a_background_compile_serves_eagerly_meanwhile_then_switches(tiny_llama):
+    """Requests run while the graph compiles in its thread, writing the same KV cache; they must
+    get the eager engine's tokens before and after the switch, and record how each step ran."""
+    directory, _ = tiny_llama
+    expected = generate_each_way(tiny_engine(directory))
+    torch._dynamo.reset()
+    engine = tiny_engine(directory, compile_decode="background")
+    steps = []
+    outputs_while_compiling = 0
+    deadline = time.monotonic() + 600
+    while engine.executor.decode_mode != "compiled":
+        assert engine.executor.decode_mode == "eager (compiling in the background)"
+        assert time.monotonic() < deadline, "the background compile did not finish in 10 minutes"
+        assert generate_each_way(engine) == expected
+        outputs_while_compiling += 1
+    graphs_when_ready = counters["stats"]["unique_graphs"]
+    tokens = {engine.add_request(prompt, GREEDY): [] for prompt in PROMPTS}
+    while engine.has_unfinished():
+        result = engine.step()
+        steps.append(result.stats)
+        tokens.update({output.request_id: output.token_ids for output in result.outputs if output.finished})
+    assert list(tokens.values()) == expected[1:]
+    assert outputs_while_compiling >= 1
+    assert counters["stats"]["unique_graphs"] == graphs_when_ready  # both graphs were ready at the switch
+    decode_only = [stats.decode_compiled for stats in steps if stats.prefill_tokens == 0]
+    assert decode_only and all(decode_only)
+    assert not any(stats.decode_compiled for stats in steps if stats.prefill_tokens)

@@ -7,7 +7,7 @@ from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QMenu, QPushButton, QToolButton, QVBoxLayout,
 )
 
-from engine.config import DTYPES, SCHEDULING_POLICIES, EngineConfig
+from engine.config import COMPILE_DECODE_CHOICES, DTYPES, SCHEDULING_POLICIES, EngineConfig
 from engine.model_source import BUNDLED_MODELS
 from engine.quantization import METHODS, all_group_sizes
 from engine.quantization.auto import AUTO
@@ -64,9 +64,12 @@ class EnginePanel(QGroupBox):
                                       "of SmolLM2's weights and read in full every decode step. auto decides it from the file.")
         self.quantization.currentTextChanged.connect(self._offer_group_sizes)
         self._offer_group_sizes(self.quantization.currentText())
-        self.compile_decode = QCheckBox("compile decode step")
+        self.compile_decode = QComboBox()
+        self.compile_decode.addItems(COMPILE_DECODE_CHOICES)
         self.compile_decode.setToolTip("Run decode-only steps as one torch.compile graph: fewer, fused operators and less Python "
-                                       "per step. Loading compiles two graphs first: minutes on a 2-core CPU, seconds once cached.")
+                                       "per step. Compiling takes minutes on a 2-core CPU, seconds once cached.\n"
+                                       "background: serve eagerly while a thread compiles, then switch (the status line says "
+                                       "which runs). blocking: compile before loading ends. off: stay eager.")
         self.kv_cache_mib = int_box(0, 1 << 20, 0, "KV cache size. More blocks admit more concurrent tokens before preemption.\n"
                                     "auto: what 90% of a GPU's memory leaves after the weights (vLLM's convention; "
                                     "simulated GPUs too), 1 GiB on the CPU.", 64)
@@ -119,7 +122,7 @@ class EnginePanel(QGroupBox):
         form.addRow("policy", self.policy)
         form.addRow(self.chunked)
         form.addRow(self.prefix_caching)
-        form.addRow(self.compile_decode)
+        form.addRow("compile decode step", self.compile_decode)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.apply_button)
@@ -153,7 +156,7 @@ class EnginePanel(QGroupBox):
             quantization=self.quantization.currentText(),
             group_size=int(self.group_size.currentText()),
             quantize_lm_head=self.quantize_head.isChecked(),
-            compile_decode=self.compile_decode.isChecked(),
+            compile_decode=self.compile_decode.currentText(),
             kv_cache_memory=self._kv_cache_fraction or (self.kv_cache_mib.value() << 20) or None,
             num_kv_blocks=self._num_kv_blocks,
             block_size=self.block_size.value(),
@@ -174,7 +177,7 @@ class EnginePanel(QGroupBox):
         self.quantization.setCurrentText(config.quantization)
         self.group_size.setCurrentText(str(config.group_size))
         self.quantize_head.setChecked(config.quantize_lm_head)
-        self.compile_decode.setChecked(config.compile_decode)
+        self.compile_decode.setCurrentText(config.compile_decode)
         if config.kv_cache_memory is None:
             self.kv_cache_mib.setValue(0)
         elif isinstance(config.kv_cache_memory, int):

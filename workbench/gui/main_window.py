@@ -58,6 +58,7 @@ class MainWindow(QMainWindow):
         self.setWindowIcon(QIcon(str(ICON)))
         self.worker = worker or EngineWorker()
         self.info: EngineInfo | None = None
+        self._decode_mode_shown = ""
         self.viewing_past_run = False
         self.tokenizer_decode = None
 
@@ -223,10 +224,17 @@ class MainWindow(QMainWindow):
             self.stage.setText(f"connected: {info.name}")
             self.memory.show_not_exposed(info.name)
             return
-        self.stage.setText(f"ready: {Path(info.model_path).name} ({info.dtype}, {info.device}, {info.quantization}, "
-                           f"decode {info.decode_mode})")
+        self._show_engine_stage()
         self.stage.setToolTip(f"quantization: {info.quantization} ({info.quantization_choice})")
         self._show_memory(info)
+
+    def _show_engine_stage(self) -> None:
+        """The status line's engine: model, dtype, device, quantization and how decode runs now
+        (a background compile changes it while the engine serves)."""
+        info = self.info
+        self._decode_mode_shown = info.decode_mode()
+        self.stage.setText(f"ready: {Path(info.model_path).name} ({info.dtype}, {info.device}, {info.quantization}, "
+                           f"decode {self._decode_mode_shown})")
 
     def on_traffic_state(self, state: str) -> None:
         self.traffic_label.setText(f"traffic: {state}")
@@ -288,6 +296,8 @@ class MainWindow(QMainWindow):
     def refresh_tables(self) -> None:
         if self.viewing_past_run:
             return
+        if isinstance(self.info, EngineInfo) and self.info.decode_mode() != self._decode_mode_shown:
+            self._show_engine_stage()
         self.requests.set_rows(self.worker.rows())
         if self.tabs.currentWidget() is self.block_map:
             self.block_map.set_owners(self.worker.block_map())
