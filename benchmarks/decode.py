@@ -2,9 +2,10 @@
 
     python -m benchmarks.decode [--tokens 128] [--no-compile] [--only 'LABEL;LABEL']
 
-Rows (benchmarks.common.variants): the default configuration (quantization "auto"), then none, int8, int4, w8a8, int4 with the
-LM head quantized to int8 ("+ int8 head") and w8a8 with a W8A8 head, each eager and with the
-decode step compiled (EngineConfig.compile_decode; the first compile takes minutes). The peer,
+Rows (benchmarks.common.variants): the default configuration (quantization "auto", decode
+compiled in the background; measured once the switch is made), then none, int8, int4, w8a8, int4
+with the LM head quantized to int8 ("+ int8 head") and w8a8 with a W8A8 head, each eager and with
+the decode step compiled before the run (EngineConfig.compile_decode; the first compile takes minutes). The peer,
 llama.cpp (llama-cpp-python, 2 threads, the same GGUF file and prompt; `make peers`), is measured
 in the same run, and every row says its ratio to it.
 
@@ -23,9 +24,9 @@ import time
 
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.common import chosen_variants, machine_line, row_label, measure_this_machine, read_model
+from benchmarks.common import build_engine, chosen_variants, machine_line, row_label, measure_this_machine, read_model
 from benchmarks.peers import llama_cpp_decode
-from engine import EngineConfig, LLMEngine, SamplingParams
+from engine import LLMEngine, SamplingParams
 
 
 def kernel_ms_per_step(engine: LLMEngine, steps: int = 20) -> float:
@@ -62,7 +63,7 @@ def main() -> None:
           else "llama.cpp: not measured (its venv is not built: make peers)")
     print(f"{'option':<28} {'tok/s':>7} {'x llama.cpp':>12} {'step ms':>8} {'kernel ms':>10} {'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}")
     for label, overrides in chosen_variants(not args.no_compile, args.only):
-        engine = LLMEngine(EngineConfig(kv_cache_memory=64 << 20, **overrides), source=source)
+        engine = build_engine(source, overrides, kv_cache_memory=64 << 20)
         params = SamplingParams(max_tokens=args.tokens, temperature=0.0, ignore_eos=True)
         engine.generate([PROMPT], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
         engine.add_request(PROMPT, params)
@@ -73,7 +74,7 @@ def main() -> None:
             steps += 1
         step_s = (time.perf_counter() - start) / steps
         split = "-".rjust(10) * 2
-        if not engine.config.compile_decode:
+        if engine.executor.decode_mode != "compiled":
             engine.add_request(PROMPT, SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True))
             engine.step()
             kernel_ms = kernel_ms_per_step(engine)

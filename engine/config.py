@@ -23,8 +23,8 @@ COMPILE_DECODE_CHOICES = ("background", "blocking", "off")
 COMPILE_DECODE_ENVIRONMENT = "WORKBENCH_COMPILE_DECODE"
 
 
-def default_compile_decode() -> str:
-    return os.environ.get(COMPILE_DECODE_ENVIRONMENT, "background")
+def default_compile_decode(otherwise: str = "background") -> str:
+    return os.environ.get(COMPILE_DECODE_ENVIRONMENT, otherwise)
 
 
 @dataclass

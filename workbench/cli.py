@@ -180,6 +180,7 @@ def _list_presets() -> int:
 
 def _bench(args) -> int:
     from engine import LLMEngine
+    from engine.config import default_compile_decode
     from engine.model_source import read_model
     from engine.simulation import is_simulated
     from workbench.backend_loader import server_tokenizer
@@ -190,9 +191,13 @@ def _bench(args) -> int:
     from workbench.remote_backend import RemoteBackend
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
-    base = load_preset(args.preset, overrides)
+    # A measured run compiles its decode step before the first request unless the preset says
+    # otherwise: every step of it, and of each variant, then runs the same way.
+    defaults = {"compile_decode": default_compile_decode(otherwise="blocking")}
+    base = load_preset(args.preset, overrides, engine_defaults=defaults)
     variants = [args.variant] if args.variant else list(base.variants) or [None]
-    scenarios = {variant: load_preset(args.preset, overrides, variant) for variant in variants}  # validate all first
+    scenarios = {variant: load_preset(args.preset, overrides, variant, engine_defaults=defaults)
+                 for variant in variants}  # validate all first
     if args.server:
         tokenizer = server_tokenizer(args.tokenizer)
         make_backend = lambda scenario: RemoteBackend(args.server, tokenizer, model=args.served_model)  # noqa: E731
@@ -329,7 +334,7 @@ def _compare_with_loaded() -> int:
     from engine import EngineConfig, LLMEngine
     from engine.memory import weight_bytes_estimate
 
-    engine = LLMEngine(EngineConfig(device="cpu", dtype="float32", kv_cache_memory=64 << 20))
+    engine = LLMEngine(EngineConfig(device="cpu", dtype="float32", kv_cache_memory=64 << 20, compile_decode="off"))
     estimate = weight_bytes_estimate(engine.model_config, 32)
     kv_estimate = engine.num_kv_blocks * engine.config.block_size * engine.model_config.kv_bytes_per_token(4)
     print(f"loaded {engine.model_path.name} (float32): weights estimated {estimate / 1e6:.2f} MB, measured {engine.weight_bytes / 1e6:.2f} MB "
@@ -343,7 +348,8 @@ def _calibrate(args) -> int:
     from workbench.calibration import fit, measure
     from engine.catalogue import measure_this_machine, save_profile
 
-    engine = LLMEngine(EngineConfig(device="auto", kv_cache_memory=256 << 20))
+    # Eager, as the cost model's step times assume (a compile would also take the cores mid-measurement).
+    engine = LLMEngine(EngineConfig(device="auto", kv_cache_memory=256 << 20, compile_decode="off"))
     base = measure_this_machine()
     print(f"measured: {base.bandwidth_bytes_s / 1e9:.1f} GB/s copy bandwidth, {base.peak_flops / 1e9:.1f} GFLOP/s matmul ({base.source})")
     points = measure(engine)

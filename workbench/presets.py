@@ -34,14 +34,20 @@ def preset_path(name: str) -> Path:
     return path
 
 
-def load_preset(name: str, overrides: list[str] = (), variant: str | None = None) -> Scenario:
-    """The preset's scenario, or one variant of it with the variant's overrides applied."""
+def load_preset(name: str, overrides: list[str] = (), variant: str | None = None,
+                engine_defaults: dict | None = None) -> Scenario:
+    """The preset's scenario, or one variant of it with the variant's overrides applied.
+    `engine_defaults` fills [engine] keys the preset leaves out."""
     path = preset_path(name)
     try:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
     raw.setdefault("name", path.stem)
+    if engine_defaults:
+        engine = raw.setdefault("engine", {})
+        if isinstance(engine, dict):  # anything else is refused by build, naming the table
+            raw["engine"] = {**engine_defaults, **engine}
     base = build(Scenario, raw, str(path))
     where = str(path)
     if variant is not None:

@@ -85,7 +85,8 @@ def evaluate(source: ModelSource, options: list[tuple[str, int | None]], total_t
         label = quantization if group_size is None else f"{quantization} g{group_size}"
         progress(f"evaluating {label}")
         config = EngineConfig(dtype=dtype, device=device, quantization=quantization, group_size=group_size or 32,
-                              num_kv_blocks=WINDOW_TOKENS // 16 + 64, max_num_seqs=32)
+                              num_kv_blocks=WINDOW_TOKENS // 16 + 64, max_num_seqs=32,
+                              compile_decode="off")  # it scores whole sequences in prefills
         started = time.perf_counter()
         engine = LLMEngine(config, source=source)
         load_time = time.perf_counter() - started

@@ -88,11 +88,22 @@ def test_missing_config_key_is_named(tmp_path, tiny_llama):
         ({"scheduling_policy": "lifo"}, "scheduling_policy: expected one of fcfs, priority, got 'lifo'"),
         ({"dtype": "int3"}, "dtype: expected one of"),
         ({"device": "tpu"}, "device: expected 'auto', 'cpu' or 'cuda"),
+        ({"compile_decode": "later"}, "compile_decode: expected one of background, blocking, off, got 'later'"),
     ],
 )
 def test_bad_config_values_name_the_key(settings, message):
     with pytest.raises(ConfigError, match=message):
         EngineConfig(**settings)
+
+
+def test_compile_decode_reads_older_presets_booleans_and_its_default_from_the_environment(monkeypatch):
+    assert EngineConfig(compile_decode=True).compile_decode == "blocking"
+    assert EngineConfig(compile_decode=False).compile_decode == "off"
+    monkeypatch.setenv("WORKBENCH_COMPILE_DECODE", "background")
+    assert EngineConfig().compile_decode == "background"
+    monkeypatch.setenv("WORKBENCH_COMPILE_DECODE", "soon")
+    with pytest.raises(ConfigError, match=r"compile_decode: expected one of .*, got 'soon' \(from \$WORKBENCH_COMPILE_DECODE\)"):
+        EngineConfig()
 
 
 def test_cache_smaller_than_one_block_is_explained(tiny_llama):

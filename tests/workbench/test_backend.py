@@ -68,7 +68,8 @@ def test_a_backend_without_server_state_reports_it_as_not_exposed(tmp_path):
 
 def test_the_local_backend_exposes_everything_and_the_same_run(tmp_path):
     report = record(LocalBackend(LLMEngine(SIMULATED)), tmp_path)
-    assert report["backend"]["not_exposed"] == [] and report["backend"]["name"] == "in-process engine (simulated)"
+    assert report["backend"]["not_exposed"] == [] and report["backend"]["name"] == "in-process engine"
+    assert report["versions"]["decode_step"] == "simulated"
     assert report["metrics"]["preemptions"]["unit"] == "events" and report["metrics"]["kv_usage_peak_perc"]["value"] > 0
 
 

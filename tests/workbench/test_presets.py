@@ -75,3 +75,13 @@ def test_overrides_apply_before_validation_and_win_over_variants():
         load_preset("chat-steady", ["engine.max_num_seqs=lots"])
     with pytest.raises(ConfigError, match="no variant 'fast'"):
         load_preset("long-prompt-isolation", variant="fast")
+
+
+def test_engine_defaults_fill_only_what_the_preset_and_the_overrides_leave_out(tmp_path):
+    """`workbench bench` compiles before a measured run unless the preset says otherwise."""
+    defaults = {"compile_decode": "blocking"}
+    assert load_preset("chat-steady", engine_defaults=defaults).engine.compile_decode == "blocking"
+    assert load_preset("chat-steady", ["engine.compile_decode=off"], engine_defaults=defaults).engine.compile_decode == "off"
+    preset = tmp_path / "eager.toml"
+    preset.write_text('[engine]\ncompile_decode = "background"\n[traffic]\nnum_requests = 2\n')
+    assert load_preset(str(preset), engine_defaults=defaults).engine.compile_decode == "background"

@@ -74,7 +74,8 @@ def engine_throughput(with_window: bool, requests: int = 48, prompt: int = 64, o
     from workbench.scenario import Scenario
     from workbench.traffic import LengthDistribution, TrafficProfile
 
-    scenario = Scenario(name="perf", engine=EngineConfig(max_num_seqs=requests), traffic=TrafficProfile(
+    # Compiled before the run: a background compile would take the cores during one of the pair.
+    scenario = Scenario(name="perf", engine=EngineConfig(max_num_seqs=requests, compile_decode="blocking"), traffic=TrafficProfile(
         arrival="constant", rate=1e6, num_requests=requests, prompt_len=LengthDistribution(mean=prompt), output_len=LengthDistribution(mean=output)))
     if not with_window:
         from engine.llm_engine import LLMEngine

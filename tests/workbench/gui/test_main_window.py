@@ -8,6 +8,7 @@ import itertools
 import json
 
 import pytest
+import torch
 
 from workbench.report import build_report
 from workbench.run_log import read_run_log
@@ -31,6 +32,16 @@ def test_loading_drives_the_progress_bar_and_shows_memory(window, qtbot, tiny_co
     assert ", none, " in window.stage.text() and "auto: float weights" in window.stage.toolTip()
     memory_text = window.memory.text.text()
     assert "weights" in memory_text and "KV cache" in memory_text and "estimate" in memory_text and "measured" in memory_text
+
+
+@pytest.mark.slow  # compiles the tiny model's decode graph
+def test_the_status_line_follows_a_background_compile_to_the_compiled_path(window, qtbot, tiny_config):
+    torch._dynamo.reset()
+    load(window, qtbot, dataclasses.replace(tiny_config, compile_decode="background"))
+    assert "decode eager (compiling in the background)" in window.stage.text()
+    window.traffic_panel.inject_requested.emit(4, 20, 8, "chat")  # it serves meanwhile
+    qtbot.waitUntil(lambda: "decode compiled)" in window.stage.text(), timeout=600_000)
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=60_000)
 
 
 def test_injected_traffic_fills_the_plots_and_the_table(window, qtbot, tiny_config):
