@@ -80,6 +80,11 @@ class EngineConfig:
     # Quantize the LM head too, to int8 per channel (for int8, int4, w8a8): in fp32 it is a fifth of
     # SmolLM2's weights, read in full every decode step.
     quantize_lm_head: bool = False
+    # CPU, int4 and int8 only: every quantized layer also keeps its weights as a dense bf16 copy
+    # (2 bytes per weight more) and multiplies by it in steps of 8 rows or more, where torch's
+    # packed kernels are 2-3x slower than a bf16 product (engine.quantization.base.BATCHED_ROWS).
+    # "auto" sets it when the copy takes at most a quarter of the machine's memory.
+    batched_bf16_copy: bool = False
 
     # Run decode-only steps as one torch.compile graph (engine.executor.DecodeGraph): fewer, fused
     # operators and less Python per step (README, "Compiled decode"). The first compile takes
@@ -134,7 +139,7 @@ class EngineConfig:
         if self.compile_decode not in COMPILE_DECODE_CHOICES:
             raise ConfigError(f"compile_decode: expected one of {', '.join(COMPILE_DECODE_CHOICES)}, got {self.compile_decode!r}"
                               + (f" (from ${COMPILE_DECODE_ENVIRONMENT})" if os.environ.get(COMPILE_DECODE_ENVIRONMENT) == self.compile_decode else ""))
-        for name in ("enable_prefix_caching", "enable_chunked_prefill", "quantize_lm_head"):
+        for name in ("enable_prefix_caching", "enable_chunked_prefill", "quantize_lm_head", "batched_bf16_copy"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         if not isinstance(self.model, str) or not self.model:

@@ -16,6 +16,7 @@ import torch
 
 from engine.batch import ScheduledBatch, ScheduledSequence
 from engine.model import AttentionMetadata, CausalLM, PrefillChunk
+from engine.quantization import BATCHED_ROWS, has_batched_copy
 from engine.sampler import sample
 from engine.sampling_params import SamplingParams
 from kernels.paged_attention import length_buckets
@@ -89,17 +90,20 @@ class TorchExecutor:
             threading.Thread(target=self._compile_decode_graph, name="decode graph compile", daemon=True).start()
 
     def _compile_decode_graph(self) -> None:
-        """Compile the two graphs a decode step can take (one sequence, two or more) on the scratch
-        block; the graph is used from the next step on (each step's `decode_compiled` says whether it was)."""
+        """Compile the graphs a decode step can take (one sequence, two or more, and with a batched
+        copy from BATCHED_ROWS on) on the scratch block; the graph is used from the next step on
+        (each step's `decode_compiled` says whether it was)."""
+        sizes = (1, 2, BATCHED_ROWS) if has_batched_copy(self.model) else (1, 2)
         with torch.inference_mode():
-            examples = [self._decode_inputs(self._scratch_batch(size)) for size in (1, 2)]
+            examples = [self._decode_inputs(self._scratch_batch(size)) for size in sizes]
             self.decode_graph.compile(examples)
 
     def _scratch_batch(self, size: int) -> ScheduledBatch:
-        """`size` one-token decodes writing into the scratch block's first slots. Their block
-        tables are two scratch blocks wide (the graph's narrowest), so no padding block is read."""
+        """`size` one-token decodes writing into the scratch block (rows past its size share
+        slots: what they write is never read). Their block tables are two scratch blocks wide
+        (the graph's narrowest), so no padding block is read."""
         first_slot = self.scratch_block * self.block_size
-        entries = [ScheduledSequence(f"warm-up {row}", [0], 0, [self.scratch_block] * 2, [first_slot + row], True,
+        entries = [ScheduledSequence(f"warm-up {row}", [0], 0, [self.scratch_block] * 2, [first_slot + row % self.block_size], True,
                                      SamplingParams(temperature=0.0), 0) for row in range(size)]
         return ScheduledBatch(decodes=entries, prefills=[], block_size=self.block_size)
 

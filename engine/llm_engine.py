@@ -89,7 +89,7 @@ class LLMEngine:
     def quantization(self) -> str:
         """What runs, e.g. "int4 g32 + int8 head"."""
         config = self.config
-        return describe_quantization(config.quantization, config.group_size, config.quantize_lm_head)
+        return describe_quantization(config.quantization, config.group_size, config.quantize_lm_head, config.batched_bf16_copy)
 
     # ----- capacity ------------------------------------------------------------------------------
 

@@ -66,11 +66,7 @@ def weight_bytes_estimate(config: ModelConfig, bits: int, group_size: int | None
     """Projections at `bits` (plus per-group scale and minimum when grouped); embeddings, norms
     and biases at 16 bits, or at `bits` when that is wider (an fp32 model)."""
     total = config.num_parameters
-    projections = config.num_layers * (
-        2 * config.hidden_size * config.num_heads * config.head_dim
-        + 2 * config.hidden_size * config.num_kv_heads * config.head_dim
-        + 3 * config.hidden_size * config.intermediate_size
-    )
+    projections = config.num_projection_parameters
     rest_bits = max(bits, 16)
     overhead = projections // group_size * QUANT_GROUP_OVERHEAD_BYTES if group_size else 0
     return projections * bits // 8 + (total - projections) * rest_bits // 8 + overhead

@@ -40,6 +40,12 @@ class ModelConfig:
         embeddings = self.vocab_size * hidden * (1 if self.tie_word_embeddings else 2)
         return self.num_layers * per_layer + embeddings + hidden
 
+    @property
+    def num_projection_parameters(self) -> int:
+        """The attention and MLP projections' weights: what quantization replaces."""
+        q_width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return self.num_layers * self.hidden_size * (2 * q_width + 2 * kv_width + 3 * self.intermediate_size)
+
     def kv_bytes_per_token(self, bytes_per_element: int) -> int:
         """K and V for one token across all layers."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_element

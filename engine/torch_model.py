@@ -29,17 +29,19 @@ def prepare_torch_model(
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     source = source or read_model(config.model, progress)
-    config, quantization_choice = _resolve_quantization(config, source)
+    config, quantization_choice = _resolve_quantization(config, source, device)
     model = _build_model(source, device, dtype)
     unquantized = weight_bytes(model)
-    check_quantization(config.quantization, config.group_size, source.config, config.quantize_lm_head)
+    check_quantization(config.quantization, config.group_size, source.config, config.quantize_lm_head,
+                       config.batched_bf16_copy, device.type == "cuda")
     smoothing: Smoothing | None = None
     head_weight = None
     if get_method(config.quantization).needs_activation_smoothing:
         progress("calibrate activation smoothing", 0.0)
         smoothing, head_weight = smooth_for_w8a8(model, source.tokenizer, config.quantize_lm_head)
         progress("calibrate activation smoothing", 1.0)
-    quantize_model(model, config.quantization, config.group_size, config.quantize_lm_head, progress, head_weight)
+    quantize_model(model, config.quantization, config.group_size, config.quantize_lm_head, progress, head_weight,
+                   config.batched_bf16_copy)
     return PreparedModel(
         config=config, quantization_choice=quantization_choice, model_config=source.config, tokenizer=source.tokenizer, model_path=source.path,
         stored_tensor_types=source.stored_tensor_types, device=device, dtype=dtype, weight_bytes=weight_bytes(model),
@@ -49,17 +51,18 @@ def prepare_torch_model(
     )
 
 
-def _resolve_quantization(config: EngineConfig, source: ModelSource) -> tuple[EngineConfig, str]:
-    """The configuration with "auto" replaced by what it chose for this file, and why."""
+def _resolve_quantization(config: EngineConfig, source: ModelSource, device: torch.device) -> tuple[EngineConfig, str]:
+    """The configuration with "auto" replaced by what it chose for this file on this device, and why."""
     if config.quantization != AUTO:
         return config, CONFIGURED
-    choice = choose_quantization(source.projection_type, source.head_type, config.group_size)
+    choice = choose_quantization(source.projection_type, source.head_type, config.group_size, source.config,
+                                 device.type, total_memory_bytes(device))
     try:
         check_quantization(choice.method, choice.group_size, source.config, choice.quantize_lm_head)
     except ConfigError as error:  # e.g. the packed int4 kernels cannot run on this machine
         return dataclasses.replace(config, quantization=UNQUANTIZED), f"auto: {choice.method} cannot run here ({error}); unquantized"
     return dataclasses.replace(config, quantization=choice.method, group_size=choice.group_size,
-                               quantize_lm_head=choice.quantize_lm_head), choice.reason
+                               quantize_lm_head=choice.quantize_lm_head, batched_bf16_copy=choice.batched_copy), choice.reason
 
 
 def _kv_memory_limits(config: EngineConfig, source: ModelSource, device: torch.device, dtype: torch.dtype) -> KvMemoryLimits:

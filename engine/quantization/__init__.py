@@ -14,7 +14,7 @@ from torch import nn
 
 from engine.errors import ConfigError
 from engine.model_config import ModelConfig
-from engine.quantization.base import QuantizationMethod, Unquantized
+from engine.quantization.base import BATCHED_ROWS, QuantizationMethod, QuantizedLinear, Unquantized
 from engine.quantization.bitsandbytes import BitsAndBytesInt8, BitsAndBytesNF4
 from engine.quantization.int4 import Int4WeightOnly
 from engine.quantization.int8 import Int8WeightOnly
@@ -34,11 +34,12 @@ def get_method(name: str) -> QuantizationMethod:
     return METHODS[name]
 
 
-def describe_quantization(name: str, group_size: int, quantize_lm_head: bool) -> str:
-    """E.g. "int4 g32 + int8 head", "none"."""
+def describe_quantization(name: str, group_size: int, quantize_lm_head: bool, batched_copy: bool = False) -> str:
+    """E.g. "int4 g32 + int8 head, bf16 copy from 8 rows", "none"."""
     method = get_method(name)
     text = f"{name} g{group_size}" if method.group_sizes else name
-    return f"{text} + {method.lm_head_method} head" if quantize_lm_head else text
+    text = f"{text} + {method.lm_head_method} head" if quantize_lm_head else text
+    return f"{text}, bf16 copy from {BATCHED_ROWS} rows" if batched_copy else text
 
 
 def own_methods() -> list[str]:
@@ -51,14 +52,26 @@ def all_group_sizes() -> list[int]:
     return sorted({size for method in METHODS.values() for size in method.group_sizes})
 
 
-def check_quantization(name: str, group_size: int, config: ModelConfig, quantize_lm_head: bool) -> None:
-    get_method(name).check(config, group_size, quantize_lm_head)
+def check_quantization(name: str, group_size: int, config: ModelConfig, quantize_lm_head: bool,
+                       batched_copy: bool = False, on_cuda: bool = False) -> None:
+    get_method(name).check(config, group_size, quantize_lm_head, batched_copy, on_cuda)
+
+
+def batched_copy_bytes(config: ModelConfig, quantize_lm_head: bool) -> int:
+    """What a batched bf16 copy of the projections (and of the head, when quantized) costs."""
+    head = config.vocab_size * config.hidden_size if quantize_lm_head else 0
+    return 2 * (config.num_projection_parameters + head)
+
+
+def has_batched_copy(model: nn.Module) -> bool:
+    return any(isinstance(module, QuantizedLinear) and module.batched_weight is not None for module in model.modules())
 
 
 def quantize_model(model: nn.Module, name: str, group_size: int, quantize_lm_head: bool, progress,
-                   head_weight: torch.Tensor | None = None) -> None:
+                   head_weight: torch.Tensor | None = None, batched_copy: bool = False) -> None:
     """Replace the projections (and the LM head when asked) in place, reporting progress.
-    `head_weight`: the head to quantize when smoothing rescaled a copy of it (engine.smoothing)."""
+    `head_weight`: the head to quantize when smoothing rescaled a copy of it (engine.smoothing).
+    `batched_copy`: every quantized layer keeps a bf16 copy for many-row steps (QuantizedLinear)."""
     method = get_method(name)
     if isinstance(method, Unquantized):
         return
@@ -68,7 +81,7 @@ def quantize_model(model: nn.Module, name: str, group_size: int, quantize_lm_hea
             for projection in PROJECTIONS:
                 linear = getattr(owner, projection, None)
                 if linear is not None:
-                    setattr(owner, projection, method.create_linear(linear.weight.data, linear.bias, group_size))
+                    setattr(owner, projection, _quantized(method, linear.weight.data, linear.bias, group_size, batched_copy))
         progress("quantize", (index + 1) / len(layers))
     if quantize_lm_head:
         # int8 rather than the method's own bits: a 4-bit head costs far more quality than an
@@ -76,7 +89,15 @@ def quantize_model(model: nn.Module, name: str, group_size: int, quantize_lm_hea
         # embedding at 8 bits (Q8_0) too.
         if head_weight is None:
             head_weight = model.model.embed_tokens.weight if model.config.tie_word_embeddings else model.lm_head.weight
-        model.quantized_head = get_method(method.lm_head_method).create_linear(head_weight.data, None, group_size)
+        model.quantized_head = _quantized(get_method(method.lm_head_method), head_weight.data, None, group_size, batched_copy)
+
+
+def _quantized(method: QuantizationMethod, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int,
+               batched_copy: bool) -> nn.Module:
+    layer = method.create_linear(weight, bias, group_size)
+    if batched_copy:
+        layer.keep_batched_copy()
+    return layer
 
 
 def weight_bytes(model: nn.Module) -> int:

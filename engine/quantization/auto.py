@@ -10,11 +10,17 @@ reproduces it, so that a new user gets the fast path without knowing the flags.
 - The LM head is quantized to int8 when the file stores it at 8 bits or fewer (SmolLM2's Q4_1
   file keeps it as Q8_0) and the chosen method can quantize a head: it stays next to the file's
   own quality (README: +0.28% perplexity with int4 g32) and is read in full every decode step.
+- On the CPU, int4 and int8 layers also keep a batched bf16 copy (EngineConfig.batched_bf16_copy:
+  the same weights, for steps of many rows, where the packed kernels are 2-3x slower than a bf16
+  product) when the copy takes at most a quarter of the machine's memory.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from engine.model_config import ModelConfig
+from engine.quantization import batched_copy_bytes, get_method
 
 AUTO = "auto"
 CONFIGURED = "chosen in the configuration"  # the reason given when the configuration names a method
@@ -31,17 +37,23 @@ class QuantizationChoice:
     method: str
     group_size: int
     quantize_lm_head: bool
+    batched_copy: bool
     reason: str  # one line for the window, the logs and the run's provenance
 
 
-def choose_quantization(projection_type: str | None, head_type: str | None, default_group_size: int) -> QuantizationChoice:
+def choose_quantization(projection_type: str | None, head_type: str | None, default_group_size: int,
+                        config: ModelConfig, device_type: str, memory_bytes: int) -> QuantizationChoice:
     """What "auto" runs for a file whose projections and LM head are stored as these GGUF types
-    (None: not a GGUF block format, e.g. safetensors)."""
+    (None: not a GGUF block format, e.g. safetensors), on a device of this type and memory."""
     method, group_size = _METHOD_FOR_PROJECTIONS.get(projection_type or "", ("none", default_group_size))
     if method == "none":
         stored = f"{projection_type} projections" if projection_type else "float weights"
-        return QuantizationChoice("none", default_group_size, False, f"auto: {stored} run as stored, unquantized")
+        return QuantizationChoice("none", default_group_size, False, False, f"auto: {stored} run as stored, unquantized")
     head = head_type in _AT_MOST_8_BITS
     with_head = f" + int8 head (the file stores its head as {head_type})" if head else ""
-    return QuantizationChoice(method, group_size, head,
-                              f"auto: {projection_type} projections -> {method} g{group_size}{with_head}")
+    copy_bytes = batched_copy_bytes(config, head)
+    copy = device_type == "cpu" and get_method(method).batched_copy_helps and copy_bytes <= memory_bytes // 4
+    with_copy = (f"; a bf16 copy for many-row steps, {copy_bytes / 1e6:,.0f} MB (at most a quarter of "
+                 f"{memory_bytes / 1e9:.0f} GB)") if copy else ""
+    return QuantizationChoice(method, group_size, head, copy,
+                              f"auto: {projection_type} projections -> {method} g{group_size}{with_head}{with_copy}")

@@ -11,23 +11,42 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional
 
 from engine.errors import ConfigError
 from engine.model_config import ModelConfig
 
 
+# From this many rows a step, a layer with a batched copy multiplies by the copy: on the
+# development CPU torch's packed int4 and int8 kernels ran at about the speed of a bf16 product at
+# 8 rows and 2-3x slower at 64 (README, "Measured reasons behind the code").
+BATCHED_ROWS = 8
+
+
 class QuantizedLinear(nn.Module):
     """A Linear whose weight is kept quantized; subclasses store their tensors and run their
-    kernels: Triton on CUDA, torch's packed CPU ops elsewhere."""
+    kernels: Triton on CUDA, torch's packed CPU ops elsewhere. On the CPU a layer may also keep a
+    batched copy (`keep_batched_copy`): the same weights in bfloat16, for steps of many rows."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
         self.on_cuda = weight.is_cuda
+        self.register_buffer("batched_weight", None)
+
+    def keep_batched_copy(self) -> None:
+        """Keep the weights the kernel applies as a dense bfloat16 [out, in] tensor. They are read
+        off the kernel itself, as its product with the identity, so the copy holds exactly the
+        values the quantized path multiplies by (rounded to bf16, as the activations are)."""
+        identity = torch.eye(self.in_features, dtype=torch.float32)
+        self.batched_weight = self.matmul_cpu(identity).t().to(torch.bfloat16).contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.matmul_cuda(x) if self.on_cuda else self.matmul_cpu(x)
+        if self.batched_weight is not None and x.numel() >= BATCHED_ROWS * self.in_features:
+            out = functional.linear(x.to(torch.bfloat16), self.batched_weight).to(x.dtype)
+        else:
+            out = self.matmul_cuda(x) if self.on_cuda else self.matmul_cpu(x)
         return out if self.bias is None else out + self.bias
 
     def matmul_cuda(self, x: torch.Tensor) -> torch.Tensor:
@@ -49,13 +68,20 @@ class QuantizationMethod:
     lm_head_method: str | None = "int8"
     # Runs this project's kernels (kernels/); bitsandbytes' layers are there to compare against.
     own_kernels: bool = True
+    # Whether a batched bf16 copy (EngineConfig.batched_bf16_copy) speeds its many-row steps up:
+    # the weight-only packed CPU kernels; w8a8's integer product is faster than bf16 already.
+    batched_copy_helps: bool = False
 
     def unavailable_reason(self) -> str | None:
         """Why this method cannot run on this machine, or None."""
         return None
 
-    def check(self, config: ModelConfig, group_size: int, quantize_lm_head: bool) -> None:
+    def check(self, config: ModelConfig, group_size: int, quantize_lm_head: bool, batched_copy: bool = False,
+              on_cuda: bool = False) -> None:
         """Refuse combinations that cannot run, naming the layer, the size and what to choose instead."""
+        if batched_copy and (on_cuda or not self.batched_copy_helps):
+            raise ConfigError(f"batched_bf16_copy: only with int4 or int8 on the CPU, not {self.name}"
+                              f"{' on CUDA' if on_cuda and self.batched_copy_helps else ''}")
         if quantize_lm_head and not self.quantizes_lm_head:
             raise ConfigError(f"quantize_lm_head: not supported with {self.name}")
         reason = self.unavailable_reason()

@@ -37,6 +37,7 @@ class Int4Linear(QuantizedLinear):
 class Int4WeightOnly(QuantizationMethod):
     name = "int4"
     description = "W4A16: 4-bit, a scale and a minimum per group of group_size inputs, two per byte"
+    batched_copy_helps = True
     bits_per_weight = 4
     group_sizes = (32, 64, 128)
 

@@ -31,6 +31,7 @@ class Int8Linear(QuantizedLinear):
 class Int8WeightOnly(QuantizationMethod):
     name = "int8"
     description = "W8A16: int8, symmetric per output channel"
+    batched_copy_helps = True
     bits_per_weight = 8
 
     def create_linear(self, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int) -> nn.Module:

@@ -18,20 +18,34 @@ from workbench.provenance import environment
     ("F16", "F16", ("none", 64, False)),
     (None, None, ("none", 64, False)),  # safetensors
 ])
-def test_each_file_type_gets_the_method_that_reproduces_it(projections, head, expected):
-    choice = choose_quantization(projections, head, default_group_size=64)
+def test_each_file_type_gets_the_method_that_reproduces_it(projections, head, expected, smollm_source):
+    choice = choose_quantization(projections, head, 64, smollm_source.config, "cuda", 80 << 30)
     assert (choice.method, choice.group_size, choice.quantize_lm_head) == expected
     assert choice.reason.startswith("auto: ") and (projections or "float weights") in choice.reason
+    assert not choice.batched_copy  # CUDA runs the Triton kernels at every batch size
+
+
+@pytest.mark.parametrize("projections, device, memory_gb, copy", [
+    ("Q4_1", "cpu", 24, True),
+    ("Q8_0", "cpu", 24, True),
+    ("Q4_1", "cpu", 1, False),  # SmolLM2's copy (269 MB) would take more than a quarter of 1 GB
+    ("F16", "cpu", 24, False),  # float weights run as stored: no quantized layer to copy
+])
+def test_on_the_cpu_a_batched_copy_is_kept_when_it_takes_at_most_a_quarter_of_memory(projections, device, memory_gb, copy, smollm_source):
+    choice = choose_quantization(projections, "Q8_0", 32, smollm_source.config, device, memory_gb << 30)
+    assert choice.batched_copy == copy
+    assert ("bf16 copy for many-row steps, 269 MB" in choice.reason) == copy
 
 
 def test_the_bundled_q4_1_file_runs_as_int4_g32_with_an_int8_head_by_default(smollm_source):
     engine = LLMEngine(EngineConfig(device="cpu", kv_cache_memory=32 << 20), source=smollm_source)
     config = engine.config
-    assert (config.quantization, config.group_size, config.quantize_lm_head) == ("int4", 32, True)
-    assert engine.quantization == "int4 g32 + int8 head"
-    assert engine.quantization_choice == "auto: Q4_1 projections -> int4 g32 + int8 head (the file stores its head as Q8_0)"
+    assert (config.quantization, config.group_size, config.quantize_lm_head, config.batched_bf16_copy) == ("int4", 32, True, True)
+    assert engine.quantization == "int4 g32 + int8 head, bf16 copy from 8 rows"
+    assert engine.quantization_choice.startswith(
+        "auto: Q4_1 projections -> int4 g32 + int8 head (the file stores its head as Q8_0); a bf16 copy for many-row steps, 269 MB")
     versions = environment(engine)
-    assert versions["quantization"] == "int4 g32 + int8 head" and versions["quantization_choice"].startswith("auto: Q4_1")
+    assert versions["quantization"] == engine.quantization and versions["quantization_choice"].startswith("auto: Q4_1")
     greedy = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
     reference = LLMEngine(EngineConfig(device="cpu", kv_cache_memory=32 << 20, quantization="none"), source=smollm_source)
     prompt = engine.tokenizer.encode("The capital of France is")

@@ -9,7 +9,7 @@ from PySide6.QtWidgets import (
 
 from engine.config import COMPILE_DECODE_CHOICES, DTYPES, SCHEDULING_POLICIES, EngineConfig
 from engine.model_source import BUNDLED_MODELS
-from engine.quantization import METHODS, all_group_sizes
+from engine.quantization import BATCHED_ROWS, METHODS, all_group_sizes
 from engine.quantization.auto import AUTO
 from workbench.gui.form_widgets import emit_validated, float_box, int_box
 
@@ -62,6 +62,10 @@ class EnginePanel(QGroupBox):
         self.quantize_head = QCheckBox("quantize LM head")
         self.quantize_head.setToolTip("Quantize the vocabulary projection too, to int8 (W8A8 with w8a8): in fp32 it is a fifth "
                                       "of SmolLM2's weights and read in full every decode step. auto decides it from the file.")
+        self.batched_copy = QCheckBox("bf16 copy for batches")
+        self.batched_copy.setToolTip(f"int4 and int8 on the CPU: keep every quantized layer's weights in bf16 too (2 bytes per "
+                                     f"weight more) and use them in steps of {BATCHED_ROWS} rows or more, where the packed "
+                                     "kernels are 2-3x slower. auto keeps it when it takes at most a quarter of memory.")
         self.quantization.currentTextChanged.connect(self._offer_group_sizes)
         self._offer_group_sizes(self.quantization.currentText())
         self.compile_decode = QComboBox()
@@ -111,6 +115,7 @@ class EnginePanel(QGroupBox):
         form.addRow("quantization", self.quantization)
         form.addRow("group size", self.group_size)
         form.addRow(self.quantize_head)
+        form.addRow(self.batched_copy)
         form.addRow("KV cache (MiB)", self.kv_cache_mib)
         form.addRow("", self.kv_cache_source)
         form.addRow("block size (tokens)", self.block_size)
@@ -133,6 +138,7 @@ class EnginePanel(QGroupBox):
         accepted = METHODS[method].group_sizes if method in METHODS else ()
         self.group_size.setEnabled(bool(accepted))
         self.quantize_head.setEnabled(method != AUTO)
+        self.batched_copy.setEnabled(method in METHODS and METHODS[method].batched_copy_helps)
         model = self.group_size.model()
         for row in range(self.group_size.count()):
             model.item(row).setEnabled(int(self.group_size.itemText(row)) in accepted or not accepted)
@@ -156,6 +162,7 @@ class EnginePanel(QGroupBox):
             quantization=self.quantization.currentText(),
             group_size=int(self.group_size.currentText()),
             quantize_lm_head=self.quantize_head.isChecked(),
+            batched_bf16_copy=self.batched_copy.isChecked() and self.batched_copy.isEnabled(),
             compile_decode=self.compile_decode.currentText(),
             kv_cache_memory=self._kv_cache_fraction or (self.kv_cache_mib.value() << 20) or None,
             num_kv_blocks=self._num_kv_blocks,
@@ -177,6 +184,7 @@ class EnginePanel(QGroupBox):
         self.quantization.setCurrentText(config.quantization)
         self.group_size.setCurrentText(str(config.group_size))
         self.quantize_head.setChecked(config.quantize_lm_head)
+        self.batched_copy.setChecked(config.batched_bf16_copy)
         self.compile_decode.setCurrentText(config.compile_decode)
         if config.kv_cache_memory is None:
             self.kv_cache_mib.setValue(0)
