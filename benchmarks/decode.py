@@ -27,6 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks.common import build_engine, chosen_variants, machine_line, row_label, measure_this_machine, read_model
 from benchmarks.peers import llama_cpp_decode
 from engine import LLMEngine, SamplingParams
+from engine.quantization import QuantizedLinear
 
 
 def kernel_ms_per_step(engine: LLMEngine, steps: int = 20) -> float:
@@ -38,11 +39,14 @@ def kernel_ms_per_step(engine: LLMEngine, steps: int = 20) -> float:
 
 def bytes_read_per_token(engine: LLMEngine) -> int:
     """Weight bytes one decode step reads: every stored weight, less the embedding table when the
-    LM head is a tensor of its own (quantized, or untied), as the embedding then reads one row."""
+    LM head is a tensor of its own (quantized, or untied), as the embedding then reads one row,
+    and less the batched bf16 copies (a single row takes the packed kernels)."""
     model = engine.executor.model
+    copies = sum(module.batched_weight.nbytes for module in model.modules()
+                 if isinstance(module, QuantizedLinear) and module.batched_weight is not None)
     if model.quantized_head is None and model.config.tie_word_embeddings:
-        return engine.weight_bytes
-    return engine.weight_bytes - model.model.embed_tokens.weight.nbytes
+        return engine.weight_bytes - copies
+    return engine.weight_bytes - copies - model.model.embed_tokens.weight.nbytes
 
 
 PROMPT = [1] * 16

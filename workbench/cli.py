@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     compare.add_argument("--json", type=Path, help="also write the comparison as JSON")
 
     quality = commands.add_parser("quality", help="quantization quality, memory and speed on the bundled model")
-    quality.add_argument("--quant", default="none,int8,int4", help=f"comma-separated options: {','.join(METHODS)}")
+    quality.add_argument("--quant", default="none,int8,int4", help=f"comma-separated options: auto (the default configuration),{','.join(METHODS)}")
     quality.add_argument("--group-size", default="32", help="group sizes of grouped formats (int4), comma-separated (32,64,128)")
     quality.add_argument("--tokens", type=at_least(int, 2), default=4096, help="evaluated tokens (at least 2)")
     quality.add_argument("--model", default="smollm2-135m")
@@ -270,11 +270,14 @@ def _quality(args) -> int:
     from engine.errors import ConfigError
     from engine.model_source import read_model
     from engine.quantization import get_method
+    from engine.quantization.auto import AUTO
     from workbench.quality import evaluate, format_results, results_json
 
     options = []
     for method in (name.strip() for name in args.quant.split(",")):
-        if get_method(method).group_sizes:
+        if method == AUTO:  # the default configuration, as it resolves for this file
+            options.append((AUTO, None))
+        elif get_method(method).group_sizes:
             try:
                 options += [(method, int(size)) for size in args.group_size.split(",")]
             except ValueError as exc:

@@ -19,6 +19,7 @@ from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.model_file import ModelSource
 from engine.quantization import UNQUANTIZED, check_quantization
+from engine.quantization.auto import AUTO
 from engine.sampling_params import SamplingParams
 from engine.sharegpt import load_sharegpt
 
@@ -76,7 +77,8 @@ def _decode_speed(engine: LLMEngine, batch: int, tokens: int = 32) -> float:
 def evaluate(source: ModelSource, options: list[tuple[str, int | None]], total_tokens: int = 4096, dtype: str = "auto",
              device: str = "auto", progress=lambda message: None) -> tuple[list[QualityResult], dict]:
     for quantization, group_size in options:  # refuse an impossible option before spending minutes
-        check_quantization(quantization, group_size or 32, source.config, False)
+        if quantization != AUTO:
+            check_quantization(quantization, group_size or 32, source.config, False)
     windows, records = held_out_windows(source, total_tokens)
     reference: list[torch.Tensor] = []
     results = []
@@ -90,6 +92,8 @@ def evaluate(source: ModelSource, options: list[tuple[str, int | None]], total_t
         started = time.perf_counter()
         engine = LLMEngine(config, source=source)
         load_time = time.perf_counter() - started
+        if quantization == AUTO:  # what it chose, e.g. "auto = int4 g32 + int8 head, bf16 copy from 8 rows"
+            label = f"auto = {engine.quantization}"
         nll, kl, agree, count = 0.0, 0.0, 0, 0
         for index, window in enumerate(windows):
             log_probs = torch.log_softmax(engine.executor.sequence_logits(window, config.block_size)[:-1], dim=-1)

@@ -57,6 +57,15 @@ def test_quality_of_the_unquantized_model_against_itself(tmp_path, capsys):
     assert "none" in printed and "+0.00" in printed
 
 
+@pytest.mark.slow
+def test_quality_of_the_default_configuration_names_what_auto_chose(tmp_path):
+    out = tmp_path / "quality.json"
+    assert main(["quality", "--quant", "auto", "--tokens", "32", "--json", str(out)]) == 0
+    reference, default = json.loads(out.read_text())["results"]
+    assert reference["option"] == "none" and default["option"] == "auto = int4 g32 + int8 head, bf16 copy from 8 rows"
+    assert default["quantization"] == "auto" and default["kl_divergence_mean_nats"] > 0.0
+
+
 DECISION_WITHOUT_ARMS = 'name = "d"\n[traffic]\nrate = 1.0\nnum_requests = 2\n[decision]\nintended = ["output_tok_s:+1%"]\n'
 
 
