@@ -25,7 +25,8 @@ def variants(compile_too: bool) -> list[tuple[str, dict]]:
     with the decode step compiled before the run (EngineConfig.compile_decode)."""
     rows = [(option, {"quantization": option}) for option in OPTIONS]
     rows += [("int4 + int8 head", {"quantization": "int4", "quantize_lm_head": True}),
-             ("w8a8 + w8a8 head", {"quantization": "w8a8", "quantize_lm_head": True})]
+             ("w8a8 + w8a8 head", {"quantization": "w8a8", "quantize_lm_head": True}),
+             ("w8a8 + w8a8 head, KV bf16", {"quantization": "w8a8", "quantize_lm_head": True, "kv_cache_dtype": "bfloat16"})]
     eager = [(label, {**overrides, "compile_decode": "off"}) for label, overrides in rows]
     compiled = [(f"{label}, compiled", {**overrides, "compile_decode": "blocking"}) for label, overrides in rows]
     return [("default", {}), *eager, *(compiled if compile_too else [])]

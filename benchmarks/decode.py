@@ -7,7 +7,8 @@ compiled in the background; measured once the switch is made), then none, int8, 
 with the LM head quantized to int8 ("+ int8 head") and w8a8 with a W8A8 head, each eager and with
 the decode step compiled before the run (EngineConfig.compile_decode; the first compile takes minutes). The peer,
 llama.cpp (llama-cpp-python, 2 threads, the same GGUF file and prompt; `make peers`), is measured
-in the same run, and every row says its ratio to it.
+in alternating pairs with each row (`--pairs`, default 5: this machine's speed drifts by a third
+within an hour), and every row gives the median of its pairs' ratios.
 
 Roofline: one decode step reads every weight once (the embedding table only a row of it, unless
 it is also the LM head), so tokens/s <= bandwidth / bytes read per token. The
@@ -20,6 +21,7 @@ Compiled rows leave that split out: the profiler does not see the generated fuse
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 from torch.profiler import ProfilerActivity, profile
@@ -52,31 +54,45 @@ def bytes_read_per_token(engine: LLMEngine) -> int:
 PROMPT = [1] * 16
 
 
+def decode_step_s(engine: LLMEngine, params: SamplingParams) -> float:
+    """Seconds per decode step of one request, timed from the first step after its prefill."""
+    engine.add_request(PROMPT, params)
+    engine.step()  # prefill
+    start, steps = time.perf_counter(), 0
+    while engine.has_unfinished():
+        engine.step()
+        steps += 1
+    return (time.perf_counter() - start) / steps
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--no-compile", action="store_true", help="skip the rows with the decode step compiled (minutes to compile)")
+    parser.add_argument("--pairs", type=int, default=5, help="alternating llama.cpp / this engine measurements per row (medians)")
     parser.add_argument("--only", help="semicolon-separated row labels to run, e.g. 'default;w8a8 + w8a8 head, compiled' (default: all)")
     args = parser.parse_args()
     source = read_model("smollm2-135m")
     bandwidth = measure_this_machine().bandwidth_bytes_s
     print(f"machine: {machine_line()}; copy bandwidth {bandwidth / 1e9:.1f} GB/s")
     peer = llama_cpp_decode(source.path, PROMPT, args.tokens)
-    peer_rate = peer["decode_tok_s"] if peer else None
-    print(f"llama.cpp {peer['version']} (llama-cpp-python, 2 threads): {peer_rate:.1f} tok/s" if peer
+    print(f"llama.cpp {peer['version']} (llama-cpp-python, 2 threads), measured in {args.pairs} alternating pairs with each "
+          "row: tok/s are medians, 'x llama.cpp' the median of the pairs' ratios" if peer
           else "llama.cpp: not measured (its venv is not built: make peers)")
-    print(f"{'option':<28} {'tok/s':>7} {'x llama.cpp':>12} {'step ms':>8} {'kernel ms':>10} {'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}")
+    print(f"{'option':<28} {'tok/s':>7} {'llama.cpp':>10} {'x llama.cpp':>12} {'step ms':>8} {'kernel ms':>10} {'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}")
     for label, overrides in chosen_variants(not args.no_compile, args.only):
         engine = build_engine(source, overrides, kv_cache_memory=64 << 20)
         params = SamplingParams(max_tokens=args.tokens, temperature=0.0, ignore_eos=True)
         engine.generate([PROMPT], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
-        engine.add_request(PROMPT, params)
-        engine.step()  # prefill
-        start, steps = time.perf_counter(), 0
-        while engine.has_unfinished():
-            engine.step()
-            steps += 1
-        step_s = (time.perf_counter() - start) / steps
+        # This machine's speed drifts by a third within an hour: the peer runs right before each
+        # of the row's measurements, and the ratio is the median over the pairs.
+        pairs = []
+        for _ in range(args.pairs):
+            peer_tok_s = llama_cpp_decode(source.path, PROMPT, args.tokens)["decode_tok_s"] if peer else None
+            pairs.append((peer_tok_s, decode_step_s(engine, params)))
+        step_s = statistics.median(step for _, step in pairs)
+        peer_rate = statistics.median(rate for rate, _ in pairs) if peer else None
+        ratio = statistics.median(1 / step / rate for rate, step in pairs) if peer else None
         split = "-".rjust(10) * 2
         if engine.executor.decode_mode != "compiled":
             engine.add_request(PROMPT, SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True))
@@ -85,7 +101,7 @@ def main() -> None:
             split = f"{kernel_ms:>10.2f} {step_s * 1000 - kernel_ms:>10.2f}"
         read = bytes_read_per_token(engine)
         roofline = bandwidth / read
-        versus = f"{1 / step_s / peer_rate:>11.2f}x" if peer_rate else "-".rjust(12)
+        versus = f"{peer_rate:>10.1f} {ratio:>11.2f}x" if peer else "-".rjust(10) + "-".rjust(13)
         print(f"{row_label(label, overrides, engine):<28} {1 / step_s:>7.1f} {versus} {step_s * 1000:>8.2f} {split} "
               f"{engine.weight_bytes / 1e6:>11.1f} {read / 1e6:>8.1f} {roofline:>15.1f} {100 / step_s / roofline:>8.0f}%")
 

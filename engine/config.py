@@ -36,6 +36,10 @@ class EngineConfig:
     device: str = "auto"
     # "auto" is float32 on CPU and bfloat16 on CUDA.
     dtype: str = "auto"
+    # The KV cache's dtype (vLLM's name): "auto" is the compute dtype. bfloat16 on a float32 CPU
+    # engine halves the cache's bytes and the bytes every decode step's attention reads (keys and
+    # values are rounded to bf16 as written; attention runs in bf16 with float32 accumulation).
+    kv_cache_dtype: str = "auto"
     # Longest prompt + output a request may have; None means the model's own context length.
     max_model_len: int | None = None
 
@@ -128,8 +132,9 @@ class EngineConfig:
             )
         if self.quantization != AUTO:
             get_method(self.quantization)  # refuses unknown names, listing the registry's
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        for name in ("dtype", "kv_cache_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ConfigError(f"{name}: expected one of {', '.join(DTYPES)}, got {getattr(self, name)!r}")
         if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
             raise ConfigError(f"device: expected 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
         _require_number("simulation_speed", self.simulation_speed)

@@ -61,7 +61,7 @@ class LLMEngine:
         self.quantization_choice = prepared.quantization_choice
         self.clock, self.sleep = prepared.clock, prepared.sleep
         self.model_path, self.stored_tensor_types = prepared.model_path, prepared.stored_tensor_types
-        self.device, self.dtype = prepared.device, prepared.dtype
+        self.device, self.dtype, self.kv_dtype = prepared.device, prepared.dtype, prepared.kv_dtype
         self.weight_bytes, self.unquantized_weight_bytes = prepared.weight_bytes, prepared.unquantized_weight_bytes
         self.activation_smoothing = prepared.activation_smoothing
         self.max_model_len = min(config.max_model_len or self.model_config.max_position_embeddings,
@@ -95,7 +95,7 @@ class LLMEngine:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        return self.model_config.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8)
+        return self.model_config.kv_bytes_per_token(torch.finfo(self.kv_dtype).bits // 8)
 
     @property
     def num_kv_blocks(self) -> int:

@@ -39,7 +39,8 @@ def memory_lines(config: ModelConfig, *, weight_bytes: int, kv_cache_bytes: int,
         MemoryLine("weights", weight_bytes, f"{params / 1e6:,.1f} M params × {bytes_per_element} B = {params * bytes_per_element / 1e6:,.1f} MB "
                    f"(tensors hold {weight_bytes / 1e6:,.1f} MB)", measured=True),
         MemoryLine("KV cache", kv_cache_bytes, f"{kv_blocks:,} blocks × {block_size} tokens × {kv_bytes_per_token:,} B/token "
-                   f"(2 × {config.num_layers} layers × {config.num_kv_heads} kv heads × {config.head_dim} dims × {bytes_per_element} B) "
+                   f"(2 × {config.num_layers} layers × {config.num_kv_heads} kv heads × {config.head_dim} dims × "
+                   f"{kv_bytes_per_token // config.kv_bytes_per_token(1)} B) "
                    f"= {kv_cache_bytes / 1e6:,.1f} MB", measured=True),
         MemoryLine("activations", activations, f"{step_tokens:,} tokens/step × {4 * config.hidden_size + 2 * config.num_kv_heads * config.head_dim + 3 * config.intermediate_size:,} "
                    f"values × {bytes_per_element} B + {max_seqs} × {config.vocab_size:,} logits × 4 B ≈ {activations / 1e6:,.1f} MB", measured=False),

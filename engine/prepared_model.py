@@ -40,7 +40,8 @@ class PreparedModel:
     model_path: Path
     stored_tensor_types: dict[str, int]  # how the file kept its weights, e.g. {"Q4_1": 210}
     device: torch.device
-    dtype: torch.dtype  # the KV cache's dtype
+    dtype: torch.dtype  # the compute dtype
+    kv_dtype: torch.dtype  # the KV cache's
     weight_bytes: int
     unquantized_weight_bytes: int
     activation_smoothing: Smoothing | None

@@ -72,7 +72,7 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
 
     return PreparedModel(
         config=config, quantization_choice=choice, model_config=shape, tokenizer=None, model_path=Path(config.model), stored_tensor_types={},
-        device=torch.device("cpu"), dtype=KV_DTYPE, weight_bytes=weights, unquantized_weight_bytes=shape.num_parameters * 2,
+        device=torch.device("cpu"), dtype=KV_DTYPE, kv_dtype=KV_DTYPE, weight_bytes=weights, unquantized_weight_bytes=shape.num_parameters * 2,
         activation_smoothing=None, clock=clock, sleep=clock.advance,
         kv_limits=KvMemoryLimits(
             free_bytes=int(usable - weights),

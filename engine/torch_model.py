@@ -30,6 +30,10 @@ def prepare_torch_model(
     dtype = resolve_dtype(config.dtype, device)
     source = source or read_model(config.model, progress)
     config, quantization_choice = _resolve_quantization(config, source, device)
+    kv_dtype = dtype if config.kv_cache_dtype == "auto" else resolve_dtype(config.kv_cache_dtype, device)
+    if device.type == "cuda" and kv_dtype != dtype:  # the Triton attention kernels read one dtype
+        raise ConfigError(f"kv_cache_dtype: on CUDA the cache holds the compute dtype ({str(dtype).removeprefix('torch.')}); "
+                          f"got {config.kv_cache_dtype!r}")
     model = _build_model(source, device, dtype)
     unquantized = weight_bytes(model)
     check_quantization(config.quantization, config.group_size, source.config, config.quantize_lm_head,
@@ -44,10 +48,10 @@ def prepare_torch_model(
                    config.batched_bf16_copy)
     return PreparedModel(
         config=config, quantization_choice=quantization_choice, model_config=source.config, tokenizer=source.tokenizer, model_path=source.path,
-        stored_tensor_types=source.stored_tensor_types, device=device, dtype=dtype, weight_bytes=weight_bytes(model),
+        stored_tensor_types=source.stored_tensor_types, device=device, dtype=dtype, kv_dtype=kv_dtype, weight_bytes=weight_bytes(model),
         unquantized_weight_bytes=unquantized, activation_smoothing=smoothing, clock=clock, sleep=time.sleep,
         kv_limits=_kv_memory_limits(config, source, device, dtype),
-        create_executor=lambda num_blocks: TorchExecutor(model, num_blocks, config.block_size, device, dtype, config.compile_decode),
+        create_executor=lambda num_blocks: TorchExecutor(model, num_blocks, config.block_size, device, kv_dtype, config.compile_decode),
     )
 
 
@@ -56,13 +60,14 @@ def _resolve_quantization(config: EngineConfig, source: ModelSource, device: tor
     if config.quantization != AUTO:
         return config, CONFIGURED
     choice = choose_quantization(source.projection_type, source.head_type, config.group_size, source.config,
-                                 device.type, total_memory_bytes(device))
+                                 device.type, total_memory_bytes(device), config.kv_cache_dtype)
     try:
         check_quantization(choice.method, choice.group_size, source.config, choice.quantize_lm_head)
     except ConfigError as error:  # e.g. the packed int4 kernels cannot run on this machine
         return dataclasses.replace(config, quantization=UNQUANTIZED), f"auto: {choice.method} cannot run here ({error}); unquantized"
     return dataclasses.replace(config, quantization=choice.method, group_size=choice.group_size,
-                               quantize_lm_head=choice.quantize_lm_head, batched_bf16_copy=choice.batched_copy), choice.reason
+                               quantize_lm_head=choice.quantize_lm_head, batched_bf16_copy=choice.batched_copy,
+                               kv_cache_dtype=choice.kv_cache_dtype), choice.reason
 
 
 def _kv_memory_limits(config: EngineConfig, source: ModelSource, device: torch.device, dtype: torch.dtype) -> KvMemoryLimits:

@@ -23,8 +23,8 @@ def write_kv_cache(
     slot_mapping: torch.Tensor,  # [num_tokens], block_id * block_size + offset
 ) -> None:
     kv_heads, head_dim = key.shape[1], key.shape[2]
-    key_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, key)
-    value_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, value)
+    key_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, key.to(key_cache.dtype))
+    value_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, value.to(value_cache.dtype))
 
 
 def paged_decode_attention(
@@ -96,14 +96,15 @@ def _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, sc
     kv_heads = key_cache.shape[2]
     keys = gather_blocks(key_cache, block_tables).transpose(1, 2)  # [num_seqs, kv_heads, max_len, head_dim]
     values = gather_blocks(value_cache, block_tables).transpose(1, 2)
-    grouped_query = query.view(num_seqs, kv_heads, num_heads // kv_heads, head_dim)
+    # Attention runs in the cache's dtype (a bf16 cache on a float32 engine: kv_cache_dtype).
+    grouped_query = query.view(num_seqs, kv_heads, num_heads // kv_heads, head_dim).to(key_cache.dtype)
     if same_length is not None:  # every sequence sees exactly its first same_length slots
         out = F.scaled_dot_product_attention(grouped_query, keys[:, :, :same_length], values[:, :, :same_length], scale=scale)
     else:
         positions = torch.arange(keys.shape[2], device=query.device)
         visible = positions[None, :] < context_lens[:, None]  # [num_seqs, max_len]
         out = F.scaled_dot_product_attention(grouped_query, keys, values, attn_mask=visible[:, None, None, :], scale=scale)
-    return out.reshape(num_seqs, num_heads, head_dim)
+    return out.reshape(num_seqs, num_heads, head_dim).to(query.dtype)
 
 
 def paged_prefill_attention(
@@ -118,8 +119,8 @@ def paged_prefill_attention(
 ) -> torch.Tensor:
     num_new = query.shape[0]
     if context_len == num_new:
-        # Nothing cached before this chunk: attend to the fresh keys, no gather needed.
-        keys, values = key, value
+        # Nothing cached before this chunk: attend to the fresh keys (as the cache holds them), no gather needed.
+        keys, values = key.to(key_cache.dtype), value.to(value_cache.dtype)
     else:
         keys = gather_blocks(key_cache, block_table)[:context_len]
         values = gather_blocks(value_cache, block_table)[:context_len]
@@ -128,7 +129,7 @@ def paged_prefill_attention(
     # Heads first, with a batch of one: 4-D inputs with enable_gqa take PyTorch's fused CPU kernel;
     # a 3-D grouped-query form runs the slower unfused math path (README, "Measured reasons behind the code").
     out = F.scaled_dot_product_attention(
-        query.transpose(0, 1)[None], keys.transpose(0, 1)[None], values.transpose(0, 1)[None],
+        query.to(keys.dtype).transpose(0, 1)[None], keys.transpose(0, 1)[None], values.transpose(0, 1)[None],
         attn_mask=causal, scale=scale, enable_gqa=True,
     )
-    return out[0].transpose(0, 1)
+    return out[0].transpose(0, 1).to(query.dtype)

@@ -42,6 +42,7 @@ class EngineInfo:
     config: EngineConfig
     summary: dict  # capacity and byte counts, all measured (the run log's "engine")
     dtype: str
+    kv_cache_dtype: str
     bytes_per_element: int
     device: str
     model_path: str
@@ -92,6 +93,7 @@ class BackendLoader:
         backend = LocalBackend(engine)
         info = EngineInfo(
             config=config, summary=backend.describe()["engine"], dtype=str(engine.dtype).removeprefix("torch."),
+            kv_cache_dtype=str(engine.kv_dtype).removeprefix("torch."),
             bytes_per_element=torch.finfo(engine.dtype).bits // 8, device=str(engine.device),
             model_path=str(engine.model_path), model_config=engine.model_config, tokenizer=engine.tokenizer,
             decode_mode=lambda: engine.executor.decode_mode, capabilities=backend.capabilities,

@@ -337,7 +337,9 @@ def _compare_with_loaded() -> int:
     from engine import EngineConfig, LLMEngine
     from engine.memory import weight_bytes_estimate
 
-    engine = LLMEngine(EngineConfig(device="cpu", dtype="float32", kv_cache_memory=64 << 20, compile_decode="off"))
+    # Unquantized float32 weights and cache, as the estimate below assumes (not the default's auto choice).
+    engine = LLMEngine(EngineConfig(device="cpu", dtype="float32", kv_cache_memory=64 << 20, compile_decode="off",
+                                    quantization="none", kv_cache_dtype="float32"))
     estimate = weight_bytes_estimate(engine.model_config, 32)
     kv_estimate = engine.num_kv_blocks * engine.config.block_size * engine.model_config.kv_bytes_per_token(4)
     print(f"loaded {engine.model_path.name} (float32): weights estimated {estimate / 1e6:.2f} MB, measured {engine.weight_bytes / 1e6:.2f} MB "

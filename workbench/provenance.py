@@ -40,6 +40,7 @@ def environment(engine: LLMEngine) -> dict:
         "platform": platform.platform(),
         "device": device_name(engine.device),
         "dtype": str(engine.dtype).removeprefix("torch."),
+        "kv_cache_dtype": str(engine.kv_dtype).removeprefix("torch."),
         # "compiled", "eager", "eager (compiling in the background)" or why compilation fell back,
         # when the run started; each step's decode_compiled says how that step ran.
         "decode_step": engine.executor.decode_mode,

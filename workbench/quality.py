@@ -92,8 +92,8 @@ def evaluate(source: ModelSource, options: list[tuple[str, int | None]], total_t
         started = time.perf_counter()
         engine = LLMEngine(config, source=source)
         load_time = time.perf_counter() - started
-        if quantization == AUTO:  # what it chose, e.g. "auto = int4 g32 + int8 head, bf16 copy from 8 rows"
-            label = f"auto = {engine.quantization}"
+        if quantization == AUTO:  # what it chose, e.g. "auto = int4 g32 + int8 head, bf16 copy from 8 rows, KV bfloat16"
+            label = f"auto = {engine.quantization}, KV {str(engine.kv_dtype).removeprefix('torch.')}"
         nll, kl, agree, count = 0.0, 0.0, 0, 0
         for index, window in enumerate(windows):
             log_probs = torch.log_softmax(engine.executor.sequence_logits(window, config.block_size)[:-1], dim=-1)

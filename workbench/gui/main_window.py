@@ -233,7 +233,8 @@ class MainWindow(QMainWindow):
         (a background compile changes it while the engine serves)."""
         info = self.info
         self._decode_mode_shown = info.decode_mode()
-        self.stage.setText(f"ready: {Path(info.model_path).name} ({info.dtype}, {info.device}, {info.quantization}, "
+        kv = f", KV {info.kv_cache_dtype}" if info.kv_cache_dtype != info.dtype else ""
+        self.stage.setText(f"ready: {Path(info.model_path).name} ({info.dtype}{kv}, {info.device}, {info.quantization}, "
                            f"decode {self._decode_mode_shown})")
 
     def on_traffic_state(self, state: str) -> None:
