@@ -58,6 +58,13 @@ def test_quality_of_the_unquantized_model_against_itself(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_the_memory_estimate_matches_the_loaded_engine_byte_for_byte(capsys):
+    assert main(["estimate", "--params", "135e6", "--loaded"]) == 0
+    loaded = capsys.readouterr().out.splitlines()[-1]
+    assert loaded.count("(+0.00%)") == 2, loaded  # weights, and the KV cache with its scratch block
+
+
+@pytest.mark.slow
 def test_quality_of_the_default_configuration_names_what_auto_chose(tmp_path):
     out = tmp_path / "quality.json"
     assert main(["quality", "--quant", "auto", "--tokens", "32", "--json", str(out)]) == 0
