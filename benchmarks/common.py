@@ -21,7 +21,7 @@ OPTIONS = tuple(own_methods())
 
 def variants(compile_too: bool) -> list[tuple[str, dict]]:
     """(label, EngineConfig overrides): the default configuration (measured once its background
-    compile has finished: `default_engine`), then each quantization option, eager and, if asked,
+    compile has finished: `build_engine`), then each quantization option, eager and, if asked,
     with the decode step compiled before the run (EngineConfig.compile_decode)."""
     rows = [(option, {"quantization": option}) for option in OPTIONS]
     rows += [("int4 + int8 head", {"quantization": "int4", "quantize_lm_head": True}),

@@ -36,6 +36,11 @@ def total_memory_bytes(device: torch.device) -> int:
     return _meminfo_bytes("MemTotal")
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """E.g. "bfloat16" for torch.bfloat16, as configurations and reports spell it."""
+    return str(dtype).removeprefix("torch.")
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)

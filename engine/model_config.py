@@ -30,15 +30,11 @@ class ModelConfig:
     @property
     def num_parameters(self) -> int:
         """Parameter count from the shapes (embeddings counted once when tied)."""
-        hidden, kv_width = self.hidden_size, self.num_kv_heads * self.head_dim
-        q_width = self.num_heads * self.head_dim
-        attention = hidden * q_width + 2 * hidden * kv_width + q_width * hidden
-        if self.attention_bias:
-            attention += q_width + 2 * kv_width
-        mlp = 3 * hidden * self.intermediate_size
-        per_layer = attention + mlp + 2 * hidden
+        hidden = self.hidden_size
+        biases = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim if self.attention_bias else 0
+        norms = 2 * hidden
         embeddings = self.vocab_size * hidden * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * per_layer + embeddings + hidden
+        return self.num_projection_parameters + self.num_layers * (biases + norms) + embeddings + hidden
 
     @property
     def num_projection_parameters(self) -> int:

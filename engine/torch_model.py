@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 
 from engine.config import EngineConfig
-from engine.device import free_memory_bytes, resolve_device, resolve_dtype, total_memory_bytes
+from engine.device import dtype_name, free_memory_bytes, resolve_device, resolve_dtype, total_memory_bytes
 from engine.errors import ConfigError, ModelLoadError
 from engine.executor import TorchExecutor
 from engine.memory import CPU_DEFAULT_KV_CACHE_BYTES, GPU_MEMORY_UTILIZATION, activation_bytes_estimate
@@ -32,7 +32,7 @@ def prepare_torch_model(
     config, quantization_choice = _resolve_quantization(config, source, device)
     kv_dtype = dtype if config.kv_cache_dtype == "auto" else resolve_dtype(config.kv_cache_dtype, device)
     if device.type == "cuda" and kv_dtype != dtype:  # the Triton attention kernels read one dtype
-        raise ConfigError(f"kv_cache_dtype: on CUDA the cache holds the compute dtype ({str(dtype).removeprefix('torch.')}); "
+        raise ConfigError(f"kv_cache_dtype: on CUDA the cache holds the compute dtype ({dtype_name(dtype)}); "
                           f"got {config.kv_cache_dtype!r}")
     model = _build_model(source, device, dtype)
     unquantized = weight_bytes(model)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from engine import EngineConfig, LLMEngine
+from engine.device import dtype_name
 from engine.errors import ConfigError
 from engine.model_config import ModelConfig
 from engine.model_file import ModelSource, ProgressCallback
@@ -92,8 +93,8 @@ class BackendLoader:
         engine = LLMEngine(config, progress=progress, source=None if is_simulated(config.model) else self._source)
         backend = LocalBackend(engine)
         info = EngineInfo(
-            config=config, summary=backend.describe()["engine"], dtype=str(engine.dtype).removeprefix("torch."),
-            kv_cache_dtype=str(engine.kv_dtype).removeprefix("torch."),
+            config=config, summary=backend.describe()["engine"], dtype=dtype_name(engine.dtype),
+            kv_cache_dtype=dtype_name(engine.kv_dtype),
             bytes_per_element=torch.finfo(engine.dtype).bits // 8, device=str(engine.device),
             model_path=str(engine.model_path), model_config=engine.model_config, tokenizer=engine.tokenizer,
             decode_mode=lambda: engine.executor.decode_mode, capabilities=backend.capabilities,

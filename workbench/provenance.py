@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from engine.device import device_name
+from engine.device import device_name, dtype_name
 from engine.llm_engine import LLMEngine
 
 
@@ -39,8 +39,8 @@ def environment(engine: LLMEngine) -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "device": device_name(engine.device),
-        "dtype": str(engine.dtype).removeprefix("torch."),
-        "kv_cache_dtype": str(engine.kv_dtype).removeprefix("torch."),
+        "dtype": dtype_name(engine.dtype),
+        "kv_cache_dtype": dtype_name(engine.kv_dtype),
         # "compiled", "eager", "eager (compiling in the background)" or why compilation fell back,
         # when the run started; each step's decode_compiled says how that step ran.
         "decode_step": engine.executor.decode_mode,

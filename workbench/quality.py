@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from engine.config import EngineConfig
+from engine.device import dtype_name
 from engine.llm_engine import LLMEngine
 from engine.model_file import ModelSource
 from engine.quantization import UNQUANTIZED, check_quantization
@@ -93,7 +94,7 @@ def evaluate(source: ModelSource, options: list[tuple[str, int | None]], total_t
         engine = LLMEngine(config, source=source)
         load_time = time.perf_counter() - started
         if quantization == AUTO:  # what it chose, e.g. "auto = int4 g32 + int8 head, bf16 copy from 8 rows, KV bfloat16"
-            label = f"auto = {engine.quantization}, KV {str(engine.kv_dtype).removeprefix('torch.')}"
+            label = f"auto = {engine.quantization}, KV {dtype_name(engine.kv_dtype)}"
         nll, kl, agree, count = 0.0, 0.0, 0, 0
         for index, window in enumerate(windows):
             log_probs = torch.log_softmax(engine.executor.sequence_logits(window, config.block_size)[:-1], dim=-1)
@@ -118,7 +119,7 @@ def evaluate(source: ModelSource, options: list[tuple[str, int | None]], total_t
         ))
     context = {"text_set": f"ShareGPT assistant replies, seeded subset, windows of <= {WINDOW_TOKENS} tokens",
                "sharegpt_complete_records": records, "windows": len(windows), "device": str(engine.device),
-               "dtype": str(engine.dtype).removeprefix("torch.")}
+               "dtype": dtype_name(engine.dtype)}
     return results, context
 
 
