@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from engine.device import total_memory_bytes
+from engine.device import dtype_name, total_memory_bytes
 from engine.errors import ConfigError
 from engine.model_config import ModelConfig
 from engine.settings import build
@@ -100,7 +100,7 @@ def measure_this_machine() -> HardwareProfile:
     flops = 2 * size**3 / _best_time(lambda: left @ right)
     return HardwareProfile(
         source=f"measured on this machine ({'CUDA ' + torch.cuda.get_device_name() if device.type == 'cuda' else 'CPU'}, "
-               f"{torch.get_num_threads()} threads): 256 MiB copy, {size}^2 {str(dtype).removeprefix('torch.')} product",
+               f"{torch.get_num_threads()} threads): 256 MiB copy, {size}^2 {dtype_name(dtype)} product",
         memory_bytes=float(total_memory_bytes(device)), bandwidth_bytes_s=bandwidth, peak_flops=flops,
     )
 

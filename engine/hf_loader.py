@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
+from engine.device import dtype_name
 from engine.errors import ModelLoadError
 from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
 from engine.model_file import ModelSource, ProgressCallback
@@ -30,7 +31,7 @@ def read_hf_directory(directory: Path, progress: ProgressCallback) -> ModelSourc
             with safe_open(str(file), framework="pt") as handle:
                 for name in handle.keys():
                     tensor = handle.get_tensor(name)
-                    stored[str(tensor.dtype).removeprefix("torch.")] += 1
+                    stored[dtype_name(tensor.dtype)] += 1
                     tensors[name] = tensor.float()
         except (SafetensorError, OSError, ValueError) as exc:
             raise ModelLoadError(f"{file}: not a readable safetensors file, perhaps truncated or corrupt ({exc})") from exc
