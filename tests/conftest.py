@@ -4,6 +4,7 @@ SmolLM2 model read once per session."""
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ from engine.config import COMPILE_DECODE_ENVIRONMENT
 os.environ.setdefault(COMPILE_DECODE_ENVIRONMENT, "off")
 
 from engine import EngineConfig, LLMEngine
+from engine.executor import DecodeGraph
 from engine.model_source import read_model
 
 # Property tests that set no max_examples of their own run 150 cases; mutation testing, which runs
@@ -91,3 +93,19 @@ def make_smollm_engine(smollm_source):
         return LLMEngine(EngineConfig(**settings), source=smollm_source)
 
     return make
+
+
+@pytest.fixture
+def held_compile(monkeypatch):
+    """An event that a background compile waits for before it starts: with a warm inductor cache
+    the compile can finish before a test looks, so the test releases it once it has seen the
+    engine serving eagerly."""
+    release = threading.Event()
+    compile_graph = DecodeGraph.compile
+
+    def held(graph, examples):
+        release.wait(timeout=600)
+        compile_graph(graph, examples)
+
+    monkeypatch.setattr(DecodeGraph, "compile", held)
+    return release

@@ -71,7 +71,7 @@ def test_compiled_decode_gives_each_row_its_own_token_with_one_token_prompt_chun
     assert [output.token_ids for output in compiled.generate(prompts, GREEDY)] == expected
 
 
-def test_a_background_compile_serves_eagerly_meanwhile_then_switches(tiny_llama):
+def test_a_background_compile_serves_eagerly_meanwhile_then_switches(tiny_llama, held_compile):
     """Requests run while the graph compiles in its thread, writing the same KV cache; they must
     get the eager engine's tokens before and after the switch, and record how each step ran."""
     directory, _ = tiny_llama
@@ -86,6 +86,7 @@ def test_a_background_compile_serves_eagerly_meanwhile_then_switches(tiny_llama)
         assert time.monotonic() < deadline, "the background compile did not finish in 10 minutes"
         assert generate_each_way(engine) == expected
         outputs_while_compiling += 1
+        held_compile.set()  # served eagerly at least once: let the compile run
     graphs_when_ready = counters["stats"]["unique_graphs"]
     tokens = {engine.add_request(prompt, GREEDY): [] for prompt in PROMPTS}
     while engine.has_unfinished():

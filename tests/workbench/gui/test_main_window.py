@@ -35,11 +35,12 @@ def test_loading_drives_the_progress_bar_and_shows_memory(window, qtbot, tiny_co
 
 
 @pytest.mark.slow  # compiles the tiny model's decode graph
-def test_the_status_line_follows_a_background_compile_to_the_compiled_path(window, qtbot, tiny_config):
+def test_the_status_line_follows_a_background_compile_to_the_compiled_path(window, qtbot, tiny_config, held_compile):
     torch._dynamo.reset()
     load(window, qtbot, dataclasses.replace(tiny_config, compile_decode="background"))
     assert "decode eager (compiling in the background)" in window.stage.text()
     window.traffic_panel.inject_requested.emit(4, 20, 8, "chat")  # it serves meanwhile
+    held_compile.set()
     qtbot.waitUntil(lambda: "decode compiled)" in window.stage.text(), timeout=600_000)
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=60_000)
 
