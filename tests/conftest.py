@@ -4,6 +4,7 @@ SmolLM2 model read once per session."""
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 
 import pytest
@@ -21,6 +22,8 @@ from engine.config import COMPILE_DECODE_ENVIRONMENT
 # Engines in tests (and the CLI and window processes they start) stay eager unless a test asks
 # for a compile: every engine compiling its graph in the background would take both cores.
 os.environ.setdefault(COMPILE_DECODE_ENVIRONMENT, "off")
+# Measured hardware profiles and quality figures go to a cache of the session's own, not the user's.
+os.environ["WORKBENCH_CACHE"] = tempfile.mkdtemp(prefix="workbench-cache-")
 
 from engine import EngineConfig, LLMEngine
 from engine.executor import DecodeGraph

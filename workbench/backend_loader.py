@@ -19,6 +19,7 @@ from engine.simulation import is_simulated
 from engine.tokenizer import Tokenizer
 from workbench.backend import Backend, BackendCapabilities
 from workbench.local_backend import LocalBackend
+from workbench.quality_ledger import quality_line
 from workbench.remote_backend import RemoteBackend
 
 SERVER_TOKENIZER = "smollm2-135m"  # prompts for a server are made with this tokenizer unless told otherwise
@@ -55,6 +56,9 @@ class EngineInfo:
     capabilities: BackendCapabilities
     quantization: str  # what runs, e.g. "int4 g32 + int8 head"
     quantization_choice: str  # why: "auto: ..." or "chosen in the configuration"
+    # What this configuration costs against the file's own weights, from the quality ledger
+    # (workbench quality); empty for a simulated engine, which has no weights.
+    quality: str
 
 
 @dataclass
@@ -92,12 +96,14 @@ class BackendLoader:
             self._source, self._source_model = read_model(config.model, progress), config.model
         engine = LLMEngine(config, progress=progress, source=None if is_simulated(config.model) else self._source)
         backend = LocalBackend(engine)
+        dtype, kv_cache_dtype = dtype_name(engine.dtype), dtype_name(engine.kv_dtype)
         info = EngineInfo(
-            config=config, summary=backend.describe()["engine"], dtype=dtype_name(engine.dtype),
-            kv_cache_dtype=dtype_name(engine.kv_dtype),
+            config=config, summary=backend.describe()["engine"], dtype=dtype, kv_cache_dtype=kv_cache_dtype,
             bytes_per_element=torch.finfo(engine.dtype).bits // 8, device=str(engine.device),
             model_path=str(engine.model_path), model_config=engine.model_config, tokenizer=engine.tokenizer,
             decode_mode=lambda: engine.executor.decode_mode, capabilities=backend.capabilities,
             quantization=engine.quantization, quantization_choice=engine.quantization_choice,
+            quality="" if is_simulated(config.model) else quality_line(
+                engine.model_path, config.quantization, engine.quantization, dtype, kv_cache_dtype),
         )
         return backend, info

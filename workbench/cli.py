@@ -267,11 +267,14 @@ def _print_summary(report: dict) -> None:
 
 
 def _quality(args) -> int:
+    from dataclasses import asdict
+
     from engine.errors import ConfigError
     from engine.model_source import read_model
     from engine.quantization import get_method
     from engine.quantization.auto import AUTO
     from workbench.quality import evaluate, format_results, results_json
+    from workbench.quality_ledger import record
 
     options = []
     for method in (name.strip() for name in args.quant.split(",")):
@@ -284,9 +287,12 @@ def _quality(args) -> int:
                 raise ConfigError(f"--group-size: expected integers like 32,64,128, got {args.group_size!r}") from exc
         else:
             options.append((method, None))
-    results, context = evaluate(read_model(args.model), options, args.tokens, dtype=args.dtype,
+    source = read_model(args.model)
+    results, context = evaluate(source, options, args.tokens, dtype=args.dtype,
                                 progress=lambda message: print(message, file=sys.stderr))
     print(format_results(results, context))
+    ledger = record(source.path, {result.configuration: asdict(result) for result in results})
+    print(f"recorded in {ledger}: the window shows a loaded configuration's figures from there", file=sys.stderr)
     if args.json:
         args.json.write_text(json.dumps(results_json(results, context), indent=2) + "\n")
     return 0

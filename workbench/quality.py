@@ -23,6 +23,7 @@ from engine.quantization import UNQUANTIZED, check_quantization
 from engine.quantization.auto import AUTO
 from engine.sampling_params import SamplingParams
 from engine.sharegpt import load_sharegpt
+from workbench.quality_ledger import configuration_key
 
 WINDOW_TOKENS = 512
 
@@ -30,6 +31,7 @@ WINDOW_TOKENS = 512
 @dataclass
 class QualityResult:
     option: str  # e.g. "int4 g32"
+    configuration: str  # what ran, as the quality ledger keys it
     quantization: str
     group_size: int | None
     perplexity: float
@@ -110,7 +112,8 @@ def evaluate(source: ModelSource, options: list[tuple[str, int | None]], total_t
         perplexity = math.exp(nll / count)
         baseline = results[0].perplexity if results else perplexity
         results.append(QualityResult(
-            option=label, quantization=quantization, group_size=group_size, perplexity=perplexity,
+            option=label, configuration=configuration_key(engine.quantization, dtype_name(engine.dtype), dtype_name(engine.kv_dtype)),
+            quantization=quantization, group_size=group_size, perplexity=perplexity,
             perplexity_change_perc=100.0 * (perplexity / baseline - 1.0),
             kl_divergence_mean_nats=0.0 if is_reference else kl / count,
             top1_agreement_perc=100.0 if is_reference else 100.0 * agree / count,

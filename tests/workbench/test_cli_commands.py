@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from engine.config import EngineConfig
+from workbench.backend_loader import BackendLoader
 from workbench.presets import load_preset, preset_names
 from workbench.cli import main
 
@@ -71,6 +73,10 @@ def test_quality_of_the_default_configuration_names_what_auto_chose(tmp_path):
     reference, default = json.loads(out.read_text())["results"]
     assert reference["option"] == "none" and default["option"] == "auto = int4 g32 + int8 head, bf16 copy from 8 rows, KV bfloat16"
     assert default["quantization"] == "auto" and default["kl_divergence_mean_nats"] > 0.0
+    # The quality ledger has them now, and the window's engine info quotes them for the same configuration.
+    _, info = BackendLoader().load(EngineConfig(), lambda stage, fraction: None)
+    assert info.quality.startswith(f"vs the file's own weights: perplexity {default['perplexity_change_perc']:+.2f}%")
+    assert f"top-1 agreement {default['top1_agreement_perc']:.2f}% (n = 31 tokens" in info.quality
 
 
 DECISION_WITHOUT_ARMS = 'name = "d"\n[traffic]\nrate = 1.0\nnum_requests = 2\n[decision]\nintended = ["output_tok_s:+1%"]\n'

@@ -225,7 +225,7 @@ class MainWindow(QMainWindow):
             self.memory.show_not_exposed(info.name)
             return
         self._show_engine_stage()
-        self.stage.setToolTip(f"quantization: {info.quantization} ({info.quantization_choice})")
+        self.stage.setToolTip(f"quantization: {info.quantization} ({info.quantization_choice})\nquality: {info.quality}")
         self._show_memory(info)
 
     def _show_engine_stage(self) -> None:
@@ -265,7 +265,7 @@ class MainWindow(QMainWindow):
             lines = [dataclasses.replace(line, measured=False) for line in lines]
             self.memory.show_lines(lines, hardware_profile(hardware).memory_bytes, f"{hardware} (simulated)")
         else:
-            self.memory.show_lines(lines, total_memory_bytes(device), info.device)
+            self.memory.show_lines(lines, total_memory_bytes(device), info.device, f"{info.quantization} — {info.quality}")
 
     # ----- refresh -------------------------------------------------------------------------------
 

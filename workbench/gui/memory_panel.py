@@ -3,6 +3,8 @@ memory, and the arithmetic behind each figure, marked measured or estimated."""
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
@@ -49,7 +51,9 @@ class MemoryPanel(QWidget):
         layout.addWidget(self.bar)
         layout.addWidget(scroll, 1)
 
-    def show_lines(self, lines: list[MemoryLine], device_total: int, device: str) -> None:
+    def show_lines(self, lines: list[MemoryLine], device_total: int, device: str, quality: str = "") -> None:
+        """`quality`: what the weights' format costs against the file's own weights (the quality
+        ledger's line), shown under the lines because memory and quality are one trade."""
         self.bar.lines, self.bar.total = lines, max(device_total, 1)
         self.bar.update()
         rows = "".join(
@@ -62,6 +66,7 @@ class MemoryPanel(QWidget):
         self.text.setText(
             f"<b>{device}</b>: {used / 2**30:,.2f} GiB of {device_total / 2**30:,.1f} GiB "
             f"({100 * used / max(device_total, 1):.1f}%)<table cellspacing='6'>{rows}</table>"
+            + (f"<p><b>quality</b>: {html.escape(quality, quote=False)}</p>" if quality else "")
         )
 
     def show_not_exposed(self, server: str) -> None:

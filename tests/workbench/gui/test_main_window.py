@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 
+from workbench.quality_ledger import configuration_key, record
 from workbench.report import build_report
 from workbench.run_log import read_run_log
 from workbench.scenario import SLO, Scenario
@@ -32,6 +33,18 @@ def test_loading_drives_the_progress_bar_and_shows_memory(window, qtbot, tiny_co
     assert ", none, " in window.stage.text() and "auto: float weights" in window.stage.toolTip()
     memory_text = window.memory.text.text()
     assert "weights" in memory_text and "KV cache" in memory_text and "estimate" in memory_text and "measured" in memory_text
+    assert "exact: the file's weights in float32" in memory_text  # what the configuration costs in quality
+
+
+def test_the_memory_tab_quotes_the_measured_quality_cost_of_a_quantized_configuration(window, qtbot, tiny_config):
+    config = dataclasses.replace(tiny_config, quantization="int8")
+    load(window, qtbot, config)
+    assert "quality cost not measured on this machine: run workbench quality --quant int8" in window.memory.text.text()
+    record(tiny_config.model, {configuration_key("int8", "float32", "float32"): {
+        "perplexity_change_perc": 1.5, "kl_divergence_mean_nats": 0.01, "top1_agreement_perc": 93.0, "evaluated_tokens": 500}})
+    load(window, qtbot, dataclasses.replace(config, block_size=8))  # a reload looks the ledger up again
+    assert "int8 — vs the file's own weights: perplexity +1.50%" in window.memory.text.text()
+    assert "(n = 500 tokens" in window.stage.toolTip()
 
 
 @pytest.mark.slow  # compiles the tiny model's decode graph

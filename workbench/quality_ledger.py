@@ -1,0 +1,72 @@
+"""The quality measurements this machine has made, kept by model file and configuration.
+
+`workbench quality` records every option it evaluates in $WORKBENCH_CACHE/quality.json
+(default ~/.cache/workbench/quality.json), keyed by the model file (its name and size in bytes)
+and by what ran (the engine's quantization description, compute dtype and KV cache dtype). The
+window looks the loaded engine up there, so it can say what the configuration costs against the
+file's own weights without measuring anything at load time, and says how to measure it when the
+ledger has no entry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import date
+from pathlib import Path
+
+EXACT = "exact: the file's weights in float32, no quantization"
+
+
+def ledger_path() -> Path:
+    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench")) / "quality.json"
+
+
+def model_key(model_path: str | Path) -> str:
+    """A model file (or Hugging Face folder) by name and size: cheap, and changes when the file does."""
+    path = Path(model_path)
+    size = sum(file.stat().st_size for file in path.glob("*.safetensors")) if path.is_dir() else path.stat().st_size
+    return f"{path.name} ({size} bytes)"
+
+
+def configuration_key(quantization: str, dtype: str, kv_cache_dtype: str) -> str:
+    """What ran, e.g. "int4 g32 + int8 head, bf16 copy from 8 rows; float32; KV bfloat16"."""
+    return f"{quantization}; {dtype}; KV {kv_cache_dtype}"
+
+
+def record(model_path: str | Path, measurements: dict[str, dict], ledger: Path | None = None) -> Path:
+    """Add or replace measurements ({configuration key: figures}) for one model file; each gets today's date."""
+    ledger = ledger or ledger_path()
+    entries = _read(ledger)
+    per_model = entries.setdefault(model_key(model_path), {})
+    for configuration, figures in measurements.items():
+        per_model[configuration] = {**figures, "measured_on": date.today().isoformat()}
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    ledger.write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n")
+    return ledger
+
+
+def quality_line(model_path: str | Path, option: str, quantization: str, dtype: str, kv_cache_dtype: str,
+                 ledger: Path | None = None) -> str:
+    """One line for the window: the configuration's measured cost against the file's own weights,
+    that it has none, or the command that measures it. `option` is the quantization as configured
+    ("auto", "int4"), `quantization` what it resolved to ("int4 g32 + int8 head, ...")."""
+    if quantization == "none" and dtype == kv_cache_dtype == "float32":
+        return EXACT
+    figures = _read(ledger or ledger_path()).get(model_key(model_path), {}).get(
+        configuration_key(quantization, dtype, kv_cache_dtype))
+    if figures is None:
+        return f"quality cost not measured on this machine: run workbench quality --quant {option}"
+    return (f"vs the file's own weights: perplexity {figures['perplexity_change_perc']:+.2f}%, "
+            f"KL {figures['kl_divergence_mean_nats']:.5f} nats/token, top-1 agreement {figures['top1_agreement_perc']:.2f}% "
+            f"(n = {figures['evaluated_tokens']:,} tokens, measured {figures['measured_on']})")
+
+
+def _read(ledger: Path) -> dict:
+    if not ledger.exists():
+        return {}
+    try:
+        entries = json.loads(ledger.read_text())
+    except json.JSONDecodeError:
+        return {}  # a damaged ledger only means "not measured"; the next measurement rewrites it
+    return entries if isinstance(entries, dict) else {}
