@@ -100,22 +100,27 @@ class BlockManager:
     def can_grow(self, seq: Sequence, num_new_tokens: int) -> bool:
         return self.new_blocks_needed(seq, num_new_tokens) <= self.num_free_blocks
 
-    def admit(self, seq: Sequence, cached_block_ids: list[int]) -> None:
-        """Give a waiting sequence its cached prefix blocks and count the prefix-cache query."""
+    def admit(self, seq: Sequence, cached_block_ids: list[int]) -> list[int]:
+        """Give a waiting sequence its cached prefix blocks and count the prefix-cache query;
+        returns the ones that were free (cached-free) and leave the free list."""
+        from_free = []
         for block_id in cached_block_ids:
             block = self.blocks[block_id]
             if block.ref_count == 0:
                 del self._free[block_id]
                 self._num_cached_free -= 1
+                from_free.append(block_id)
             block.ref_count += 1
             seq.block_table.append(block_id)
             seq.block_hashes.append(block.prefix_hash)
         seq.num_computed_tokens = len(cached_block_ids) * self.block_size
         self.prefix_query_tokens += seq.num_tokens
         self.prefix_hit_tokens += seq.num_computed_tokens
+        return from_free
 
-    def grow(self, seq: Sequence, num_new_tokens: int) -> None:
-        """Append free blocks so the next num_new_tokens tokens have slots."""
+    def grow(self, seq: Sequence, num_new_tokens: int) -> list[int]:
+        """Append free blocks so the next num_new_tokens tokens have slots; returns their ids."""
+        allocated = []
         for _ in range(self.new_blocks_needed(seq, num_new_tokens)):
             block_id, _ = self._free.popitem(last=False)
             block = self.blocks[block_id]
@@ -125,11 +130,15 @@ class BlockManager:
             block.prefix_hash = None
             block.ref_count = 1
             seq.block_table.append(block_id)
+            allocated.append(block_id)
+        return allocated
 
-    def register_full_blocks(self, seq: Sequence) -> None:
-        """Make the sequence's newly completed blocks findable by later prompts."""
+    def register_full_blocks(self, seq: Sequence) -> list[int]:
+        """Make the sequence's newly completed blocks findable by later prompts; returns the ids
+        that became findable."""
         if not self.enable_prefix_caching:
-            return
+            return []
+        registered = []
         num_full = seq.num_computed_tokens // self.block_size
         while len(seq.block_hashes) < num_full:
             index = len(seq.block_hashes)
@@ -141,19 +150,25 @@ class BlockManager:
             # stays the findable one, and only findable blocks carry a hash.
             if self._block_by_hash.setdefault(prefix_hash, block.block_id) == block.block_id:
                 block.prefix_hash = prefix_hash
+                registered.append(block.block_id)
             seq.block_hashes.append(prefix_hash)
+        return registered
 
-    def free(self, seq: Sequence) -> None:
-        """Release the sequence's blocks; the tail goes to the free list first so it is reused first."""
-        for block_id in reversed(seq.block_table):
+    def free(self, seq: Sequence) -> tuple[list[int], list[int]]:
+        """Release the sequence's blocks; the tail goes to the free list first so it is reused
+        first. Returns the blocks it held and those that went back on the free list."""
+        released, freed = list(seq.block_table), []
+        for block_id in reversed(released):
             block = self.blocks[block_id]
             block.ref_count -= 1
             if block.ref_count == 0:
                 self._free[block_id] = None
                 self._num_cached_free += block.prefix_hash is not None
+                freed.append(block_id)
         seq.block_table.clear()
         seq.block_hashes.clear()
         seq.num_computed_tokens = 0
+        return released, freed
 
     def slot(self, seq: Sequence, position: int) -> int:
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size

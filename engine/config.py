@@ -105,6 +105,10 @@ class EngineConfig:
     # Seed for requests that carry none of their own.
     seed: int = 0
 
+    # Build each step's causal record (engine/step_trace.py: what the scheduler saw, scheduled,
+    # allocated, freed and emitted), returned in StepResult.trace. Off only to measure its cost.
+    step_trace: bool = True
+
     def __post_init__(self) -> None:
         for name, minimum in (
             ("block_size", 1),
@@ -144,7 +148,7 @@ class EngineConfig:
         if self.compile_decode not in COMPILE_DECODE_CHOICES:
             raise ConfigError(f"compile_decode: expected one of {', '.join(COMPILE_DECODE_CHOICES)}, got {self.compile_decode!r}"
                               + (f" (from ${COMPILE_DECODE_ENVIRONMENT})" if os.environ.get(COMPILE_DECODE_ENVIRONMENT) == self.compile_decode else ""))
-        for name in ("enable_prefix_caching", "enable_chunked_prefill", "quantize_lm_head", "batched_bf16_copy"):
+        for name in ("enable_prefix_caching", "enable_chunked_prefill", "quantize_lm_head", "batched_bf16_copy", "step_trace"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         if not isinstance(self.model, str) or not self.model:

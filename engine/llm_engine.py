@@ -34,6 +34,7 @@ from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import FinishReason, Sequence
 from engine.simulation import is_simulated, prepare_simulated_model
+from engine.step_trace import BlockChange, Emitted, KvState, StepTrace
 from engine.torch_model import prepare_torch_model
 
 _SEED_MASK = 0x7FFF_FFFF_FFFF_FFFF
@@ -72,6 +73,7 @@ class LLMEngine:
         self._arrivals = itertools.count()
         self._automatic_ids = itertools.count()
         self.num_rejections = 0
+        self.num_steps = 0  # steps taken; each StepTrace carries its number
 
         progress("allocate KV cache", 0.0)
         num_blocks = self._num_kv_blocks(prepared.kv_limits)
@@ -229,16 +231,24 @@ class LLMEngine:
     def step(self) -> StepResult:
         start = self.clock()
         outputs, self._undelivered = self._undelivered, []
+        trace = self.scheduler.trace
+        before = self._trace_before(trace.begin_step()) if trace is not None else None
         batch = self.scheduler.schedule(start)
+        execute_s = 0.0
         if not batch.is_empty:
+            executing = self.clock()
             sampled = self.executor.execute(batch)
             now = self.clock()
+            execute_s = now - executing
             for seq in self.scheduler.update(batch, sampled, now):
                 self._finish_if_done(seq, now)
                 outputs.append(self._output(seq, seq.token_ids[-1:]))
         end = self.clock()
         scheduled = {entry.request_id: len(entry.token_ids) for entry in batch.sequences}
-        return StepResult(outputs, self._stats(batch, start, end), scheduled)
+        stats = self._stats(batch, start, end)
+        step_trace = self._step_trace(before, outputs, execute_s, end - start, end) if trace is not None else None
+        self.num_steps += 1
+        return StepResult(outputs, stats, scheduled, step_trace)
 
     def generate(
         self, prompts: SequenceOf[str | list[int]], params: SamplingParams | SequenceOf[SamplingParams] | None = None
@@ -303,6 +313,25 @@ class LLMEngine:
             text=text,
             metrics=seq.metrics,
         )
+
+    def _kv_state(self) -> KvState:
+        manager = self.block_manager
+        return KvState(manager.num_free_blocks, manager.num_cached_free_blocks, manager.num_used_blocks)
+
+    def _trace_before(self, released: list[BlockChange]) -> dict:
+        """The "before" part of this step's trace: what the scheduler is about to see."""
+        scheduler = self.scheduler
+        return dict(waiting=len(scheduler.waiting), waiting_long=len(scheduler.waiting_long), running=len(scheduler.running),
+                    token_budget=self.config.max_num_batched_tokens, kv_before=self._kv_state(), released_before=released)
+
+    def _step_trace(self, before: dict, outputs: list[RequestOutput], execute_s: float, duration_s: float,
+                    end: float) -> StepTrace:
+        rows, block_changes, registered, preemptions = self.scheduler.trace.end_step()
+        emitted = [Emitted(output.request_id, output.new_token_ids, output.finish_reason,
+                           output.metrics.finish_detail if output.finished else "") for output in outputs]
+        return StepTrace(step=self.num_steps, time_s=end, **before, rows=rows, execute_s=execute_s,
+                         other_s=duration_s - execute_s, block_changes=block_changes, registered=registered,
+                         preemptions=preemptions, kv_after=self._kv_state(), emitted=emitted)
 
     def _stats(self, batch: ScheduledBatch, start: float, end: float) -> StepStats:
         manager, scheduler = self.block_manager, self.scheduler

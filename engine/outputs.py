@@ -1,10 +1,11 @@
-"""What the engine hands back: per-request deltas and per-step statistics."""
+"""What the engine hands back: per-request deltas, per-step statistics and the step's trace."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from engine.metrics import RequestMetrics, StepStats
+from engine.step_trace import StepTrace
 
 
 @dataclass
@@ -24,3 +25,4 @@ class StepResult:
     stats: StepStats
     # Tokens each request computed in this step (prefill chunk size, or 1 for a decode).
     scheduled: dict[str, int]
+    trace: StepTrace | None = None  # the step's causal record (EngineConfig.step_trace)

@@ -26,6 +26,7 @@ from engine.batch import ScheduledBatch, ScheduledSequence
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.sequence import FinishReason, Sequence, SequenceStatus
+from engine.step_trace import ALLOCATE, RELEASE, REUSE, WAITING, WAITING_LONG, BlockChange, Preemption, ScheduledRow, TraceBuilder
 from engine.wait_queue import WaitQueue
 
 
@@ -52,6 +53,8 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self._in_flight: list[Sequence] = []  # row order of the last batch
+        # Each step's causal record (engine/step_trace.py), when the configuration asks for it.
+        self.trace: TraceBuilder | None = TraceBuilder() if config.step_trace else None
 
     # ----- arrival -------------------------------------------------------------------------------
 
@@ -107,7 +110,7 @@ class Scheduler:
             count = self._chunk_size(seq, seq.num_uncomputed_tokens, budget)
             while not self.block_manager.can_grow(seq, count):
                 victim = self._preemption_victim()
-                self._preempt(victim, scheduled, budget)
+                self._preempt(victim, scheduled, budget, self._no_block_reason(seq, count, victim) if self.trace else "")
                 preempted = True
                 if victim is seq:
                     break
@@ -122,11 +125,20 @@ class Scheduler:
     def _preemption_victim(self) -> Sequence:
         return max(self.running, key=self._preemption_order)
 
-    def _preempt(self, seq: Sequence, scheduled: dict[Sequence, int], budget: _Budget) -> None:
+    def _no_block_reason(self, seq: Sequence, count: int, victim: Sequence) -> str:
+        manager = self.block_manager
+        rule = f"the lowest priority ({victim.priority}), then the latest arrival" if self.by_priority else "the latest arrival"
+        return (f"no free KV block for request {seq.request_id} (needs {manager.new_blocks_needed(seq, count)}, "
+                f"{manager.num_free_blocks} free); victim {'itself' if victim is seq else victim.request_id}: {rule}")
+
+    def _preempt(self, seq: Sequence, scheduled: dict[Sequence, int], budget: _Budget, reason: str) -> None:
         """Free the sequence's blocks and send it back to its queue; if it was already part of this
-        step's batch, it leaves the batch and its tokens return to the budget."""
+        step's batch, it leaves the batch and its tokens return to the budget. `reason` is for the trace."""
         budget.tokens += scheduled.pop(seq, 0)
-        self.block_manager.free(seq)
+        released, freed = self.block_manager.free(seq)
+        if self.trace is not None:
+            self.trace.changed(BlockChange(seq.request_id, RELEASE, released, freed, "preempted"))
+            self.trace.preemptions.append(Preemption(seq.request_id, reason))
         self.running.remove(seq)
         seq.status = SequenceStatus.WAITING
         seq.metrics.preemptions += 1
@@ -145,7 +157,7 @@ class Scheduler:
             if outcome is _Admission.ADMITTED:
                 admitted.append(seq)
                 continue
-            if outcome is not _Admission.NO_BUDGET and self._preempt_for(seq, admitted, scheduled, budget, now):
+            if outcome is not _Admission.NO_BUDGET and self._preempt_for(seq, outcome, admitted, scheduled, budget, now):
                 continue
             if self._is_overdue(seq, now):
                 return  # the long queue's guarantee: nobody is admitted ahead of it
@@ -184,7 +196,10 @@ class Scheduler:
         if not self._blocks_available(cached, count):
             return _Admission.NO_BLOCKS
         self._queue_of(seq).pop()
-        self.block_manager.admit(seq, cached)
+        from_free = self.block_manager.admit(seq, cached)
+        if self.trace is not None:
+            self.trace.admitted_from[seq.request_id] = WAITING_LONG if seq.is_long else WAITING
+            self.trace.changed(BlockChange(seq.request_id, REUSE, cached, from_free))
         seq.status = SequenceStatus.RUNNING
         if seq.metrics.first_scheduled_time is None:
             seq.metrics.first_scheduled_time = now
@@ -192,8 +207,8 @@ class Scheduler:
         self._take(seq, count, scheduled, budget)
         return _Admission.ADMITTED
 
-    def _preempt_for(self, seq: Sequence, admitted: list[Sequence], scheduled: dict[Sequence, int], budget: _Budget,
-                     now: float) -> bool:
+    def _preempt_for(self, seq: Sequence, outcome: _Admission, admitted: list[Sequence], scheduled: dict[Sequence, int],
+                     budget: _Budget, now: float) -> bool:
         """Under the priority policy, make room for a waiting sequence by preempting the running
         sequence that would be preempted first, if its priority is strictly lower. Exempt: those
         admitted in this step, and overdue long prompts (the long queue's guarantee would admit
@@ -204,7 +219,9 @@ class Scheduler:
         victim = max(candidates, key=self._preemption_order)
         if victim.priority <= seq.priority:
             return False
-        self._preempt(victim, scheduled, budget)
+        reason = (f"request {seq.request_id} (priority {seq.priority}) waits: {outcome.value}; victim {victim.request_id}: "
+                  f"a lower priority ({victim.priority})")
+        self._preempt(victim, scheduled, budget, reason)
         return True
 
     def _blocks_available(self, cached: list[int], count: int) -> bool:
@@ -224,7 +241,9 @@ class Scheduler:
         return sum(1 for seq in self.running if seq.is_long and seq.is_prefilling)
 
     def _take(self, seq: Sequence, count: int, scheduled: dict[Sequence, int], budget: _Budget) -> None:
-        self.block_manager.grow(seq, count)
+        allocated = self.block_manager.grow(seq, count)
+        if self.trace is not None:
+            self.trace.changed(BlockChange(seq.request_id, ALLOCATE, allocated, allocated))
         scheduled[seq] = count
         budget.tokens -= count
 
@@ -252,7 +271,15 @@ class Scheduler:
                 batch.prefills.append(entry)
                 prefill_seqs.append(seq)
         self._in_flight = decode_seqs + prefill_seqs
+        if self.trace is not None:
+            self.trace.rows = [self._trace_row(seq, entry, kind) for seqs, entries, kind in
+                               ((decode_seqs, batch.decodes, "decode"), (prefill_seqs, batch.prefills, "prefill"))
+                               for seq, entry in zip(seqs, entries)]
         return batch
+
+    def _trace_row(self, seq: Sequence, entry: ScheduledSequence, kind: str) -> ScheduledRow:
+        return ScheduledRow(seq.request_id, kind, entry.start_position, entry.context_len, seq.num_prompt_tokens,
+                            self.trace.admitted_from.get(seq.request_id), kind == "prefill" and seq.num_output_tokens > 0)
 
     def update(self, batch: ScheduledBatch, sampled_token_ids: list[int], now: float) -> list[Sequence]:
         """Record a computed batch; returns the sequences that received a new token."""
@@ -260,7 +287,9 @@ class Scheduler:
         extended = []
         for seq, entry in zip(self._in_flight, batch.sequences):
             seq.num_computed_tokens += len(entry.token_ids)
-            self.block_manager.register_full_blocks(seq)
+            registered = self.block_manager.register_full_blocks(seq)
+            if self.trace is not None:
+                self.trace.registered.extend(registered)
             if entry.samples:
                 seq.append_token(next(sampled), now)
                 extended.append(seq)
@@ -272,8 +301,11 @@ class Scheduler:
     def finish(self, seq: Sequence, reason: FinishReason, now: float) -> None:
         """End a sequence (stop, length or abort) and release everything it holds."""
         if seq.status is SequenceStatus.RUNNING:
-            self.block_manager.free(seq)
+            released, freed = self.block_manager.free(seq)
             self.running.remove(seq)
+            if self.trace is not None:
+                cause = "aborted" if reason is FinishReason.ABORT else f"finished ({reason.value})"
+                self.trace.changed(BlockChange(seq.request_id, RELEASE, released, freed, cause))
         elif seq.status is SequenceStatus.WAITING:
             self._queue_of(seq).remove(seq)
         seq.mark_finished(reason, now)

@@ -38,16 +38,17 @@ def test_engine_fills_request_and_step_metrics_on_a_fake_clock(tiny_llama):
     engine.clock = lambda: float(next(ticks))
     request = engine.add_request([1, 2, 3], SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True), arrival_time=0.0)
     outputs = []
-    durations = []
+    durations, split = [], []
     while engine.has_unfinished():
         result = engine.step()
         durations.append(result.stats.step_duration_s)
+        split.append((result.trace.execute_s, result.trace.other_s))
         outputs += [output for output in result.outputs if output.request_id == request]
     metrics = outputs[-1].metrics
-    # Each step reads the clock three times: start (scheduled), after the executor (tokens), end.
-    # add_request read tick 0; step 1 reads 1, 2, 3; step 2 reads 4, 5, 6; step 3 reads 7, 8, 9.
-    assert durations == [2.0, 2.0, 2.0]
+    # Each step reads the clock four times: start (scheduled), around the executor, end (tokens are
+    # stamped after the executor). add_request read tick 0; step 1 reads 1-4, step 2 5-8, step 3 9-12.
+    assert durations == [3.0, 3.0, 3.0] and split == [(1.0, 2.0)] * 3
     assert [len(output.new_token_ids) for output in outputs] == [1, 1, 1]
     assert metrics.num_output_tokens == 3 and metrics.finish_reason == "length"
-    assert metrics.token_times == [2.0, 5.0, 8.0] and metrics.finish_time == 8.0
-    assert (metrics.queue_time_ms, metrics.ttft_ms, metrics.e2e_ms, metrics.tpot_ms) == (1000.0, 2000.0, 8000.0, 3000.0)
+    assert metrics.token_times == [3.0, 7.0, 11.0] and metrics.finish_time == 11.0
+    assert (metrics.queue_time_ms, metrics.ttft_ms, metrics.e2e_ms, metrics.tpot_ms) == (1000.0, 3000.0, 11000.0, 4000.0)

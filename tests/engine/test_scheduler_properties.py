@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from workbench.block_replay import BlockReplay
+from workbench.local_backend import LocalBackend
 
 MAX_STEPS_TO_DRAIN = 5_000
 
@@ -86,6 +88,7 @@ class Checked:
         self.added: dict[str, int] = {}  # request id -> max_tokens
         self.finishes: Counter[str] = Counter()
         self.output_lengths: dict[str, int] = {}
+        self.replay = BlockReplay(config.num_kv_blocks)  # the block map rebuilt from the step traces
         execute = self.engine.executor.execute
 
         def checked_execute(batch):
@@ -134,6 +137,22 @@ class Checked:
         if had_work:  # never a step that schedules nothing while a request could run
             assert result.stats.num_seqs > 0, "an empty step while requests wait"
         self.check_state()
+        self.check_trace(result.trace)
+
+    def check_trace(self, trace) -> None:
+        """The step's trace balances, and replaying every trace so far gives the live block map."""
+        manager = self.engine.block_manager
+        assert trace.kv_before.used_blocks + trace.blocks_taken() - trace.blocks_returned() == trace.kv_after.used_blocks
+        assert (trace.kv_after.used_blocks, trace.kv_after.free_blocks, trace.kv_after.cached_free_blocks) == (
+            manager.num_used_blocks, manager.num_free_blocks, manager.num_cached_free_blocks)
+        self.replay.apply(trace)
+        live = {seq.request_id: seq for seq in self.engine.scheduler.running}
+        for block in manager.blocks:
+            holders = {request_id for request_id, seq in live.items() if block.block_id in seq.block_table}
+            assert self.replay.holders[block.block_id] == holders, f"block {block.block_id} at step {trace.step}"
+            assert self.replay.findable[block.block_id] == (block.prefix_hash is not None)
+        rows = {request_id: index for index, request_id in enumerate(live)}
+        assert (self.replay.owners(rows) == LocalBackend(self.engine).block_owners(rows)).all()
 
     def check_state(self) -> None:
         scheduler, manager = self.engine.scheduler, self.engine.block_manager
