@@ -326,10 +326,10 @@ class LLMEngine:
 
     def _step_trace(self, before: dict, outputs: list[RequestOutput], execute_s: float, duration_s: float,
                     end: float) -> StepTrace:
-        rows, block_changes, registered, preemptions = self.scheduler.trace.end_step()
+        rows, held, block_changes, registered, preemptions = self.scheduler.trace.end_step()
         emitted = [Emitted(output.request_id, output.new_token_ids, output.finish_reason,
                            output.metrics.finish_detail if output.finished else "") for output in outputs]
-        return StepTrace(step=self.num_steps, time_s=end, **before, rows=rows, execute_s=execute_s,
+        return StepTrace(step=self.num_steps, time_s=end, **before, rows=rows, held=held, execute_s=execute_s,
                          other_s=duration_s - execute_s, block_changes=block_changes, registered=registered,
                          preemptions=preemptions, kv_after=self._kv_state(), emitted=emitted)
 

@@ -26,7 +26,7 @@ from engine.batch import ScheduledBatch, ScheduledSequence
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.sequence import FinishReason, Sequence, SequenceStatus
-from engine.step_trace import ALLOCATE, RELEASE, REUSE, WAITING, WAITING_LONG, BlockChange, Preemption, ScheduledRow, TraceBuilder
+from engine.step_trace import ALLOCATE, RELEASE, REUSE, WAITING, WAITING_LONG, BlockChange, Held, Preemption, ScheduledRow, TraceBuilder
 from engine.wait_queue import WaitQueue
 
 
@@ -97,6 +97,8 @@ class Scheduler:
         preempted = self._schedule_running(scheduled, budget)
         if not preempted:
             self._admit_waiting(scheduled, budget, now)
+        elif self.trace is not None:
+            self._record_held({}, budget, "a running request was preempted in this step: nobody is admitted")
         return self._build_batch(scheduled)
 
     def _schedule_running(self, scheduled: dict[Sequence, int], budget: _Budget) -> bool:
@@ -146,12 +148,13 @@ class Scheduler:
         self._queue_of(seq).push(seq)
 
     def _admit_waiting(self, scheduled: dict[Sequence, int], budget: _Budget, now: float) -> None:
-        skipped: list[WaitQueue] = []  # queues whose head cannot start this step
+        skipped: dict[WaitQueue, str] = {}  # queues whose head cannot start this step, and why
         admitted: list[Sequence] = []  # never preempted in the step that admitted them: no cycles
+        overdue = None
         while budget.tokens > 0:
             queue = self._next_queue(skipped, now)
             if queue is None:
-                return
+                break
             seq = queue.peek()
             outcome = self._try_admit(seq, scheduled, budget, now)
             if outcome is _Admission.ADMITTED:
@@ -159,11 +162,33 @@ class Scheduler:
                 continue
             if outcome is not _Admission.NO_BUDGET and self._preempt_for(seq, outcome, admitted, scheduled, budget, now):
                 continue
+            skipped[queue] = self._admission_detail(outcome)
             if self._is_overdue(seq, now):
-                return  # the long queue's guarantee: nobody is admitted ahead of it
-            skipped.append(queue)
+                overdue = f"the overdue long prompt {seq.request_id} goes first"
+                break  # the long queue's guarantee: nobody is admitted ahead of it
+        if self.trace is not None:
+            self._record_held(skipped, budget, overdue)
 
-    def _next_queue(self, skipped: list[WaitQueue], now: float) -> WaitQueue | None:
+    def _admission_detail(self, outcome: _Admission) -> str:
+        if outcome is _Admission.NO_SLOT:
+            return f"max_num_seqs ({self.config.max_num_seqs}) reached"
+        if outcome is _Admission.NO_BLOCKS:
+            return f"{outcome.value} ({self.block_manager.num_free_blocks} free)"
+        return outcome.value
+
+    def _record_held(self, skipped: dict[WaitQueue, str], budget: _Budget, otherwise: str | None) -> None:
+        """The trace's reason why each waiting queue's head was not admitted in this step."""
+        for queue, name in ((self.waiting, WAITING), (self.waiting_long, WAITING_LONG)):
+            if not queue:
+                continue
+            reason = skipped.get(queue) or otherwise
+            if reason is None and budget.tokens == 0:
+                reason = f"the step's token budget ({self.config.max_num_batched_tokens} tokens) is used"
+            if reason is None:  # _next_queue left it out
+                reason = f"max_long_prefills ({self.config.max_long_prefills}) long prompts already prefill"
+            self.trace.held.append(Held(queue.peek().request_id, name, reason))
+
+    def _next_queue(self, skipped: dict[WaitQueue, str], now: float) -> WaitQueue | None:
         """The queue whose head is admitted next: an overdue long prompt, else by priority across
         both queues under the priority policy, the regular queue before the long one otherwise."""
         candidates = [queue for queue in (self.waiting, self.waiting_long) if queue and queue not in skipped]

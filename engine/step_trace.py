@@ -3,7 +3,8 @@
 - before: what the scheduler saw (queue lengths, KV blocks free / cached-free / used, the token
   budget), and the blocks that requests aborted since the last step gave back;
 - computation: the scheduled rows (prefill chunk start..end of the prompt, or a decode), which
-  queue each admitted request came from, and where the step's time went;
+  queue each admitted request came from, why each queue's head was not admitted (if it was not),
+  and where the step's time went;
 - persisted: KV blocks each request took fresh, reused from the prefix cache, or gave back (and
   which of those went back on the free list), blocks that became findable by prefix, and each
   preemption with its victim and reason;
@@ -58,6 +59,15 @@ class BlockChange:
 
 
 @dataclass
+class Held:
+    """The head of a queue that was not admitted in a step, and why (everyone behind it waits too)."""
+
+    request_id: str
+    queue: str  # WAITING or WAITING_LONG
+    reason: str  # e.g. "max_num_seqs (64) reached", "the step's token budget (1024 tokens) is used"
+
+
+@dataclass
 class Preemption:
     victim: str
     reason: str  # e.g. "no free KV block for request 7 (needs 1, 0 free); victim 12: the latest arrival"
@@ -84,6 +94,7 @@ class StepTrace:
     released_before: list[BlockChange]  # by requests aborted between steps; kv_before already counts them
     # computation
     rows: list[ScheduledRow]
+    held: list[Held]  # each waiting queue's head that was not admitted, and why
     execute_s: float  # the executor: model forward and sampling
     other_s: float  # the rest of the step: scheduling, block bookkeeping, stop checks
     # persisted
@@ -93,6 +104,10 @@ class StepTrace:
     kv_after: KvState
     # to the caller
     emitted: list[Emitted]
+    # Read back from a run log's summary line (workbench/trace_log.py): decode rows, and tokens
+    # emitted by them, that it counted instead of listing. Always 0 on a live trace.
+    decode_rows_omitted: int = 0
+    tokens_omitted: int = 0
 
     def blocks_taken(self) -> int:
         """Blocks that left the free list in this step."""
@@ -114,6 +129,7 @@ class TraceBuilder:
         self.block_changes: list[BlockChange] = []
         self.registered: list[int] = []
         self.preemptions: list[Preemption] = []
+        self.held: list[Held] = []
         self.between_steps: list[BlockChange] = []
 
     def begin_step(self) -> list[BlockChange]:
@@ -126,9 +142,9 @@ class TraceBuilder:
         if change.block_ids:
             (self.block_changes if self.in_step else self.between_steps).append(change)
 
-    def end_step(self) -> tuple[list[ScheduledRow], list[BlockChange], list[int], list[Preemption]]:
+    def end_step(self) -> tuple[list[ScheduledRow], list[Held], list[BlockChange], list[int], list[Preemption]]:
         """This step's records, and a clean slate for the next one."""
-        taken = (self.rows, self.block_changes, self.registered, self.preemptions)
-        self.rows, self.admitted_from, self.block_changes, self.registered, self.preemptions = [], {}, [], [], []
+        taken = (self.rows, self.held, self.block_changes, self.registered, self.preemptions)
+        self.rows, self.held, self.admitted_from, self.block_changes, self.registered, self.preemptions = [], [], {}, [], [], []
         self.in_step = False
         return taken

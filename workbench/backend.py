@@ -23,6 +23,7 @@ import numpy as np
 from engine.metrics import RequestMetrics, StepStats
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
+from engine.step_trace import StepTrace
 from engine.tokenizer import Tokenizer
 
 Chat = tuple[dict[str, str], ...]  # chat messages: {"role": "user", "content": "..."}, in order
@@ -41,6 +42,7 @@ class BackendCapabilities:
     block_map: bool = False  # which request holds which KV block
     token_ids: bool = False  # takes prompts as token ids (a chat endpoint may take only text)
     scheduled_events: bool = False  # when each request was scheduled and how many tokens each step computed
+    step_trace: bool = False  # each step's causal record: what it saw, scheduled, allocated, freed, emitted
 
     def missing(self) -> list[str]:
         """What this backend does not expose, by field name."""
@@ -55,6 +57,7 @@ class BackendUpdate:
     outputs: list[RequestOutput]  # per request that got tokens or ended since the last update
     stats: StepStats | None = None  # the server's state after the update, where exposed
     scheduled: dict[str, int] = field(default_factory=dict)  # tokens each request computed (scheduled_events)
+    trace: StepTrace | None = None  # the step's causal record (step_trace)
 
 
 @dataclass

@@ -39,7 +39,7 @@ def run_headless(
     recorder = RunRecorder(log_path, run_header(
         backend, dataclasses.asdict(scenario), variant=variant, seed=scenario.seed,
         requests_planned=runner.total_requests, start_time=start_time,
-    ))
+    ), trace=scenario.trace)
 
     def request_ended(ended: EndedRequest) -> None:
         recorder.request_ended(ended)

@@ -61,7 +61,7 @@ class LocalBackend:
 
     def advance(self) -> BackendUpdate:
         step = self.engine.step()
-        return BackendUpdate(outputs=step.outputs, stats=step.stats, scheduled=step.scheduled)
+        return BackendUpdate(outputs=step.outputs, stats=step.stats, scheduled=step.scheduled, trace=step.trace)
 
     def progress(self, request_id: str) -> RequestProgress | None:
         seq = self.engine.sequence(request_id)

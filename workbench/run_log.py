@@ -1,7 +1,8 @@
 """The run log: an append-only JSONL file written while a run happens, one line per event.
 
-Lines: a "header" (configuration, versions, seed, SLOs), a "step" per engine step, a "request"
-per ended request, and a "footer" when the run ends cleanly. Each line is flushed as it is
+Lines: a "header" (configuration, versions, seed, SLOs), a "step" per engine step, a "trace" per
+engine step of the in-process engine (workbench/trace_log.py; logs from before traces have none),
+a "request" per ended request, and a "footer" when the run ends cleanly. Each line is flushed as it is
 written, so a crash or Ctrl-C loses at most the step in flight and a partial report can still
 be built from what is there.
 """
@@ -44,6 +45,7 @@ class RunLog:
     steps: list[dict]
     requests: list[dict]
     footer: dict | None  # None when the run did not end cleanly
+    traces: list[dict] = dataclasses.field(default_factory=list)  # trace lines as written (trace_log.read_trace)
 
     @property
     def complete(self) -> bool:
@@ -52,7 +54,7 @@ class RunLog:
 
 def read_run_log(path: Path) -> RunLog:
     """The log's records; ConfigError when the file is missing or is not a run log."""
-    header, steps, requests, footer = None, [], [], None
+    header, steps, requests, footer, traces = None, [], [], None, []
     try:
         handle = path.open(encoding="utf-8")
     except FileNotFoundError as error:
@@ -72,13 +74,15 @@ def read_run_log(path: Path) -> RunLog:
                 header = record
             elif kind == "step":
                 steps.append(record)
+            elif kind == "trace":
+                traces.append(record)
             elif kind == "request":
                 requests.append(record)
             elif kind == "footer":
                 footer = record
     if header is None or not {"start_time", "scenario", "engine"} <= set(header):
         raise ConfigError(f"{path}: no header line; not a workbench run log")
-    return RunLog(header, steps, requests, footer)
+    return RunLog(header, steps, requests, footer, traces)
 
 
 def request_metrics(record: dict) -> RequestMetrics:

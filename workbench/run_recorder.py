@@ -1,6 +1,6 @@
 """One run's log, written as the run happens: the header (provenance, scenario, seed, requests
-planned), a line per backend update that carries server state, a line per ended request, and the
-footer once the run has ended. A log without a footer is an interrupted run (its report says so).
+planned), a line per backend update that carries server state, the step's trace where the backend
+has one, a line per ended request, and the footer once the run has ended. A log without a footer is an interrupted run (its report says so).
 Headless runs and the window record the same way."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 from workbench.backend import Backend, BackendUpdate
 from workbench.run_log import RunLogWriter
 from workbench.runner import EndedRequest, RunResult
+from workbench.trace_log import FULL_TRACE_STEPS, TRACE_COLUMNS, check_trace_level, trace_record
 
 RUN_LOG_NAME = "run.jsonl"
 
@@ -27,19 +28,31 @@ def run_header(backend: Backend, scenario: dict, *, variant: str | None, seed: i
         "versions": description["versions"],
         "engine": description["engine"],
         "requests_planned": requests_planned,
+        "trace_columns": TRACE_COLUMNS,
     }
 
 
 class RunRecorder:
-    def __init__(self, path: Path, header: dict):
+    """`trace`: how much of each step's trace to write (workbench/trace_log.py)."""
+
+    def __init__(self, path: Path, header: dict, trace: str = "auto"):
         if path.exists():
             path.unlink()  # a rerun into the same place starts a fresh log
+        self._trace = check_trace_level(trace)
+        self._traces_written = self._full_traces = 0
         self._writer: RunLogWriter | None = RunLogWriter(path)
-        self._writer.write("header", header)
+        self._writer.write("header", {**header, "trace": trace})
 
     def update(self, update: BackendUpdate) -> None:
-        if self._writer is not None and update.stats is not None:
+        if self._writer is None:
+            return
+        if update.stats is not None:
             self._writer.step(update.stats)
+        if update.trace is not None:
+            full = self._trace == "full" or (self._trace == "auto" and self._traces_written < FULL_TRACE_STEPS)
+            self._writer.write("trace", trace_record(update.trace, full))
+            self._traces_written += 1
+            self._full_traces += full
 
     def request_ended(self, ended: EndedRequest) -> None:
         if self._writer is not None:
@@ -51,6 +64,7 @@ class RunRecorder:
             self._writer.write("footer", {
                 "duration_s": result.duration_s, "stopped_early": result.interrupted,
                 "requests_unfinished": result.num_unfinished, "requests_not_sent": result.num_not_sent,
+                "traces": self._traces_written, "traces_full": self._full_traces,
             })
         self.close()
 

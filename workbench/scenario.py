@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from engine.config import EngineConfig
 from engine.errors import ConfigError
 from engine.metrics import RequestMetrics
+from workbench.trace_log import check_trace_level
 from workbench.traffic import TrafficProfile
 
 EVENT_ACTIONS = ("inject", "set_rate", "stop")
@@ -84,8 +85,12 @@ class Scenario:
     max_duration_s: float = 0.0
     variants: dict[str, Variant] = field(default_factory=dict)
     decision: Decision | None = None
+    # How much of each engine step's trace the run log keeps: "full", "summary" (decode rows
+    # counted, not listed) or "auto" (full for the first steps, then summary; workbench/trace_log.py).
+    trace: str = "auto"
 
     def __post_init__(self) -> None:
+        check_trace_level(self.trace)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"seed: expected an integer >= 0, got {self.seed!r}")
         if not 0 <= self.max_duration_s < float("inf"):

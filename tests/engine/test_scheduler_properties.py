@@ -145,6 +145,10 @@ class Checked:
         assert trace.kv_before.used_blocks + trace.blocks_taken() - trace.blocks_returned() == trace.kv_after.used_blocks
         assert (trace.kv_after.used_blocks, trace.kv_after.free_blocks, trace.kv_after.cached_free_blocks) == (
             manager.num_used_blocks, manager.num_free_blocks, manager.num_cached_free_blocks)
+        # Every queue left non-empty by the step names its head and why it was not admitted.
+        scheduler = self.engine.scheduler
+        heads = {(queue.peek().request_id, name) for queue, name in ((scheduler.waiting, "waiting"), (scheduler.waiting_long, "waiting_long")) if queue}
+        assert {(held.request_id, held.queue) for held in trace.held} == heads and all(held.reason for held in trace.held)
         self.replay.apply(trace)
         live = {seq.request_id: seq for seq in self.engine.scheduler.running}
         for block in manager.blocks:

@@ -95,3 +95,24 @@ def test_prefix_reuse_rejections_and_aborts_are_recorded_where_they_happen(tiny_
     assert aborted.free_list == aborted.block_ids[3:]  # the shared prefix stays with "a"
     assert any(emitted.request_id == "b" and emitted.finish_reason == "abort" for emitted in trace.emitted)
     assert balanced(trace)
+
+
+def test_a_request_that_waits_is_named_with_the_reason_at_the_head_of_its_queue(tiny_llama):
+    directory, _ = tiny_llama
+    engine = tiny_engine(directory, max_num_seqs=2, long_prompt_threshold=16, max_num_batched_tokens=32)
+    running = [engine.add_request([index + 1] * 4, SamplingParams(max_tokens=8, **GREEDY)) for index in range(2)]
+    third = engine.add_request([9] * 4, SamplingParams(max_tokens=8, **GREEDY))
+    long_prompt = engine.add_request([5] * 40, SamplingParams(max_tokens=8, **GREEDY))
+    trace = engine.step().trace
+    assert sorted(row.request_id for row in trace.rows) == sorted(running)
+    assert {(held.request_id, held.queue, held.reason) for held in trace.held} == {
+        (third, WAITING, "max_num_seqs (2) reached"), (long_prompt, WAITING_LONG, "max_num_seqs (2) reached")}
+
+
+def test_a_used_up_token_budget_is_the_reason_when_slots_and_blocks_are_free(tiny_llama):
+    directory, _ = tiny_llama
+    engine = tiny_engine(directory, max_num_batched_tokens=8)
+    for index in range(3):
+        engine.add_request([index + 1] * 4, SamplingParams(max_tokens=8, **GREEDY), request_id=f"r{index}")
+    (held,) = engine.step().trace.held
+    assert (held.request_id, held.queue, held.reason) == ("r2", WAITING, "the step's token budget (8 tokens) is used")

@@ -99,7 +99,7 @@ def test_a_preset_through_the_server_gives_a_full_report_and_live_server_state(s
         watcher.join()
     assert report["complete"] and report["metrics"]["requests_finished"]["value"] == 8
     assert set(report["metrics"]) >= set(local["metrics"]) - {key for key in local["metrics"] if "/" in key}
-    assert report["backend"]["not_exposed"] == ["batch_composition", "block_map", "scheduled_events"]
+    assert report["backend"]["not_exposed"] == ["batch_composition", "block_map", "scheduled_events", "step_trace"]
     assert report["metrics"]["kv_usage_peak_perc"]["value"] > 0 and report["metrics"]["kv_usage_peak_perc"]["n"] > 0
     assert max(seen_usage) > 0
     wait_until(lambda: state(server).kv_usage == 0.0 and state(server).num_running == 0, "KV usage back to 0 after the run")

@@ -218,7 +218,7 @@ class EngineWorker(QObject):
         self._recorder = RunRecorder(self.run_log_path, run_header(
             self._backend, scenario, variant=None, seed=scenario.get("seed", 0),
             requests_planned=self._runner.total_requests, start_time=self._runner.start_time,
-        ))
+        ), trace=scenario.get("trace", "auto"))
 
     def _close_log(self) -> None:
         if self._recorder is not None:
