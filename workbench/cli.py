@@ -6,6 +6,7 @@
     workbench bench --preset NAME [--variant V] [--set table.key=value ...] [--seed N] --out DIR
     workbench quality --quant none,int8,int4 [--group-size 32,64,128] [--json OUT]
     workbench compare RUN_A RUN_B [--intended 'metric:+20%' ...] [--tolerated 'metric:+10%' ...]
+    workbench trace RUN_DIR [--step N | --request ID]
 """
 
 from __future__ import annotations
@@ -75,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     compare.add_argument("--tolerated", action="append", help="tolerated regression, e.g. ttft_p99_ms:+10%%")
     compare.add_argument("--json", type=Path, help="also write the comparison as JSON")
 
+    trace = commands.add_parser("trace", help="a run's step traces: one step in four parts, or one request's history")
+    trace.add_argument("run", type=Path, help="a run folder (holding run.jsonl) or the run.jsonl itself")
+    which = trace.add_mutually_exclusive_group()
+    which.add_argument("--step", type=at_least(int, 0), help="the engine step to print: before, computation, persisted, to the caller")
+    which.add_argument("--request", help="a request id: every step that touched it")
+
     quality = commands.add_parser("quality", help="quantization quality, memory and speed on the bundled model")
     quality.add_argument("--quant", default="none,int8,int4", help=f"comma-separated options: auto (the default configuration),{','.join(METHODS)}")
     quality.add_argument("--group-size", default="32", help="group sizes of grouped formats (int4), comma-separated (32,64,128)")
@@ -121,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             return _compare(args)
         if args.command == "quality":
             return _quality(args)
+        if args.command == "trace":
+            return _trace(args)
         if args.command == "estimate":
             return _estimate(args)
         if args.command == "calibrate":
@@ -264,6 +273,38 @@ def _print_summary(report: dict) -> None:
     status = "complete" if report["complete"] else "INCOMPLETE (built from the run log)"
     print(f"{report['scenario']['name']} / {report['variant'] or '-'}: {status}")
     print("\n".join(line(name) for name in names))
+
+
+def _trace(args) -> int:
+    from engine.errors import ConfigError
+    from workbench.run_log import read_run_log
+    from workbench.run_recorder import RUN_LOG_NAME
+    from workbench.trace_log import read_trace
+    from workbench.trace_text import format_request, format_step
+
+    path = args.run / RUN_LOG_NAME if args.run.is_dir() else args.run
+    log = read_run_log(path)
+    if not log.traces:
+        raise ConfigError(f"{path}: this run log has no step traces (recorded by {log.header.get('backend', {}).get('name', 'a backend')}"
+                          ", which has none, or before traces were logged)")
+    first, last = log.traces[0]["step"], log.traces[-1]["step"]
+    if args.step is not None:
+        record = next((record for record in log.traces if record["step"] == args.step), None)
+        if record is None:
+            raise ConfigError(f"{path}: no trace of step {args.step}; this log traces steps {first}..{last}")
+        print(format_step(read_trace(record), log.header["start_time"]))
+    elif args.request is not None:
+        arrival = next((request["arrival_time"] for request in log.requests if request["request_id"] == args.request), None)
+        traces = [read_trace(record) for record in log.traces]
+        if arrival is None and not any(args.request in {row.request_id for row in trace.rows} for trace in traces):
+            raise ConfigError(f"{path}: no request {args.request!r} in this run")
+        print(format_request(traces, args.request, arrival, log.header["start_time"]))
+    else:
+        full = sum(record["full"] for record in log.traces)
+        preemptions = sum(len(record["preemptions"]) for record in log.traces)
+        print(f"{path}: steps {first}..{last} traced ({full} in full, {len(log.traces) - full} as summaries); "
+              f"{preemptions} preemptions. Print one with --step N, or a request's history with --request ID.")
+    return 0
 
 
 def _quality(args) -> int:
