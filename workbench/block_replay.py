@@ -21,10 +21,14 @@ class BlockReplay:
         self.step = -1  # the last step applied
 
     def apply(self, trace: StepTrace) -> None:
-        for change in (*trace.released_before, *trace.block_changes):
+        self.apply_changes(trace.step, [*trace.released_before, *trace.block_changes], trace.registered)
+
+    def apply_changes(self, step: int, changes: list[BlockChange], registered: list[int]) -> None:
+        """One step's block changes in order (releases before it first), then its registrations."""
+        for change in changes:
             self._change(change)
-        self.findable[trace.registered] = True
-        self.step = trace.step
+        self.findable[registered] = True
+        self.step = step
 
     def _change(self, change: BlockChange) -> None:
         for block_id in change.block_ids:

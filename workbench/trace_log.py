@@ -42,15 +42,15 @@ def check_trace_level(level: str) -> str:
 def trace_record(trace: StepTrace, full: bool) -> dict:
     """The run-log line of one step (without its "type")."""
     rows, emitted = trace.rows, trace.emitted
-    decodes_omitted = tokens_omitted = 0
+    decodes_omitted, tokens_omitted = trace.decode_rows_omitted, trace.tokens_omitted  # a summary read back stays one
     if not full:
         rows = [row for row in trace.rows if row.kind != "decode"]
-        decodes_omitted = len(trace.rows) - len(rows)
+        decodes_omitted += len(trace.rows) - len(rows)
         decoded = {row.request_id for row in trace.rows if row.kind == "decode"}
         emitted = [entry for entry in trace.emitted if entry.finish_reason or entry.request_id not in decoded]
-        tokens_omitted = sum(len(entry.token_ids) for entry in trace.emitted) - sum(len(entry.token_ids) for entry in emitted)
+        tokens_omitted += sum(len(entry.token_ids) for entry in trace.emitted) - sum(len(entry.token_ids) for entry in emitted)
     return {
-        "step": trace.step, "time_s": trace.time_s, "full": full,
+        "step": trace.step, "time_s": trace.time_s, "full": full and not trace.decode_rows_omitted and not trace.tokens_omitted,
         "waiting": trace.waiting, "waiting_long": trace.waiting_long, "running": trace.running,
         "token_budget": trace.token_budget, "kv_before": _kv(trace.kv_before),
         "released_before": [_change(change) for change in trace.released_before],

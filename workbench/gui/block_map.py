@@ -1,5 +1,6 @@
 """The KV block map: one cell per block, coloured by its owner (free, free-but-cached prefix,
-shared by several requests, or the request holding it)."""
+shared by several requests, or the request holding it); the live cache, or the cache at a step
+selected in the Step panel, with the selected request's blocks outlined."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 
 import numpy as np
 from PySide6.QtCore import QRect, Qt
-from PySide6.QtGui import QColor, QPainter
+from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QWidget
 
 from workbench.backend import BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED
@@ -20,11 +21,13 @@ class BlockMapView(QWidget):
     def __init__(self):
         super().__init__()
         self.owners = np.empty(0, dtype=np.int64)
+        self.highlighted: set[int] = set()  # the selected request's blocks, outlined
+        self.caption = ""  # what the map shows: the live cache, or the cache at a selected step
         self.setToolTip("One cell per KV block. Grey: free; purple: free but holding a reusable prefix; "
                         "gold: shared by several requests; other colours: the request holding it.")
 
-    def set_owners(self, owners: np.ndarray) -> None:
-        self.owners = owners
+    def set_owners(self, owners: np.ndarray, highlighted: list[int] = (), caption: str = "") -> None:
+        self.owners, self.highlighted, self.caption = owners, set(highlighted), caption
         self.update()
 
     def paintEvent(self, event) -> None:
@@ -32,12 +35,21 @@ class BlockMapView(QWidget):
         painter.fillRect(self.rect(), self.palette().window())
         count = self.owners.size
         if count:
-            columns = max(1, int(math.sqrt(count * self.width() / max(self.height(), 1))))
+            top = painter.fontMetrics().height() + 4 if self.caption else 0  # room for the caption
+            height = max(self.height() - top, 1)
+            columns = max(1, int(math.sqrt(count * self.width() / height)))
             rows = math.ceil(count / columns)
-            cell = max(1, min(self.width() // columns, self.height() // max(rows, 1)))
+            cell = max(1, min(self.width() // columns, height // max(rows, 1)))
             for index, owner in enumerate(self.owners.tolist()):
                 colour = _SPECIAL.get(owner) or _OWNER_COLOURS[owner % len(_OWNER_COLOURS)]
-                painter.fillRect(QRect((index % columns) * cell, (index // columns) * cell, cell - (cell > 3), cell - (cell > 3)), colour)
+                cell_rect = QRect((index % columns) * cell, top + (index // columns) * cell, cell - (cell > 3), cell - (cell > 3))
+                painter.fillRect(cell_rect, colour)
+                if index in self.highlighted:
+                    painter.setPen(QPen(Qt.GlobalColor.white, 2))
+                    painter.drawRect(cell_rect.adjusted(1, 1, -1, -1))
+            if self.caption:
+                painter.setPen(self.palette().text().color())
+                painter.drawText(2, painter.fontMetrics().ascent() + 2, self.caption)
         else:
             painter.setPen(self.palette().text().color())
             painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "no engine loaded")

@@ -2,9 +2,10 @@
 
 The worker thread is the only code that touches the backend. The GUI sends commands through a
 thread-safe queue, drained between steps; the loop writes metrics into a `MetricsStore`, request
-rows and the block map into `RequestRows`, and the run log through a `RunRecorder`, all of which
-the GUI reads as snapshots on its timers. Signals carry only rare events (load progress, loaded,
-errors, traffic state), never per-step data, so a fast engine cannot flood the event loop.
+rows and the block map into `RequestRows`, step traces into a `TraceStore`, and the run log
+through a `RunRecorder`, all of which the GUI reads as snapshots on its timers. Signals carry
+only rare events (load progress, loaded, errors, traffic state), never per-step data, so a fast
+engine cannot flood the event loop.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from workbench.metrics_store import MetricsStore
 from workbench.prompts import text_stream
 from workbench.request_rows import RequestRow, RequestRows
 from workbench.run_recorder import RUN_LOG_NAME, RunRecorder, run_header
+from workbench.trace_store import TraceStore
 from workbench.runner import EndedRequest, ScenarioRunner
 from workbench.scenario import SLO, Scenario
 
@@ -49,6 +51,8 @@ class EngineWorker(QObject):
         self._backend: Backend | None = None
         self._runner: ScenarioRunner | None = None
         self._requests: RequestRows | None = None
+        # Step traces since the engine was loaded, for the Step panel (None: the backend has none).
+        self.traces: TraceStore | None = None
         self._recorder: RunRecorder | None = None
         self._last_refresh = 0.0
         self._thread = threading.Thread(target=self._loop, name="engine-loop", daemon=True)
@@ -125,6 +129,7 @@ class EngineWorker(QObject):
         while True:
             busy = self._runner is not None and (self._backend.has_unfinished() or self._runner.traffic_pending)
             if was_busy and not busy and self._runner is not None:
+                self._requests.refresh()  # the last states and block map: the idle loop refreshes nothing
                 self.traffic_state.emit("finished")  # every request sent has ended, nothing is left to send
             was_busy = busy
             try:
@@ -190,6 +195,7 @@ class EngineWorker(QObject):
             self.loading.emit("prompt text", 0.0)
             text_stream(backend.tokenizer)  # now, not as a stall at the first injected request
         self._backend, self._requests = backend, RequestRows(backend, backend.num_kv_blocks or 0)
+        self.traces = TraceStore(backend.num_kv_blocks) if backend.capabilities.step_trace else None
         self._runner = ScenarioRunner(
             backend, None, on_step=self._on_update, on_request_end=self._on_end, on_output=self._requests.output,
             on_send=self._on_send,
@@ -236,6 +242,8 @@ class EngineWorker(QObject):
             self.store.add_step(update.stats)
         if self._recorder is not None:
             self._recorder.update(update)
+        if update.trace is not None and self.traces is not None:
+            self.traces.add(update.trace)
         self._requests.updated(update, self._seconds())
 
     def _on_end(self, ended: EndedRequest) -> None:

@@ -27,6 +27,8 @@ from workbench.report import write_report_files
 from workbench.run_log import RunLogWriter, read_run_log
 from workbench.run_recorder import RUN_LOG_NAME
 from workbench.scenario import Scenario
+from workbench.trace_log import read_trace
+from workbench.trace_store import TraceStore
 from engine.simulation import is_simulated, parse
 from workbench.gui.block_map import BlockMapView
 from workbench.gui.engine_panel import EnginePanel
@@ -38,6 +40,7 @@ from workbench.gui.memory_panel import MemoryPanel
 from workbench.gui.plots_view import PlotsView
 from workbench.gui.report_images import export_plot_images, store_from_log
 from workbench.gui.requests_view import RequestsView
+from workbench.gui.step_panel import StepPanel, step_keys
 from workbench.gui.traffic_panel import TrafficPanel
 
 ICON = Path(__file__).resolve().parents[2] / "assets" / "icon.svg"
@@ -67,6 +70,11 @@ class MainWindow(QMainWindow):
         self.plots = PlotsView()
         self.requests = RequestsView(decode=lambda ids: self.tokenizer_decode(ids) if self.tokenizer_decode else str(ids))
         self.block_map = BlockMapView()
+        self.step_panel = StepPanel()
+        self.selected_step: int | None = None  # pinned by a click on a plot; None: the block map follows the run
+        self.selected_request: str | None = None
+        self._past_traces: tuple[TraceStore, float] | None = None  # an opened run's traces, and its start time
+        self._past_rows: dict[str, int] = {}  # its requests in order of first appearance (block-map colours)
         self.memory = MemoryPanel()
         self.runs_text = QPlainTextEdit()
         self.runs_text.setReadOnly(True)
@@ -119,6 +127,8 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.requests, "Requests")
         self.tabs.addTab(self.block_map, "KV block map")
+        self.tabs.addTab(self.step_panel, "Step")
+        step_keys(self.block_map, self.move_step)  # scrub while watching the map
         self.tabs.addTab(self.memory, "Memory")
         self.tabs.addTab(runs, "Runs")
 
@@ -177,6 +187,11 @@ class MainWindow(QMainWindow):
         self.requests.abort_requested.connect(worker.abort)
         self.plots.request_clicked.connect(self.show_request)
         self.requests.selection_changed.connect(lambda request_id: self.requests.show_detail(self.worker.row(request_id) if request_id else None))
+        self.requests.selection_changed.connect(self.select_request)
+        self.plots.time_clicked.connect(self.select_time)
+        self.plots.step_moved.connect(self.move_step)
+        self.step_panel.step_requested.connect(self.select_step)
+        self.step_panel.live_requested.connect(self.follow_live)
 
     # ----- engine --------------------------------------------------------------------------------
 
@@ -197,6 +212,7 @@ class MainWindow(QMainWindow):
 
     def start_traffic(self, scenario: Scenario) -> None:
         self.error_label.setText("")
+        self.follow_live()  # a new run has its own time axis
         self.worker.start_traffic(scenario)
 
     def run_preset(self, scenario: Scenario) -> None:
@@ -220,9 +236,11 @@ class MainWindow(QMainWindow):
         self.viewing_past_run = False
         self.plots.set_capabilities(info.capabilities)
         self.progress.setValue(100)
+        self.follow_live()  # the steps of another engine are gone
         if isinstance(info, ServerInfo):
             self.stage.setText(f"connected: {info.name}")
             self.memory.show_not_exposed(info.name)
+            self.step_panel.show_not_exposed(info.name)
             return
         self._show_engine_stage()
         self.stage.setToolTip(f"quantization: {info.quantization} ({info.quantization_choice})\nquality: {info.quality}")
@@ -300,8 +318,70 @@ class MainWindow(QMainWindow):
         if isinstance(self.info, EngineInfo) and self.info.decode_mode() != self._decode_mode_shown:
             self._show_engine_stage()
         self.requests.set_rows(self.worker.rows())
-        if self.tabs.currentWidget() is self.block_map:
-            self.block_map.set_owners(self.worker.block_map())
+        if self.tabs.currentWidget() is self.block_map and self.selected_step is None:
+            self.block_map.set_owners(self.worker.block_map(), caption="live")
+
+    # ----- the selected step ---------------------------------------------------------------------
+
+    def _trace_source(self) -> tuple[TraceStore | None, float]:
+        """The traces being looked at (the live engine's, or an opened run's) and the engine-clock
+        time their run started (plot times count from it)."""
+        if self.viewing_past_run:
+            return self._past_traces or (None, 0.0)
+        store = self.worker.store
+        return self.worker.traces, store.start_time if store is not None else 0.0
+
+    def select_time(self, seconds: float) -> None:
+        """A plot was clicked: the step nearest that time."""
+        traces, origin = self._trace_source()
+        step = traces.nearest_step(origin + seconds) if traces is not None else None
+        if step is None:
+            return
+        self.select_step(step)
+        if self.tabs.currentWidget() is not self.block_map:  # a user watching the map keeps it
+            self.tabs.setCurrentWidget(self.step_panel)
+
+    def move_step(self, delta: int) -> None:
+        if self.selected_step is not None:
+            self.select_step(self.selected_step + delta)
+
+    def select_step(self, step: int) -> None:
+        """Show one step: its trace in the Step panel, its time on every plot, the cache as it was."""
+        traces, origin = self._trace_source()
+        trace = traces.trace(step) if traces is not None else None
+        if trace is None:
+            kept = traces.step_range() if traces is not None else None
+            self.statusBar().showMessage(f"step {step} is not kept" + (f" (steps {kept[0]}..{kept[1]} are; the run log has all)" if kept else ""), 5000)
+            return
+        self.selected_step = step
+        self.step_panel.show_trace(trace, origin, traces.step_range())
+        self.plots.set_cursor(trace.time_s - origin)
+        self._show_block_map_at_step()
+
+    def _show_block_map_at_step(self) -> None:
+        traces, _ = self._trace_source()
+        replay = traces.replay_at(self.selected_step)
+        rows = {row.request_id: index for index, row in enumerate(self.worker.rows())} if not self.viewing_past_run \
+            else self._past_rows
+        highlighted = replay.blocks_of(self.selected_request) if self.selected_request else []
+        self.block_map.set_owners(replay.owners(rows), highlighted, f"at step {self.selected_step} (Live returns to the run)")
+
+    def select_request(self, request_id: str | None) -> None:
+        """Mark the request's steps on the plots, its rows in the Step panel, its blocks in the map."""
+        self.selected_request = request_id
+        traces, origin = self._trace_source()
+        touched = traces.steps_touching(request_id) if traces is not None and request_id else []
+        self.plots.set_request_steps([end - origin for _, end in touched])
+        self.step_panel.highlight(request_id)
+        if self.selected_step is not None:
+            self._show_block_map_at_step()
+
+    def follow_live(self) -> None:
+        """Leave the selected step: no cursor, the block map follows the run."""
+        self.selected_step = None
+        self.plots.set_cursor(None)
+        self.step_panel.show_trace(None)
+        self.block_map.set_owners(self.worker.block_map(), caption="live")
 
     # ----- runs ----------------------------------------------------------------------------------
 
@@ -371,12 +451,34 @@ class MainWindow(QMainWindow):
         if not folder or (run := self._read_run(folder, "open run")) is None:
             return
         log, store = run
+        self.follow_live()
         self.viewing_past_run = True
         self.plots.update_from(store.snapshot())
-        self.runs_text.setPlainText(f"viewing {folder} ({'complete' if log.complete else 'incomplete'}); 'Back to live' returns")
+        note = self._open_traces(log)
+        self.runs_text.setPlainText(f"viewing {folder} ({'complete' if log.complete else 'incomplete'}); 'Back to live' returns"
+                                    + (f"\n{note}" if note else ""))
+
+    def _open_traces(self, log) -> str:
+        """An opened run's step traces, for the Step panel and the block map; what they cannot show."""
+        self._past_traces, self._past_rows = None, {}
+        if not log.traces:
+            self.step_panel.show_not_exposed(f"{log.header['backend']['name']} (this run log)")
+            return "this run log has no step traces"
+        traces = TraceStore(log.header["engine"]["kv_blocks"], capacity=len(log.traces))
+        for record in log.traces:
+            trace = read_trace(record)
+            traces.add(trace)
+            for request_id in (row.request_id for row in trace.rows):
+                self._past_rows.setdefault(request_id, len(self._past_rows))
+        self._past_traces = (traces, log.header["start_time"])
+        held_before = log.traces[0]["kv_before"][2]
+        return (f"the cache held {held_before} blocks from before this run: the block map shows only what its steps changed"
+                if held_before else "")
 
     def back_to_live(self) -> None:
+        self.follow_live()
         self.viewing_past_run = False
+        self._past_traces = None
         self._live = None
 
     def compare_runs(self, baseline: str | None = None, candidate: str | None = None) -> None:

@@ -1,4 +1,5 @@
-"""The centre of the window: the five live plots, refreshed from MetricsStore snapshots."""
+"""The centre of the window: the five live plots, refreshed from MetricsStore snapshots, with the
+selected step's cursor across them (a click selects the step at that time; ←/→ move it)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 import pyqtgraph.exporters  # noqa: F401  (pg.exporters)
-from PySide6.QtCore import QRectF, QSignalBlocker, Signal
+from PySide6.QtCore import QRectF, QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
@@ -15,6 +16,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QSpinBo
 from workbench.metrics_store import MetricsSnapshot
 from workbench.backend import IN_PROCESS, BackendCapabilities
 from workbench.gui.plots import PLOT_NEEDS, LatencyPlot, all_plots, draw_ghost, percentile_summary, show_not_exposed
+from workbench.gui.step_panel import step_keys
 
 
 def axis_end(latest: float) -> float:
@@ -47,6 +49,8 @@ def _export_svg(plot: pg.PlotItem, path: Path) -> None:
 
 class PlotsView(QWidget):
     request_clicked = Signal(str)  # the request of a clicked latency point
+    time_clicked = Signal(float)  # seconds since the run started, where a plot was clicked
+    step_moved = Signal(int)  # ←/→ over the plots: one step back or on
 
     def __init__(self):
         super().__init__()
@@ -63,6 +67,19 @@ class PlotsView(QWidget):
             view = plot.plot.vb
             view.sigRangeChangedManually.connect(lambda _mask, view=view: self._zoomed_by_user(view))
         self.zoomed = False  # the user zoomed or panned: draw what they look at, and leave the axis alone
+        # The selected step: one vertical cursor across every plot; the selected request's steps:
+        # marks along the batch plot's time axis.
+        self.cursors = {}
+        for name, plot in self.plots.items():
+            cursor = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#ecf0f1", width=1, style=Qt.PenStyle.DashLine))
+            cursor.setZValue(50)
+            cursor.setVisible(False)
+            plot.plot.addItem(cursor, ignoreBounds=True)
+            self.cursors[name] = cursor
+        self.request_steps = pg.ScatterPlotItem(symbol="t1", size=9, brush="#ecf0f1", pen=None)
+        self.plots["batch_composition"].plot.addItem(self.request_steps, ignoreBounds=True)
+        self.layout_widget.scene().sigMouseClicked.connect(self._scene_clicked)
+        step_keys(self, self.step_moved.emit)
         self._axis_end: float | None = None
         self.latency_mode = QComboBox()
         self.latency_mode.addItems(["TTFT and e2e", "TPOT"])
@@ -106,6 +123,28 @@ class PlotsView(QWidget):
     def _point_clicked(self, scatter, points, event) -> None:
         if len(points):
             self.request_clicked.emit(self.latency.request_at(int(points[0].data())))
+
+    def _scene_clicked(self, event) -> None:
+        """A left click in a plot selects the time under it; a click that a latency point took
+        selects that point's request instead."""
+        if event.button() != Qt.MouseButton.LeftButton or event.double() or event.isAccepted():
+            return
+        for plot in self.plots.values():
+            view = plot.plot.vb
+            if view.sceneBoundingRect().contains(event.scenePos()):
+                self.time_clicked.emit(float(view.mapSceneToView(event.scenePos()).x()))
+                return
+
+    def set_cursor(self, seconds: float | None) -> None:
+        """Draw the selected step's time across every plot (None hides it)."""
+        for cursor in self.cursors.values():
+            if seconds is not None:
+                cursor.setPos(seconds)
+            cursor.setVisible(seconds is not None)
+
+    def set_request_steps(self, seconds: list[float]) -> None:
+        """Mark the steps that touched the selected request along the batch plot's time axis."""
+        self.request_steps.setData(seconds, [0.0] * len(seconds))
 
     def _mode_changed(self, index: int) -> None:
         self.latency.set_mode(LatencyPlot.MODES[index])

@@ -291,6 +291,7 @@ def test_every_control_is_whole_and_inside_its_column_at_1280_by_800(window, qtb
     window.plots.update_from(filled_store(requests=5000).snapshot())
     qtbot.wait(50)
     needed = window.plots.layout_widget.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
+    print("NEEDED", needed, window.plots.layout_widget.viewport().width(), window.main_splitter.sizes())
     assert needed <= window.plots.layout_widget.viewport().width()
 
 
@@ -349,6 +350,7 @@ def test_the_window_drives_a_server_and_says_what_it_does_not_expose(window, qtb
     plots = window.plots.plots
     assert plots["batch_composition"].plot.titleLabel.text == "Batch composition per step: not exposed by this backend"
     assert "not exposed by this backend" in window.memory.text.text()
+    assert "step traces not exposed by this backend" in window.step_panel.title.text()
     traffic = TrafficProfile(arrival="poisson", rate=20.0, num_requests=6, prompt_len=LengthDistribution(mean=12),
                              output_len=LengthDistribution(mean=8))
     window.start_traffic(Scenario(name="remote", traffic=traffic))
