@@ -15,6 +15,8 @@ import os
 from datetime import date
 from pathlib import Path
 
+from engine.quantization import UNQUANTIZED
+
 EXACT = "exact: the file's weights in float32, no quantization"
 
 
@@ -51,7 +53,7 @@ def quality_line(model_path: str | Path, option: str, quantization: str, dtype: 
     """One line for the window: the configuration's measured cost against the file's own weights,
     that it has none, or the command that measures it. `option` is the quantization as configured
     ("auto", "int4"), `quantization` what it resolved to ("int4 g32 + int8 head, ...")."""
-    if quantization == "none" and dtype == kv_cache_dtype == "float32":
+    if quantization == UNQUANTIZED and dtype == kv_cache_dtype == "float32":
         return EXACT
     figures = _read(ledger or ledger_path()).get(model_key(model_path), {}).get(
         configuration_key(quantization, dtype, kv_cache_dtype))
