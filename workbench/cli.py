@@ -1,7 +1,7 @@
 """The `workbench` command line.
 
     workbench                      the desktop app on the bundled model
-    workbench gui [--preset NAME] [--run-for SECONDS] [--screenshot FILE.png]
+    workbench gui [--preset NAME] [--run-for SECONDS [--screenshot FILE.png] [--inspect SECONDS]]
     workbench presets              list the presets
     workbench bench --preset NAME [--variant V] [--set table.key=value ...] [--seed N] --out DIR
     workbench quality --quant none,int8,int4 [--group-size 32,64,128] [--json OUT]
@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     gui.add_argument("--screenshot", metavar="FILE.png", help="with --run-for: save a screenshot of the window before exiting")
     gui.add_argument("--server", metavar="URL", help="drive this OpenAI-compatible server instead of the in-process engine")
     gui.add_argument("--baseline", metavar="RUN_DIR", help="draw this past run (a bench --out folder) faded under the live plots")
+    gui.add_argument("--inspect", type=at_least(float, 0.0), metavar="SECONDS",
+                     help="with --run-for: when the time is up, show the step at this time into the run in the Step panel")
     add_server_model_options(gui)
 
     bench = commands.add_parser("bench", help="run a preset headless and write its report")
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.command == "gui":
             return run_gui(args.preset, args.run_for, args.screenshot, args.server, args.served_model, args.tokenizer,
-                           args.baseline)
+                           args.baseline, args.inspect)
         return run_gui()
     except EngineError as error:
         print(f"workbench: {error}", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 A line keeps the four parts of `StepTrace` (engine/step_trace.py). Scalars are named; the
 repeated entries (rows, block changes, preemptions, emitted tokens) are arrays whose columns the
-run header lists under "trace_columns", which keeps a 64-row step near 3 KB.
+run header lists under "trace_columns" (about 5 KB a step at 64 decode rows, README "Step inspector").
 
 Two levels (the scenario's `trace` setting):
 - "full": everything;
@@ -20,8 +20,9 @@ from engine.errors import ConfigError
 from engine.step_trace import BlockChange, Emitted, Held, KvState, Preemption, ScheduledRow, StepTrace
 
 TRACE_LEVELS = ("auto", "full", "summary")
-# About 3 KB a step at 64 decode rows (README, "Step inspector"): some 60 MB of full lines.
-FULL_TRACE_STEPS = 20_000
+# Full lines average 5.2 KB a step at 64 decode rows, summaries 0.7 KB (benchmarks/trace_cost.py):
+# a long soak's log grows by at most some 50 MB of full lines, then by a seventh of that.
+FULL_TRACE_STEPS = 10_000
 
 TRACE_COLUMNS = {
     "rows": ["request_id", "kind", "start", "end", "num_prompt_tokens", "admitted_from", "recompute"],

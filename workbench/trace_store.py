@@ -2,7 +2,7 @@
 
 Kept since the engine was loaded (block state carries over from one run to the next, so a replay
 must start where the cache was empty): the newest `capacity` steps, each as its run-log record
-(workbench/trace_log.py, about 3 KB at 64 rows), plus the block map replayed to every
+(workbench/trace_log.py, about 5 KB at 64 rows), plus the block map replayed to every
 CHECKPOINT_STEPS-th step, so the map at any kept step is at most that many steps of block changes
 away. Older steps are dropped a checkpoint at a time; the run log keeps them all.
 
@@ -23,7 +23,7 @@ from workbench.block_replay import BlockReplay
 from workbench.trace_log import read_trace, trace_record
 
 CHECKPOINT_STEPS = 500
-CAPACITY_STEPS = 20_000
+CAPACITY_STEPS = 10_000  # at most some 50 MB of records at 64 rows a step; minutes to an hour of a window's run
 
 
 class TraceStore:

@@ -105,6 +105,7 @@ DECISION_WITHOUT_ARMS = 'name = "d"\n[traffic]\nrate = 1.0\nnum_requests = 2\n[d
     (["gui", "--screenshot", "OUT.png"], "--screenshot needs --run-for SECONDS"),
     (["gui", "--run-for", "1", "--screenshot", "/nonexistent-folder/window.png"], "the folder /nonexistent-folder does not exist"),
     (["gui", "--run-for", "1", "--screenshot", "OUT.jpg"], "expected a .png file"),
+    (["gui", "--inspect", "3"], "--inspect needs --run-for SECONDS"),
     (["gui", "--baseline", "no/such/run"], "--baseline no/such/run: expected a run folder holding run.jsonl"),
 ])
 def test_bad_arguments_get_one_line_and_exit_code_2(arguments, message, tmp_path, capsys):

@@ -43,11 +43,14 @@ def screenshot_problem(screenshot: str | None, run_for_s: float | None) -> str |
 
 def run_gui(preset: str | None = None, run_for_s: float | None = None, screenshot: str | None = None,
             server: str | None = None, served_model: str | None = None, tokenizer: str = SERVER_TOKENIZER,
-            baseline: str | None = None) -> int:
+            baseline: str | None = None, inspect_s: float | None = None) -> int:
     """The window; with `server` (a URL), driving that server instead of an in-process engine:
     its model `served_model` (default: the first it lists), prompts made with `tokenizer`; with
-    `baseline` (a run folder), that run drawn faded under the live plots."""
+    `baseline` (a run folder), that run drawn faded under the live plots; with `inspect_s`, the
+    step at that time into the run shown in the Step panel when `run_for_s` is up."""
     problem = screenshot_problem(screenshot, run_for_s) or baseline_problem(baseline)
+    if inspect_s is not None and run_for_s is None:
+        problem = "--inspect needs --run-for SECONDS (the step is selected when that time is up)"
     if problem:
         print(f"workbench: {problem}", file=sys.stderr)
         return 2
@@ -99,6 +102,8 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
         def finish() -> None:
             window.refresh_plots()
             window.refresh_tables()
+            if inspect_s is not None:
+                window.select_time(inspect_s)
             if screenshot and not window.grab().save(screenshot):
                 outcome["code"] = 1
                 print(f"workbench: could not write the screenshot {screenshot}", file=sys.stderr)

@@ -132,7 +132,7 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.memory, "Memory")
         self.tabs.addTab(runs, "Runs")
 
-        centre = QSplitter(Qt.Orientation.Vertical)
+        self.centre = centre = QSplitter(Qt.Orientation.Vertical)
         centre.addWidget(self.plots)
         centre.addWidget(self.tabs)
         centre.setSizes([620, 300])
@@ -340,6 +340,9 @@ class MainWindow(QMainWindow):
         self.select_step(step)
         if self.tabs.currentWidget() is not self.block_map:  # a user watching the map keeps it
             self.tabs.setCurrentWidget(self.step_panel)
+            plots_height, tabs_height = self.centre.sizes()
+            if tabs_height < 0.45 * (plots_height + tabs_height):  # room for the step's tables
+                self.centre.setSizes([int(0.55 * (plots_height + tabs_height)), int(0.45 * (plots_height + tabs_height))])
 
     def move_step(self, delta: int) -> None:
         if self.selected_step is not None:

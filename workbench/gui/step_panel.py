@@ -17,7 +17,9 @@ from engine.step_trace import ALLOCATE, REUSE, StepTrace
 from workbench.trace_text import block_ranges, row_tokens
 
 PARTS = {  # table: (title, what it holds, columns)
-    "before": ("before", "what the scheduler saw: queues, KV blocks, the token budget", ["", "value"]),
+    "before": ("before", "what the scheduler saw: queues, KV blocks, the token budget, blocks released since the last step",
+               ["waiting", "waiting_long", "running", "token budget", "KV used", "KV free", "free, holding a prefix",
+                "released before the step (aborts)"]),
     "computation": ("computation", "the batch's rows, and why each waiting queue's head was not admitted",
                     ["request", "work", "queue", "why"]),
     "persisted": ("persisted", "KV blocks allocated, reused and released, and preemptions with their reason",
@@ -72,8 +74,13 @@ class StepPanel(QWidget):
             box = QGroupBox(title)
             box.setToolTip(holds)
             QVBoxLayout(box).addWidget(table)
-            grid.addWidget(box, index // 2, index % 2)
+            if index == 0:  # one row of numbers across the top, the three lists side by side below it
+                table.setMaximumHeight(table.horizontalHeader().sizeHint().height() + table.verticalHeader().defaultSectionSize() + 6)
+                grid.addWidget(box, 0, 0, 1, 3)
+            else:
+                grid.addWidget(box, 1, index - 1)
             self.tables[name] = table
+        grid.setRowStretch(1, 1)
         tables = QWidget()
         tables.setLayout(grid)
         scroll = QScrollArea()  # a short tab scrolls instead of squeezing the plots above it
@@ -109,13 +116,10 @@ class StepPanel(QWidget):
                            f"{1000 * trace.other_s:.1f} ms other (scheduling, bookkeeping)")
         self.previous.setEnabled(kept is None or trace.step > kept[0])
         self.next.setEnabled(kept is None or trace.step < kept[1])
-        kv = [("KV blocks used", trace.kv_before.used_blocks), ("KV blocks free", trace.kv_before.free_blocks),
-              ("of them holding a prefix", trace.kv_before.cached_free_blocks)]
-        before = [(None, ["waiting", str(trace.waiting)]), (None, ["waiting_long", str(trace.waiting_long)]),
-                  (None, ["running", str(trace.running)]), (None, ["token budget", str(trace.token_budget)]),
-                  *((None, [name, str(value)]) for name, value in kv),
-                  *((change.request_id, [f"{change.request_id} {change.cause} before the step",
-                                         f"released [{block_ranges(change.block_ids)}]"]) for change in trace.released_before)]
+        kv = trace.kv_before
+        released = "; ".join(f"{change.request_id} {change.cause}: [{block_ranges(change.block_ids)}]" for change in trace.released_before)
+        before = [(None, [str(value) for value in (trace.waiting, trace.waiting_long, trace.running, trace.token_budget,
+                                                   kv.used_blocks, kv.free_blocks, kv.cached_free_blocks)] + [released or "none"])]
         computation = [(row.request_id, [row.request_id, row_tokens(row), row.admitted_from or "running",
                                          "admitted" if row.admitted_from else ""]) for row in trace.rows]
         if trace.decode_rows_omitted:

@@ -47,7 +47,7 @@ def test_gui_under_xvfb_writes_a_screenshot_of_the_main_window(tmp_path, tiny_ll
     environment = {key: value for key, value in os.environ.items() if key not in ("QT_QPA_PLATFORM", "DISPLAY")}
     environment["WORKBENCH_SETTINGS"] = str(tmp_path / "settings.ini")
     result = subprocess.run(
-        ["xvfb-run", "-a", "-s", "-screen 0 1600x1000x24", *workbench_command("gui", "--preset", str(preset), "--run-for", "3", "--screenshot", str(screenshot))],
+        ["xvfb-run", "-a", "-s", "-screen 0 1600x1000x24", *workbench_command("gui", "--preset", str(preset), "--run-for", "3", "--screenshot", str(screenshot), "--inspect", "1")],
         env=environment, capture_output=True, text=True, timeout=180,
     )
     assert result.returncode == 0, result.stderr[-2000:]
