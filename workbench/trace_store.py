@@ -104,6 +104,13 @@ class TraceStore:
                 replay.apply_changes(*changes)
             return replay
 
+    def traces_between(self, start_time: float, end_time: float) -> list[StepTrace]:
+        """The kept steps that ended within [start_time, end_time] (engine clock), decoded."""
+        with self._lock:
+            low, high = bisect.bisect_left(self._end_times, start_time), bisect.bisect_right(self._end_times, end_time)
+            records = self._records[low:high]
+        return [read_trace(json.loads(record)) for record in records]
+
     def steps_touching(self, request_id: str) -> list[tuple[int, float]]:
         """(step, end time) of every kept step whose trace names the request."""
         needle = json.dumps(request_id)

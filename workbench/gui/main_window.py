@@ -29,6 +29,7 @@ from workbench.run_recorder import RUN_LOG_NAME
 from workbench.scenario import Scenario
 from workbench.trace_log import read_trace
 from workbench.trace_store import TraceStore
+from workbench.trace_text import format_request
 from engine.simulation import is_simulated, parse
 from workbench.gui.block_map import BlockMapView
 from workbench.gui.engine_panel import EnginePanel
@@ -186,7 +187,6 @@ class MainWindow(QMainWindow):
         panel.preset_chosen.connect(self.run_preset)
         self.requests.abort_requested.connect(worker.abort)
         self.plots.request_clicked.connect(self.show_request)
-        self.requests.selection_changed.connect(lambda request_id: self.requests.show_detail(self.worker.row(request_id) if request_id else None))
         self.requests.selection_changed.connect(self.select_request)
         self.plots.time_clicked.connect(self.select_time)
         self.plots.step_moved.connect(self.move_step)
@@ -370,14 +370,28 @@ class MainWindow(QMainWindow):
         self.block_map.set_owners(replay.owners(rows), highlighted, f"at step {self.selected_step} (Live returns to the run)")
 
     def select_request(self, request_id: str | None) -> None:
-        """Mark the request's steps on the plots, its rows in the Step panel, its blocks in the map."""
+        """Show the request's row, timeline and causal history; mark its steps on the plots, its
+        rows in the Step panel, its blocks in the map."""
         self.selected_request = request_id
+        row = self.worker.row(request_id) if request_id else None
+        self.requests.show_detail(row, self._request_history(row) if row is not None else "")
         traces, origin = self._trace_source()
         touched = traces.steps_touching(request_id) if traces is not None and request_id else []
         self.plots.set_request_steps([end - origin for _, end in touched])
         self.step_panel.highlight(request_id)
         if self.selected_step is not None:
             self._show_block_map_at_step()
+
+    def _request_history(self, row) -> str:
+        """`workbench trace --request`'s text for a row of the live run, from the steps between its
+        arrival and its end."""
+        traces, origin = self._trace_source()
+        if traces is None or self.viewing_past_run or not row.timeline:
+            return ""
+        arrival = origin + row.timeline[0][0]
+        ended = row.state in ("finished", "aborted", "rejected", "failed")
+        end = origin + row.timeline[-1][0] + 1.0 if ended else float("inf")  # the ending step ends just before it is logged
+        return format_request(traces.traces_between(arrival, end), row.request_id, arrival, origin)
 
     def follow_live(self) -> None:
         """Leave the selected step: no cursor, the block map follows the run."""

@@ -130,7 +130,9 @@ class RequestsView(QWidget):
                 return True
         return False
 
-    def show_detail(self, row: RequestRow | None) -> None:
+    def show_detail(self, row: RequestRow | None, history: str = "") -> None:
+        """`history`: the request's causal history from the step traces (waits and their reasons,
+        admission, chunks, blocks, preemptions), where the backend keeps them."""
         if row is None:
             self.detail.clear()
             return
@@ -139,7 +141,8 @@ class RequestsView(QWidget):
         timeline = "\n".join(f"  {seconds:9.3f} s  {event}" for seconds, event in row.timeline)
         self.detail.setPlainText(
             f"{row.request_id} ({row.tag}) — {row.state}\n\ntimeline (seconds since the run started):\n{timeline}\n\n"
-            f"prompt ({len(row.prompt_token_ids)} tokens):\n{prompt}\n\noutput ({len(row.output_token_ids)} tokens):\n{output}"
+            + (f"step by step (the step traces):\n{history}\n\n" if history else "")
+            + f"prompt ({len(row.prompt_token_ids)} tokens):\n{prompt}\n\noutput ({len(row.output_token_ids)} tokens):\n{output}"
         )
 
     def _abort_selected(self) -> None:

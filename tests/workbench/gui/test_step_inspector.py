@@ -89,6 +89,9 @@ def test_selecting_a_request_marks_its_steps_its_rows_and_its_blocks(window, qtb
     window.refresh_tables()
     request_id = window.worker.rows()[1].request_id
     assert window.requests.select(request_id)
+    detail = window.requests.detail.toPlainText()  # its causal history, as `workbench trace --request` prints it
+    assert "step by step (the step traces):\nrequest " in detail and "admitted from waiting" in detail
+    assert "finished: length (max_tokens (20))" in detail
     touched = window.worker.traces.steps_touching(request_id)
     assert len(touched) == 20  # a prefill that samples the first token, 19 decodes (the last one also frees its blocks)
     assert len(window.plots.request_steps.getData()[0]) == len(touched)
