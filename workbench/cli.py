@@ -285,7 +285,7 @@ def _trace(args) -> int:
     from workbench.trace_text import format_request, format_step
 
     path = args.run / RUN_LOG_NAME if args.run.is_dir() else args.run
-    log = read_run_log(path)
+    log = read_run_log(path, with_traces=True)
     if not log.traces:
         raise ConfigError(f"{path}: this run log has no step traces (recorded by {log.header.get('backend', {}).get('name', 'a backend')}"
                           ", which has none, or before traces were logged)")

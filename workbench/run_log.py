@@ -52,8 +52,13 @@ class RunLog:
         return self.footer is not None
 
 
-def read_run_log(path: Path) -> RunLog:
-    """The log's records; ConfigError when the file is missing or is not a run log."""
+# How the writer starts a trace line: reports and plots skip those lines without parsing them.
+_TRACE_LINE_START = json.dumps({"type": "trace"})[:-1]
+
+
+def read_run_log(path: Path, with_traces: bool = False) -> RunLog:
+    """The log's records; ConfigError when the file is missing or is not a run log. The step
+    traces (most of a log's bytes) are read only when asked for."""
     header, steps, requests, footer, traces = None, [], [], None, []
     try:
         handle = path.open(encoding="utf-8")
@@ -63,6 +68,8 @@ def read_run_log(path: Path) -> RunLog:
         raise ConfigError(f"{path}: cannot be read ({error.strerror})") from error
     with handle:
         for line in handle:
+            if not with_traces and line.startswith(_TRACE_LINE_START):
+                continue
             try:
                 record = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError):

@@ -430,10 +430,10 @@ class MainWindow(QMainWindow):
         self.runs_text.setPlainText(f"saved to {target}\n\n{json.dumps(report['metrics'], indent=1)[:4000]}")
         return target
 
-    def _read_run(self, folder: str, action: str):
+    def _read_run(self, folder: str, action: str, with_traces: bool = False):
         """A run folder's log and its replayed store, or None (and the reason in the status line)."""
         try:
-            log = read_run_log(Path(folder) / RUN_LOG_NAME)
+            log = read_run_log(Path(folder) / RUN_LOG_NAME, with_traces)
             return log, store_from_log(log)
         except (EngineError, KeyError, TypeError) as error:  # KeyError, TypeError: a header of another shape
             self.on_failed(f"{action}: {error if isinstance(error, EngineError) else f'{folder}: not a workbench run log'}")
@@ -465,7 +465,7 @@ class MainWindow(QMainWindow):
 
     def open_run(self, folder: str | None = None) -> None:
         folder = folder or QFileDialog.getExistingDirectory(self, "Open a run folder")
-        if not folder or (run := self._read_run(folder, "open run")) is None:
+        if not folder or (run := self._read_run(folder, "open run", with_traces=True)) is None:
             return
         log, store = run
         self.follow_live()
