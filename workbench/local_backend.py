@@ -6,6 +6,8 @@ window's engine thread, or the headless runner's). Everything is exposed: it is 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from engine import LLMEngine
@@ -15,10 +17,10 @@ from workbench.provenance import environment
 
 
 class LocalBackend:
-    capabilities = IN_PROCESS
-
     def __init__(self, engine: LLMEngine):
         self.engine = engine
+        # Everything, except step traces when the configuration turned them off.
+        self.capabilities = IN_PROCESS if engine.config.step_trace else dataclasses.replace(IN_PROCESS, step_trace=False)
         self.name = "in-process engine"  # how it runs is in the header's versions, and in each step
         self.max_model_len = engine.max_model_len
         self.vocab_size = engine.model_config.vocab_size

@@ -240,8 +240,11 @@ class MainWindow(QMainWindow):
         if isinstance(info, ServerInfo):
             self.stage.setText(f"connected: {info.name}")
             self.memory.show_not_exposed(info.name)
-            self.step_panel.show_not_exposed(info.name)
+            self.step_panel.show_not_exposed(f"{info.name}: a server keeps no record of what each step scheduled, "
+                                             "allocated and freed (the in-process engine does)")
             return
+        if not info.capabilities.step_trace:
+            self.step_panel.show_not_exposed("engine.step_trace is false in this configuration")
         self._show_engine_stage()
         self.stage.setToolTip(f"quantization: {info.quantization} ({info.quantization_choice})\nquality: {info.quality}")
         self._show_memory(info)
@@ -479,7 +482,8 @@ class MainWindow(QMainWindow):
         """An opened run's step traces, for the Step panel and the block map; what they cannot show."""
         self._past_traces, self._past_rows = None, {}
         if not log.traces:
-            self.step_panel.show_not_exposed(f"{log.header['backend']['name']} (this run log)")
+            self.step_panel.show_not_exposed("this run log has none (recorded before step traces, by a server, or with "
+                                             "engine.step_trace = false)")
             return "this run log has no step traces"
         traces = TraceStore(log.header["engine"]["kv_blocks"], capacity=len(log.traces))
         for record in log.traces:

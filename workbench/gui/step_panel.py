@@ -96,11 +96,10 @@ class StepPanel(QWidget):
         if self.trace is not None:
             self.step_requested.emit(self.trace.step + delta)
 
-    def show_not_exposed(self, backend: str) -> None:
-        """A remote server keeps no record of its steps."""
+    def show_not_exposed(self, why: str) -> None:
+        """No step traces to show, and why (a server keeps none; tracing is off; an old log)."""
         self.show_trace(None)
-        self.title.setText(f"{backend}: step traces not exposed by this backend (a server keeps no record of what each "
-                           "step scheduled, allocated and freed; the in-process engine does)")
+        self.title.setText(f"step traces not exposed: {why}")
 
     def show_trace(self, trace: StepTrace | None, origin: float = 0.0, kept: tuple[int, int] | None = None) -> None:
         """`origin`: the run's start on the engine clock; `kept`: the first and last step one can move to."""

@@ -123,3 +123,12 @@ def test_an_opened_run_is_inspected_from_its_log(window, qtbot, tiny_llama, tmp_
     assert (window.block_map.owners < 0).all()
     window.back_to_live()
     assert window.selected_step is None and window._trace_source()[0] is window.worker.traces
+
+
+def test_an_engine_with_tracing_off_says_so_and_a_click_selects_nothing(window, qtbot, tiny_config):
+    load(window, qtbot, dataclasses.replace(tiny_config, step_trace=False))
+    assert window.step_panel.title.text() == "step traces not exposed: engine.step_trace is false in this configuration"
+    window.traffic_panel.inject_requested.emit(2, 8, 4, "chat")
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
+    window.select_time(0.0)
+    assert window.worker.traces is None and window.selected_step is None
