@@ -112,7 +112,7 @@ class Scheduler:
             count = self._chunk_size(seq, seq.num_uncomputed_tokens, budget)
             while not self.block_manager.can_grow(seq, count):
                 victim = self._preemption_victim()
-                self._preempt(victim, scheduled, budget, self._no_block_reason(seq, count, victim) if self.trace else "")
+                self._preempt(victim, scheduled, budget, self._no_block_reason(seq, count, victim) if self.trace is not None else "")
                 preempted = True
                 if victim is seq:
                     break

@@ -17,7 +17,7 @@ after.used, so a replay of allocations and releases rebuilds the block map at an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # Where an admitted request waited (the scheduler's two queues).
 WAITING, WAITING_LONG = "waiting", "waiting_long"

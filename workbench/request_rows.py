@@ -20,6 +20,7 @@ from workbench.backend import BLOCK_FREE, Backend, BackendUpdate
 from workbench.runner import EndedRequest
 
 _STATE_OF_END = {"abort": "aborted", "rejected": "rejected", "error": "failed"}  # any other reason: finished
+ENDED_STATES = frozenset({*_STATE_OF_END.values(), "finished"})  # a row in one of these has ended
 
 
 @dataclass

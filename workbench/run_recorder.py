@@ -1,7 +1,7 @@
 """One run's log, written as the run happens: the header (provenance, scenario, seed, requests
 planned), a line per backend update that carries server state, the step's trace where the backend
-has one, a line per ended request, and the footer once the run has ended. A log without a footer is an interrupted run (its report says so).
-Headless runs and the window record the same way."""
+has one, a line per ended request, and the footer once the run has ended. A log without a footer
+is an interrupted run (its report says so). Headless runs and the window record the same way."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ import numpy as np
 from engine.step_trace import BlockChange, StepTrace
 from workbench.block_replay import BlockReplay
 from workbench.trace_log import read_trace, trace_record
+from workbench.trace_text import request_events
 
 CHECKPOINT_STEPS = 500
 CAPACITY_STEPS = 10_000  # at most some 50 MB of records at 64 rows a step; minutes to an hour of a window's run
@@ -32,8 +33,8 @@ class TraceStore:
         self._capacity = capacity
         self._records: list[str] = []  # JSON, one per kept step, oldest first
         self._changes: list[tuple[int, list[BlockChange], list[int]]] = []  # the same steps' block changes, for replay
-        self._steps: list[int] = []
         self._end_times: list[float] = []  # engine clock
+        self._first_step = 0  # the oldest kept step; engine steps are consecutive, so index i is step first + i
         self._head = BlockReplay(num_blocks)  # the map after the newest step
         self._checkpoints: dict[int, BlockReplay] = {}  # step -> the map after it
         self._base = BlockReplay(num_blocks)  # the map before the oldest kept step
@@ -44,22 +45,24 @@ class TraceStore:
         record = json.dumps(trace_record(trace, full=True))
         changes = (trace.step, [*trace.released_before, *trace.block_changes], trace.registered)
         with self._lock:
+            if not self._records:
+                self._first_step = trace.step
             self._records.append(record)
             self._changes.append(changes)
-            self._steps.append(trace.step)
             self._end_times.append(trace.time_s)
             self._head.apply_changes(*changes)
-            if len(self._steps) % CHECKPOINT_STEPS == 0:
+            if len(self._records) % CHECKPOINT_STEPS == 0:
                 self._checkpoints[trace.step] = copy.deepcopy(self._head)
-            if len(self._steps) > self._capacity + CHECKPOINT_STEPS:
+            if len(self._records) > self._capacity + CHECKPOINT_STEPS:
                 self._drop_oldest(CHECKPOINT_STEPS)
 
     def _drop_oldest(self, count: int) -> None:
         """Forget the oldest `count` steps; the base becomes the checkpoint after them."""
-        last_dropped = self._steps[count - 1]
+        last_dropped = self._first_step + count - 1
         self._base = self._checkpoints.pop(last_dropped)
-        for items in (self._records, self._changes, self._steps, self._end_times):
+        for items in (self._records, self._changes, self._end_times):
             del items[:count]
+        self._first_step += count
         self._checkpoints = {step: replay for step, replay in self._checkpoints.items() if step > last_dropped}
 
     # ----- window thread -------------------------------------------------------------------------
@@ -67,16 +70,16 @@ class TraceStore:
     def step_range(self) -> tuple[int, int] | None:
         """The first and last step kept, or None before the first step."""
         with self._lock:
-            return (self._steps[0], self._steps[-1]) if self._steps else None
+            return (self._first_step, self._first_step + len(self._records) - 1) if self._records else None
 
     def nearest_step(self, time_s: float) -> int | None:
         """The step whose end is nearest to `time_s` (engine clock)."""
         with self._lock:
-            if not self._steps:
+            if not self._records:
                 return None
             index = bisect.bisect_left(self._end_times, time_s)
-            candidates = [i for i in (index - 1, index) if 0 <= i < len(self._steps)]
-            return self._steps[min(candidates, key=lambda i: abs(self._end_times[i] - time_s))]
+            candidates = [i for i in (index - 1, index) if 0 <= i < len(self._records)]
+            return self._first_step + min(candidates, key=lambda i: abs(self._end_times[i] - time_s))
 
     def trace(self, step: int) -> StepTrace | None:
         with self._lock:
@@ -94,11 +97,8 @@ class TraceStore:
             index = self._index(step)
             if index is None:
                 return None
-            start, replay = 0, self._base
-            for position in range(index, -1, -1):  # the nearest checkpoint at or before the step
-                if self._steps[position] in self._checkpoints:
-                    start, replay = position + 1, self._checkpoints[self._steps[position]]
-                    break
+            checkpoint = max((kept for kept in self._checkpoints if kept <= step), default=None)  # the nearest at or before it
+            start, replay = (0, self._base) if checkpoint is None else (checkpoint - self._first_step + 1, self._checkpoints[checkpoint])
             replay = copy.deepcopy(replay)
             for changes in self._changes[start : index + 1]:
                 replay.apply_changes(*changes)
@@ -115,17 +115,12 @@ class TraceStore:
         """(step, end time) of every kept step whose trace names the request."""
         needle = json.dumps(request_id)
         with self._lock:
-            kept = list(zip(self._steps, self._end_times, self._records))
-        return [(step, end) for step, end, record in kept if needle in record and _names(read_trace(json.loads(record)), request_id)]
+            first, kept = self._first_step, list(zip(self._end_times, self._records))
+        # The cheap substring test first; then what the step did to or for the request, not only a mention in a reason.
+        return [(first + index, end) for index, (end, record) in enumerate(kept)
+                if needle in record and request_events(read_trace(json.loads(record)), request_id)]
 
     def _index(self, step: int) -> int | None:
-        if not self._steps or not self._steps[0] <= step <= self._steps[-1]:
+        if not self._first_step <= step < self._first_step + len(self._records):
             return None
-        return step - self._steps[0]  # steps are consecutive
-
-
-def _names(trace: StepTrace, request_id: str) -> bool:
-    """Whether the step did something to or for the request (not only mentioned it in a reason)."""
-    return any(entry.request_id == request_id for entry in (*trace.rows, *trace.block_changes, *trace.released_before,
-                                                            *trace.emitted, *trace.held)) or \
-        any(preemption.victim == request_id for preemption in trace.preemptions)
+        return step - self._first_step

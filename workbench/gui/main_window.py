@@ -25,6 +25,7 @@ from engine.device import total_memory_bytes
 from engine.memory import memory_lines, process_resident_bytes
 from workbench.report import write_report_files
 from workbench.run_log import RunLogWriter, read_run_log
+from workbench.request_rows import ENDED_STATES
 from workbench.run_recorder import RUN_LOG_NAME
 from workbench.scenario import Scenario
 from workbench.trace_log import read_trace
@@ -392,8 +393,7 @@ class MainWindow(QMainWindow):
         if traces is None or self.viewing_past_run or not row.timeline:
             return ""
         arrival = origin + row.timeline[0][0]
-        ended = row.state in ("finished", "aborted", "rejected", "failed")
-        end = origin + row.timeline[-1][0] + 1.0 if ended else float("inf")  # the ending step ends just before it is logged
+        end = origin + row.timeline[-1][0] + 1.0 if row.state in ENDED_STATES else float("inf")  # the ending step ends just before it is logged
         return format_request(traces.traces_between(arrival, end), row.request_id, arrival, origin)
 
     def follow_live(self) -> None:
@@ -485,14 +485,14 @@ class MainWindow(QMainWindow):
             self.step_panel.show_not_exposed("this run log has none (recorded before step traces, by a server, or with "
                                              "engine.step_trace = false)")
             return "this run log has no step traces"
-        traces = TraceStore(log.header["engine"]["kv_blocks"], capacity=len(log.traces))
-        for record in log.traces:
-            trace = read_trace(record)
+        decoded = [read_trace(record) for record in log.traces]
+        traces = TraceStore(log.header["engine"]["kv_blocks"], capacity=len(decoded))
+        for trace in decoded:
             traces.add(trace)
             for request_id in (row.request_id for row in trace.rows):
                 self._past_rows.setdefault(request_id, len(self._past_rows))
         self._past_traces = (traces, log.header["start_time"])
-        held_before = log.traces[0]["kv_before"][2]
+        held_before = decoded[0].kv_before.used_blocks
         return (f"the cache held {held_before} blocks from before this run: the block map shows only what its steps changed"
                 if held_before else "")
 

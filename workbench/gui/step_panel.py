@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (
     QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
-from engine.step_trace import ALLOCATE, REUSE, StepTrace
+from engine.step_trace import ALLOCATE, RELEASE, REUSE, StepTrace
 from workbench.trace_text import block_ranges, row_tokens
 
 PARTS = {  # table: (title, what it holds, columns)
@@ -163,5 +163,5 @@ def _change_name(action: str) -> str:
 
 
 def _free_list(change) -> str:
-    sign = "+" if change.action not in (ALLOCATE, REUSE) else "-"
+    sign = "+" if change.action == RELEASE else "-"
     return f"{sign}{len(change.free_list)}" if change.free_list else "0"
