@@ -7,13 +7,13 @@ cost model behind the same interface while all scheduling code stays the same.
 
 from __future__ import annotations
 
-import threading
 import types
 import warnings
 from typing import Protocol
 
 import torch
 
+from engine.background_compile import BackgroundCompile
 from engine.batch import ScheduledBatch, ScheduledSequence
 from engine.model import AttentionMetadata, CausalLM, PrefillChunk
 from engine.quantization import BATCHED_ROWS, has_batched_copy
@@ -43,6 +43,9 @@ class ModelExecutor(Protocol):
     def execute(self, batch: ScheduledBatch) -> list[int]:
         """One token id per sequence whose entry has `samples` set, in the batch's row order."""
 
+    def close(self) -> None:
+        """Stop work still running for this executor (a background compile) and wait for it."""
+
 
 class TorchExecutor:
     """Runs the model over its paged KV cache. It allocates one block more than the scheduler's
@@ -63,6 +66,7 @@ class TorchExecutor:
         ]
         self.compile_decode = compile_decode
         self.decode_graph = DecodeGraph(model) if compile_decode != "off" else None
+        self._background_compile: BackgroundCompile | None = None
         self.last_step_compiled = False
 
     @property
@@ -87,7 +91,21 @@ class TorchExecutor:
         if self.compile_decode == "blocking":
             self._compile_decode_graph()
         else:
-            threading.Thread(target=self._compile_decode_graph, name="decode graph compile", daemon=True).start()
+            self._background_compile = BackgroundCompile(self._compile_decode_graph, name="decode graph compile")
+            self._background_compile.start()
+
+    @property
+    def compiling(self) -> bool:
+        """Whether the decode graph's background compile is still running."""
+        return self._background_compile is not None and self._background_compile.running
+
+    def close(self) -> None:
+        """Stop a background compile still running and wait for its thread: the next engine must
+        not be built, nor the process exit, while it runs (see engine/background_compile.py)."""
+        if self._background_compile is not None:
+            self._background_compile.stop()
+            if self._background_compile.stopped:
+                self.decode_graph.mode = DecodeGraph.STOPPED
 
     def _compile_decode_graph(self) -> None:
         """Compile the graphs a decode step can take (one sequence, two or more, and with a batched
@@ -195,6 +213,7 @@ class DecodeGraph:
     """
 
     COMPILING = "eager (compiling in the background)"
+    STOPPED = "eager (compile stopped: the engine was closed)"
 
     def __init__(self, model: CausalLM):
         # cpp_wrapper: the generated code that calls the kernels is C++ too, not Python: a faster

@@ -43,6 +43,9 @@ class SimulatedExecutor:
     def warm_up(self) -> None:
         """Nothing to warm: no model runs."""
 
+    def close(self) -> None:
+        """Nothing runs in the background."""
+
     def execute(self, batch: ScheduledBatch) -> list[int]:
         self.clock.advance(self.cost_model.step_time(StepShape.of(batch)))
         return [PLACEHOLDER_TOKEN for entry in batch.sequences if entry.samples]

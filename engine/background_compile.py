@@ -1,0 +1,108 @@
+"""A compile that runs in its own thread and can be stopped: the engine's decode graph while it
+serves eagerly.
+
+`torch.compile` has no way to be asked to stop, and a thread still inside it when the
+interpreter exits is killed in the middle of C++ code: the process aborts ("terminate called
+without an active exception", status 134) instead of exiting with its own status. A thread still
+compiling while the next engine is built shares the allocator and compiler state with it. So a
+compile is stopped by raising `CompileStopped` in its thread, which the interpreter delivers at
+the thread's next Python instruction: at once while dynamo traces or inductor generates code. While
+inductor waits for a C++ compiler it runs no Python (one g++ run of the C++ wrapper takes 40-50 s
+on 2 cores), so the compilers this process started are killed too, which returns control at once.
+The thread is then joined: by `stop()` when an engine is closed or replaced, and at interpreter
+exit for every compile still running (`atexit` runs before daemon threads are killed).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import signal
+import threading
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+
+# The programs inductor runs to build its C++ kernels and wrapper (and what they run in turn).
+_COMPILERS = {"g++", "gcc", "c++", "cc", "clang", "clang++"}
+
+
+class CompileStopped(BaseException):
+    """Raised inside a compile thread to end it. A BaseException, so that neither torch's error
+    handling nor the compile's own fallback (which catches Exception) mistakes it for a failure."""
+
+
+class BackgroundCompile:
+    """Runs `target` once in a daemon thread; `stop()` ends it early and waits for the thread."""
+
+    def __init__(self, target: Callable[[], None], name: str):
+        self._target = target
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._lock = threading.Lock()
+        self._finished = False
+        self.stopped = False  # stop() ended the compile before it finished
+
+    def start(self) -> None:
+        _running.add(self)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """End the compile if it is still running and wait for its thread (at most `timeout_s`);
+        True once the thread has ended."""
+        with self._lock:
+            if not self._finished and self._thread.ident is not None:
+                self.stopped = True
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident), ctypes.py_object(CompileStopped))
+                kill_compiler_processes()
+        if self._thread.ident is not None:
+            self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            self._target()
+        except CompileStopped:
+            pass
+        finally:
+            try:
+                with self._lock:
+                    self._finished = True
+            except CompileStopped:  # raised by a stop() that took the lock just before this thread did
+                pass
+            _running.discard(self)
+
+
+def kill_compiler_processes() -> list[int]:
+    """Kill the C/C++ compilers this process started, with everything they started (cc1plus, as,
+    ld); their ids. Linux only (it reads /proc); elsewhere nothing is killed and `stop` waits."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process ended while we looked
+            continue
+        name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        parents[int(stat.parent.name)] = (int(fields[1]), name)
+    doomed = [pid for pid, (parent, name) in parents.items() if parent == os.getpid() and name in _COMPILERS]
+    for pid in doomed:  # a breadth-first walk: the compilers' own children go too
+        doomed += [child for child, (parent, _) in parents.items() if parent == pid]
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return doomed
+
+
+_running: weakref.WeakSet[BackgroundCompile] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_running_compiles() -> None:
+    for compile_ in list(_running):
+        compile_.stop()
