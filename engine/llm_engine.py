@@ -163,17 +163,22 @@ class LLMEngine:
             raise EngineError(f"params: expected SamplingParams, got {type(params).__name__}")
         if isinstance(priority, bool) or not isinstance(priority, numbers.Integral):
             raise EngineError(f"priority: expected an integer, got {priority!r}")
-        if arrival_time is not None and not (isinstance(arrival_time, numbers.Real) and math.isfinite(arrival_time)):
-            raise EngineError(f"arrival_time: expected a finite number of seconds on the engine clock, got {arrival_time!r}")
+        now = self.clock()
+        if arrival_time is not None and not (isinstance(arrival_time, numbers.Real) and math.isfinite(arrival_time)
+                                             and arrival_time <= now):
+            raise EngineError(f"arrival_time: expected a finite number of seconds on the engine clock, no later than now "
+                              f"({now:.3f}), got {arrival_time!r}")
         if request_id is not None and not isinstance(request_id, str):
             raise EngineError(f"request_id: expected a string, got {request_id!r}")
+        if params.top_k > self.model_config.vocab_size:
+            raise EngineError(f"top_k: expected at most the vocabulary size ({self.model_config.vocab_size}), got {params.top_k}")
         token_ids = self._prompt_token_ids(prompt)
-        if request_id in self._sequences:
-            raise EngineError(f"request_id {request_id!r} is already in use by an unfinished request")
+        if request_id is not None and self._id_in_use(request_id):
+            raise EngineError(f"request_id {request_id!r} is already in use by a request whose end has not been "
+                              "delivered (an abort or rejection is delivered by the next step)")
         arrival_index = next(self._arrivals)
         request_id = self._new_request_id() if request_id is None else request_id
         seed = params.seed if params.seed is not None else hash((self.config.seed, arrival_index)) & _SEED_MASK
-        now = self.clock()
         seq = Sequence(
             request_id, token_ids, params, now if arrival_time is None else arrival_time,
             arrival_index=arrival_index, seed=seed, priority=priority,
@@ -190,9 +195,12 @@ class LLMEngine:
 
     def _new_request_id(self) -> str:
         """The next number not already taken by a caller's own id."""
-        while (request_id := str(next(self._automatic_ids))) in self._sequences:
+        while self._id_in_use(request_id := str(next(self._automatic_ids))):
             pass
         return request_id
+
+    def _id_in_use(self, request_id: str) -> bool:
+        return request_id in self._sequences or any(output.request_id == request_id for output in self._undelivered)
 
     def _prompt_token_ids(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -221,6 +229,18 @@ class LLMEngine:
 
     def has_unfinished(self) -> bool:
         return bool(self._sequences or self._undelivered)
+
+    def close(self) -> None:
+        """Stop what runs for this engine in the background (the decode graph's compile) and wait
+        for it; the engine still serves, eagerly. Call it before building the next engine; at
+        interpreter exit it is done for every engine (engine/background_compile.py)."""
+        self.executor.close()
+
+    def __enter__(self) -> LLMEngine:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     def sequence(self, request_id: str) -> Sequence | None:
         """The live state of an unfinished request (for views that show queues and block tables)."""

@@ -125,3 +125,25 @@ def test_bad_requests_are_refused_before_they_enter_the_engine(tiny_llama):
     engine.add_request([1, 2], request_id="dup")
     with pytest.raises(EngineError, match="'dup' is already in use"):
         engine.add_request([1, 2], request_id="dup")
+
+
+def test_what_a_step_could_not_use_is_refused_by_add_request(tiny_llama):
+    """top_k beyond the vocabulary (torch.topk overflowed mid-step for 2**63), an arrival in the
+    future (a TTFT of -1e12 ms), and an id whose abort is not yet delivered (one id got an abort
+    end, then new tokens)."""
+    directory, _ = tiny_llama
+    engine = tiny_engine(directory)
+    with pytest.raises(EngineError, match=r"top_k: expected at most the vocabulary size \(96\), got 9223372036854775808"):
+        engine.add_request([1, 2], SamplingParams(top_k=2**63))
+    engine.add_request([1, 2], SamplingParams(top_k=96, max_tokens=2))  # the whole vocabulary is fine
+    with pytest.raises(EngineError, match="arrival_time: expected .* no later than now"):
+        engine.add_request([1, 2], arrival_time=engine.clock() + 1e9)
+    engine.add_request([1, 2], request_id="reused")
+    engine.abort("reused")
+    with pytest.raises(EngineError, match="'reused' is already in use by a request whose end has not been delivered"):
+        engine.add_request([1, 2], request_id="reused")
+    ends = [output for output in engine.step().outputs if output.request_id == "reused"]
+    assert [(output.finished, output.finish_reason) for output in ends] == [(True, "abort")]
+    engine.add_request([1, 2], request_id="reused")  # delivered: the id is free again
+    while engine.has_unfinished():
+        engine.step()
