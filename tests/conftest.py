@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import time
 
 import pytest
 import torch
@@ -102,12 +103,15 @@ def make_smollm_engine(smollm_source):
 def held_compile(monkeypatch):
     """An event that a background compile waits for before it starts: with a warm inductor cache
     the compile can finish before a test looks, so the test releases it once it has seen the
-    engine serving eagerly."""
+    engine serving eagerly. It waits in short steps, as Python code, so that closing the engine
+    can still stop it (a stop is delivered between Python instructions)."""
     release = threading.Event()
     compile_graph = DecodeGraph.compile
 
     def held(graph, examples):
-        release.wait(timeout=600)
+        deadline = time.monotonic() + 600
+        while not release.wait(timeout=0.05) and time.monotonic() < deadline:
+            pass
         compile_graph(graph, examples)
 
     monkeypatch.setattr(DecodeGraph, "compile", held)

@@ -105,6 +105,14 @@ class Backend(Protocol):
     def progress(self, request_id: str) -> RequestProgress | None:
         """None once the request has ended (or was never queued)."""
 
+    def close(self) -> None:
+        """Release what the backend holds in the background (a compile, connections, threads);
+        call it before the next backend is built."""
+
+    def problems(self) -> list[str]:
+        """What went wrong outside any one request during the run (a server-state scraper that
+        stopped or failed); the run's report lists them and a run with any is incomplete."""
+
     def block_owners(self, rows: dict[str, int]) -> np.ndarray | None:
         """Per KV block: the row number of the request holding it (`rows`: request id -> row),
         BLOCK_SHARED, BLOCK_CACHED or BLOCK_FREE; None without the block_map capability."""

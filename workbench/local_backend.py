@@ -71,6 +71,13 @@ class LocalBackend:
             return None
         return RequestProgress(seq.state, seq.metrics, seq.num_prompt_tokens, seq.num_tokens)
 
+    def close(self) -> None:
+        """Stop the engine's background compile: the next engine must not be built beside it."""
+        self.engine.close()
+
+    def problems(self) -> list[str]:
+        return []  # the engine's own failures end the run instead
+
     def block_owners(self, rows: dict[str, int]) -> np.ndarray:
         manager = self.engine.block_manager
         owners = np.full(manager.num_blocks, BLOCK_FREE)

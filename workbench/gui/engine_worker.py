@@ -188,6 +188,8 @@ class EngineWorker(QObject):
             self._backend.abort(argument)
 
     def _load(self, config: EngineConfig) -> None:
+        if self._backend is not None:
+            self.loading.emit("closing the previous engine (stopping its compile)", 0.0)
         self._close_backend()
         self._close_log()
         backend, info = self._loader.load(config, progress=self.loading.emit)
@@ -208,9 +210,12 @@ class EngineWorker(QObject):
         self.loaded.emit(info)
 
     def _close_backend(self) -> None:
-        """A remote backend holds connections and a thread: close it before it is replaced."""
+        """Close the backend before it is replaced: a remote one holds connections and a thread,
+        the in-process engine may still be compiling its decode graph (the next engine must not be
+        built beside that compile: it corrupted the heap once)."""
         backend, self._backend, self._runner = self._backend, None, None
-        getattr(backend, "close", lambda: None)()
+        if backend is not None:
+            backend.close()
 
     def _new_store(self) -> MetricsStore:
         backend = self._backend

@@ -6,6 +6,11 @@ between steps, steps while anything is unfinished, and hands every output to the
 `call_soon_threadsafe`. A request's first event is either its first token(s) or its end (a
 rejection comes back this way too, with the reason), so a handler can answer 400 before it starts
 a stream.
+
+A step that raises must not take the server down with it: every request in flight is aborted and
+ends with an `EngineFailure` (the handler answers 500, or an error event mid-stream), and the loop
+goes on serving. Only if the engine cannot even abort them does the loop stop; then `failure`
+says why, /health answers 503 and new requests are refused.
 """
 
 from __future__ import annotations
@@ -13,13 +18,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import queue
+import sys
 import threading
+import traceback
 
 from engine import LLMEngine, SamplingParams
 from engine.outputs import RequestOutput
 from workbench.server.metrics import ServerMetrics
 
 _IDLE_WAIT_S = 0.05
+
+
+class EngineFailure(Exception):
+    """A request's end when the step it was in raised; delivered in place of a `RequestOutput`."""
 
 
 class EngineLoop:
@@ -30,14 +41,17 @@ class EngineLoop:
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._stopped = threading.Event()
+        self.failure: str | None = None  # why the loop stopped serving, if it did
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
+        """End the loop and close the engine (its background compile is stopped and joined)."""
         self._stopped.set()
         self._commands.put(("stop", None, None))
         self._thread.join()
+        self.engine.close()
 
     # ----- event loop side -----------------------------------------------------------------------
 
@@ -68,12 +82,38 @@ class EngineLoop:
                 self._handle(*command)
                 continue
             if busy:
-                step = engine.step()
+                try:
+                    step = engine.step()
+                except Exception as error:  # noqa: BLE001 - one failed step must not stop the server
+                    self._fail_requests_in_flight(error)
+                    continue
                 self.metrics.step(step.stats, sum(len(output.new_token_ids) for output in step.outputs))
                 for output in step.outputs:
                     self._deliver(output)
                 if not engine.has_unfinished():
                     self.metrics.idle(engine.block_manager.num_used_blocks, engine.num_kv_blocks)
+        self._end_open_streams("the server is shutting down")
+
+    def _fail_requests_in_flight(self, error: Exception) -> None:
+        """Abort every unfinished request (freeing its blocks) and end its stream with the error."""
+        message = f"the engine step failed: {type(error).__name__}: {error}"
+        print(f"workbench serve: {message}", file=sys.stderr)
+        traceback.print_exc()
+        try:
+            for request_id in list(self._streams):
+                self.engine.abort(request_id)
+            self.engine.step()  # delivers the aborts and releases their blocks
+        except Exception as abort_error:  # noqa: BLE001 - the engine is broken: stop serving, say why
+            self.failure = f"{message}; aborting its requests failed too: {type(abort_error).__name__}: {abort_error}"
+            self._stopped.set()
+        self._end_open_streams(message)
+        self.metrics.idle(self.engine.block_manager.num_used_blocks, self.engine.num_kv_blocks)
+
+    def _end_open_streams(self, message: str) -> None:
+        streams, self._streams = self._streams, {}
+        for loop, outputs in streams.values():
+            if not loop.is_closed():  # at shutdown the HTTP event loop may have ended already
+                loop.call_soon_threadsafe(outputs.put_nowait, EngineFailure(message))
 
     def _handle(self, kind: str, argument, done: concurrent.futures.Future | None) -> None:
         if kind == "add":

@@ -84,6 +84,8 @@ class ServerMetrics:
         self.kv_usage.set(used_blocks / total_blocks)
 
     def request_ended(self, metrics: RequestMetrics) -> None:
+        if metrics.finish_reason == "rejected":  # as vLLM: a refused request is no success (it got a 400)
+            return
         self.success.labels(model_name=self._model_name, finished_reason=metrics.finish_reason).inc()
         if metrics.ttft_ms is not None:
             self.ttft.observe(metrics.ttft_ms / 1000)

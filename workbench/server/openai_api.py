@@ -2,15 +2,21 @@
 
   GET  /v1/models, /health, /version, /metrics (Prometheus, vLLM's names)
   POST /v1/completions, /v1/chat/completions: prompt text or token ids, max_tokens, temperature,
-       top_p, top_k, seed, stop, ignore_eos; `stream` (server-sent events, with
+       top_p, top_k, min_p, seed, stop, ignore_eos; `stream` (server-sent events, with
        `stream_options.include_usage`); `return_token_ids` adds each choice's token ids, as vLLM
 
-Invalid requests get 400 with an OpenAI-style error body. A streaming client that disconnects
-aborts its request, which frees its KV blocks at the next step.
+As vLLM: every error, 404 and 405 included, comes in OpenAI's error shape; an invalid request
+(a value out of range, text that is not valid Unicode, prompt + max_tokens beyond the context)
+gets 400 and an unknown `model` 404; a client that disconnects, streaming or not, aborts its
+request, which frees its KV blocks at the next step. Unlike vLLM, `logprobs`, `top_logprobs`,
+`echo` and `n` > 1 are refused (400) rather than served. A body larger than `max_request_bytes`
+is refused (413) before it is parsed, and text is tokenized off the event loop, so one huge
+prompt cannot stall /health or other streams.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -21,12 +27,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
 from engine import EngineError, SamplingParams
 from engine.outputs import RequestOutput
 from engine.tokenizer import Tokenizer
 from workbench.provenance import package_version
-from workbench.server.engine_loop import EngineLoop
+from workbench.server import DEFAULT_MAX_REQUEST_BYTES
+from workbench.server.engine_loop import EngineFailure, EngineLoop
 
 
 class _Sampling(BaseModel):
@@ -37,6 +45,7 @@ class _Sampling(BaseModel):
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # vLLM's -1 means off too
+    min_p: float = 0.0
     seed: int | None = None
     stop: str | list[str] | None = None
     ignore_eos: bool = False
@@ -44,13 +53,24 @@ class _Sampling(BaseModel):
     stream: bool = False
     stream_options: dict | None = None
     return_token_ids: bool = False
+    # Not served: refused when asked for, rather than silently ignored.
+    logprobs: bool | int | None = None
+    top_logprobs: int | None = None
+    echo: bool = False
 
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
         if self.n != 1:
             raise EngineError(f"n: only 1 choice per request is served, got {self.n}")
+        for name in ("logprobs", "top_logprobs", "echo"):
+            if getattr(self, name) not in (None, False):
+                raise EngineError(f"{name}: not supported by workbench serve, got {getattr(self, name)!r}")
+        if self.top_k < -1:
+            raise EngineError(f"top_k: expected -1 or 0 (off) or a positive integer, got {self.top_k}")
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        for text in stop:
+            check_unicode("stop", text)
         return SamplingParams(
-            temperature=self.temperature, top_p=self.top_p, top_k=max(self.top_k, 0), seed=self.seed,
+            temperature=self.temperature, top_p=self.top_p, top_k=max(self.top_k, 0), min_p=self.min_p, seed=self.seed,
             max_tokens=self.max_tokens if self.max_tokens is not None else default_max_tokens, stop=stop,
             ignore_eos=self.ignore_eos,
         )
@@ -74,20 +94,45 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = None
 
 
+
 class BadRequest(Exception):
-    pass
+    """Answered with `status` in OpenAI's error shape."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError", 413: "RequestTooLargeError",
+                503: "ServiceUnavailableError"}
 
 
 def error_response(message: str, status: int = 400) -> JSONResponse:
-    kind = "BadRequestError" if status == 400 else "NotFoundError" if status == 404 else "InternalServerError"
+    kind = _ERROR_TYPES.get(status, "InternalServerError" if status >= 500 else "BadRequestError")
     return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status_code=status)
 
 
-def create_app(loop: EngineLoop) -> FastAPI:
+def check_unicode(name: str, text: str) -> None:
+    """JSON can carry a lone surrogate ("\\ud800"), which no tokenizer can encode: a 400, not a 500."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise BadRequest(f"{name}: not valid Unicode: a lone surrogate {text[error.start]!r} at character {error.start}") from None
+
+
+def create_app(loop: EngineLoop, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
     app = FastAPI(title="workbench serve")
     engine = loop.engine
     tokenizer = engine.tokenizer
     created = int(time.time())
+
+    @app.middleware("http")
+    async def refuse_large_bodies(request: Request, call_next):
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_request_bytes:
+            return error_response(f"request body of {int(declared):,} bytes is larger than this server's limit of "
+                                  f"{max_request_bytes:,} bytes (serve --max-request-bytes)", 413)
+        return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -96,10 +141,20 @@ def create_app(loop: EngineLoop) -> FastAPI:
 
     @app.exception_handler(BadRequest)
     async def bad_request(request: Request, error: BadRequest) -> JSONResponse:
-        return error_response(str(error))
+        return error_response(str(error), error.status)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        return error_response(str(error.detail), error.status_code)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, error: Exception) -> JSONResponse:
+        return error_response(f"internal error: {type(error).__name__}: {error}", 500)
 
     @app.get("/health")
     async def health() -> Response:
+        if loop.failure is not None:
+            return error_response(f"the engine loop has stopped: {loop.failure}", 503)
         return Response(status_code=200)
 
     @app.get("/version")
@@ -115,51 +170,115 @@ def create_app(loop: EngineLoop) -> FastAPI:
         return {"object": "list", "data": [{"id": loop.model_name, "object": "model", "created": created,
                                             "owned_by": "workbench", "max_model_len": engine.max_model_len}]}
 
+    def check_model(body: _Sampling) -> None:
+        if body.model is not None and body.model != loop.model_name:
+            raise BadRequest(f"The model `{body.model}` does not exist.", 404)
+
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest):
+    async def completions(body: CompletionRequest, request: Request):
+        check_model(body)
         if isinstance(body.prompt, str):
-            prompt_ids = _encode(tokenizer, body.prompt)
+            check_unicode("prompt", body.prompt)
+            prompt_ids = await _encode(tokenizer, body.prompt)
         else:
             prompt_ids = list(body.prompt)
-        return await _serve(loop, body, prompt_ids, chat=False)
+        return await _serve(loop, request, body, prompt_ids, chat=False)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest):
+    async def chat_completions(body: ChatCompletionRequest, request: Request):
+        check_model(body)
         if tokenizer is None or not tokenizer.chat_template:
             raise BadRequest(f"model {loop.model_name!r} has no chat template: use /v1/completions")
-        text = tokenizer.apply_chat_template([message.model_dump() for message in body.messages])
+        for index, message in enumerate(body.messages):
+            check_unicode(f"messages[{index}].role", message.role)
+            check_unicode(f"messages[{index}].content", message.content)
         if body.max_completion_tokens is not None and body.max_tokens is None:
             body.max_tokens = body.max_completion_tokens
-        return await _serve(loop, body, _encode(tokenizer, text), chat=True)
+        messages = [message.model_dump() for message in body.messages]
+        text = await asyncio.to_thread(tokenizer.apply_chat_template, messages)
+        return await _serve(loop, request, body, await _encode(tokenizer, text), chat=True)
 
     return app
 
 
-def _encode(tokenizer: Tokenizer | None, text: str) -> list[int]:
+async def _encode(tokenizer: Tokenizer | None, text: str) -> list[int]:
+    """Token ids, computed in a worker thread: a long text takes seconds, which the event loop
+    (every other stream, /health, /metrics) must not wait for."""
     if tokenizer is None:
         raise BadRequest("this model has no tokenizer (a simulated model): send the prompt as token ids")
-    return tokenizer.encode(text)
+    return await asyncio.to_thread(tokenizer.encode, text)
 
 
-async def _serve(loop: EngineLoop, body: _Sampling, prompt_ids: list[int], *, chat: bool):
-    """Submit, wait for the first event (a rejection answers 400), then stream or collect."""
+def _check_context(engine, prompt_tokens: int, max_tokens: int | None) -> None:
+    """As vLLM: a request whose prompt and max_tokens do not fit the context is refused, not cut."""
+    if max_tokens is not None and prompt_tokens + max_tokens > engine.max_model_len:
+        raise BadRequest(f"This model's maximum context length is {engine.max_model_len} tokens. However, you requested "
+                         f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, {max_tokens} in the "
+                         f"completion). Please reduce the length of the prompt or completion.")
+
+
+async def _serve(loop: EngineLoop, request: Request, body: _Sampling, prompt_ids: list[int], *, chat: bool):
+    """Submit, wait for the first event (a rejection answers 400), then stream or collect; a
+    client that disconnects before its answer is complete aborts the request."""
     engine = loop.engine
+    if loop.failure is not None:
+        raise BadRequest(f"the engine loop has stopped: {loop.failure}", 503)
     try:
+        if len(prompt_ids) <= engine.max_model_len:  # longer prompts get the engine's own rejection below
+            _check_context(engine, len(prompt_ids), body.max_tokens)
         params = body.sampling_params(default_max_tokens=max(1, engine.max_model_len - len(prompt_ids)))
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         outputs = await loop.submit(request_id, prompt_ids, params)
     except EngineError as error:
         raise BadRequest(str(error)) from error
-    first: RequestOutput = await outputs.get()
+    first = await _until_disconnected(request, outputs.get())
+    if first is None:
+        loop.abort(request_id)
+        return Response(status_code=499)  # nobody reads it: the client has gone
+    _raise_if_failed(first)
     if first.finish_reason == "rejected":
         raise BadRequest(first.metrics.finish_detail or "the request can never run on this server")
     response = _Response(request_id, loop.model_name, len(prompt_ids), engine.tokenizer, chat, body.return_token_ids)
     if not body.stream:
-        output = first
-        while not output.finished:
-            output = await outputs.get()
-        return response.whole(output)
+        last = await _until_disconnected(request, _last_output(first, outputs))
+        if last is None:
+            loop.abort(request_id)
+            return Response(status_code=499)
+        _raise_if_failed(last)
+        return response.whole(last)
     return StreamingResponse(_stream(loop, response, first, outputs, body.include_usage), media_type="text/event-stream")
+
+
+async def _last_output(first: RequestOutput, outputs: asyncio.Queue) -> RequestOutput | EngineFailure:
+    output = first
+    while isinstance(output, RequestOutput) and not output.finished:
+        output = await outputs.get()
+    return output
+
+
+async def _until_disconnected(request: Request, waiting):
+    """The awaited result, or None if the client disconnects first (as vLLM's `with_cancellation`:
+    the body has been read, so the next ASGI message can only be the disconnect)."""
+    task = asyncio.ensure_future(waiting)
+    disconnect = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait((task, disconnect), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        disconnect.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    return None
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _raise_if_failed(output) -> None:
+    if isinstance(output, EngineFailure):
+        raise BadRequest(str(output), 500)
 
 
 async def _stream(loop: EngineLoop, response: _Response, first: RequestOutput, outputs, include_usage: bool) -> AsyncIterator[str]:
@@ -170,11 +289,14 @@ async def _stream(loop: EngineLoop, response: _Response, first: RequestOutput, o
             if output.finished:
                 break
             output = await outputs.get()
+            if isinstance(output, EngineFailure):
+                yield _event({"error": {"message": str(output), "type": "InternalServerError", "param": None, "code": 500}})
+                return
         if include_usage:
             yield _event(response.usage_chunk(output))
         yield "data: [DONE]\n\n"
     finally:
-        if not output.finished:  # the client went away: stop the work and free the blocks
+        if not isinstance(output, EngineFailure) and not output.finished:  # the client went away: free the blocks
             loop.abort(response.request_id)
 
 

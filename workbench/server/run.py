@@ -4,14 +4,17 @@ uvicorn until interrupted."""
 from __future__ import annotations
 
 import dataclasses
+import signal
+import socket
 import sys
 from pathlib import Path
 
 import uvicorn
 
-from engine import EngineConfig, LLMEngine
+from engine import EngineConfig, EngineError, LLMEngine
 from engine.simulation import is_simulated
 from workbench.process_tuning import allow_open_files, freeze_loaded_heap
+from workbench.server import DEFAULT_MAX_REQUEST_BYTES
 from workbench.server.engine_loop import EngineLoop
 from workbench.server.openai_api import create_app
 
@@ -21,19 +24,53 @@ def served_name(model: str) -> str:
     return model if is_simulated(model) or not Path(model).suffix and "/" not in model else Path(model).name
 
 
-def serve(config: EngineConfig, host: str, port: int, model_name: str | None = None) -> None:
-    if is_simulated(config.model):
-        # Served in real time (a laptop stands in for the simulated GPU), unless a speed was chosen.
-        config = dataclasses.replace(config, simulation_speed=config.simulation_speed or 1.0)
-    engine = LLMEngine(config, progress=lambda stage, fraction: print(f"loading: {stage} {fraction:.0%}", file=sys.stderr)
-                       if fraction in (0.0, 1.0) else None)
-    loop = EngineLoop(engine, model_name or served_name(config.model))
-    allow_open_files()  # one socket per client stream
-    freeze_loaded_heap()  # no full collection walks the model again while requests run
-    loop.start()
-    print(f"serving {loop.model_name} on http://{host}:{port} (OpenAI API under /v1, Prometheus metrics at /metrics)",
-          file=sys.stderr, flush=True)
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before the model loads: a port in use or an address this machine
+    does not have is a one-line error at once, not a traceback after a minute of loading."""
     try:
-        uvicorn.run(create_app(loop), host=host, port=port, log_level="warning")
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+    except OSError as error:
+        raise EngineError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    return listener
+
+
+class _StopSignal(Exception):
+    """SIGINT or SIGTERM: uvicorn finishes its graceful shutdown, then raises the signal again,
+    which lands here as this exception so that the engine loop and its compile are stopped too
+    and the process exits with status 0 (the default handlers killed it, or printed a traceback)."""
+
+
+def _raise_stop(signum: int, frame) -> None:
+    raise _StopSignal(signal.Signals(signum).name)
+
+
+def serve(config: EngineConfig, host: str, port: int, model_name: str | None = None,
+          max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+    listener = listening_socket(host, port)
+    loop = None
+    previous = {number: signal.signal(number, _raise_stop) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if is_simulated(config.model):
+            # Served in real time (a laptop stands in for the simulated GPU), unless a speed was chosen.
+            config = dataclasses.replace(config, simulation_speed=config.simulation_speed or 1.0)
+        engine = LLMEngine(config, progress=lambda stage, fraction: print(f"loading: {stage} {fraction:.0%}", file=sys.stderr)
+                           if fraction in (0.0, 1.0) else None)
+        loop = EngineLoop(engine, model_name or served_name(config.model))
+        allow_open_files()  # one socket per client stream
+        freeze_loaded_heap()  # no full collection walks the model again while requests run
+        loop.start()
+        print(f"serving {loop.model_name} on http://{host}:{port} (OpenAI API under /v1, Prometheus metrics at /metrics)",
+              file=sys.stderr, flush=True)
+        server = uvicorn.Server(uvicorn.Config(create_app(loop, max_request_bytes), log_level="warning"))
+        server.run(sockets=[listener])
+    except _StopSignal as stop:
+        print(f"workbench serve: stopped ({stop})", file=sys.stderr)
     finally:
-        loop.stop()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if loop is not None:
+            loop.stop()
+        listener.close()

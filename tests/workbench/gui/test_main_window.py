@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import threading
 
 import pytest
 import torch
@@ -56,6 +57,27 @@ def test_the_status_line_follows_a_background_compile_to_the_compiled_path(windo
     held_compile.set()
     qtbot.waitUntil(lambda: "decode compiled)" in window.stage.text(), timeout=600_000)
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=60_000)
+
+
+def compile_threads() -> list:
+    return [thread for thread in threading.enumerate() if thread.name == "decode graph compile"]
+
+
+def test_reloading_and_closing_while_the_graph_compiles_stop_each_compile_first(window, qtbot, tiny_config, held_compile):
+    """Each reload closes the engine before building the next (a compile left running beside the
+    next engine's construction corrupted the heap once), says so while it waits, and closing the
+    window stops the last compile (it used to abort the process at exit)."""
+    stages = []
+    window.worker.loading.connect(lambda stage, fraction: stages.append(stage))
+    config = dataclasses.replace(tiny_config, compile_decode="background")
+    for max_num_seqs in (8, 9, 10):
+        load(window, qtbot, dataclasses.replace(config, max_num_seqs=max_num_seqs))
+        assert len(compile_threads()) == 1 and "compiling in the background" in window.stage.text()
+        window.traffic_panel.inject_requested.emit(2, 10, 4, "chat")
+        qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
+    assert stages.count("closing the previous engine (stopping its compile)") == 2
+    window.close()
+    assert compile_threads() == []
 
 
 def test_injected_traffic_fills_the_plots_and_the_table(window, qtbot, tiny_config):

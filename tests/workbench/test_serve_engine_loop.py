@@ -1,0 +1,118 @@
+"""`workbench serve`'s engine loop and API in this process, over an engine the test controls: a
+failing step ends the requests it touched with an error while the loop, /health and later
+requests go on; text is tokenized off the event loop."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import pytest
+
+from engine import EngineConfig, LLMEngine
+from tests.conftest import tiny_engine
+from tests.workbench.loopback_app import served
+from workbench.server.engine_loop import EngineLoop
+from workbench.server.openai_api import create_app
+
+
+@pytest.fixture
+def serving():
+    """(base URL, loop) for an engine, stopped after the test."""
+    started = []
+
+    def start(engine, **options):
+        loop = EngineLoop(engine, "test-model")
+        loop.start()
+        context = served(create_app(loop, **options))
+        started.append((context, loop))
+        return context.__enter__(), loop
+
+    yield start
+    for context, loop in started:
+        context.__exit__(None, None, None)
+        loop.stop()
+
+
+def planted_failure(engine, count: int = 1):
+    """The engine's next `count` executions raise, as a step with a bug would."""
+    execute = engine.executor.execute
+    left = [count]
+
+    def failing(batch):
+        if left[0]:
+            left[0] -= 1
+            raise RuntimeError("planted failure")
+        return execute(batch)
+
+    engine.executor.execute = failing
+
+
+def test_a_failing_step_ends_its_requests_with_an_error_and_the_server_goes_on(serving, tiny_llama):
+    directory, _ = tiny_llama
+    engine = tiny_engine(directory)
+    url, loop = serving(engine)
+    planted_failure(engine)
+    body = {"prompt": [1, 2, 3], "max_tokens": 5, "ignore_eos": True}
+    answers = {}
+    streamed = threading.Thread(target=lambda: answers.update(
+        stream=httpx.post(f"{url}/v1/completions", json={**body, "stream": True}, timeout=30).text))
+    streamed.start()
+    answers["whole"] = httpx.post(f"{url}/v1/completions", json=body, timeout=30)
+    streamed.join()
+    whole = answers["whole"]
+    assert whole.status_code in (200, 500)  # whichever request the failed step held
+    if whole.status_code == 500:
+        assert whole.json()["error"]["message"].startswith("the engine step failed: RuntimeError: planted failure")
+    else:
+        assert "the engine step failed: RuntimeError: planted failure" in answers["stream"]
+    assert httpx.get(f"{url}/health").status_code == 200
+    after = httpx.post(f"{url}/v1/completions", json=body, timeout=30)
+    assert after.status_code == 200 and after.json()["usage"]["completion_tokens"] == 5
+    assert engine.block_manager.num_used_blocks == 0 or not engine.has_unfinished()
+
+
+def test_an_engine_that_cannot_even_abort_stops_serving_and_says_why(serving, tiny_llama, monkeypatch):
+    directory, _ = tiny_llama
+    engine = tiny_engine(directory)
+    url, loop = serving(engine)
+    planted_failure(engine)
+
+    def broken_abort(request_id):
+        raise RuntimeError("the scheduler's state is broken")
+
+    monkeypatch.setattr(engine, "abort", broken_abort)
+    answer = httpx.post(f"{url}/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 5}, timeout=30)
+    assert answer.status_code == 500
+    health = httpx.get(f"{url}/health")
+    assert health.status_code == 503 and "aborting its requests failed too" in health.json()["error"]["message"]
+    refused = httpx.post(f"{url}/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 5}, timeout=30)
+    assert refused.status_code == 503 and refused.json()["error"]["type"] == "ServiceUnavailableError"
+
+
+@pytest.mark.slow  # the bundled model, for its tokenizer
+def test_text_is_tokenized_off_the_event_loop(serving, monkeypatch):
+    """While one prompt is being tokenized, /health still answers (a 10 MB prompt froze the
+    server for 6 s, /health included)."""
+    engine = LLMEngine(EngineConfig(max_model_len=512, kv_cache_memory=16 << 20))
+    url, loop = serving(engine)
+    entered, release = threading.Event(), threading.Event()
+    encode = engine.tokenizer.encode
+
+    def slow_encode(text, *args, **kwargs):
+        entered.set()
+        release.wait(timeout=60)
+        return encode(text, *args, **kwargs)
+
+    monkeypatch.setattr(engine.tokenizer, "encode", slow_encode)
+    answers = []
+    sender = threading.Thread(target=lambda: answers.append(
+        httpx.post(f"{url}/v1/completions", json={"prompt": "Hello", "max_tokens": 2}, timeout=60)))
+    sender.start()
+    assert entered.wait(timeout=30)
+    try:
+        assert httpx.get(f"{url}/health", timeout=10).status_code == 200  # the event loop is free
+    finally:
+        release.set()
+        sender.join()
+    assert answers[0].status_code == 200
