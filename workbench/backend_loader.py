@@ -20,7 +20,7 @@ from engine.tokenizer import Tokenizer
 from workbench.backend import Backend, BackendCapabilities
 from workbench.local_backend import LocalBackend
 from workbench.quality_ledger import quality_line
-from workbench.remote_backend import RemoteBackend
+from workbench.remote_backend import DEFAULT_REQUEST_TIMEOUT_S, RemoteBackend
 
 SERVER_TOKENIZER = "smollm2-135m"  # prompts for a server are made with this tokenizer unless told otherwise
 
@@ -78,15 +78,18 @@ class BackendLoader:
     `served_model` (default: the first in /v1/models) and makes prompts with `server_tokenizer`
     (a bundled alias, a .gguf file or a Hugging Face folder)."""
 
-    def __init__(self, served_model: str | None = None, server_tokenizer: str = SERVER_TOKENIZER):
+    def __init__(self, served_model: str | None = None, server_tokenizer: str = SERVER_TOKENIZER,
+                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S):
         self.served_model, self.server_tokenizer = served_model, server_tokenizer
+        self.request_timeout_s = request_timeout_s
         self._source: ModelSource | None = None
         self._source_model: str | None = None
 
     def load(self, config: EngineConfig, progress: ProgressCallback) -> tuple[Backend, EngineInfo | ServerInfo]:
         if is_server_url(config.model):
             progress("connect", 0.0)
-            backend = RemoteBackend(config.model, server_tokenizer(self.server_tokenizer), model=self.served_model)
+            backend = RemoteBackend(config.model, server_tokenizer(self.server_tokenizer), model=self.served_model,
+                                    request_timeout_s=self.request_timeout_s)
             progress("connect", 1.0)
             return backend, ServerInfo(config, backend.name, backend.max_model_len, backend.tokenizer, backend.capabilities)
         if is_simulated(config.model):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from engine.errors import EngineError
 from engine.quantization import METHODS, all_group_sizes
+from workbench.server import DEFAULT_MAX_REQUEST_BYTES
 
 
 def at_least(kind: type, minimum: float, inclusive: bool = True):
@@ -35,12 +36,24 @@ def at_least(kind: type, minimum: float, inclusive: bool = True):
     return parse
 
 
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 1 to 65535."""
+    port = at_least(int, 1)(text)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 1 to 65535, got {text}")
+    return port
+
+
 def add_server_model_options(command: argparse.ArgumentParser) -> None:
     from workbench.backend_loader import SERVER_TOKENIZER
+    from workbench.remote_backend import DEFAULT_REQUEST_TIMEOUT_S
 
     command.add_argument("--served-model", metavar="NAME", help="with --server: the model to ask for (default: the first in /v1/models)")
     command.add_argument("--tokenizer", metavar="MODEL", default=SERVER_TOKENIZER,
                          help="with --server: the served model's tokenizer (a .gguf file or Hugging Face folder), to make prompts")
+    command.add_argument("--request-timeout", type=at_least(float, 0.0, inclusive=False), default=DEFAULT_REQUEST_TIMEOUT_S,
+                         metavar="SECONDS", help="with --server: end a request with an error when the server sends nothing "
+                         f"for this long (default: {DEFAULT_REQUEST_TIMEOUT_S:g})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--set", dest="overrides", action="append", default=[], metavar="engine.KEY=VALUE",
                        help="an engine setting, e.g. engine.model=simulated:llama-2-7b@h100-80gb")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    serve.add_argument("--port", type=at_least(int, 1), default=8000)
+    serve.add_argument("--port", type=port_number, default=8000)
     serve.add_argument("--served-model-name", help="the model's name in /v1/models (default: from engine.model)")
+    serve.add_argument("--max-request-bytes", type=at_least(int, 1), default=DEFAULT_MAX_REQUEST_BYTES, metavar="BYTES",
+                       help=f"refuse request bodies larger than this with 413 (default: {DEFAULT_MAX_REQUEST_BYTES:,})")
 
     export = commands.add_parser("export-hf", help="write a model as a Hugging Face directory (for vLLM or SGLang to serve)")
     export.add_argument("--model", default="smollm2-135m", help="the bundled alias, a .gguf file or a Hugging Face folder")
@@ -148,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.command == "gui":
             return run_gui(args.preset, args.run_for, args.screenshot, args.server, args.served_model, args.tokenizer,
-                           args.baseline, args.inspect)
+                           args.baseline, args.inspect, args.request_timeout)
         return run_gui()
     except EngineError as error:
         print(f"workbench: {error}", file=sys.stderr)
@@ -175,7 +190,7 @@ def _serve(args) -> int:
         if set(raw) - {"engine"}:
             raise ConfigError(f"--set: serve takes engine.KEY=VALUE settings only, got {', '.join(sorted(set(raw) - {'engine'}))}")
         config = build(EngineConfig, raw.get("engine", {}), "--set", "engine")
-    serve(config, args.host, args.port, args.served_model_name)
+    serve(config, args.host, args.port, args.served_model_name, args.max_request_bytes)
     return 0
 
 
@@ -211,7 +226,8 @@ def _bench(args) -> int:
                  for variant in variants}  # validate all first
     if args.server:
         tokenizer = server_tokenizer(args.tokenizer)
-        make_backend = lambda scenario: RemoteBackend(args.server, tokenizer, model=args.served_model)  # noqa: E731
+        make_backend = lambda scenario: RemoteBackend(args.server, tokenizer, model=args.served_model,  # noqa: E731
+                                                      request_timeout_s=args.request_timeout)
     else:
         source = None if is_simulated(base.engine.model) else read_model(base.engine.model)
         make_backend = lambda scenario: LocalBackend(LLMEngine(scenario.engine, source=source))  # noqa: E731
@@ -224,7 +240,7 @@ def _bench(args) -> int:
         try:
             reports[variant] = _run_one(scenario, variant, out_dir, backend, plots=not args.no_plots)
         finally:
-            getattr(backend, "close", lambda: None)()
+            backend.close()
         _print_summary(reports[variant])
     decision = base.decision
     if decision and decision.baseline in reports and decision.candidate in reports:

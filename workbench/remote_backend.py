@@ -18,8 +18,12 @@ thread rescanning its connections on every request event (README, "Thousands of 
 pool grows to the traffic's peak concurrency unless `max_concurrency` caps it (as `vllm bench
 serve --max-concurrency`): a cap would hold open-loop arrivals back on this side and hide the
 server's own queueing. The runner's thread only submits,
-aborts and collects events. An HTTP error, a timeout or a dropped stream ends that request with
-finish reason "error" and the message in its metrics; the run goes on.
+aborts and collects events. An HTTP error, a timeout (`request_timeout_s` of silence), a dropped
+stream or data that is not what the OpenAI API sends (a token id that is not an integer in the
+vocabulary, a usage count that is not a count, an event that is not JSON, a line over 512 KiB)
+ends that request with finish reason "error" and the problem in its metrics; the run goes on, and
+every request ends. A `/metrics` answer that cannot be read is a failed scrape, counted; a scraper
+that stops is a problem the run reports (`problems()`), which marks it incomplete.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import time
 from collections import deque
 
 import aiohttp
+from aiohttp.http_exceptions import LineTooLong
 
 from engine.errors import EngineError
 from engine.metrics import RequestMetrics, StepStats
@@ -44,6 +49,8 @@ from workbench.provenance import package_version
 from workbench.server_state import ServerState, parse_server_state
 
 SCRAPE_INTERVAL_S = 0.25
+# A request whose server sends nothing for this long ends with an error (`--request-timeout`).
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
 _EVENT_WAIT_S = 0.005  # how long advance() waits for something to happen before it returns empty
 ERROR = "error"  # the finish reason of a request the server or the network failed
 
@@ -58,7 +65,7 @@ class _InFlight:
 
 class RemoteBackend:
     def __init__(self, base_url: str, tokenizer: Tokenizer, *, model: str | None = None, max_concurrency: int | None = None,
-                 request_timeout_s: float = 600.0):
+                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S):
         self.base_url = base_url.rstrip("/")
         self.tokenizer, self.vocab_size = tokenizer, tokenizer.vocab_size
         self.clock, self.sleep = time.perf_counter, time.sleep
@@ -72,6 +79,9 @@ class RemoteBackend:
         self._states: deque[StepStats] = deque()
         self._ready = threading.Condition()
         self._requests: dict[str, _InFlight] = {}
+        self.scrapes, self.scrapes_failed = 0, 0
+        self._scrape_problem: str | None = None  # the last failed scrape's reason
+        self._scraper_stopped: str | None = None
         try:
             self.model, self.max_model_len, self._server_version = self._call(self._probe(model))
             first_state = self._call(self._scrape())
@@ -86,6 +96,8 @@ class RemoteBackend:
         self.kv_cache_bytes = None
         self._last_state: tuple[float, ServerState] | None = None
         self._scraper = asyncio.run_coroutine_threadsafe(self._scrape_forever(), self._loop) if first_state else None
+        if self._scraper is not None:
+            self._scraper.add_done_callback(self._scraper_ended)
 
     # ----- the protocol --------------------------------------------------------------------------
 
@@ -94,7 +106,9 @@ class RemoteBackend:
             "versions": {"workbench": package_version("workbench"), "server": self.base_url, "server_version": self._server_version,
                          "model": self.model},
             "engine": {"server": self.base_url, "model": self.model, "max_model_len": self.max_model_len,
-                       "kv_blocks": self.num_kv_blocks, "kv_capacity_tokens": self.kv_capacity_tokens},
+                       "kv_blocks": self.num_kv_blocks, "kv_capacity_tokens": self.kv_capacity_tokens,
+                       # Why the server's state is missing, when /metrics answered but could not be read.
+                       "server_state_problem": self._scrape_problem if self._scraper is None else None},
         }
 
     def submit(self, prompt: str | list[int], params: SamplingParams, *, request_id: str, arrival_time: float,
@@ -152,6 +166,17 @@ class RemoteBackend:
     def block_owners(self, rows: dict[str, int]) -> None:
         return None
 
+    def problems(self) -> list[str]:
+        """The server-state scraper's troubles: it stopped (the run is incomplete), or some scrapes
+        failed (counted, with the last reason)."""
+        found = []
+        if self._scraper_stopped is not None:
+            found.append(f"server state: the /metrics scraper stopped: {self._scraper_stopped}")
+        if self.scrapes_failed:
+            found.append(f"server state: {self.scrapes_failed} of {self.scrapes} /metrics scrapes failed, so the server's "
+                         f"state has gaps (last: {self._scrape_problem})")
+        return found
+
     def close(self) -> None:
         """Cancel what is in flight and stop the event loop."""
         if self._loop.is_running():
@@ -186,20 +211,23 @@ class RemoteBackend:
             status, text = await self._get("/v1/models")
         except (aiohttp.ClientError, TimeoutError) as error:
             raise EngineError(f"{self.base_url}: no server answers ({_describe(error)})") from error
-        try:
-            served = json.loads(text)["data"]
-        except (ValueError, KeyError, TypeError):
-            raise EngineError(f"{self.base_url}/v1/models answered HTTP {status} without a model list: "
-                              "not an OpenAI-compatible server") from None
-        names = [entry.get("id") for entry in served]
+        served = _model_list(text)
+        if served is None:
+            raise EngineError(f"{self.base_url}/v1/models answered HTTP {status} without a model list: not an "
+                              f"OpenAI-compatible server (expected {{\"data\": [{{\"id\": NAME, ...}}, ...]}}, got {text[:120]!r})")
+        names = [entry["id"] for entry in served]
         if model is None:
             if not names:
                 raise EngineError(f"{self.base_url} serves no model")
             model = names[0]
         elif model not in names:
             raise EngineError(f"{self.base_url} does not serve {model!r}; it serves {', '.join(map(str, names))}")
-        entry = served[names.index(model)]
-        max_model_len = int(entry.get("max_model_len") or 2048)
+        max_model_len = served[names.index(model)].get("max_model_len")
+        if max_model_len is None:
+            max_model_len = 2048  # llama.cpp and SGLang may not say
+        elif isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1:
+            raise EngineError(f"{self.base_url}/v1/models: max_model_len of {model!r}: expected a positive integer, "
+                              f"got {max_model_len!r}")
         version = None
         try:
             status, text = await self._get("/version")
@@ -210,19 +238,30 @@ class RemoteBackend:
         return model, max_model_len, version
 
     async def _scrape(self) -> ServerState | None:
+        """The server's state, or None (with the reason kept) when /metrics cannot be read."""
         try:
             status, text = await self._get("/metrics")
-        except (aiohttp.ClientError, TimeoutError):
+            if status != 200:
+                raise ValueError(f"HTTP {status}")
+            return parse_server_state(text)
+        except (aiohttp.ClientError, TimeoutError, ValueError, UnicodeDecodeError) as error:
+            self._scrape_problem = f"GET /metrics: {_describe(error)}"
             return None
-        return parse_server_state(text) if status == 200 else None
 
     async def _scrape_forever(self) -> None:
         while True:
             started = time.perf_counter()
             state = await self._scrape()
+            self.scrapes += 1
             if state is not None:
                 self._record_state(time.perf_counter(), state)
+            else:
+                self.scrapes_failed += 1
             await asyncio.sleep(max(0.0, SCRAPE_INTERVAL_S - (time.perf_counter() - started)))
+
+    def _scraper_ended(self, future) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            self._scraper_stopped = _describe(future.exception())
 
     def _record_state(self, now: float, state: ServerState) -> None:
         """One scrape as a StepStats: prefill and decode tokens are what the counters added since
@@ -263,29 +302,38 @@ class RemoteBackend:
                     line = raw_line.decode().strip()
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
-                    chunk = json.loads(line[len("data: "):])
-                    if chunk.get("usage"):
-                        request.metrics.num_prompt_tokens = chunk["usage"].get("prompt_tokens", request.metrics.num_prompt_tokens)
-                    for choice in chunk.get("choices", []):
+                    chunk = _chunk(line[len("data: "):])
+                    usage = chunk.get("usage")
+                    if usage:
+                        request.metrics.num_prompt_tokens = _count_field(usage, "prompt_tokens", request.metrics.num_prompt_tokens)
+                    for choice in chunk.get("choices") or []:
                         self._tokens_arrived(request_id, request, choice)
                         if choice.get("finish_reason"):
-                            reason = choice["finish_reason"]
+                            reason = str(choice["finish_reason"])
                 if reason == ERROR:
                     detail = "the stream ended without a finish reason"
         except asyncio.CancelledError:
             reason, detail = "abort", "aborted by the client"
         except TimeoutError:
-            detail = f"timed out: the server sent nothing for {self.request_timeout_s:g} s"
-        except (aiohttp.ClientError, ValueError) as error:
-            detail = _describe(error)
+            reason, detail = ERROR, f"timed out: the server sent nothing for {self.request_timeout_s:g} s (--request-timeout)"
+        except ServerDataError as error:
+            reason, detail = ERROR, f"the server sent {error}"
+        except LineTooLong:
+            reason, detail = ERROR, "the server sent an event line over 512 KiB (aiohttp's limit)"
+        except Exception as error:  # noqa: BLE001 - whatever the server or network does, the request must end
+            reason, detail = ERROR, _describe(error)
         finally:
             self._finish(request_id, request, reason, detail)
 
     def _tokens_arrived(self, request_id: str, request: _InFlight, choice: dict) -> None:
         now = time.perf_counter()
+        if not isinstance(choice, dict):
+            raise ServerDataError(f"a choice that is not an object: {choice!r:.120}")
         new_ids = choice.get("token_ids")
         if new_ids is None:  # a server that does not return token ids: one token per chunk with text
             new_ids = [0] if choice.get("text") or (choice.get("delta") or {}).get("content") else []
+        elif not isinstance(new_ids, list) or not all(_is_token(token) for token in new_ids):
+            raise ServerDataError(f"token_ids that are not non-negative integers: {new_ids!r:.120}")
         if not new_ids:
             return
         metrics = request.metrics
@@ -299,7 +347,10 @@ class RemoteBackend:
     def _finish(self, request_id: str, request: _InFlight, reason: str, detail: str) -> None:
         metrics = request.metrics
         metrics.finish_time, metrics.finish_reason, metrics.finish_detail = time.perf_counter(), reason, detail
-        text = self.tokenizer.decode(request.output_token_ids)
+        try:
+            text = self.tokenizer.decode(request.output_token_ids)
+        except Exception:  # noqa: BLE001 - ids a server without token ids stood in for; the end is what matters
+            text = None
         self._emit(RequestOutput(request_id, [], request.output_token_ids, True, reason, text, metrics))
         self._requests.pop(request_id, None)  # after the event: has_unfinished() never misses the end
 
@@ -307,6 +358,46 @@ class RemoteBackend:
         with self._ready:
             self._events.append(output)
             self._ready.notify()
+
+
+class ServerDataError(ValueError):
+    """Data from the server that is not what the OpenAI API sends."""
+
+
+def _chunk(payload: str) -> dict:
+    try:
+        chunk = json.loads(payload)
+    except ValueError:
+        raise ServerDataError(f"an event that is not JSON: {payload[:120]!r}") from None
+    if not isinstance(chunk, dict) or not isinstance(chunk.get("choices", []), (list, type(None))):
+        raise ServerDataError(f"an event that is not a completion chunk: {payload[:120]!r}")
+    if chunk.get("usage") is not None and not isinstance(chunk["usage"], dict):
+        raise ServerDataError(f"a usage that is not an object: {chunk['usage']!r:.120}")
+    return chunk
+
+
+def _count_field(record: dict, key: str, default: int) -> int:
+    value = record.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ServerDataError(f"usage.{key} that is not a count: {value!r:.60}")
+    return value
+
+
+def _is_token(token) -> bool:
+    """No upper bound: a server's vocabulary may be larger than its tokenizer's (padded embeddings)."""
+    return isinstance(token, int) and not isinstance(token, bool) and token >= 0
+
+
+def _model_list(text: str) -> list[dict] | None:
+    """/v1/models' entries (each a dict with a string id), or None if the answer is no such list."""
+    try:
+        served = json.loads(text)
+    except ValueError:
+        return None
+    served = served.get("data") if isinstance(served, dict) else None
+    if not isinstance(served, list) or not all(isinstance(entry, dict) and isinstance(entry.get("id"), str) for entry in served):
+        return None
+    return served
 
 
 def _describe(error: BaseException) -> str:

@@ -141,6 +141,7 @@ def build_report(log: RunLog) -> dict:
         ("the run log was not closed (crash or interruption)", not log.complete),
         (f"requests still in flight when the run ended: {unfinished}", unfinished),
         (f"planned requests never sent: {not_sent}", not_sent),
+        *((problem, True) for problem in (log.footer or {}).get("problems", [])),
     ) if applies]
     return {
         "schema": "workbench-report/3",

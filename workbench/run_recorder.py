@@ -64,7 +64,7 @@ class RunRecorder:
             self._writer.write("footer", {
                 "duration_s": result.duration_s, "stopped_early": result.interrupted,
                 "requests_unfinished": result.num_unfinished, "requests_not_sent": result.num_not_sent,
-                "traces": self._traces_written, "traces_full": self._full_traces,
+                "traces": self._traces_written, "traces_full": self._full_traces, "problems": result.problems,
             })
         self.close()
 

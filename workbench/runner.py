@@ -43,6 +43,7 @@ class RunResult:
     interrupted: bool = False
     num_unfinished: int = 0  # sent, still waiting or running at the end
     num_not_sent: int = 0  # planned, but the run stopped before they were due
+    problems: list[str] = field(default_factory=list)  # the backend's, outside any one request
 
 
 class ScenarioRunner:
@@ -104,6 +105,7 @@ class ScenarioRunner:
         finally:
             self.result.duration_s = self.backend.clock() - self.start_time
             self._account_for_the_rest()
+            self.result.problems = self.backend.problems()
         return self.result
 
     def _account_for_the_rest(self) -> None:

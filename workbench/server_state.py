@@ -15,6 +15,7 @@ Series with labels (one per model) are summed, except the KV usage fraction, whi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -44,11 +45,16 @@ class ServerState:
 
 
 def parse_server_state(text: str) -> ServerState:
-    """The state in one scrape; fields the server does not expose stay None."""
+    """The state in one scrape; fields the server does not expose, or gives as NaN or infinity,
+    stay None. ValueError, naming the problem, for text that is not Prometheus' format."""
     samples: dict[str, list[tuple[dict, float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if math.isfinite(sample.value):
+                    samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    except Exception as error:  # noqa: BLE001 - the parser raises several types for malformed text
+        raise ValueError(f"not Prometheus text format ({type(error).__name__}: {str(error)[:200]})") from None
 
     def total(names: tuple[str, ...]) -> float | None:
         for name in names:

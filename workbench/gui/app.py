@@ -1,5 +1,5 @@
 """Start the desktop app: `workbench` or `workbench gui [--preset NAME] [--run-for S] [--screenshot F]
-[--server URL [--served-model NAME] [--tokenizer MODEL]]`."""
+[--server URL [--served-model NAME] [--tokenizer MODEL] [--request-timeout S]]`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 from engine import EngineConfig, EngineError
 from workbench.backend_loader import SERVER_TOKENIZER, BackendLoader
+from workbench.remote_backend import DEFAULT_REQUEST_TIMEOUT_S
 
 
 def has_display() -> bool:
@@ -43,7 +44,8 @@ def screenshot_problem(screenshot: str | None, run_for_s: float | None) -> str |
 
 def run_gui(preset: str | None = None, run_for_s: float | None = None, screenshot: str | None = None,
             server: str | None = None, served_model: str | None = None, tokenizer: str = SERVER_TOKENIZER,
-            baseline: str | None = None, inspect_s: float | None = None) -> int:
+            baseline: str | None = None, inspect_s: float | None = None,
+            request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> int:
     """The window; with `server` (a URL), driving that server instead of an in-process engine:
     its model `served_model` (default: the first it lists), prompts made with `tokenizer`; with
     `baseline` (a run folder), that run drawn faded under the live plots; with `inspect_s`, the
@@ -79,7 +81,7 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
     except EngineError as error:
         print(f"workbench: {error}", file=sys.stderr)
         return 2
-    window = MainWindow(EngineWorker(loader=BackendLoader(served_model, tokenizer)))
+    window = MainWindow(EngineWorker(loader=BackendLoader(served_model, tokenizer, request_timeout_s)))
     window.show()
     if baseline:
         window.open_baseline(baseline)
