@@ -302,6 +302,8 @@ def _trace(args) -> int:
 
     path = args.run / RUN_LOG_NAME if args.run.is_dir() else args.run
     log = read_run_log(path, with_traces=True)
+    if log.skipped_lines:
+        print(f"workbench: {log.skipped_summary(path)}", file=sys.stderr)
     if not log.traces:
         raise ConfigError(f"{path}: this run log has no step traces (recorded by {log.header.get('backend', {}).get('name', 'a backend')}"
                           ", which has none, or before traces were logged)")

@@ -54,6 +54,11 @@ def load_report(run: str | Path) -> dict:
     missing = [key for key in REPORT_KEYS if not isinstance(report, dict) or key not in report]
     if missing:
         raise ConfigError(f"{path}: not a workbench report (missing {', '.join(missing)})")
+    metrics = report["metrics"]
+    if not isinstance(metrics, dict) or not all(isinstance(entry, dict) and {"value", "unit", "n"} <= set(entry)
+                                                for entry in metrics.values()):
+        raise ConfigError(f"{path}: metrics: expected an object of {{\"value\", \"unit\", \"n\"}} entries, "
+                          f"got {json.dumps(metrics)[:80]}")
     return report
 
 

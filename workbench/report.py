@@ -93,7 +93,7 @@ def build_report(log: RunLog) -> dict:
     # Without a footer nobody knows which of the requests not logged were sent: they are counted
     # as not sent (unknown when the number planned was: traffic that ends by a duration), and the
     # report is incomplete anyway.
-    planned = header["requests_planned"]
+    planned = header.get("requests_planned")
     not_exposed = header.get("backend", {}).get("not_exposed", [])  # run logs before backends: the engine, all exposed
     if log.complete:
         not_sent = log.footer.get("requests_not_sent", 0)
@@ -142,6 +142,7 @@ def build_report(log: RunLog) -> dict:
         (f"requests still in flight when the run ended: {unfinished}", unfinished),
         (f"planned requests never sent: {not_sent}", not_sent),
         *((problem, True) for problem in (log.footer or {}).get("problems", [])),
+        (log.skipped_summary(), log.skipped_lines),
     ) if applies]
     return {
         "schema": "workbench-report/3",
@@ -150,7 +151,7 @@ def build_report(log: RunLog) -> dict:
         "stopped_early": bool(log.footer and log.footer.get("stopped_early")),
         "scenario": header["scenario"],
         "variant": header.get("variant"),
-        "seed": header["seed"],
+        "seed": header.get("seed"),
         "slo": header["scenario"]["slo"],
         "versions": header["versions"],
         "engine": header["engine"],

@@ -5,6 +5,11 @@ engine step of the in-process engine (workbench/trace_log.py; logs from before t
 a "request" per ended request, and a "footer" when the run ends cleanly. Each line is flushed as it is
 written, so a crash or Ctrl-C loses at most the step in flight and a partial report can still
 be built from what is there.
+
+Reading keeps going past a line it cannot use (not UTF-8, not JSON, a missing key or a wrong
+type: workbench/log_records.py): the line is skipped and listed in `skipped_lines` with its number
+and why, and reports say so. A damaged line in the middle of a log used to end the reading there,
+so that a whole 300-request run was reported as a crash with 154 requests never sent.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import IO
 
 from engine.errors import ConfigError
 from engine.metrics import RequestMetrics, StepStats
+from workbench.log_records import record_problem
 
 
 class RunLogWriter:
@@ -46,50 +52,70 @@ class RunLog:
     requests: list[dict]
     footer: dict | None  # None when the run did not end cleanly
     traces: list[dict] = dataclasses.field(default_factory=list)  # trace lines as written (trace_log.read_trace)
+    # Lines that could not be used: (line number from 1, why), in file order.
+    skipped_lines: list[tuple[int, str]] = dataclasses.field(default_factory=list)
 
     @property
     def complete(self) -> bool:
         return self.footer is not None
 
+    def skipped_summary(self, path: Path | str = "run.jsonl", most: int = 3) -> str:
+        """e.g. "run.jsonl: 2 lines skipped (line 7: not UTF-8; line 9: no 'tag')", or ""."""
+        if not self.skipped_lines:
+            return ""
+        shown = "; ".join(f"line {number}: {why}" for number, why in self.skipped_lines[:most])
+        more = f"; {len(self.skipped_lines) - most} more" if len(self.skipped_lines) > most else ""
+        count = len(self.skipped_lines)
+        return f"{path}: {count} line{'s' if count > 1 else ''} skipped ({shown}{more})"
+
 
 # How the writer starts a trace line: reports and plots skip those lines without parsing them.
-_TRACE_LINE_START = json.dumps({"type": "trace"})[:-1]
+_TRACE_LINE_START = json.dumps({"type": "trace"})[:-1].encode()
 
 
 def read_run_log(path: Path, with_traces: bool = False) -> RunLog:
-    """The log's records; ConfigError when the file is missing or is not a run log. The step
+    """The log's records; ConfigError when the file is missing or has no usable header. The step
     traces (most of a log's bytes) are read only when asked for."""
-    header, steps, requests, footer, traces = None, [], [], None, []
+    records = {"header": [], "step": [], "request": [], "footer": [], "trace": []}
+    skipped = []
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open("rb")
     except FileNotFoundError as error:
         raise ConfigError(f"{path}: no run log here (a run folder holds run.jsonl)") from error
     except OSError as error:
         raise ConfigError(f"{path}: cannot be read ({error.strerror})") from error
     with handle:
-        for line in handle:
+        for number, line in enumerate(handle, start=1):
             if not with_traces and line.startswith(_TRACE_LINE_START):
                 continue
-            try:
-                record = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                break  # a line cut short by the crash
-            if not isinstance(record, dict) or "type" not in record:
-                break
-            kind = record.pop("type")
-            if kind == "header":
-                header = record
-            elif kind == "step":
-                steps.append(record)
-            elif kind == "trace":
-                traces.append(record)
-            elif kind == "request":
-                requests.append(record)
-            elif kind == "footer":
-                footer = record
-    if header is None or not {"start_time", "scenario", "engine"} <= set(header):
-        raise ConfigError(f"{path}: no header line; not a workbench run log")
-    return RunLog(header, steps, requests, footer, traces)
+            record, problem = _parse(line)
+            if problem is None:
+                kind = record.pop("type")
+                problem = record_problem(kind, record)
+            if problem is not None:
+                skipped.append((number, problem))
+                continue
+            records[kind].append(record)
+    if not records["header"]:
+        reason = f" ({RunLog({}, [], [], None, skipped_lines=skipped).skipped_summary(path)})" if skipped else ""
+        raise ConfigError(f"{path}: no usable header line; not a workbench run log{reason}")
+    footer = records["footer"][-1] if records["footer"] else None
+    return RunLog(records["header"][0], records["step"], records["request"], footer, records["trace"], skipped)
+
+
+def _parse(line: bytes) -> tuple[dict | None, str | None]:
+    """(record, None), or (None, why the line is not a record)."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return None, f"not UTF-8 (byte {error.start + 1})"
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError:
+        return None, "not JSON" if text.endswith("\n") else "cut short (the run did not end cleanly)"
+    if not isinstance(record, dict) or not isinstance(record.get("type"), str):
+        return None, "not a run-log record (no \"type\")"
+    return record, None
 
 
 def request_metrics(record: dict) -> RequestMetrics:

@@ -474,7 +474,7 @@ class MainWindow(QMainWindow):
         self.follow_live()
         self.viewing_past_run = True
         self.plots.update_from(store.snapshot())
-        note = self._open_traces(log)
+        note = "\n".join(filter(None, [log.skipped_summary(Path(folder) / RUN_LOG_NAME), self._open_traces(log)]))
         self.runs_text.setPlainText(f"viewing {folder} ({'complete' if log.complete else 'incomplete'}); 'Back to live' returns"
                                     + (f"\n{note}" if note else ""))
 

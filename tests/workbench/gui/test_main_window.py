@@ -11,12 +11,15 @@ import threading
 import pytest
 import torch
 
+from workbench.headless import run_headless
 from workbench.quality_ledger import configuration_key, record
+from workbench.run_recorder import RUN_LOG_NAME
 from workbench.report import build_report
 from workbench.run_log import read_run_log
 from workbench.scenario import SLO, Scenario
 from workbench.traffic import LengthDistribution, TrafficProfile
 from tests.workbench.gui.conftest import load
+from tests.workbench.test_headless_run import tiny_scenario
 
 
 def all_ended(window) -> bool:
@@ -78,6 +81,19 @@ def test_reloading_and_closing_while_the_graph_compiles_stop_each_compile_first(
     assert stages.count("closing the previous engine (stopping its compile)") == 2
     window.close()
     assert compile_threads() == []
+
+
+def test_opening_a_run_with_a_damaged_line_shows_the_rest_and_names_the_line(window, tmp_path, tiny_llama):
+    """It used to end in a UnicodeDecodeError traceback from read_run_log."""
+    directory, _ = tiny_llama
+    run_headless(tiny_scenario(directory), tmp_path)
+    lines = (tmp_path / RUN_LOG_NAME).read_bytes().splitlines(keepends=True)
+    lines[3] = b"\xff\xfe damaged on disk\n"
+    (tmp_path / RUN_LOG_NAME).write_bytes(b"".join(lines))
+    window.open_run(str(tmp_path))
+    assert window.error_label.text() == ""
+    assert window.runs_text.toPlainText().startswith(f"viewing {tmp_path} (complete)")
+    assert "1 line skipped (line 4: not UTF-8 (byte 1))" in window.runs_text.toPlainText()
 
 
 def test_injected_traffic_fills_the_plots_and_the_table(window, qtbot, tiny_config):
