@@ -47,9 +47,17 @@ class RequestsModel(QAbstractTableModel):
         self.endResetModel()
 
     def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        """Reorder the rows; the selection (a persistent index) moves with its request, as Qt's
+        layout-change contract asks: left alone it stayed on the row number, so the detail pane
+        showed one request while "Abort selected request" aborted another."""
         self.layoutAboutToBeChanged.emit()
         self.sort_column, self.sort_order = column, order
-        self.rows = self._sorted(self.rows)
+        before = self.rows
+        self.rows = self._sorted(before)
+        position = {row.request_id: number for number, row in enumerate(self.rows)}
+        moved = self.persistentIndexList()
+        self.changePersistentIndexList(moved, [self.index(position[before[index.row()].request_id], index.column())
+                                               for index in moved])
         self.layoutChanged.emit()
 
     def _sorted(self, rows: list[RequestRow]) -> list[RequestRow]:

@@ -40,6 +40,20 @@ def test_abort_takes_the_selected_row_through_the_sort(qtbot):
     assert view.selected_id() == "chat-1"  # the selection follows its request across a refresh
 
 
+def test_sorting_keeps_the_selected_request_selected(qtbot):
+    view = view_with_rows(qtbot, ["chat-2", "chat-0", "chat-1"])
+    assert view.select("chat-2") and view.selected_id() == "chat-2"
+    changes = []
+    view.selection_changed.connect(changes.append)
+    view.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+    assert visible_ids(view) == ["chat-0", "chat-1", "chat-2"]
+    assert view.selected_id() == "chat-2" and changes in ([], ["chat-2"])  # the same request: no other one shown
+    aborted = []
+    view.abort_requested.connect(aborted.append)
+    view.abort_button.click()
+    assert aborted == ["chat-2"]
+
+
 def test_a_refresh_keeps_the_chosen_sort_numbers_as_numbers_and_missing_values_last(qtbot):
     view = view_with_rows(qtbot, [])
     view.table.sortByColumn(6, Qt.SortOrder.AscendingOrder)  # TTFT ms
