@@ -126,3 +126,18 @@ def test_cost_model_decode_is_bandwidth_bound_and_prefill_compute_bound():
 
     assert decode(32) / decode(1) < 2.0  # 32x the work, far less than 32x the time
     assert prefill(8192) / prefill(4096) == pytest.approx(2.0, rel=0.15)  # linear once compute-bound
+
+
+def test_cost_model_decode_reads_each_sequences_context_and_counts_its_attention():
+    """A decode over a long context moves its K/V and does its QK^T and PV: time, bytes and FLOPs
+    all grow with the context, by the formulas in the module's docstring."""
+    llama, _ = model_shape("llama-2-7b")
+    per_token = llama.kv_bytes_per_token(2)
+    model = CostModel(llama, hardware_profile("h100-80gb"), weight_bytes_estimate(llama, 16), per_token)
+    short, long = StepShape(((1, 512, True),) * 8), StepShape(((1, 32_768, True),) * 8)
+    assert model.kv_bytes(long) == 8 * 32_768 * per_token and model.kv_bytes(short) == 8 * 512 * per_token
+    attention = 4 * llama.num_layers * llama.num_heads * llama.head_dim * (32_768 - 512) * 8
+    assert model.flops(long) - model.flops(short) == attention
+    assert model.step_time(long) > 2 * model.step_time(short)
+    no_sampling = StepShape(((1, 512, False),) * 8)
+    assert model.flops(short) - model.flops(no_sampling) == 8 * 2 * llama.vocab_size * llama.hidden_size

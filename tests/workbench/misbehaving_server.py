@@ -28,6 +28,7 @@ class Misbehaviour:
     # Each request's stream: the payloads after "data: " (the server adds [DONE]).
     events: list[str] = field(default_factory=lambda: [token_event([5]), token_event([6], "length")])
     silent: bool = False  # accept the request, then send nothing
+    event_gap_s: float = 0.0  # a pause before each event after the first
     scrapes: int = 0
 
 
@@ -47,7 +48,9 @@ def misbehaving_app(behaviour: Misbehaviour) -> FastAPI:
     async def stream():
         if behaviour.silent:
             await asyncio.sleep(3600)
-        for payload in behaviour.events:
+        for number, payload in enumerate(behaviour.events):
+            if number:
+                await asyncio.sleep(behaviour.event_gap_s)
             yield f"data: {payload}\n\n"
         yield "data: [DONE]\n\n"
 

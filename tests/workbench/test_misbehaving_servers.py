@@ -66,6 +66,24 @@ def test_whatever_a_stream_sends_every_request_ends_with_a_detail(tokenizer, eve
         assert output.finish_reason == ERROR and detail in output.metrics.finish_detail, output.metrics.finish_detail
 
 
+def test_latency_is_timed_from_the_chunks_as_they_arrive(tokenizer):
+    """TTFT from the first chunk, each token's time from its own chunk, the prompt length from
+    the usage the server reports."""
+    events = [token_event([5]), token_event([6, 7]), token_event([8], "length"),
+              json.dumps({"choices": [], "usage": {"prompt_tokens": 42}})]
+    with served(misbehaving_app(Misbehaviour(events=events, event_gap_s=0.05))) as url:
+        backend = RemoteBackend(url, tokenizer)
+        try:
+            (ended,) = ended_requests(backend, 1).values()
+        finally:
+            backend.close()
+    metrics = ended.metrics
+    assert ended.finish_reason == "length" and ended.token_ids == [5, 6, 7, 8]
+    times = metrics.token_times
+    assert metrics.first_token_time == times[0] < times[1] == times[2] < times[3] <= metrics.finish_time
+    assert metrics.arrival_time < metrics.first_token_time and metrics.num_prompt_tokens == 42
+
+
 def test_a_silent_server_ends_each_request_after_the_request_timeout(tokenizer):
     with served(misbehaving_app(Misbehaviour(silent=True))) as url:
         backend = RemoteBackend(url, tokenizer, request_timeout_s=0.5)

@@ -4,7 +4,6 @@ loopback port with the bundled model, and every check goes over HTTP."""
 from __future__ import annotations
 
 import http.server
-import json
 import threading
 import time
 
@@ -178,21 +177,6 @@ def test_no_server_or_not_an_openai_server_is_one_clear_message(tokenizer, tmp_p
             RemoteBackend(f"http://127.0.0.1:{plain.server_address[1]}", tokenizer)
     finally:
         plain.shutdown()
-
-
-def test_server_state_is_read_from_each_engines_metric_names():
-    llama_cpp = "# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio 0.25\n" \
-                "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 3\n" \
-                "# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 2\n"
-    sglang = "# TYPE sglang:token_usage gauge\nsglang:token_usage{model_name=\"m\"} 0.5\n" \
-             "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=\"m\"} 4\n" \
-             "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"m\"} 7\n"
-    old_vllm = "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"a\"} 0.1\n" \
-               "vllm:gpu_cache_usage_perc{model_name=\"b\"} 0.3\n"
-    assert (parse_server_state(llama_cpp).kv_usage, parse_server_state(llama_cpp).num_running, parse_server_state(llama_cpp).num_waiting) == (0.25, 3, 2)
-    assert (parse_server_state(sglang).kv_usage, parse_server_state(sglang).num_running, parse_server_state(sglang).num_waiting) == (0.5, 7, 4)
-    assert parse_server_state(old_vllm).kv_usage == 0.3 and parse_server_state(old_vllm).preemptions_total is None
-    assert json.dumps(parse_server_state("").__dict__) == json.dumps({key: None for key in parse_server_state("").__dict__})
 
 
 def test_256_concurrent_streams_and_an_abort_from_the_client(tokenizer):

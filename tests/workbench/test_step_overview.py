@@ -99,3 +99,14 @@ def test_past_its_capacity_the_older_half_is_dropped_and_lines_still_match():
     fresh.extend(kept)
     for max_points in (50, 400):
         np.testing.assert_array_equal(overview.line("v", None, max_points)[1], fresh.line("v", None, max_points)[1])
+
+
+def test_a_counter_rise_is_found_wherever_the_steps_arrive_split():
+    """A rise on the first step of a chunk is read against the last step of the chunk before."""
+    steps = steps_with_gaps([0.1] * 6, [0.0] * 6, [0] * 6)
+    steps["preemptions_total"] = np.array([0, 0, 1, 2, 2, 3])
+    for split in range(1, 6):
+        overview = StepOverview(("v",), counters=("preemptions_total",))
+        overview.extend({name: column[:split] for name, column in steps.items()})
+        overview.extend({name: column[split:] for name, column in steps.items()})
+        np.testing.assert_array_equal(overview.rises("preemptions_total"), steps["time_s"][[2, 3, 5]])

@@ -14,6 +14,9 @@ from workbench.headless import run_headless
 from workbench.run_log import read_run_log
 from workbench.run_recorder import RUN_LOG_NAME
 from workbench.trace_log import read_trace, trace_record
+from workbench.trace_text import format_request, request_events
+from engine import SamplingParams
+from tests.conftest import tiny_engine
 from tests.workbench.test_headless_run import tiny_scenario
 
 
@@ -95,3 +98,30 @@ def test_auto_writes_full_traces_first_then_summaries_and_the_footer_says_where(
     log = read_run_log(tmp_path / RUN_LOG_NAME, with_traces=True)
     assert [record["full"] for record in log.traces] == [True] * 3 + [False] * (len(log.traces) - 3)
     assert (log.header["trace"], log.footer["traces"], log.footer["traces_full"]) == ("auto", len(log.traces), 3)
+
+
+def test_a_requests_history_counts_its_waits_after_a_preemption(tiny_llama):
+    """The steps between a preemption and the readmission in which nothing happened to the
+    request (it waited behind another) are counted in its history, as the waits before its first
+    admission are."""
+    directory, _ = tiny_llama
+    engine = tiny_engine(directory, num_kv_blocks=14, block_size=4)  # six growing requests: preemptions
+    arrivals = {engine.add_request([1, 2, 3, 4, 5, 6, 7, 8], SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)):
+                engine.clock() for _ in range(6)}
+    traces = []
+    while engine.has_unfinished():
+        traces.append(engine.step().trace)
+    checked = 0
+    for preempting in (trace for trace in traces if trace.preemptions):
+        victim = preempting.preemptions[0].victim
+        later = [trace for trace in traces if trace.step > preempting.step]
+        readmitted = next(trace.step for trace in later
+                          if any(row.request_id == victim and row.admitted_from for row in trace.rows))
+        silent = sum(1 for trace in later if trace.step < readmitted and not request_events(trace, victim))
+        history = format_request(traces, victim, arrivals[victim]).splitlines()
+        start = next(number for number, line in enumerate(history) if f"step {preempting.step} (" in line)
+        end = next(number for number, line in enumerate(history) if f"step {readmitted} (" in line)
+        counted = sum(int(line.split()[0]) for line in history[start + 1:end] if "waiting behind the head of its queue" in line)
+        assert counted == silent, (victim, history[start:end + 1])
+        checked += silent > 0
+    assert checked  # some preemption was followed by silent waits

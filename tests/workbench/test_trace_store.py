@@ -20,6 +20,8 @@ def test_the_block_map_at_any_kept_step_is_the_live_map_of_that_step_even_after_
         if step % 3 == 0:  # a steady stream sharing a prefix, so blocks are reused and freed
             request_id = engine.add_request([1, 2, 3, 4, 5, 6, 7, 8] + [step % 50 + 10] * (step % 9), params)
             rows[request_id] = len(rows)
+        if step % 11 == 5:  # and aborts, whose blocks are released before the next step
+            engine.abort(request_id)
         trace = engine.step().trace
         store.add(trace)
         if step % 37 == 0 or step > 2 * CHECKPOINT_STEPS + 100:

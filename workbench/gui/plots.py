@@ -195,7 +195,7 @@ class LatencyPlot:
         valid = ~np.isnan(in_range)
         x, values = finish[start:stop][valid], in_range[valid]
         points = x[rolling_index(values.size)]
-        for item, column in zip(self.rolling.values(), _rolling_percentiles(values)):
+        for item, column in zip(self.rolling.values(), rolling_percentiles(values)):
             item.setData(points, column)
         every = primary[~np.isnan(primary)]
         n = every.size
@@ -226,7 +226,7 @@ def rolling_index(n: int) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, min(n, MAX_ROLLING_POINTS)).astype(int)) if n else np.array([], dtype=int)
 
 
-def _rolling_percentiles(values: np.ndarray) -> np.ndarray:
+def rolling_percentiles(values: np.ndarray) -> np.ndarray:
     """p50/p90/p99 of the (up to) ROLLING_WINDOW values ending at each evaluated index: [3, points]."""
     n = values.size
     if n == 0:
