@@ -11,7 +11,7 @@ import pyqtgraph as pg
 from engine.metrics import RequestMetrics, StepStats
 from workbench.metrics_store import MetricsStore
 from workbench.scenario import SLO
-from workbench.gui.plots import ROLLING_WINDOW, rolling_percentiles, all_plots, rolling_index
+from workbench.gui.plots import all_plots
 
 
 def filled_store(steps: int = 300, requests: int = 200) -> MetricsStore:
@@ -212,14 +212,3 @@ def test_snapshots_taken_while_the_engine_adds_steps_are_whole():
         seen += 1
     writer.join()
     assert seen > 1
-
-
-def testrolling_percentiles_cover_the_last_window_ending_at_each_point():
-    values = np.arange(1.0, 301.0)
-    points = rolling_index(values.size)
-    assert points[0] == 0 and points[-1] == 299
-    rolling = rolling_percentiles(values)
-    for column, index in enumerate(points):
-        window = values[max(0, index - ROLLING_WINDOW + 1): index + 1]
-        np.testing.assert_allclose(rolling[:, column], np.percentile(window, [50, 90, 99]))
-    assert rolling[0, -1] == 250.5  # the median of requests 201..300
