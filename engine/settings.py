@@ -7,6 +7,7 @@ and what was found; nothing falls back to a silent default.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
@@ -75,11 +76,22 @@ def _convert(expected: Any, value: Any, source: str, key: str) -> Any:
         return value
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if expected is float and isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
     if expected in (int, float) and isinstance(value, bool):
         raise ConfigError(f"{where}: expected {_describe(expected)}, got {value!r}")
     if not isinstance(value, expected):
         raise ConfigError(f"{where}: expected {_describe(expected)}, got {value!r}")
     return value
+
+
+def check_finite(instance) -> None:
+    """ConfigError for a float field of the dataclass instance that is NaN or infinite: the rule
+    for every number, whether it came from a preset, `--set` or a window's field."""
+    for field in dataclasses.fields(instance):
+        value = getattr(instance, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{field.name}: expected a finite number, got {value!r}")
 
 
 def _describe(expected: Any) -> str:

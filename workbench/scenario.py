@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
 from engine.errors import ConfigError
+from engine.settings import check_finite
 from engine.metrics import RequestMetrics
 from workbench.trace_log import check_trace_level
 from workbench.traffic import TrafficProfile
@@ -42,6 +43,7 @@ class SLO:
     e2e_ms: float | None = None
 
     def __post_init__(self) -> None:
+        check_finite(self)
         for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
             value = getattr(self, name)
             if value is not None and value <= 0:

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import ConfigError
+from engine.settings import check_finite
 from workbench.backend import Chat
 from workbench.prompts import PromptMaker
 
@@ -42,6 +43,7 @@ class LengthDistribution:
     high: int = 0  # 0 = up to the model's limit
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.kind not in LENGTH_KINDS:
             raise ConfigError(f"kind: expected one of {', '.join(LENGTH_KINDS)}, got {self.kind!r}")
         if self.mean < 1 or self.std < 0 or self.low < 1 or (self.high and self.high < self.low):
@@ -85,6 +87,7 @@ class TrafficProfile:
     tag: str = "chat"  # label of these requests in reports
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.arrival not in ARRIVAL_KINDS:
             raise ConfigError(f"arrival: expected one of {', '.join(ARRIVAL_KINDS)}, got {self.arrival!r}")
         if self.prompts not in PROMPT_SOURCES:

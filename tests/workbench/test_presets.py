@@ -8,6 +8,8 @@ import pytest
 
 from engine import ConfigError
 from workbench.presets import load_preset, preset_names
+from workbench.scenario import SLO
+from workbench.traffic import LengthDistribution, TrafficProfile
 
 REQUIRED = {"chat-steady", "chat-burst", "long-prompt-isolation", "kv-pressure", "prefix-sharing"}
 
@@ -64,6 +66,31 @@ def test_bad_presets_name_file_key_and_expectation(tmp_path, text, message):
 def test_unknown_preset_names_the_known_ones():
     with pytest.raises(ConfigError, match="unknown preset 'chat-stedy'; known presets: .*chat-steady"):
         load_preset("chat-stedy")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("traffic.rate=nan", "traffic.rate: expected a finite number, got nan"),
+    ("traffic.rate=inf", "traffic.rate: expected a finite number, got inf"),
+    ("traffic.duration_s=nan", "traffic.duration_s: expected a finite number"),
+    ("traffic.burstiness=nan", "traffic.burstiness: expected a finite number"),
+    ("slo.ttft_ms=nan", "slo.ttft_ms: expected a finite number"),
+    ("traffic.prompt_len.mean=nan", "traffic.prompt_len.mean: expected a finite number"),
+    ("engine.kv_cache_memory=nan", "engine.kv_cache_memory"),
+])
+def test_nan_and_infinity_are_refused_before_anything_loads(override, message):
+    """They passed the [traffic] and [slo] checks (every comparison with NaN is false), loaded the
+    model, then failed with a traceback."""
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        load_preset("chat-burst", [override])
+
+
+def test_traffic_and_slo_built_in_code_refuse_nan_too():
+    with pytest.raises(ConfigError, match="rate: expected a finite number, got nan"):
+        TrafficProfile(rate=float("nan"))
+    with pytest.raises(ConfigError, match="mean: expected a finite number, got inf"):
+        LengthDistribution(mean=float("inf"))
+    with pytest.raises(ConfigError, match="e2e_ms: expected a finite number, got nan"):
+        SLO(e2e_ms=float("nan"))
 
 
 def test_overrides_apply_before_validation_and_win_over_variants():
