@@ -211,6 +211,19 @@ class LatencyPlot:
         if threshold is not None:
             self.slo_line.setValue(threshold)
             self.slo_line.label.setFormat(f"SLO {shown[0].upper()} {threshold:g} {unit}")
+        self.plot.setLabel("left", "TPOT" if shown[0] == "tpot" else "latency", units=unit)
+        self._fix_range_if_flat([requests[f"{key}_ms"][start:stop] for key in shown], threshold)
+
+    def _fix_range_if_flat(self, columns: list[np.ndarray], threshold: float | None) -> None:
+        """With no points, or points all (nearly) equal, auto-range zooms into a sliver around them
+        and prints overlapping ticks (1499.8 / 1500.0 / 1500.4); such a plot gets 0 to a little
+        above its highest value or SLO instead. Otherwise the plot ranges itself."""
+        values = np.concatenate([column[~np.isnan(column)] for column in columns])
+        highest = max(values.max() if values.size else 0.0, threshold or 0.0)
+        if values.size and values.max() - values.min() > 0.05 * highest:
+            self.plot.enableAutoRange(axis="y")
+            return
+        self.plot.setYRange(0.0, highest * 1.25 if highest > 0 else 1000.0, padding=0)
 
 
 def _finished_within(finish: np.ndarray, x_range: XRange) -> tuple[int, int]:

@@ -47,6 +47,9 @@ def _export_svg(plot: pg.PlotItem, path: Path) -> None:
     painter.end()
 
 
+GOODPUT_MEANING = ("Goodput: the share of ended requests meeting every SLO set before the run, with n; rejected and "
+                   "aborted requests count as misses.")
+
 class PlotsView(QWidget):
     request_clicked = Signal(str)  # the request of a clicked latency point
     time_clicked = Signal(float)  # seconds since the run started, where a plot was clicked
@@ -90,10 +93,8 @@ class PlotsView(QWidget):
         self.baseline_name = ""
         self._ghosts: list = []
         self.not_exposed: set[str] = set()  # plots the backend has no data for
-        self.goodput = QLabel("goodput: -")
-        self.goodput.setWordWrap(True)
-        self.goodput.setToolTip("Share of ended requests meeting every SLO set before the run, with n; "
-                                "rejected and aborted requests count as misses.")
+        self.goodput = QLabel("goodput: -")  # one line; what it counts is in its tooltip
+        self.goodput.setToolTip(GOODPUT_MEANING)
         header = QHBoxLayout()
         header.addWidget(self.latency_mode)
         self.follow = QCheckBox("follow last")
@@ -245,4 +246,5 @@ class PlotsView(QWidget):
     def _update_goodput(self, snapshot: MetricsSnapshot) -> None:
         meeting, n = snapshot.goodput
         share = f"{100.0 * meeting / n:.1f}%" if n else "-"
-        self.goodput.setText(f"goodput: {share} of ended requests meet every SLO ({meeting} of n={n}; rejected and aborted miss)")
+        self.goodput.setText(f"goodput {share} ({meeting} of n={n})")
+        self.goodput.setToolTip(f"{GOODPUT_MEANING}\nNow: {meeting} of {n} ended requests meet every SLO.")

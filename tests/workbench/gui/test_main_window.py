@@ -107,7 +107,9 @@ def test_injected_traffic_fills_the_plots_and_the_table(window, qtbot, tiny_conf
     assert plots["queue_depth"].curves["running"].getData()[1].max() > 0
     assert plots["latency"].points["ttft"].getData()[0].size == 6
     assert window.requests.model.rowCount() == 6
-    assert "n=6" in window.plots.goodput.text()
+    goodput = window.plots.goodput
+    assert goodput.text().startswith("goodput ") and "of n=6)" in goodput.text() and not goodput.wordWrap()
+    assert goodput.sizeHint().width() < 200 and "rejected and aborted requests count as misses" in goodput.toolTip()
 
 
 def test_stopping_traffic_lets_every_request_finish(window, qtbot, tiny_config):

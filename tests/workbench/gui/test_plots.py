@@ -212,3 +212,23 @@ def test_snapshots_taken_while_the_engine_adds_steps_are_whole():
         seen += 1
     writer.join()
     assert seen > 1
+
+
+def test_an_empty_or_flat_latency_plot_runs_from_zero_to_above_its_highest_value(qtbot):
+    """Auto-range zoomed into a sliver around the SLO line or a flat series (overlapping ticks
+    1499.8 / 1500.0 / 1500.4), and drew an empty plot's SLO at 0 with negative ticks."""
+    _view, plots = plots_in_a_view(qtbot)
+    latency = plots["latency"]
+    empty = MetricsStore(0.0, slo=SLO(ttft_ms=1500.0))
+    latency.update(empty.snapshot())
+    assert latency.plot.viewRange()[1] == [0.0, 1875.0]
+    flat = MetricsStore(0.0, slo=SLO(ttft_ms=1500.0))
+    for index in range(5):
+        flat.add_request(RequestMetrics(index, 5, index, index + 1.5, index + 1.5, [index + 1.5], finish_reason="length"), "chat")
+    latency.update(flat.snapshot())
+    assert latency.plot.viewRange()[1] == [0.0, 1875.0]
+    latency.update(filled_store().snapshot())  # spread values: the plot ranges itself again
+    assert latency.plot.getViewBox().autoRangeEnabled()[1]
+    latency.set_mode("tpot")
+    latency.update(filled_store().snapshot())
+    assert latency.plot.getAxis("left").labelText == "TPOT" and latency.plot.getAxis("left").labelUnits == "ms/token"
