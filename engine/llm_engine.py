@@ -64,6 +64,7 @@ class LLMEngine:
         self.model_path, self.stored_tensor_types = prepared.model_path, prepared.stored_tensor_types
         self.device, self.dtype, self.kv_dtype = prepared.device, prepared.dtype, prepared.kv_dtype
         self.weight_bytes, self.unquantized_weight_bytes = prepared.weight_bytes, prepared.unquantized_weight_bytes
+        self.weight_parts = prepared.weight_parts
         self.activation_smoothing = prepared.activation_smoothing
         self.max_model_len = min(config.max_model_len or self.model_config.max_position_embeddings,
                                  self.model_config.max_position_embeddings)

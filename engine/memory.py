@@ -32,12 +32,20 @@ def process_resident_bytes() -> int:
 
 
 def memory_lines(config: ModelConfig, *, weight_bytes: int, kv_cache_bytes: int, kv_blocks: int, block_size: int,
-                 kv_bytes_per_token: int, bytes_per_element: int, step_tokens: int, max_seqs: int, resident_bytes: int | None) -> list[MemoryLine]:
+                 kv_bytes_per_token: int, bytes_per_element: int, step_tokens: int, max_seqs: int, resident_bytes: int | None,
+                 weight_parts: dict[str, int] | None = None) -> list[MemoryLine]:
+    """`weight_parts`: the weights' bytes by what the tensors hold (a quantized engine's formats, its
+    batched copy): then the weights line adds those up, as they are what the engine holds."""
     params = config.num_parameters
     activations = activation_bytes_estimate(config, step_tokens, bytes_per_element, max_seqs)
+    if weight_parts and len(weight_parts) > 1:
+        largest_first = sorted(weight_parts.items(), key=lambda part: -part[1])
+        weights_text = " + ".join(f"{part} {size / 1e6:,.1f} MB" for part, size in largest_first) + f" = {weight_bytes / 1e6:,.1f} MB"
+    else:
+        weights_text = (f"{params / 1e6:,.1f} M params × {bytes_per_element} B = {params * bytes_per_element / 1e6:,.1f} MB "
+                        f"(tensors hold {weight_bytes / 1e6:,.1f} MB)")
     lines = [
-        MemoryLine("weights", weight_bytes, f"{params / 1e6:,.1f} M params × {bytes_per_element} B = {params * bytes_per_element / 1e6:,.1f} MB "
-                   f"(tensors hold {weight_bytes / 1e6:,.1f} MB)", measured=True),
+        MemoryLine("weights", weight_bytes, weights_text, measured=True),
         MemoryLine("KV cache", kv_cache_bytes, f"{kv_blocks:,} blocks × {block_size} tokens × {kv_bytes_per_token:,} B/token "
                    f"(2 × {config.num_layers} layers × {config.num_kv_heads} kv heads × {config.head_dim} dims × "
                    f"{kv_bytes_per_token // config.kv_bytes_per_token(1)} B) "

@@ -8,6 +8,8 @@ which kind it runs.
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,3 +51,5 @@ class PreparedModel:
     sleep: Callable[[float], None]  # how a caller waits for the next arrival on this clock
     kv_limits: KvMemoryLimits
     create_executor: Callable[[int], ModelExecutor]  # for a KV cache of this many blocks
+    # weight_bytes by what the tensors hold (engine.quantization.weight_parts); empty when simulated
+    weight_parts: dict[str, int] = dataclasses.field(default_factory=dict)

@@ -18,7 +18,7 @@ from engine.model import CausalLM, RotaryEmbedding
 from engine.model_file import ModelSource, ProgressCallback
 from engine.model_source import read_model
 from engine.prepared_model import KvMemoryLimits, PreparedModel
-from engine.quantization import UNQUANTIZED, check_quantization, get_method, quantize_model, weight_bytes
+from engine.quantization import UNQUANTIZED, check_quantization, get_method, quantize_model, weight_bytes, weight_parts
 from engine.quantization.auto import AUTO, CONFIGURED, choose_quantization
 from engine.smoothing import Smoothing, smooth_for_w8a8
 
@@ -49,6 +49,7 @@ def prepare_torch_model(
     return PreparedModel(
         config=config, quantization_choice=quantization_choice, model_config=source.config, tokenizer=source.tokenizer, model_path=source.path,
         stored_tensor_types=source.stored_tensor_types, device=device, dtype=dtype, kv_dtype=kv_dtype, weight_bytes=weight_bytes(model),
+        weight_parts=weight_parts(model),
         unquantized_weight_bytes=unquantized, activation_smoothing=smoothing, clock=clock, sleep=time.sleep,
         kv_limits=_kv_memory_limits(config, source, device, dtype),
         create_executor=lambda num_blocks: TorchExecutor(model, num_blocks, config.block_size, device, kv_dtype, config.compile_decode),

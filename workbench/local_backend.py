@@ -46,6 +46,7 @@ class LocalBackend:
                 "kv_cache_bytes": engine.kv_cache_bytes,
                 "kv_bytes_per_token": engine.kv_bytes_per_token,
                 "weight_bytes": engine.weight_bytes,
+                "weight_parts": engine.weight_parts,
                 "max_model_len": engine.max_model_len,
                 "num_parameters": engine.model_config.num_parameters,
             },

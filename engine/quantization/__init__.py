@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine.device import dtype_name
 from engine.errors import ConfigError
 from engine.model_config import ModelConfig
 from engine.quantization.base import BATCHED_ROWS, QuantizationMethod, QuantizedLinear, Unquantized
@@ -103,9 +104,33 @@ def _quantized(method: QuantizationMethod, weight: torch.Tensor, bias: torch.Ten
 def weight_bytes(model: nn.Module) -> int:
     """Bytes of the model's stored weights as the kernels read them: packed weights, scales and
     zeros included, tied tensors counted once, computed tables (rotary cos/sin) left out."""
-    seen, total = set(), 0
-    for tensor in model.state_dict().values():
-        if isinstance(tensor, torch.Tensor) and tensor.data_ptr() not in seen:
-            seen.add(tensor.data_ptr())
-            total += tensor.nbytes
-    return total
+    return sum(weight_parts(model).values())
+
+
+BATCHED_COPY_PART = "bf16 batched copy"
+
+
+def weight_parts(model: nn.Module) -> dict[str, int]:
+    """`weight_bytes` by what the tensors hold: each quantized format (its packed weights with
+    their scales), the batched bf16 copy, and the tensors left unquantized (embeddings, norms) by
+    dtype; e.g. {"int4 g32 (packed, scales and minimums)": 52.9e6, "int8 (weights and scales)":
+    28.4e6, "bf16 batched copy": 269e6, "float32 unquantized": 127e6}."""
+    modules = dict(model.named_modules())
+    seen, parts = set(), {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if not isinstance(tensor, torch.Tensor) or tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        # The module that holds it: the longest prefix of the name that is a module (bitsandbytes
+        # keeps its quantization state under the weight: "...q_proj.weight.absmax").
+        path = name.split(".")
+        depth = next(depth for depth in range(len(path) - 1, -1, -1) if ".".join(path[:depth]) in modules)
+        owner, attribute = modules[".".join(path[:depth])], path[depth]
+        if isinstance(owner, QuantizedLinear):
+            part = BATCHED_COPY_PART if attribute == "batched_weight" else owner.format
+        elif tensor.is_floating_point():
+            part = f"{dtype_name(tensor.dtype)} unquantized"
+        else:  # another library's quantized layer (bitsandbytes)
+            part = f"{dtype_name(tensor.dtype)} ({type(owner).__name__})"
+        parts[part] = parts.get(part, 0) + tensor.nbytes
+    return parts

@@ -33,6 +33,7 @@ class QuantizedLinear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
         self.on_cuda = weight.is_cuda
+        self.format = type(self).__name__  # what its tensors hold, for the memory tab's weights line
         self.register_buffer("batched_weight", None)
 
     def keep_batched_copy(self) -> None:

@@ -15,6 +15,7 @@ class Int4Linear(QuantizedLinear):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int):
         super().__init__(weight, bias)
         self.group_size = group_size
+        self.format = f"int4 g{group_size} (packed, scales and minimums)"
         packed, scales, minimums = quantize_int4(weight, group_size)
         if self.on_cuda:
             self.register_buffer("qweight", packed)

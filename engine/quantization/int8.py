@@ -14,6 +14,7 @@ from kernels.quant_matmul import int8_matmul_cpu
 class Int8Linear(QuantizedLinear):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
         super().__init__(weight, bias)
+        self.format = "int8 (weights and scales)"
         q, scales = quantize_int8(weight)
         self.register_buffer("qweight", q)
         # The CPU kernel (torch's _weight_int8pack_mm) takes bf16 scales.

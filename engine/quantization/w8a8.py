@@ -16,6 +16,7 @@ from kernels.quant_matmul import w8a8_matmul_cpu
 class W8A8Linear(QuantizedLinear):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
         super().__init__(weight, bias)
+        self.format = "w8a8 (int8 weights and scales)"
         # _int_mm and the Triton kernel both take the [N, K] int8 weight as stored.
         q, scales = quantize_int8(weight)
         self.register_buffer("qweight", q)

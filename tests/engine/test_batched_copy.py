@@ -49,6 +49,11 @@ def test_the_copy_costs_two_bytes_per_copied_weight_and_w8a8_refuses_it(tiny_lla
     copied = tiny_engine(directory, quantization="int8", quantize_lm_head=True, batched_bf16_copy=True)
     assert copied.weight_bytes - packed.weight_bytes == batched_copy_bytes(copied.model_config, True)
     assert copied.quantization == f"int8 + int8 head, bf16 copy from {BATCHED_ROWS} rows"
+    # What the memory tab adds up: each format's bytes, the copy, and what stayed float32.
+    assert set(copied.weight_parts) == {"int8 (weights and scales)", "bf16 batched copy", "float32 unquantized"}
+    assert sum(copied.weight_parts.values()) == copied.weight_bytes
+    assert copied.weight_parts["bf16 batched copy"] == batched_copy_bytes(copied.model_config, True)
+    assert copied.weight_parts["int8 (weights and scales)"] == packed.weight_parts["int8 (weights and scales)"]
     prompts = [[5, 9, 2, 40, 7, 3, 3, 8, 1, 2]] * 3  # prefills of 10 rows run on the copy
     assert len(copied.generate(prompts)[0].token_ids) > 0
     with pytest.raises(ConfigError, match="batched_bf16_copy: only with int4 or int8 on the CPU, not w8a8"):

@@ -281,6 +281,7 @@ class MainWindow(QMainWindow):
             kv_blocks=summary["kv_blocks"], block_size=config.block_size, kv_bytes_per_token=summary["kv_bytes_per_token"],
             bytes_per_element=info.bytes_per_element, step_tokens=config.max_num_batched_tokens,
             max_seqs=config.max_num_seqs, resident_bytes=process_resident_bytes() if device.type == "cpu" and not simulated else None,
+            weight_parts=summary.get("weight_parts"),
         )
         if simulated:
             hardware = parse(config.model)[1]

@@ -44,6 +44,10 @@ def test_the_memory_tab_quotes_the_measured_quality_cost_of_a_quantized_configur
     config = dataclasses.replace(tiny_config, quantization="int8")
     load(window, qtbot, config)
     assert "quality cost not measured on this machine: run workbench quality --quant int8" in window.memory.text.text()
+    parts = window.info.summary["weight_parts"]  # the weights line is the int8 engine's own arithmetic
+    assert f"int8 (weights and scales) {parts['int8 (weights and scales)'] / 1e6:,.1f} MB" in window.memory.text.text()
+    assert f"float32 unquantized {parts['float32 unquantized'] / 1e6:,.1f} MB" in window.memory.text.text()
+    assert f"= {window.info.summary['weight_bytes'] / 1e6:,.1f} MB" in window.memory.text.text()
     record(tiny_config.model, {configuration_key("int8", "float32", "float32"): {
         "perplexity_change_perc": 1.5, "kl_divergence_mean_nats": 0.01, "top1_agreement_perc": 93.0, "evaluated_tokens": 500}})
     load(window, qtbot, dataclasses.replace(config, block_size=8))  # a reload looks the ledger up again
