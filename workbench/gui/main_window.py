@@ -22,6 +22,7 @@ from engine import ConfigError, EngineConfig, EngineError
 from engine.catalogue import hardware_profile
 from workbench.compare import compare, format_comparison, load_report
 from engine.device import total_memory_bytes
+from engine.executor import DecodeGraph
 from engine.memory import memory_lines, process_resident_bytes
 from workbench.report import write_report_files
 from workbench.run_log import RunLogWriter, read_run_log
@@ -64,6 +65,7 @@ class MainWindow(QMainWindow):
         self.worker = worker or EngineWorker()
         self.info: EngineInfo | None = None
         self._decode_mode_shown = ""
+        self._loaded_at = 0.0  # time.monotonic() when the engine finished loading
         self.viewing_past_run = False
         self.tokenizer_decode = None
 
@@ -233,6 +235,7 @@ class MainWindow(QMainWindow):
         # thread: a collection in the engine thread finalised Qt objects and deadlocked the window.
         freeze_loaded_heap()
         self.info = info
+        self._loaded_at = time.monotonic()
         self.tokenizer_decode = info.tokenizer.decode if info.tokenizer else None
         self.viewing_past_run = False
         self.plots.set_capabilities(info.capabilities)
@@ -256,8 +259,17 @@ class MainWindow(QMainWindow):
         info = self.info
         self._decode_mode_shown = info.decode_mode()
         kv = f", KV {info.kv_cache_dtype}" if info.kv_cache_dtype != info.dtype else ""
+        warming = self.warming_up()
         self.stage.setText(f"ready: {Path(info.model_path).name} ({info.dtype}{kv}, {info.device}, {info.quantization}, "
-                           f"decode {self._decode_mode_shown})")
+                           f"decode {self._decode_mode_shown})" + (f" — {warming}" if warming else ""))
+
+    def warming_up(self) -> str:
+        """While the decode graph compiles in the background the first steps run eagerly on cores
+        the compiler shares, so a run started now shows nothing for seconds: say so, and for how
+        long, rather than look frozen. "" once the compile has ended (or for a server)."""
+        if not isinstance(self.info, EngineInfo) or DecodeGraph.COMPILING not in self.info.decode_mode():
+            return ""
+        return f"warming up for {time.monotonic() - self._loaded_at:.0f} s: steps run eagerly (slower) until the graph is compiled"
 
     def on_traffic_state(self, state: str) -> None:
         self.traffic_label.setText(f"traffic: {state}")
@@ -299,8 +311,10 @@ class MainWindow(QMainWindow):
         new_store = self._live is None or self._live.store is not store  # a reload brings a new store
         if new_store:
             self._live = LiveMetrics(store)
-        if self._live.refresh() or new_store:
-            self.plots.update_from(self._live.snapshot())
+        warming = self.warming_up()
+        if self._live.refresh() or new_store or warming:
+            seconds = time.monotonic() - self._loaded_at
+            self.plots.update_from(self._live.snapshot(), waiting=f"warming up, {seconds:.0f} s" if warming else "")
 
     def _plot_tick(self) -> None:
         """Redraw, then wait long enough that drawing takes at most PLOT_BUDGET of the time: the
@@ -320,8 +334,8 @@ class MainWindow(QMainWindow):
     def refresh_tables(self) -> None:
         if self.viewing_past_run:
             return
-        if isinstance(self.info, EngineInfo) and self.info.decode_mode() != self._decode_mode_shown:
-            self._show_engine_stage()
+        if isinstance(self.info, EngineInfo) and (self.info.decode_mode() != self._decode_mode_shown or self.warming_up()):
+            self._show_engine_stage()  # while warming up, its seconds move
         self.requests.set_rows(self.worker.rows())
         if self.tabs.currentWidget() is self.block_map and self.selected_step is None:
             self.block_map.set_owners(self.worker.block_map(), caption="live")

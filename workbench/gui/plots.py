@@ -35,7 +35,7 @@ def _line(plot: pg.PlotItem, color: str, name: str) -> pg.PlotDataItem:
 def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since start", bottom_unit: str = "s",
               legend_columns: int = 6) -> pg.PlotItem:
     plot = pg.PlotItem()
-    _set_title(plot, title)
+    set_title(plot, title)
     plot.setLabel("left", left, units=left_unit)
     plot.setLabel("bottom", bottom, units=bottom_unit)
     # No grid: its lines, alpha-blended across every plot, were a third of a frame (README,
@@ -50,7 +50,7 @@ def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since s
     return plot
 
 
-def _set_title(plot: pg.PlotItem, text: str) -> None:
+def set_title(plot: pg.PlotItem, text: str) -> None:
     """Titles are short and small: a title's width is its column's minimum, and two columns of
     plots must fit the centre of a 1280-pixel-wide window. Set only when changed: each setTitle
     lays the plot out again."""
@@ -74,7 +74,7 @@ class KvOccupancyPlot:
         self.cached.setData(*snapshot.overview.line("kv_used_plus_cached_perc", x_range))
         size = f", {snapshot.kv_cache_bytes / 2**20:,.0f} MiB" if snapshot.kv_cache_bytes else ""  # a server may not say
         capacity = f"{snapshot.kv_capacity_tokens:,} tokens{size}" if snapshot.kv_capacity_tokens else "capacity not exposed"
-        _set_title(self.plot, f"KV-cache occupancy: {capacity}")
+        set_title(self.plot, f"KV-cache occupancy: {capacity}")
 
 
 class QueueDepthPlot:
@@ -203,9 +203,9 @@ class LatencyPlot:
         thinned = "" if drawn_points >= len(shown) * finish.size else f", {drawn_points:,} points drawn"
         if n:
             summary = np.percentile(every, [50, 90, 99])
-            _set_title(self.plot, f"{shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} (n={n}{thinned})")
+            set_title(self.plot, f"{shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} (n={n}{thinned})")
         else:
-            _set_title(self.plot, f"{shown[0].upper()}: no request finished yet (n=0)")
+            set_title(self.plot, f"{shown[0].upper()}: no request finished yet (n=0)")
         threshold = snapshot.slo.tpot_ms if shown[0] == "tpot" else snapshot.slo.ttft_ms
         self.slo_line.setVisible(threshold is not None)
         if threshold is not None:
@@ -242,7 +242,7 @@ class ThroughputPlot:
     def update(self, snapshot: MetricsSnapshot, x_range: XRange = None) -> None:
         self.prefill.setData(*snapshot.overview.line("prefill_tok_s", x_range))
         self.decode.setData(*snapshot.overview.line("decode_tok_s", x_range))
-        _set_title(self.plot, f"Throughput (sliding window {snapshot.window_s:g} s)")
+        set_title(self.plot, f"Throughput (sliding window {snapshot.window_s:g} s)")
 
 
 class BatchCompositionPlot:
@@ -311,6 +311,11 @@ def percentile_summary(snapshot: MetricsSnapshot, key: str) -> str:
     return f"p50 {p50:.0f} / p99 {p99:.0f} (n={values.size})"
 
 
+# The plots drawn from engine steps, by their titles' first words: until the first step they say
+# why none has come (the engine warming up).
+PER_STEP_PLOTS = {"kv_occupancy": "KV-cache occupancy", "queue_depth": "Queue depth", "throughput": "Throughput",
+                  "batch_composition": "Batch composition"}
+
 # The backend capability each plot needs (workbench/backend.py); latency and throughput are
 # measured on the client or from the server's token counters, so every backend has them.
 PLOT_NEEDS = {  # plot: (capability, what it shows)
@@ -324,7 +329,7 @@ def show_not_exposed(plot: pg.PlotItem, what: str) -> None:
     """Empty the plot and say why, instead of drawing zeros."""
     for item in plot.listDataItems():
         item.setData([], [])
-    _set_title(plot, f"{what}: not exposed by this backend")
+    set_title(plot, f"{what}: not exposed by this backend")
 
 
 def all_plots() -> dict[str, object]:

@@ -15,7 +15,8 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QSpinBo
 
 from workbench.metrics_store import MetricsSnapshot
 from workbench.backend import IN_PROCESS, BackendCapabilities
-from workbench.gui.plots import PLOT_NEEDS, LatencyPlot, all_plots, draw_ghost, percentile_summary, show_not_exposed
+from workbench.gui.plots import (PER_STEP_PLOTS, PLOT_NEEDS, LatencyPlot, all_plots, draw_ghost, percentile_summary,
+                                 set_title, show_not_exposed)
 from workbench.gui.step_panel import step_keys
 
 
@@ -158,12 +159,16 @@ class PlotsView(QWidget):
         for name in self.not_exposed:
             show_not_exposed(self.plots[name].plot, PLOT_NEEDS[name][1])
 
-    def update_from(self, snapshot: MetricsSnapshot) -> None:
+    def update_from(self, snapshot: MetricsSnapshot, waiting: str = "") -> None:
+        """`waiting`: why no step has come yet, in a few words (the engine warming up), put in
+        each per-step plot's title until the first step arrives."""
         self.snapshot = snapshot
         x_range = self._time_range(snapshot)
         for name, plot in self.plots.items():
             if name not in self.not_exposed:
                 plot.update(snapshot, x_range)
+                if waiting and name in PER_STEP_PLOTS and not snapshot.steps["time_s"].size:
+                    set_title(plot.plot, f"{PER_STEP_PLOTS[name]}: no step yet, {waiting}")
         self._update_goodput(snapshot)
 
     def redraw(self) -> None:

@@ -59,10 +59,15 @@ def test_the_memory_tab_quotes_the_measured_quality_cost_of_a_quantized_configur
 def test_the_status_line_follows_a_background_compile_to_the_compiled_path(window, qtbot, tiny_config, held_compile):
     torch._dynamo.reset()
     load(window, qtbot, dataclasses.replace(tiny_config, compile_decode="background"))
-    assert "decode eager (compiling in the background)" in window.stage.text()
+    assert "decode eager (compiling in the background)) — warming up for " in window.stage.text()
+    window.refresh_plots()  # no step yet: the per-step plots say why instead of looking frozen
+    titles = {name: plot.plot.title_text for name, plot in window.plots.plots.items()}
+    assert titles["kv_occupancy"].startswith("KV-cache occupancy: no step yet, warming up, ")
+    assert all(", warming up, " in titles[name] for name in ("queue_depth", "throughput", "batch_composition"))
     window.traffic_panel.inject_requested.emit(4, 20, 8, "chat")  # it serves meanwhile
     held_compile.set()
     qtbot.waitUntil(lambda: "decode compiled)" in window.stage.text(), timeout=600_000)
+    assert "warming up" not in window.stage.text() and window.warming_up() == ""
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=60_000)
 
 
