@@ -213,7 +213,7 @@ class DecodeGraph:
     """
 
     COMPILING = "eager (compiling in the background)"
-    STOPPED = "eager (compile stopped: the engine was closed)"
+    STOPPED = "eager (compile stopped)"
 
     def __init__(self, model: CausalLM):
         # cpp_wrapper: the generated code that calls the kernels is C++ too, not Python: a faster

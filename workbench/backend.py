@@ -105,9 +105,12 @@ class Backend(Protocol):
     def progress(self, request_id: str) -> RequestProgress | None:
         """None once the request has ended (or was never queued)."""
 
+    def stop_background_work(self) -> None:
+        """Stop what runs beside the requests (the in-process engine's decode-graph compile) and
+        must not run while the next backend is built; the backend still serves."""
+
     def close(self) -> None:
-        """Release what the backend holds in the background (a compile, connections, threads);
-        call it before the next backend is built."""
+        """Release what the backend holds (a compile, connections, threads); it is not used again."""
 
     def problems(self) -> list[str]:
         """What went wrong outside any one request during the run (a server-state scraper that

@@ -72,8 +72,11 @@ class LocalBackend:
             return None
         return RequestProgress(seq.state, seq.metrics, seq.num_prompt_tokens, seq.num_tokens)
 
-    def close(self) -> None:
+    def stop_background_work(self) -> None:
         """Stop the engine's background compile: the next engine must not be built beside it."""
+        self.engine.close()
+
+    def close(self) -> None:
         self.engine.close()
 
     def problems(self) -> list[str]:

@@ -177,6 +177,9 @@ class RemoteBackend:
                          f"state has gaps (last: {self._scrape_problem})")
         return found
 
+    def stop_background_work(self) -> None:
+        """Nothing to stop: its scraper and streams may run beside another backend's load."""
+
     def close(self) -> None:
         """Cancel what is in flight and stop the event loop."""
         if self._loop.is_running():

@@ -31,7 +31,7 @@ class TokensOnlyBackend:
     def __init__(self, local: LocalBackend):
         self._local = local
         for name in ("max_model_len", "vocab_size", "tokenizer", "clock", "sleep", "submit", "abort", "has_unfinished", "progress",
-                     "problems", "close"):
+                     "problems", "close", "stop_background_work"):
             setattr(self, name, getattr(local, name))
         self.kv_capacity_tokens = self.kv_cache_bytes = self.num_kv_blocks = None
 

@@ -114,6 +114,10 @@ class EngineWorker(QObject):
         runner = self._runner
         return not self.requests_in_flight() and not (runner is not None and runner.traffic_pending)
 
+    def has_backend(self) -> bool:
+        """An engine or server is loaded (a failed load keeps the previous one)."""
+        return self._backend is not None
+
     def requests_in_flight(self) -> int:
         requests = self._requests
         return requests.num_in_flight() if requests is not None else 0
@@ -188,11 +192,16 @@ class EngineWorker(QObject):
             self._backend.abort(argument)
 
     def _load(self, config: EngineConfig) -> None:
+        """Build the new backend, then replace the old one. The old one keeps serving until the
+        new one has loaded (a mistyped path or an impossible cache leaves the working engine as it
+        was), but its background compile is stopped first: the next engine must not be built
+        beside it (once, that corrupted the heap)."""
         if self._backend is not None:
-            self.loading.emit("closing the previous engine (stopping its compile)", 0.0)
+            self.loading.emit("stopping the previous engine's background work (its compile)", 0.0)
+            self._backend.stop_background_work()
+        backend, info = self._loader.load(config, progress=self.loading.emit)
         self._close_backend()
         self._close_log()
-        backend, info = self._loader.load(config, progress=self.loading.emit)
         if backend.tokenizer is not None:
             self.loading.emit("prompt text", 0.0)
             text_stream(backend.tokenizer)  # now, not as a stall at the first injected request

@@ -280,8 +280,17 @@ class MainWindow(QMainWindow):
             button.blockSignals(False)
 
     def on_failed(self, message: str) -> None:
+        """The message beside the status line; the status line itself says what is loaded, and
+        changes only when nothing is (a later successful run must not read "error")."""
         self.error_label.setText(message)
-        self.stage.setText("error")
+        if not self.worker.has_backend():
+            self.stage.setText("no engine loaded: apply a configuration")
+        elif isinstance(self.info, EngineInfo):  # a failed load: the loading stages gave way to the engine kept
+            self._show_engine_stage()
+            self.progress.setValue(100)
+        elif isinstance(self.info, ServerInfo):
+            self.stage.setText(f"connected: {self.info.name}")
+            self.progress.setValue(100)
 
     def _show_memory(self, info: EngineInfo) -> None:
         """The loaded device's memory, measured; or a simulated GPU's, every line an estimate."""

@@ -87,7 +87,7 @@ def test_reloading_and_closing_while_the_graph_compiles_stop_each_compile_first(
         assert len(compile_threads()) == 1 and "compiling in the background" in window.stage.text()
         window.traffic_panel.inject_requested.emit(2, 10, 4, "chat")
         qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
-    assert stages.count("closing the previous engine (stopping its compile)") == 2
+    assert stages.count("stopping the previous engine's background work (its compile)") == 2
     window.close()
     assert compile_threads() == []
 
@@ -176,6 +176,32 @@ def test_an_engine_error_is_shown_and_a_new_configuration_still_loads(window, qt
     qtbot.waitUntil(lambda: window.error_label.text() == "" and "ready" in window.stage.text(), timeout=30_000)
     window.traffic_panel.inject_requested.emit(2, 10, 5, "chat")
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
+
+
+@pytest.mark.parametrize("broken", [
+    {"model": "/nowhere/model.gguf"},  # a mistyped path
+    {"num_kv_blocks": 1 << 40},  # a cache this machine cannot hold
+])
+def test_a_failed_apply_keeps_the_working_engine(window, qtbot, tiny_config, broken):
+    """It used to unload it: Start then said "no model is loaded yet" while the plots still
+    showed the old engine as live."""
+    load(window, qtbot, tiny_config)
+    stage = window.stage.text()
+    window.load(dataclasses.replace(tiny_config, **broken))
+    qtbot.waitUntil(lambda: window.error_label.text() != "", timeout=30_000)
+    assert window.stage.text() == stage and window.info.config == tiny_config  # still the working engine
+    window.traffic_panel.inject_requested.emit(2, 10, 5, "chat")
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
+
+
+def test_a_traffic_error_does_not_leave_the_status_line_saying_error(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    stage = window.stage.text()
+    window.on_failed("traffic: rate: expected a positive number of requests/s, got 0")
+    assert window.stage.text() == stage and "rate" in window.error_label.text()
+    window.start_traffic(Scenario(name="t", traffic=TrafficProfile(arrival="constant", rate=50.0, num_requests=2)))
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
+    assert window.error_label.text() == "" and window.stage.text() == stage
 
 
 def test_closing_during_a_run_stops_the_worker_thread(window, qtbot, tiny_config):
