@@ -120,9 +120,50 @@ def compare(baseline: dict, candidate: dict, intended: list[str], tolerated: lis
         failed = ", ".join(result["criterion"] for result in checks if not result["passed"])
         verdict = f"reject: not met: {failed}"
     return {
-        "baseline": _identity(baseline), "candidate": _identity(candidate),
+        "baseline": _identity(baseline), "candidate": _identity(candidate), "differences": differences(baseline, candidate),
         "intended": intended, "tolerated": tolerated, "checks": checks, "verdict": verdict, "metrics": rows,
     }
+
+
+def differences(baseline: dict, candidate: dict) -> list[str]:
+    """What makes the two runs unlike beyond a configuration choice: another model file, other
+    hardware or server, or other traffic. Comparing them is allowed (that may be the question),
+    but the figures then do not isolate one change, and the comparison says so."""
+    found = []
+    for what, read in (("model", _model), ("hardware", _hardware), ("workload (traffic, events, seed)", _workload)):
+        first, second = read(baseline), read(candidate)
+        if first != second:
+            found.append(f"{what}: {_short(first)} vs {_short(second)}")
+    return found
+
+
+def _model(report: dict):
+    model = report.get("versions", {}).get("model")
+    if isinstance(model, dict):  # a model file: what its bytes hash to, wherever it lies
+        return model.get("files") or model.get("path")
+    return model or report.get("scenario", {}).get("engine", {}).get("model")
+
+
+def _hardware(report: dict) -> str:
+    backend = report.get("backend", {}).get("name", "in-process engine")
+    model = str(report.get("scenario", {}).get("engine", {}).get("model", ""))
+    if backend != "in-process engine":
+        return backend
+    if model.startswith("simulated:"):
+        return f"simulated {model.rpartition('@')[2]}"
+    return report.get("versions", {}).get("device", "unknown")
+
+
+def _workload(report: dict) -> str:
+    scenario = report.get("scenario", {})
+    return json.dumps([scenario.get("traffic"), scenario.get("events"), report.get("seed")], sort_keys=True)
+
+
+def _short(value) -> str:
+    if isinstance(value, dict):  # file hashes
+        return ", ".join(f"{name} {digest[:8]}" for name, digest in sorted(value.items()))
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _identity(report: dict) -> dict:
@@ -139,6 +180,8 @@ def format_comparison(result: dict) -> str:
     lines = [
         f"baseline:  {base['scenario']} / {base['variant'] or '-'} (seed {base['seed']})",
         f"candidate: {cand['scenario']} / {cand['variant'] or '-'} (seed {cand['seed']})",
+        *(["warning: these runs differ in more than a configuration, so no delta isolates one change:"]
+          + [f"  {difference}" for difference in result.get("differences", [])] if result.get("differences") else []),
         "",
         f"{'metric':<34} {'baseline':>12} {'candidate':>12} {'delta':>12} {'rel':>8}  n (b/c)  unit",
     ]

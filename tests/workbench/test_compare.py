@@ -158,3 +158,24 @@ def test_a_metric_in_one_report_only_and_a_run_without_variant():
     lines = format_comparison(result).splitlines()
     assert lines[1] == "candidate: s / - (seed 0)"
     assert lines[-2] == "  FAIL intended  new_metric:+1                observed - (n 0/20) not measurable in both runs"
+
+
+def test_runs_of_another_model_hardware_or_workload_are_named_as_unlike():
+    """SmolLM2 on this CPU against a simulated H100 printed -99.9% deltas without a word."""
+    local = {**report("a", output_tok_s=100.0), "versions": {"model": {"path": "/m/smollm2.gguf", "files": {"smollm2.gguf": "ab" * 32}},
+                                                              "device": "CPU (2 threads)"},
+             "scenario": {"name": "s", "engine": {"model": "smollm2-135m"}, "traffic": {"rate": 2.0}, "events": []}}
+    same = {**local, "variant": "b"}
+    assert compare(local, same, [], [])["differences"] == []
+    simulated = {**report("b", output_tok_s=90_000.0), "versions": {"model": "simulated:llama-2-7b@h100-80gb"},
+                 "scenario": {"name": "s", "engine": {"model": "simulated:llama-2-7b@h100-80gb"}, "traffic": {"rate": 8.0},
+                              "events": []}}
+    result = compare(local, simulated, [], [])
+    assert result["differences"] == [
+        "model: smollm2.gguf abababab vs simulated:llama-2-7b@h100-80gb",
+        "hardware: CPU (2 threads) vs simulated h100-80gb",
+        'workload (traffic, events, seed): [{"rate": 2.0}, [], 0] vs [{"rate": 8.0}, [], 0]',
+    ]
+    text = format_comparison(result).splitlines()
+    assert text[2] == "warning: these runs differ in more than a configuration, so no delta isolates one change:"
+    assert text[3:6] == [f"  {difference}" for difference in result["differences"]]
