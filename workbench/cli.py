@@ -168,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as error:
         print(f"workbench: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl+C while loading, measuring quality, calibrating, exporting...
+        print("workbench: interrupted", file=sys.stderr)
+        return 130
     except OSError as error:  # a path that cannot be read or written: say which, without a traceback
         where = f"{error.filename}: " if error.filename else ""
         print(f"workbench: {where}{error.strerror or error}", file=sys.stderr)
@@ -239,6 +242,10 @@ def _bench(args) -> int:
         freeze_loaded_heap()  # no full collection walks the model again during the measured run
         try:
             reports[variant] = _run_one(scenario, variant, out_dir, backend, plots=not args.no_plots)
+        except KeyboardInterrupt:  # Ctrl+C ends the bench, not just this variant
+            print(f"workbench: interrupted; the partial report of {scenario.name}{' / ' + variant if variant else ''} "
+                  f"is in {out_dir}", file=sys.stderr)
+            return 130
         finally:
             backend.close()
         _print_summary(reports[variant])

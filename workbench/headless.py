@@ -30,8 +30,9 @@ def run_headless(
 ) -> dict:
     """Run the scenario on `backend` (default: the in-process engine of the scenario's [engine]
     table, from `source` if given), log it to out_dir/run.jsonl as it happens, then write the
-    report files. Ctrl-C ends the run early; the report is then built from the log and marked
-    incomplete."""
+    report files. Ctrl-C ends the run early: the report files are still written, built from the
+    log and marked incomplete, and then the KeyboardInterrupt goes on to the caller (a bench of
+    several variants stops, rather than starting the next)."""
     backend = backend or LocalBackend(LLMEngine(scenario.engine, source=source))
     runner = ScenarioRunner(backend, scenario)
     start_time = backend.clock()
@@ -50,7 +51,9 @@ def run_headless(
     try:
         recorder.finish(runner.run(start_time))
     except KeyboardInterrupt:
-        pass
+        recorder.close()
+        write_report_files(read_run_log(log_path), out_dir)
+        raise
     finally:
         recorder.close()
     return write_report_files(read_run_log(log_path), out_dir)

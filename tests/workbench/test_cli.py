@@ -109,3 +109,32 @@ def test_bad_preset_gives_one_line_and_exit_code_2(tmp_path, capsys):
     error = capsys.readouterr().err.strip()
     assert error.startswith("workbench: ") and "bad.toml: traffic: arrival: expected one of poisson" in error
     assert "Traceback" not in error
+
+
+def test_ctrl_c_stops_a_bench_of_variants_after_writing_the_partial_report(tmp_path, monkeypatch, capsys):
+    """It stopped only the variant running, then started the next."""
+    from workbench.runner import ScenarioRunner
+
+    preset = tmp_path / "sim.toml"
+    preset.write_text(PRESET)
+    tick, ticks = ScenarioRunner.tick, iter(range(1_000_000))
+
+    def interrupted_at_tick_3(runner):
+        if next(ticks) == 3:
+            raise KeyboardInterrupt
+        return tick(runner)
+
+    monkeypatch.setattr(ScenarioRunner, "tick", interrupted_at_tick_3)
+    assert main(["bench", "--preset", str(preset), "--out", str(tmp_path / "runs"), "--no-plots"]) == 130
+    assert "interrupted; the partial report of sim-isolation / admission-off is in" in capsys.readouterr().err
+    assert not json.loads((tmp_path / "runs" / "admission-off" / "report.json").read_text())["complete"]
+    assert not (tmp_path / "runs" / "admission-on").exists()
+
+
+def test_ctrl_c_in_any_command_is_one_line(monkeypatch, capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("workbench.cli._list_presets", interrupted)
+    assert main(["presets"]) == 130
+    assert capsys.readouterr().err == "workbench: interrupted\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -116,9 +117,23 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
         window.worker.loaded.connect(lambda info: QTimer.singleShot(int(run_for_s * 1000), finish))
         if scenario is None:
             window.worker.loaded.connect(lambda info: window.start_traffic(window.traffic_panel.scenario()))
+    close_on_ctrl_c(window)
     app.exec()
     # Tear the window down while Qt is still alive: left to interpreter shutdown, PySide6 and
     # pyqtgraph can destroy C++ objects in the wrong order and abort the process.
     window.deleteLater()
     app.processEvents()
     return outcome["code"]
+
+
+def close_on_ctrl_c(window) -> None:
+    """Ctrl+C closes the window as its close button does (the engine thread stopped, settings
+    saved). Qt's event loop runs no Python while it waits, so Python's default handler only ran
+    at the next event: a traceback, and the window kept running. A timer lets the interpreter
+    look at signals every 200 ms."""
+    from PySide6.QtCore import QTimer
+
+    signal.signal(signal.SIGINT, lambda number, frame: window.close())
+    window._signal_timer = QTimer(window)
+    window._signal_timer.timeout.connect(lambda: None)
+    window._signal_timer.start(200)

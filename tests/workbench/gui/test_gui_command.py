@@ -105,3 +105,24 @@ def test_gui_on_a_server_asks_for_the_served_model_it_is_given(tmp_path, server,
                             env=environment, capture_output=True, text=True, timeout=300)
     assert result.returncode == code, result.stderr[-2000:]
     assert said in result.stderr
+
+
+def test_ctrl_c_closes_the_window_as_its_close_button_does(qtbot, tmp_path, monkeypatch):
+    """It printed a traceback and the window kept running."""
+    import signal
+
+    from workbench.gui.app import close_on_ctrl_c
+    from workbench.gui.main_window import MainWindow
+
+    monkeypatch.setenv("WORKBENCH_SETTINGS", str(tmp_path / "settings.ini"))
+    previous = signal.getsignal(signal.SIGINT)
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show()
+    try:
+        close_on_ctrl_c(window)
+        signal.raise_signal(signal.SIGINT)
+        qtbot.waitUntil(lambda: not window.isVisible(), timeout=5_000)
+        assert not window.worker._thread.is_alive()  # closed as by its button: the engine thread ended
+    finally:
+        signal.signal(signal.SIGINT, previous)
