@@ -211,7 +211,8 @@ class LatencyPlot:
         if threshold is not None:
             self.slo_line.setValue(threshold)
             self.slo_line.label.setFormat(f"SLO {shown[0].upper()} {threshold:g} {unit}")
-        self.plot.setLabel("left", "TPOT" if shown[0] == "tpot" else "latency", units=unit)
+        if self.plot.getAxis("left").labelUnits != unit:  # set on a mode change only: each setLabel lays the plot out again
+            self.plot.setLabel("left", "TPOT" if shown[0] == "tpot" else "latency", units=unit)
         self._fix_range_if_flat([requests[f"{key}_ms"][start:stop] for key in shown], threshold)
 
     def _fix_range_if_flat(self, columns: list[np.ndarray], threshold: float | None) -> None:
