@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from engine import ConfigError, EngineConfig, LLMEngine
@@ -141,3 +143,27 @@ def test_cost_model_decode_reads_each_sequences_context_and_counts_its_attention
     assert model.step_time(long) > 2 * model.step_time(short)
     no_sampling = StepShape(((1, 512, False),) * 8)
     assert model.flops(short) - model.flops(no_sampling) == 8 * 2 * llama.vocab_size * llama.hidden_size
+
+
+def test_cost_model_step_time_is_its_formula_exactly():
+    """max(weights / (bandwidth x efficiency) + K/V / (bandwidth x K/V efficiency), FLOPs /
+    (peak x efficiency)) + per-step + per-sequence overhead, FLOPs = 2 x dense params x tokens +
+    attention + the LM head of sampling rows; dense params leave out one embedding table when
+    tied, two when not."""
+    llama, _ = model_shape("llama-2-7b")
+    hardware = hardware_profile("h100-80gb")
+    model = CostModel(llama, hardware, weight_bytes_estimate(llama, 16), llama.kv_bytes_per_token(2))
+    assert model.dense_params == llama.num_parameters - 2 * llama.vocab_size * llama.hidden_size  # untied
+    tied = dataclasses.replace(llama, tie_word_embeddings=True)
+    assert CostModel(tied, hardware, 1, 1).dense_params == tied.num_parameters - tied.vocab_size * tied.hidden_size
+    for shape in (StepShape(((1, 700, True),) * 3), StepShape(((2048, 2048, True), (1, 90, False)))):
+        tokens = sum(new for new, _, _ in shape.sequences)
+        attention = sum(4 * llama.num_layers * llama.num_heads * llama.head_dim * new * context for new, context, _ in shape.sequences)
+        head = 2 * llama.vocab_size * llama.hidden_size * sum(samples for _, _, samples in shape.sequences)
+        flops = 2 * model.dense_params * tokens + attention + head
+        assert model.flops(shape) == flops
+        memory = (model.weight_bytes / (hardware.bandwidth_bytes_s * hardware.bandwidth_efficiency)
+                  + model.kv_bytes(shape) / (hardware.bandwidth_bytes_s * hardware.kv_bandwidth_efficiency))
+        compute = flops / (hardware.peak_flops * hardware.compute_efficiency)
+        host = hardware.step_overhead_s + hardware.sequence_overhead_s * len(shape.sequences)
+        assert model.step_time(shape) == pytest.approx(max(memory, compute) + host, rel=1e-12)

@@ -88,3 +88,45 @@ def test_server_state_is_read_from_each_engines_metric_names():
     assert (parse_server_state(sglang).kv_usage, parse_server_state(sglang).num_running, parse_server_state(sglang).num_waiting) == (0.5, 7, 4)
     assert parse_server_state(old_vllm).kv_usage == 0.3 and parse_server_state(old_vllm).preemptions_total is None
     assert json.dumps(parse_server_state("").__dict__) == json.dumps({key: None for key in parse_server_state("").__dict__})
+
+
+def test_each_metric_has_vllms_name_type_help_and_buckets():
+    """What a vLLM dashboard reads: the families, their types and help texts, the histograms'
+    buckets (vLLM's), and cache_config_info set to 1 with the capacity in its labels."""
+    metrics = ServerMetrics("m", block_size=16, num_blocks=100)
+    families = {family.name: family for family in text_string_to_metric_families(generate_latest(metrics.registry).decode())}
+    assert {name: (family.type, family.documentation) for name, family in families.items()} == {
+        "vllm:num_requests_running": ("gauge", "Number of requests in model execution batches."),
+        "vllm:num_requests_waiting": ("gauge", "Number of requests waiting to be processed."),
+        "vllm:kv_cache_usage_perc": ("gauge", "KV-cache usage. 1 means 100 percent usage."),
+        "vllm:num_preemptions": ("counter", "Cumulative number of preemptions."),
+        "vllm:prompt_tokens": ("counter", "Number of prefill tokens processed."),
+        "vllm:generation_tokens": ("counter", "Number of generation tokens processed."),
+        "vllm:prefix_cache_queries": ("counter", "Prefix cache queries, in terms of number of queried tokens."),
+        "vllm:prefix_cache_hits": ("counter", "Prefix cache hits, in terms of number of cached tokens."),
+        "vllm:request_success": ("counter", "Count of successfully processed requests."),
+        "vllm:time_to_first_token_seconds": ("histogram", "Histogram of time to first token in seconds."),
+        "vllm:inter_token_latency_seconds": ("histogram", "Histogram of inter-token latency in seconds."),
+        "vllm:e2e_request_latency_seconds": ("histogram", "Histogram of e2e request latency in seconds."),
+        "vllm:request_queue_time_seconds": ("histogram", "Histogram of time spent in WAITING phase for request."),
+        "vllm:cache_config_info": ("gauge", "Information of the LLMEngine CacheConfig"),
+    }
+
+    def buckets(name: str) -> list[float]:
+        return [float(sample.labels["le"]) for sample in families[name].samples if sample.name.endswith("_bucket")][:-1]
+
+    assert buckets("vllm:time_to_first_token_seconds")[:3] == [0.001, 0.005, 0.01] and buckets("vllm:time_to_first_token_seconds")[-1] == 80.0
+    assert buckets("vllm:inter_token_latency_seconds")[:3] == [0.01, 0.025, 0.05]
+    assert buckets("vllm:e2e_request_latency_seconds")[:2] == [0.3, 0.5] and buckets("vllm:request_queue_time_seconds")[-1] == 480.0
+    (info,) = families["vllm:cache_config_info"].samples
+    assert info.value == 1 and info.labels == {"block_size": "16", "num_gpu_blocks": "100"}
+
+
+def test_a_partial_cache_config_and_the_parsers_own_words():
+    state = parse_server_state('# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="16"} 1\n')
+    assert (state.block_size, state.num_blocks) == (16, None)
+    state = parse_server_state('# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{num_gpu_blocks="12"} 1\n')
+    assert (state.block_size, state.num_blocks) == (None, 12)
+    with pytest.raises(ValueError) as error:
+        parse_server_state("metric_without_value\n")
+    assert str(error.value).startswith("not Prometheus text format (ValueError: ") and "metric_without_value" in str(error.value)
