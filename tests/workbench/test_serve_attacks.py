@@ -6,6 +6,7 @@ gauges return to zero."""
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -95,3 +96,19 @@ def test_many_streams_that_leave_in_every_phase_leave_nothing_behind(server, tok
     wait_until(lambda: (lambda now: now.num_running == 0 and now.num_waiting == 0 and now.kv_usage == 0.0)(state(server)),
                "every abandoned stream to be aborted")
     assert httpx.post(f"{server}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30).status_code == 200
+
+
+def test_a_slow_reader_holds_only_its_own_request(server, tokenizer):
+    """A client that reads its stream a line at a time, slowly, while another request is served
+    whole: the other one is not held back by it, and once the slow one leaves the gauges return
+    to zero."""
+    body = {"prompt": tokenizer.encode("Once upon a time"), "max_tokens": 300, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{server}/v1/completions", json=body, timeout=60) as slow:
+        lines = slow.iter_lines()
+        next(lines)  # the first chunk: the request is running
+        whole = httpx.post(f"{server}/v1/completions", json={"prompt": "hi", "max_tokens": 8, "ignore_eos": True}, timeout=60)
+        assert whole.status_code == 200 and whole.json()["usage"]["completion_tokens"] == 8
+        for _ in range(3):
+            next(lines)
+            time.sleep(0.2)
+    wait_until(lambda: (lambda now: now.num_running == 0 and now.kv_usage == 0.0)(state(server)), "the slow reader's request to end")
