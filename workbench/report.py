@@ -96,8 +96,8 @@ def build_report(log: RunLog) -> dict:
     planned = header.get("requests_planned")
     not_exposed = header.get("backend", {}).get("not_exposed", [])  # run logs before backends: the engine, all exposed
     if log.complete:
-        not_sent = log.footer.get("requests_not_sent", 0)
-        if planned is None:
+        not_sent = log.footer.get("requests_not_sent", 0)  # None: saved mid-run, traffic by duration still arriving
+        if planned is None and not_sent is not None:
             planned = len(requests) + not_sent  # every request sent is in a complete log
     else:
         not_sent = None if planned is None else max(0, planned - len(requests))
@@ -141,6 +141,7 @@ def build_report(log: RunLog) -> dict:
         ("the run log was not closed (crash or interruption)", not log.complete),
         (f"requests still in flight when the run ended: {unfinished}", unfinished),
         (f"planned requests never sent: {not_sent}", not_sent),
+        ("saved while the run was going (requests in flight or still to send)", (log.footer or {}).get("saved_mid_run")),
         *((problem, True) for problem in (log.footer or {}).get("problems", [])),
         (log.skipped_summary(), log.skipped_lines),
     ) if applies]

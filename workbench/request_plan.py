@@ -53,9 +53,11 @@ class RequestPlan:
                 self._traffic_left = None if self._stop_at < float("inf") else self._traffic.known_count
         # How many requests the plan holds, if that is known without drawing every arrival time
         # (traffic that ends by a duration, a rate change or a stop event is not).
-        self.total: int | None = self._known_left()
+        self.total: int | None = self.known_left()
 
-    def _known_left(self) -> int | None:
+    def known_left(self) -> int | None:
+        """How many planned requests are left to send, or None while traffic that ends by a
+        duration is still arriving."""
         if self._traffic_left is None:
             return None
         return self._traffic_left + self.closed_loop_left + sum(injection.left for injection in self._injections)
@@ -103,7 +105,7 @@ class RequestPlan:
     def count_rest(self) -> int:
         """How many requests are left; the plan is empty afterwards. Unless the number is known,
         this draws the remaining open-loop arrival times (not their contents)."""
-        count = self._known_left()
+        count = self.known_left()
         if count is None:
             count = (self._traffic_next is not None) + sum(1 for _ in self._open_loop) + self.closed_loop_left
             count += sum(injection.left for injection in self._injections)

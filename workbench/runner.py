@@ -111,15 +111,27 @@ class ScenarioRunner:
     def _account_for_the_rest(self) -> None:
         """Report the requests the run ends without: those in flight as "unfinished" (with what
         they had so far), those never sent as a count."""
-        unfinished = [(request_id, self.backend.progress(request_id)) for request_id in self._in_flight]
-        self.result.num_unfinished = len(unfinished)
-        for request_id, progress in unfinished:
+        self.result.num_unfinished = len(self._in_flight)
+        for ended in self.in_flight_now("when the run ended"):
+            self._record_end(ended)
+        self.result.num_not_sent = self.plan.count_rest() if self.plan is not None else 0
+
+    def in_flight_now(self, when: str) -> list[EndedRequest]:
+        """The requests sent and not ended, as copies finished "unfinished" with what they have so
+        far (`when` goes into their detail); the run goes on untouched."""
+        unfinished = []
+        for request_id in self._in_flight:
+            progress = self.backend.progress(request_id)
             if progress is None:  # ended inside a step that was interrupted before it returned
                 continue
             metrics = dataclasses.replace(progress.metrics, token_times=list(progress.metrics.token_times), finish_reason=UNFINISHED,
-                                          finish_detail=f"{progress.state} when the run ended")
-            self._record_end(EndedRequest(request_id, self.tags[request_id], metrics))
-        self.result.num_not_sent = self.plan.count_rest() if self.plan is not None else 0
+                                          finish_detail=f"{progress.state} {when}")
+            unfinished.append(EndedRequest(request_id, self.tags[request_id], metrics))
+        return unfinished
+
+    def not_sent_yet(self) -> int | None:
+        """Planned requests not sent so far; None while traffic that ends by a duration arrives."""
+        return self.plan.known_left() if self.plan is not None else 0
 
     def start(self, start_time: float | None = None) -> None:
         self.result.start_time = self.backend.clock() if start_time is None else start_time

@@ -10,6 +10,7 @@ engine cannot flood the event loop.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import queue
 import tempfile
@@ -27,6 +28,7 @@ from workbench.backend_loader import BackendLoader
 from workbench.metrics_store import MetricsStore
 from workbench.prompts import text_stream
 from workbench.request_rows import RequestRow, RequestRows
+from workbench.run_log import RunLogWriter
 from workbench.run_recorder import RUN_LOG_NAME, RunRecorder, run_header
 from workbench.trace_store import TraceStore
 from workbench.runner import EndedRequest, ScenarioRunner
@@ -82,6 +84,15 @@ class EngineWorker(QObject):
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
+
+    def save_log_copy(self, path: Path, timeout_s: float = 120.0) -> None:
+        """A copy of the run log as it is now, closed with a footer: at any moment, mid-run too.
+        Written by the engine thread between two steps, so that it holds every request sent:
+        those still in flight as "unfinished" with what they have so far, the planned ones not sent
+        yet as a count (it used to call in-flight requests "never sent" and the log a crash)."""
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        self._commands.put(("save", (path, done)))
+        done.result(timeout=timeout_s)
 
     def shutdown(self, timeout_s: float | None = None) -> bool:
         """Stop traffic and the loop; True when the thread has ended. The loop reads commands
@@ -167,6 +178,15 @@ class EngineWorker(QObject):
         if command == "load":
             self._load(argument)
             return
+        if command == "save":
+            path, done = argument
+            try:
+                self._write_log_copy(path)
+            except Exception as error:  # noqa: BLE001 - handed to the GUI thread, which reports it
+                done.set_exception(error)
+            else:
+                done.set_result(None)
+            return
         if self._runner is None:
             raise EngineError("no model is loaded yet")
         if command == "traffic":
@@ -217,6 +237,21 @@ class EngineWorker(QObject):
         self.loading.emit("ready", 1.0)
         self.traffic_state.emit("idle")
         self.loaded.emit(info)
+
+    def _write_log_copy(self, path: Path) -> None:
+        if self._runner is None:
+            raise EngineError("no model is loaded yet")
+        runner = self._runner
+        path.write_bytes(self.run_log_path.read_bytes())
+        in_flight = runner.in_flight_now("when the run was saved")
+        writer = RunLogWriter(path)
+        for ended in in_flight:
+            writer.request(ended.request_id, ended.tag, ended.metrics)
+        not_sent = runner.not_sent_yet() if runner.traffic_pending else 0
+        writer.write("footer", {"duration_s": self._seconds(), "stopped_early": bool(in_flight or not_sent is None or not_sent),
+                                "requests_unfinished": len(in_flight), "requests_not_sent": not_sent,
+                                "saved_mid_run": bool(in_flight or runner.traffic_pending)})
+        writer.close()
 
     def _close_backend(self) -> None:
         """Close the backend before it is replaced: a remote one holds connections and a thread,

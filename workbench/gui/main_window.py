@@ -25,7 +25,7 @@ from engine.device import total_memory_bytes
 from engine.executor import DecodeGraph
 from engine.memory import memory_lines, process_resident_bytes
 from workbench.report import write_report_files
-from workbench.run_log import RunLogWriter, read_run_log
+from workbench.run_log import read_run_log
 from workbench.request_rows import ENDED_STATES
 from workbench.run_recorder import RUN_LOG_NAME
 from workbench.scenario import Scenario
@@ -435,17 +435,9 @@ class MainWindow(QMainWindow):
             return None
         target = Path(folder)
         try:
-            at_rest = self.worker.at_rest()
-            log = read_run_log(self.worker.run_log_path)
             target.mkdir(parents=True, exist_ok=True)
-            (target / "run.jsonl").write_bytes(self.worker.run_log_path.read_bytes())
-            if at_rest:  # nothing in flight or left to send: the saved copy is a whole run
-                last_time = log.steps[-1]["time_s"] if log.steps else log.header["start_time"]
-                log.footer = {"duration_s": last_time - log.header["start_time"], "stopped_early": False,
-                              "requests_unfinished": 0, "requests_not_sent": 0}
-                writer = RunLogWriter(target / "run.jsonl")
-                writer.write("footer", log.footer)
-                writer.close()
+            self.worker.save_log_copy(target / RUN_LOG_NAME)
+            log = read_run_log(target / RUN_LOG_NAME)
             report = write_report_files(log, target)
             export_plot_images(log, target)
         except EngineError as error:

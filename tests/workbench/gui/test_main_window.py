@@ -229,6 +229,25 @@ def test_saved_run_can_be_opened_and_compared(window, qtbot, tiny_config, tmp_pa
     assert "verdict: no decision: no intended gain or tolerated regression was declared" in window.runs_text.toPlainText()
 
 
+def test_a_run_saved_mid_run_says_what_was_in_flight_and_what_was_still_to_send(window, qtbot, tiny_config, tmp_path):
+    """It reported every planned request as "never sent", none unfinished, and a crash."""
+    load(window, qtbot, tiny_config)
+    traffic = TrafficProfile(arrival="constant", rate=20.0, num_requests=40, prompt_len=LengthDistribution(mean=12),
+                             output_len=LengthDistribution(kind="fixed", mean=400))  # long outputs: still running when saved
+    window.start_traffic(Scenario(name="t", traffic=traffic))
+    qtbot.waitUntil(lambda: window.worker.requests_in_flight() >= 3, timeout=30_000)
+    saved = window.save_run(str(tmp_path / "mid"))
+    report = json.loads((saved / "report.json").read_text())
+    metrics = report["metrics"]
+    sent = metrics["requests_finished"]["value"] + metrics["requests_unfinished"]["value"]
+    assert metrics["requests_unfinished"]["value"] >= 3
+    assert sent + metrics["requests_not_sent"]["value"] == 40 and report["requests_planned"] == 40
+    assert "the run log was not closed (crash or interruption)" not in report["incomplete_because"]
+    assert "saved while the run was going (requests in flight or still to send)" in report["incomplete_because"]
+    assert any(reason.startswith("requests still in flight when the run ended: ") for reason in report["incomplete_because"])
+    window.worker.stop_traffic()
+
+
 def test_runs_tab_errors_are_messages(window, qtbot, tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "garbage").mkdir()
