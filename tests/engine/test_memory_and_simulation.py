@@ -151,7 +151,7 @@ def test_cost_model_step_time_is_its_formula_exactly():
     attention + the LM head of sampling rows; dense params leave out one embedding table when
     tied, two when not."""
     llama, _ = model_shape("llama-2-7b")
-    hardware = hardware_profile("h100-80gb")
+    hardware = dataclasses.replace(hardware_profile("h100-80gb"), step_overhead_s=0.002, sequence_overhead_s=0.0003)
     model = CostModel(llama, hardware, weight_bytes_estimate(llama, 16), llama.kv_bytes_per_token(2))
     assert model.dense_params == llama.num_parameters - 2 * llama.vocab_size * llama.hidden_size  # untied
     tied = dataclasses.replace(llama, tie_word_embeddings=True)
