@@ -247,10 +247,10 @@ class EngineWorker(QObject):
         writer = RunLogWriter(path)
         for ended in in_flight:
             writer.request(ended.request_id, ended.tag, ended.metrics)
-        not_sent = runner.not_sent_yet() if runner.traffic_pending else 0
-        writer.write("footer", {"duration_s": self._seconds(), "stopped_early": bool(in_flight or not_sent is None or not_sent),
-                                "requests_unfinished": len(in_flight), "requests_not_sent": not_sent,
-                                "saved_mid_run": bool(in_flight or runner.traffic_pending)})
+        mid_run = bool(in_flight) or runner.traffic_pending
+        writer.write("footer", {"duration_s": self._seconds(), "stopped_early": mid_run, "saved_mid_run": mid_run,
+                                "requests_unfinished": len(in_flight),
+                                "requests_not_sent": runner.not_sent_yet() if runner.traffic_pending else 0})
         writer.close()
 
     def _close_backend(self) -> None:
