@@ -13,6 +13,7 @@ does after its engine starts, they are frozen out of the collector's reach once 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import gc
 import resource
 
@@ -30,11 +31,23 @@ def allow_open_files(wanted: int = 65_536) -> int:
 
 def freeze_loaded_heap() -> None:
     """Exempt everything alive now from future collections; call it when loading is done. What
-    an earlier freeze kept is let go first, so a reload does not keep the last model's garbage.
-    At exit the heap is unfrozen, so that shutdown frees it (else Triton's bindings report their
-    functions as leaked)."""
+    an earlier freeze kept is let go first, so a reload does not keep the last model's garbage,
+    and the memory freed is handed back to the system. At exit the heap is unfrozen, so that
+    shutdown frees it (else Triton's bindings report their functions as leaked)."""
     gc.unfreeze()
     gc.collect()
     gc.freeze()
     atexit.unregister(gc.unfreeze)
     atexit.register(gc.unfreeze)
+    return_freed_memory()
+
+
+def return_freed_memory() -> None:
+    """Hand the memory freed since the last call back to the system. glibc keeps freed blocks in
+    its arenas for reuse, and a replaced engine's tensors and quantization scratch stayed there:
+    reloading the bundled model took the process from 2.63 to 4.25 GiB in 4 loads; with a trim
+    after each, 2.60 to 2.65 GiB in 5 (2-core VM, 2026-12-01). Nothing to do on other C libraries."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass

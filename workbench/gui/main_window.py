@@ -233,8 +233,8 @@ class MainWindow(QMainWindow):
     def on_loaded(self, info: EngineInfo | ServerInfo) -> None:
         # No full collection walks the model, torch and Qt again while requests run. On this
         # thread: a collection in the engine thread finalised Qt objects and deadlocked the window.
+        self.info = info  # first: the old EngineInfo holds the replaced engine, which the freeze must not keep
         freeze_loaded_heap()
-        self.info = info
         self._loaded_at = time.monotonic()
         self.tokenizer_decode = info.tokenizer.decode if info.tokenizer else None
         self.viewing_past_run = False
