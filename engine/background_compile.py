@@ -51,17 +51,15 @@ class BackgroundCompile:
     def running(self) -> bool:
         return self._thread.is_alive()
 
-    def stop(self, timeout_s: float | None = None) -> bool:
-        """End the compile if it is still running and wait for its thread (at most `timeout_s`);
-        True once the thread has ended."""
+    def stop(self) -> None:
+        """End the compile if it is still running and wait for its thread."""
         with self._lock:
             if not self._finished and self._thread.ident is not None:
                 self.stopped = True
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident), ctypes.py_object(CompileStopped))
                 kill_compiler_processes()
         if self._thread.ident is not None:
-            self._thread.join(timeout_s)
-        return not self._thread.is_alive()
+            self._thread.join()
 
     def _run(self) -> None:
         try:

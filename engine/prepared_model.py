@@ -8,10 +8,8 @@ which kind it runs.
 
 from __future__ import annotations
 
-import dataclasses
-
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -52,4 +50,4 @@ class PreparedModel:
     kv_limits: KvMemoryLimits
     create_executor: Callable[[int], ModelExecutor]  # for a KV cache of this many blocks
     # weight_bytes by what the tensors hold (engine.quantization.weight_parts); empty when simulated
-    weight_parts: dict[str, int] = dataclasses.field(default_factory=dict)
+    weight_parts: dict[str, int] = field(default_factory=dict)

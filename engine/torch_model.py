@@ -46,10 +46,11 @@ def prepare_torch_model(
         progress("calibrate activation smoothing", 1.0)
     quantize_model(model, config.quantization, config.group_size, config.quantize_lm_head, progress, head_weight,
                    config.batched_bf16_copy)
+    parts = weight_parts(model)
     return PreparedModel(
         config=config, quantization_choice=quantization_choice, model_config=source.config, tokenizer=source.tokenizer, model_path=source.path,
-        stored_tensor_types=source.stored_tensor_types, device=device, dtype=dtype, kv_dtype=kv_dtype, weight_bytes=weight_bytes(model),
-        weight_parts=weight_parts(model),
+        stored_tensor_types=source.stored_tensor_types, device=device, dtype=dtype, kv_dtype=kv_dtype, weight_bytes=sum(parts.values()),
+        weight_parts=parts,
         unquantized_weight_bytes=unquantized, activation_smoothing=smoothing, clock=clock, sleep=time.sleep,
         kv_limits=_kv_memory_limits(config, source, device, dtype),
         create_executor=lambda num_blocks: TorchExecutor(model, num_blocks, config.block_size, device, kv_dtype, config.compile_decode),

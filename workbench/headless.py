@@ -48,12 +48,14 @@ def run_headless(
 
     runner.on_step = recorder.update
     runner.on_request_end = request_ended
+    interrupted = False
     try:
         recorder.finish(runner.run(start_time))
     except KeyboardInterrupt:
-        recorder.close()
-        write_report_files(read_run_log(log_path), out_dir)
-        raise
+        interrupted = True
     finally:
         recorder.close()
-    return write_report_files(read_run_log(log_path), out_dir)
+    report = write_report_files(read_run_log(log_path), out_dir)
+    if interrupted:
+        raise KeyboardInterrupt
+    return report

@@ -19,8 +19,8 @@ pool grows to the traffic's peak concurrency unless `max_concurrency` caps it (a
 serve --max-concurrency`): a cap would hold open-loop arrivals back on this side and hide the
 server's own queueing. The runner's thread only submits,
 aborts and collects events. An HTTP error, a timeout (`request_timeout_s` of silence), a dropped
-stream or data that is not what the OpenAI API sends (a token id that is not an integer in the
-vocabulary, a usage count that is not a count, an event that is not JSON, a line over 512 KiB)
+stream or data that is not what the OpenAI API sends (a token id that is not a non-negative
+integer, a usage count that is not a count, an event that is not JSON, a line over 512 KiB)
 ends that request with finish reason "error" and the problem in its metrics; the run goes on, and
 every request ends. A `/metrics` answer that cannot be read is a failed scrape, counted; a scraper
 that stops is a problem the run reports (`problems()`), which marks it incomplete.

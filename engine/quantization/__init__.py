@@ -107,7 +107,7 @@ def weight_bytes(model: nn.Module) -> int:
     return sum(weight_parts(model).values())
 
 
-BATCHED_COPY_PART = "bf16 batched copy"
+_BATCHED_COPY_PART = "bf16 batched copy"
 
 
 def weight_parts(model: nn.Module) -> dict[str, int]:
@@ -127,7 +127,7 @@ def weight_parts(model: nn.Module) -> dict[str, int]:
         depth = next(depth for depth in range(len(path) - 1, -1, -1) if ".".join(path[:depth]) in modules)
         owner, attribute = modules[".".join(path[:depth])], path[depth]
         if isinstance(owner, QuantizedLinear):
-            part = BATCHED_COPY_PART if attribute == "batched_weight" else owner.format
+            part = _BATCHED_COPY_PART if attribute == "batched_weight" else owner.format
         elif tensor.is_floating_point():
             part = f"{dtype_name(tensor.dtype)} unquantized"
         else:  # another library's quantized layer (bitsandbytes)

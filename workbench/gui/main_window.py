@@ -66,6 +66,7 @@ class MainWindow(QMainWindow):
         self.info: EngineInfo | None = None
         self._decode_mode_shown = ""
         self._loaded_at = 0.0  # time.monotonic() when the engine finished loading
+        self._waiting_shown = ""  # the warm-up note the plots' titles show now
         self.viewing_past_run = False
         self.tokenizer_decode = None
 
@@ -320,10 +321,11 @@ class MainWindow(QMainWindow):
         new_store = self._live is None or self._live.store is not store  # a reload brings a new store
         if new_store:
             self._live = LiveMetrics(store)
-        warming = self.warming_up()
-        if self._live.refresh() or new_store or warming:
-            seconds = time.monotonic() - self._loaded_at
-            self.plots.update_from(self._live.snapshot(), waiting=f"warming up, {seconds:.0f} s" if warming else "")
+        # While warming up the titles' seconds move: a redraw once a second, not on every tick.
+        waiting = f"warming up, {time.monotonic() - self._loaded_at:.0f} s" if self.warming_up() else ""
+        if self._live.refresh() or new_store or waiting != self._waiting_shown:
+            self._waiting_shown = waiting
+            self.plots.update_from(self._live.snapshot(), waiting=waiting)
 
     def _plot_tick(self) -> None:
         """Redraw, then wait long enough that drawing takes at most PLOT_BUDGET of the time: the

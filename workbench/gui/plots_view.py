@@ -51,6 +51,7 @@ def _export_svg(plot: pg.PlotItem, path: Path) -> None:
 GOODPUT_MEANING = ("Goodput: the share of ended requests meeting every SLO set before the run, with n; rejected and "
                    "aborted requests count as misses.")
 
+
 class PlotsView(QWidget):
     request_clicked = Signal(str)  # the request of a clicked latency point
     time_clicked = Signal(float)  # seconds since the run started, where a plot was clicked

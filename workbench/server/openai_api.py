@@ -94,7 +94,6 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = None
 
 
-
 class BadRequest(Exception):
     """Answered with `status` in OpenAI's error shape."""
 
