@@ -17,7 +17,7 @@ import numpy as np
 
 from engine.outputs import RequestOutput
 from workbench.backend import BLOCK_FREE, Backend, BackendUpdate
-from workbench.runner import EndedRequest
+from workbench.runner import WAITING_STATES, EndedRequest
 
 _STATE_OF_END = {"abort": "aborted", "rejected": "rejected", "error": "failed"}  # any other reason: finished
 ENDED_STATES = frozenset({*_STATE_OF_END.values(), "finished"})  # a row in one of these has ended
@@ -129,3 +129,8 @@ class RequestRows:
         """Requests sent and not ended yet."""
         with self._lock:
             return len(self._live)
+
+    def num_waiting(self) -> int:
+        """Requests sent that wait for a step (as last read: states are refreshed at a bounded rate)."""
+        with self._lock:
+            return sum(self._rows[request_id].state in WAITING_STATES for request_id in self._live)

@@ -23,6 +23,7 @@ from workbench.scenario import Scenario
 from workbench.traffic import PlannedRequest, injected_request
 
 _IDLE_POLL_S = 0.005
+WAITING_STATES = ("waiting", "waiting_long", "preempted")  # RequestProgress.state before (or between) steps
 
 
 @dataclass
@@ -195,6 +196,32 @@ class ScenarioRunner:
         """Send nothing more; requests in flight run to completion."""
         if self.plan is not None:
             self.plan.clear()
+
+    @property
+    def num_in_flight(self) -> int:
+        """Requests sent and not ended."""
+        return len(self._in_flight)
+
+    def abort_waiting(self) -> int:
+        """Abort the requests sent that wait for their first step (or, preempted, for the next):
+        they end, reason "abort", in the next update. How many."""
+        waiting = [request_id for request_id in self._in_flight
+                   if (progress := self.backend.progress(request_id)) is not None and progress.state in WAITING_STATES]
+        for request_id in waiting:
+            self.backend.abort(request_id)
+        return len(waiting)
+
+    def end_in_flight(self, timeout_s: float = 10.0) -> int:
+        """Abort every request in flight and advance until their ends are recorded (the caller's
+        callbacks see them, as this run's), sending nothing new. How many were aborted."""
+        self.stop_traffic()
+        aborted = list(self._in_flight)
+        for request_id in aborted:
+            self.backend.abort(request_id)
+        deadline = self.backend.clock() + timeout_s
+        while self._in_flight and self.backend.has_unfinished() and self.backend.clock() < deadline:
+            self._step()
+        return len(aborted)
 
     def _past_deadline(self, elapsed: float) -> bool:
         return bool(self.scenario and self.scenario.max_duration_s) and elapsed >= self.scenario.max_duration_s

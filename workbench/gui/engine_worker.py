@@ -76,8 +76,9 @@ class EngineWorker(QObject):
     def resume_traffic(self) -> None:
         self._commands.put(("resume", None))
 
-    def stop_traffic(self) -> None:
-        self._commands.put(("stop", None))
+    def stop_traffic(self, drop_waiting: bool = False) -> None:
+        """Send no more traffic; with drop_waiting, also abort the requests sent that still wait."""
+        self._commands.put(("stop", drop_waiting))
 
     def inject(self, count: int, prompt_tokens: int, output_tokens: int, tag: str) -> None:
         self._commands.put(("inject", (count, prompt_tokens, output_tokens, tag)))
@@ -132,6 +133,10 @@ class EngineWorker(QObject):
     def requests_in_flight(self) -> int:
         requests = self._requests
         return requests.num_in_flight() if requests is not None else 0
+
+    def requests_waiting(self) -> int:
+        requests = self._requests
+        return requests.num_waiting() if requests is not None else 0
 
     def requests_sent(self) -> int:
         requests = self._requests
@@ -190,10 +195,13 @@ class EngineWorker(QObject):
         if self._runner is None:
             raise EngineError("no model is loaded yet")
         if command == "traffic":
-            # Each Start is a new run: its own time axis from zero, its own store and run log
-            # (requests still in flight from the last run finish into the new one).
+            # Each Start is a new run: its own time axis from zero, its own requests, store and run
+            # log. Requests the last run still has in flight end there, aborted: carried into the
+            # new run they counted in its percentiles on two clocks.
+            self._runner.end_in_flight()
             self._runner.load_traffic(argument)
             self.slo = argument.slo
+            self._requests = RequestRows(self._backend, self._backend.num_kv_blocks or 0)
             self.store = self._new_store()
             self._open_log(dataclasses.asdict(argument))
             self.traffic_state.emit("running")
@@ -205,6 +213,8 @@ class EngineWorker(QObject):
             self.traffic_state.emit("running")
         elif command == "stop":
             self._runner.stop_traffic()
+            if argument:
+                self._runner.abort_waiting()
             self.traffic_state.emit("stopped")
         elif command == "inject":
             self._runner.inject(*argument)

@@ -186,7 +186,7 @@ class MainWindow(QMainWindow):
         panel.start_requested.connect(self.start_traffic)
         panel.pause_requested.connect(worker.pause_traffic)
         panel.resume_requested.connect(worker.resume_traffic)
-        panel.stop_requested.connect(worker.stop_traffic)
+        panel.stop_requested.connect(self.stop_traffic)
         panel.inject_requested.connect(worker.inject)
         panel.preset_chosen.connect(self.run_preset)
         self.requests.abort_requested.connect(worker.abort)
@@ -214,10 +214,37 @@ class MainWindow(QMainWindow):
             return
         self.load(config)
 
+    def confirm_new_run(self, in_flight: int) -> bool:
+        """Ask before a new run aborts the last run's requests in flight (tests replace this)."""
+        answer = QMessageBox.question(self, "Start a new run?", f"{in_flight} requests of the current run are in flight. "
+                                      "A new run aborts them (they end in the current run's log). Start?")
+        return answer == QMessageBox.StandardButton.Yes
+
     def start_traffic(self, scenario: Scenario) -> None:
+        if (in_flight := self.worker.requests_in_flight()) and not self.confirm_new_run(in_flight):
+            return
         self.error_label.setText("")
-        self.follow_live()  # a new run has its own time axis
+        self.back_to_live()  # a new run has its own time axis, and the plots show it, not an opened run
         self.worker.start_traffic(scenario)
+
+    def confirm_drop_waiting(self, waiting: int) -> bool | None:
+        """Stop with requests waiting: True drops them, False lets them run, None cancels the
+        Stop (tests replace this)."""
+        box = QMessageBox(QMessageBox.Icon.Question, "Stop the traffic", f"{waiting:,} requests sent are waiting for a "
+                          "step. Drop them too, or let them run to the end?", parent=self)
+        drop = box.addButton("Drop the waiting", QMessageBox.ButtonRole.DestructiveRole)
+        keep = box.addButton("Let them run", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        return {drop: True, keep: False}.get(box.clickedButton())
+
+    def stop_traffic(self) -> None:
+        """Send nothing more; with requests waiting (a queue of thousands at a high rate keeps the
+        engine busy for minutes), offer to drop them."""
+        drop = False
+        if (waiting := self.worker.requests_waiting()) and (drop := self.confirm_drop_waiting(waiting)) is None:
+            return
+        self.worker.stop_traffic(drop_waiting=drop)
 
     def run_preset(self, scenario: Scenario) -> None:
         """Load the preset's engine settings (if they differ) and run its traffic and events."""
@@ -239,6 +266,7 @@ class MainWindow(QMainWindow):
         self._loaded_at = time.monotonic()
         self.tokenizer_decode = info.tokenizer.decode if info.tokenizer else None
         self.viewing_past_run = False
+        self.plots.show_source(None)
         self.plots.set_capabilities(info.capabilities)
         self.progress.setValue(100)
         self.follow_live()  # the steps of another engine are gone
@@ -492,6 +520,7 @@ class MainWindow(QMainWindow):
         self.follow_live()
         self.viewing_past_run = True
         self.plots.update_from(store.snapshot())
+        self.plots.show_source(Path(folder).name)
         note = "\n".join(filter(None, [log.skipped_summary(Path(folder) / RUN_LOG_NAME), self._open_traces(log)]))
         self.runs_text.setPlainText(f"viewing {folder} ({'complete' if log.complete else 'incomplete'}); 'Back to live' returns"
                                     + (f"\n{note}" if note else ""))
@@ -516,6 +545,7 @@ class MainWindow(QMainWindow):
 
     def back_to_live(self) -> None:
         self.follow_live()
+        self.plots.show_source(None)
         self.viewing_past_run = False
         self._past_traces = None
         self._live = None

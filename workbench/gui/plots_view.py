@@ -110,6 +110,10 @@ class PlotsView(QWidget):
         header.addWidget(self.follow)
         header.addWidget(self.follow_seconds)
         header.addStretch(1)
+        # Which run the plots show when it is not the live one (an opened run folder).
+        self.source_label = QLabel("")
+        self.source_label.setStyleSheet("color: #f39c12")
+        header.addWidget(self.source_label)
         self.baseline_label = QLabel("")
         self.baseline_label.setWordWrap(True)  # long texts wrap: the window must fit an 800-pixel screen
         header.addWidget(self.baseline_label)
@@ -144,6 +148,10 @@ class PlotsView(QWidget):
             if seconds is not None:
                 cursor.setPos(seconds)
             cursor.setVisible(seconds is not None)
+
+    def show_source(self, past_run: str | None) -> None:
+        """Label the plots with the opened run they show; None: they show the live run."""
+        self.source_label.setText(f"showing {past_run} (Back to live returns)" if past_run else "")
 
     def set_request_steps(self, seconds: list[float]) -> None:
         """Mark the steps that touched the selected request along the batch plot's time axis."""

@@ -363,11 +363,54 @@ def test_a_second_start_is_a_new_run_with_its_own_time_axis(window, qtbot, tiny_
     window.start_traffic(Scenario(name="first", traffic=traffic))
     qtbot.waitUntil(lambda: window.worker.store is not None and window.worker.store.snapshot().steps["time_s"].size > 20, timeout=30_000)
     first_store = window.worker.store
-    window.start_traffic(Scenario(name="second", traffic=traffic))
-    qtbot.waitUntil(lambda: window.worker.store is not first_store and window.worker.store.snapshot().steps["time_s"].size > 5, timeout=30_000)
+    assert window.worker.requests_in_flight() > 0
+    window.start_traffic(Scenario(name="second", traffic=dataclasses.replace(traffic, num_requests=2)))
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished" and window.worker.store is not first_store,
+                    timeout=30_000)
     times = window.worker.store.snapshot().steps["time_s"]
     assert times.min() >= 0 and (times[1:] >= times[:-1]).all()  # from zero, never backwards
-    assert read_run_log(window.worker.run_log_path).header["scenario"]["name"] == "second"
+    second_log = read_run_log(window.worker.run_log_path)
+    assert second_log.header["scenario"]["name"] == "second"
+    # The first run's requests in flight ended there, aborted: the second counts only its own two
+    # (it used to count n = 10 for a 2-request run, on two clocks).
+    assert window.worker.store.snapshot().requests["ttft_ms"].size == 2 and len(window.worker.rows()) == 2
+    assert {ended["request_id"] for ended in second_log.requests} == {row.request_id for row in window.worker.rows()}
+    assert (first_store.snapshot().requests["finished"] == 0).any()  # the first run's in flight ended there, aborted
+
+
+def test_start_after_opening_a_run_shows_the_new_run_and_says_which_run_the_plots_show(window, qtbot, tiny_config, tmp_path, tiny_llama):
+    directory, _ = tiny_llama
+    run_headless(tiny_scenario(directory), tmp_path)
+    load(window, qtbot, tiny_config)
+    window.open_run(str(tmp_path))
+    assert window.plots.source_label.text() == f"showing {tmp_path.name} (Back to live returns)"
+    window.start_traffic(Scenario(name="t", traffic=TrafficProfile(arrival="constant", rate=50.0, num_requests=2)))
+    assert not window.viewing_past_run and window.plots.source_label.text() == ""
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished", timeout=30_000)
+    window.refresh_plots()
+    assert window.plots.snapshot.requests["ttft_ms"].size == 2  # the live run, not the opened one
+
+
+@pytest.mark.parametrize("drop", [True, False, None])
+def test_stop_offers_to_drop_the_waiting_requests(window, qtbot, tiny_config, drop):
+    """Stop used to leave tens of thousands of queued requests to run for minutes."""
+    load(window, qtbot, dataclasses.replace(tiny_config, max_num_seqs=2))
+    asked = []
+    window.confirm_drop_waiting = lambda waiting: asked.append(waiting) or drop
+    window.traffic_panel.inject_requested.emit(60, 12, 40, "chat")
+    qtbot.waitUntil(lambda: window.worker.requests_waiting() > 40, timeout=30_000)
+    window.stop_traffic()
+    assert asked and asked[0] > 40
+    if drop is None:  # Cancel: nothing stopped
+        qtbot.wait(100)
+        assert window.traffic_label.text() != "traffic: stopped"
+        window.worker.stop_traffic(drop_waiting=True)
+    qtbot.waitUntil(lambda: all_ended(window), timeout=120_000)
+    states = [row.state for row in window.worker.rows()]
+    if drop is False:
+        assert states.count("finished") == 60
+    else:
+        assert states.count("aborted") >= 40 and states.count("finished") + states.count("aborted") == 60
 
 
 def test_every_control_is_whole_and_inside_its_column_at_1280_by_800(window, qtbot):
