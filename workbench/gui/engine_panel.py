@@ -11,7 +11,7 @@ from engine.config import COMPILE_DECODE_CHOICES, DTYPES, SCHEDULING_POLICIES, E
 from engine.model_source import BUNDLED_MODELS
 from engine.quantization import BATCHED_ROWS, METHODS, all_group_sizes
 from engine.quantization.auto import AUTO
-from workbench.gui.form_widgets import emit_validated, float_box, int_box
+from workbench.gui.form_widgets import ChoiceBox, emit_validated, float_box, int_box
 
 
 class EnginePanel(QGroupBox):
@@ -21,7 +21,7 @@ class EnginePanel(QGroupBox):
     def __init__(self):
         super().__init__("Engine")
         defaults = EngineConfig()
-        self.model = QComboBox()
+        self.model = ChoiceBox()
         self.model.setEditable(True)
         # Sized for the bundled model's name, not the longest simulated entry: the column stays narrow.
         self.model.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
@@ -42,25 +42,25 @@ class EnginePanel(QGroupBox):
         browse_menu.addAction("GGUF file…", self._pick_file)
         browse_menu.addAction("Hugging Face folder…", self._pick_folder)
         self.browse.setMenu(browse_menu)
-        self.device = QComboBox()
+        self.device = ChoiceBox()
         self.device.addItems(["auto", "cpu", "cuda"])
         self.device.setToolTip("auto: CUDA when available, else CPU.")
-        self.dtype = QComboBox()
+        self.dtype = ChoiceBox()
         self.dtype.addItems(list(DTYPES))
         self.dtype.setToolTip("Compute dtype. float32 is exact on CPU; bfloat16 halves weight and KV memory.")
-        self.kv_cache_dtype = QComboBox()
+        self.kv_cache_dtype = ChoiceBox()
         self.kv_cache_dtype.addItems(list(DTYPES))
         self.kv_cache_dtype.setToolTip("The KV cache's dtype. auto: the compute dtype, except that auto quantization keeps a "
                                        "quantized file's cache in bfloat16 on the CPU. bfloat16 on a float32 engine: half the "
                                        "bytes per token, twice the tokens in the same memory, faster batched attention.")
-        self.quantization = QComboBox()
+        self.quantization = ChoiceBox()
         self.quantization.addItems([AUTO, *METHODS])
         self.quantization.setToolTip("Quantization of the projections, at some quality cost (see workbench quality). auto: the "
                                      "file's own precision where a method reproduces it (a Q4_1 GGUF runs as int4 g32 + int8 "
                                      "head), else none; the status line says what runs. int8/int4/"
                                      "bnb: weight-only, less memory and faster single-stream decode. w8a8: int8 weights and "
                                      "per-token int8 activations, integer products that speed up large batches and prefill.")
-        self.group_size = QComboBox()
+        self.group_size = ChoiceBox()
         self.group_size.addItems([str(size) for size in all_group_sizes()])
         self.group_size.setToolTip("Group size of grouped formats (int4): smaller groups keep more quality and cost more "
                                    "scale/zero bytes. Only the sizes the chosen method accepts are enabled.")
@@ -73,7 +73,7 @@ class EnginePanel(QGroupBox):
                                      "kernels are 2-3x slower. auto keeps it when it takes at most a quarter of memory.")
         self.quantization.currentTextChanged.connect(self._offer_group_sizes)
         self._offer_group_sizes(self.quantization.currentText())
-        self.compile_decode = QComboBox()
+        self.compile_decode = ChoiceBox()
         self.compile_decode.addItems(COMPILE_DECODE_CHOICES)
         self.compile_decode.setToolTip("Run decode-only steps as one torch.compile graph: fewer, fused operators and less Python "
                                        "per step. Compiling takes minutes on a 2-core CPU, seconds once cached.\n"
@@ -100,7 +100,7 @@ class EnginePanel(QGroupBox):
         self.long_prefills = int_box(1, 64, defaults.max_long_prefills, "At most this many long prompts prefill at once.")
         self.long_max_wait = float_box(0, 1e6, defaults.long_prompt_max_wait_s, "The long queue's guarantee: a long prompt that "
                                        "has waited this many seconds is admitted before anyone else (0 = no guarantee).", 1)
-        self.policy = QComboBox()
+        self.policy = ChoiceBox()
         self.policy.addItems(list(SCHEDULING_POLICIES))
         self.policy.setToolTip("fcfs: arrival order; priority: lower priority values first (and preempted last).")
         self.prefix_caching = QCheckBox("prefix caching")
@@ -108,7 +108,7 @@ class EnginePanel(QGroupBox):
         self.prefix_caching.setToolTip("Reuse KV blocks of identical prompt prefixes instead of recomputing them.")
         self.apply_button = QPushButton("Apply and load")
         self.apply_button.setToolTip("Reload the engine with these settings (requests in flight are dropped after confirmation).")
-        self.apply_button.clicked.connect(lambda: emit_validated(self.config, self.apply_requested, self.invalid, "engine"))
+        self.apply_button.clicked.connect(lambda: emit_validated(self.config, self.apply_requested, self.invalid, "engine", self))
 
         model_row = QHBoxLayout()
         model_row.addWidget(self.model, 1)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QTableWidget,
+    QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QTableWidget,
     QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
 from workbench.presets import load_preset, preset_names
 from workbench.scenario import SLO, Scenario, ScenarioEvent
 from workbench.traffic import ARRIVAL_KINDS, LENGTH_KINDS, LengthDistribution, TrafficProfile
-from workbench.gui.form_widgets import emit_validated, float_box, int_box
+from workbench.gui.form_widgets import ChoiceBox, emit_validated, float_box, int_box
 
 
 class TrafficPanel(QWidget):
@@ -26,7 +26,7 @@ class TrafficPanel(QWidget):
 
     def __init__(self):
         super().__init__()
-        self.arrival = QComboBox()
+        self.arrival = ChoiceBox()
         self.arrival.addItems(list(ARRIVAL_KINDS))
         self.arrival.setToolTip("poisson: random; gamma: burstiness sets the clumping; closed_loop: keep N in flight.")
         self.rate = float_box(0.01, 10_000, 2.0, "Mean arrival rate, requests per second (a ramp's starting rate).")
@@ -36,10 +36,10 @@ class TrafficPanel(QWidget):
         self.burstiness = float_box(0.01, 100, 1.0, "Gamma shape: 1 is Poisson, below 1 burstier (CV = 1/sqrt(burstiness)).")
         self.concurrency = int_box(1, 4096, 8, "closed_loop: requests kept in flight.")
         self.num_requests = int_box(1, 1_000_000, 100, "Requests to send before the traffic ends.")
-        self.prompts = QComboBox()
+        self.prompts = ChoiceBox()
         self.prompts.addItems(["synthetic", "sharegpt"])
         self.prompts.setToolTip("synthetic: real text cut to the chosen lengths; sharegpt: real questions with their reply lengths.")
-        self.prompt_kind = QComboBox()
+        self.prompt_kind = ChoiceBox()
         self.prompt_kind.addItems(list(LENGTH_KINDS))
         self.prompt_kind.setCurrentText("lognormal")
         self.prompt_mean = int_box(1, 1 << 20, 128, "Prompt tokens (mean).")
@@ -51,7 +51,7 @@ class TrafficPanel(QWidget):
         self.e2e_slo = float_box(0, 1e8, 0, "End-to-end threshold in ms (0 = none).", 0)
 
         self.start_button, self.pause_button, self.stop_button = QPushButton("Start"), QPushButton("Pause"), QPushButton("Stop")
-        self.start_button.clicked.connect(lambda: emit_validated(self.scenario, self.start_requested, self.invalid, "traffic"))
+        self.start_button.clicked.connect(lambda: emit_validated(self.scenario, self.start_requested, self.invalid, "traffic", self))
         self.start_button.clicked.connect(self._hide_preset)  # Start runs the fields, not the preset
         self.pause_button.setCheckable(True)
         self.pause_button.toggled.connect(lambda paused: (self.pause_requested if paused else self.resume_requested).emit())

@@ -1,0 +1,64 @@
+"""The controls column's fields in a user's hands: a passing mouse wheel changes nothing, and
+typed text a field cannot take is refused by name instead of mangled in silence."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QWheelEvent
+from PySide6.QtWidgets import QApplication, QScrollArea
+
+from workbench.gui.traffic_panel import TrafficPanel
+
+
+def turn_wheel(widget, notches: int = -3) -> bool:
+    """Whether `widget` took the wheel event. One it leaves goes on to the scroll area when the
+    window system sends it; a test's event stops at the widget."""
+    centre = QPointF(widget.width() / 2, widget.height() / 2)
+    event = QWheelEvent(centre, QPointF(widget.mapToGlobal(QPoint(0, 0))) + centre, QPoint(0, 0), QPoint(0, 120 * notches),
+                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(widget, event)
+    return event.isAccepted()
+
+
+def test_the_wheel_scrolls_the_column_past_fields_it_has_not_been_given(qtbot):
+    panel = TrafficPanel()
+    scroll = QScrollArea()
+    scroll.setWidget(panel)
+    scroll.resize(400, 300)
+    qtbot.addWidget(scroll)
+    scroll.show()
+    arrival_before, rate_before = panel.arrival.currentText(), panel.rate.value()
+    assert not turn_wheel(panel.arrival) and not turn_wheel(panel.rate)  # left to the column
+    assert (panel.arrival.currentText(), panel.rate.value()) == (arrival_before, rate_before)
+    panel.rate.setFocus()  # clicked into: now the wheel is the user's intent
+    qtbot.waitUntil(panel.rate.hasFocus)
+    assert turn_wheel(panel.rate, notches=1) and panel.rate.value() != rate_before
+
+
+def type_into(qtbot, box, text: str, next_widget) -> None:
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus)
+    box.selectAll()
+    qtbot.keyClicks(box.lineEdit(), text)
+    next_widget.setFocus()  # editing ends as focus leaves, as when the user clicks Start
+    qtbot.waitUntil(lambda: not box.hasFocus())
+
+
+def test_typed_text_a_field_cannot_take_is_refused_by_name_and_the_next_start_goes_ahead(qtbot):
+    panel = TrafficPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    refused, started = [], []
+    panel.invalid.connect(refused.append)
+    panel.start_requested.connect(started.append)
+    for text in ("1e12", "-5"):
+        type_into(qtbot, panel.prompt_mean, text, panel.start_button)
+        assert panel.prompt_mean.value() == 128  # it used to become 112, or 5
+        panel.start_button.click()
+        assert refused[-1] == (f"traffic: prompt tokens: {text!r} is not a whole number from 1 to 1048576; the field went "
+                               "back to 128: check it and press again") and not started
+    panel.start_button.click()  # the value shown, as the message says
+    assert len(started) == 1 and started[0].traffic.prompt_len.mean == 128
+    type_into(qtbot, panel.rate, "3.5", panel.start_button)  # what it can take, it takes
+    panel.start_button.click()
+    assert len(started) == 2 and started[1].traffic.rate == 3.5
