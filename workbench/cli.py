@@ -304,7 +304,7 @@ def _trace(args) -> int:
     from engine.errors import ConfigError
     from workbench.run_log import read_run_log
     from workbench.run_recorder import RUN_LOG_NAME
-    from workbench.trace_log import read_trace
+    from workbench.trace_log import read_trace, why_no_traces
     from workbench.trace_text import format_request, format_step
 
     path = args.run / RUN_LOG_NAME if args.run.is_dir() else args.run
@@ -312,8 +312,7 @@ def _trace(args) -> int:
     if log.skipped_lines:
         print(f"workbench: {log.skipped_summary(path)}", file=sys.stderr)
     if not log.traces:
-        raise ConfigError(f"{path}: this run log has no step traces (recorded by {log.header.get('backend', {}).get('name', 'a backend')}"
-                          ", which has none, or before traces were logged)")
+        raise ConfigError(f"{path}: this run log has no step traces: {why_no_traces(log.header)}")
     first, last = log.traces[0]["step"], log.traces[-1]["step"]
     if args.step is not None:
         record = next((record for record in log.traces if record["step"] == args.step), None)

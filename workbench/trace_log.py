@@ -91,3 +91,14 @@ def _kv(state: KvState) -> list[int]:
 
 def _change(change: BlockChange) -> list:
     return [change.request_id, change.action, change.block_ids, change.free_list, change.cause]
+
+
+def why_no_traces(header: dict) -> str:
+    """Why a run log holds no step traces, from its header: the configuration turned them off, the
+    backend keeps none (a server), or the log predates them."""
+    backend = header.get("backend", {})
+    if (header.get("scenario") or {}).get("engine", {}).get("step_trace") is False and backend.get("name") == "in-process engine":
+        return "recorded with engine.step_trace = false (set it true to record them)"
+    if "step_trace" in backend.get("not_exposed", []):
+        return f"recorded by {backend.get('name', 'a backend')}, which keeps no record of its steps"
+    return "recorded before step traces were logged"

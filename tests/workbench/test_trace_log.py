@@ -84,7 +84,7 @@ def test_a_log_without_traces_or_a_missing_step_is_a_one_line_error(traced_run, 
     (old / RUN_LOG_NAME).write_text("\n".join(line for line in lines if '"type": "trace"' not in line) + "\n")
     assert read_run_log(old / RUN_LOG_NAME).steps  # an old log still opens
     assert main(["trace", str(old), "--step", "0"]) == 2
-    assert "has no step traces" in capsys.readouterr().err
+    assert "has no step traces: recorded before step traces were logged" in capsys.readouterr().err
     last = log.traces[-1]["step"]
     assert main(["trace", str(out), "--step", str(last + 1)]) == 2
     assert f"no trace of step {last + 1}; this log traces steps 0..{last}" in capsys.readouterr().err
@@ -125,3 +125,12 @@ def test_a_requests_history_counts_its_waits_after_a_preemption(tiny_llama):
         assert counted == silent, (victim, history[start:end + 1])
         checked += silent > 0
     assert checked  # some preemption was followed by silent waits
+
+
+def test_a_log_recorded_with_step_trace_off_says_so(tiny_llama, tmp_path, capsys):
+    """It used to blame the in-process engine for keeping no traces."""
+    directory, _ = tiny_llama
+    scenario = tiny_scenario(directory)
+    run_headless(dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, step_trace=False)), tmp_path)
+    assert main(["trace", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.endswith("has no step traces: recorded with engine.step_trace = false (set it true to record them)\n")
