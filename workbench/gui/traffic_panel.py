@@ -3,16 +3,60 @@ buttons, the presets, and the SLOs fixed before a run."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QTableWidget,
     QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
+from engine.errors import ConfigError
 from workbench.presets import load_preset, preset_names
 from workbench.scenario import SLO, Scenario, ScenarioEvent
 from workbench.traffic import ARRIVAL_KINDS, LENGTH_KINDS, LengthDistribution, TrafficProfile
-from workbench.gui.form_widgets import ChoiceBox, emit_validated, float_box, int_box
+from workbench.gui.form_widgets import choice_box, emit_validated, float_box, int_box
+
+
+class LengthFields:
+    """One length distribution as form rows: its kind, the parameters that kind reads (fixed: the
+    value; normal and lognormal: mean and spread; uniform: none) and the clipping range every kind
+    has (sharegpt prompts clip their reference reply lengths to it)."""
+
+    def __init__(self, what: str, kind: str, mean: int, spread: float):
+        self.what = what
+        self.kind = choice_box(list(LENGTH_KINDS), f"How {what} lengths are drawn.")
+        self.kind.setCurrentText(kind)
+        self.mean = int_box(1, 1 << 20, mean, f"{what.capitalize()} tokens: the fixed value, or the mean.")
+        self.spread = float_box(0, 10_000, spread, "normal: standard deviation in tokens; lognormal: sigma of the underlying normal.")
+        self.low = int_box(1, 1 << 20, 1, f"The shortest {what} (every kind is clipped to it; uniform: the range's start).")
+        self.high = int_box(0, 1 << 20, 0, f"The longest {what} (0 = the model's limit; uniform: the range's end, needed).")
+        self.high.setSpecialValueText("model limit")
+
+    def add_rows(self, form: QFormLayout) -> None:
+        for label, widget in ((f"{self.what} length", self.kind), (f"{self.what} tokens", self.mean),
+                              (f"{self.what} spread", self.spread), (f"{self.what} at least", self.low),
+                              (f"{self.what} at most", self.high)):
+            form.addRow(label, widget)
+        self.kind.currentTextChanged.connect(lambda kind: self._show_parameters(form, kind))
+        self._show_parameters(form, self.kind.currentText())
+
+    def _show_parameters(self, form: QFormLayout, kind: str) -> None:
+        form.setRowVisible(self.mean, kind != "uniform")
+        form.setRowVisible(self.spread, kind in ("normal", "lognormal"))
+
+    def distribution(self) -> LengthDistribution:
+        # Uniform reads no mean, fixed and uniform no spread: hidden, they keep their values, so a
+        # preset round-trips. Every kind is clipped to [at least, at most].
+        return LengthDistribution(kind=self.kind.currentText(), mean=self.mean.value(), std=self.spread.value(), low=self.low.value(),
+                                  high=self.high.value())
+
+    def show(self, distribution: LengthDistribution) -> None:
+        self.kind.setCurrentText(distribution.kind)
+        self.mean.setValue(round(distribution.mean))
+        self.spread.setValue(distribution.std)
+        self.low.setValue(distribution.low)
+        self.high.setValue(distribution.high)
 
 
 class TrafficPanel(QWidget):
@@ -26,9 +70,7 @@ class TrafficPanel(QWidget):
 
     def __init__(self):
         super().__init__()
-        self.arrival = ChoiceBox()
-        self.arrival.addItems(list(ARRIVAL_KINDS))
-        self.arrival.setToolTip("poisson: random; gamma: burstiness sets the clumping; closed_loop: keep N in flight.")
+        self.arrival = choice_box(list(ARRIVAL_KINDS), "poisson: random; gamma: burstiness sets the clumping; closed_loop: keep N in flight.")
         self.rate = float_box(0.01, 10_000, 2.0, "Mean arrival rate, requests per second (a ramp's starting rate).")
         self.end_rate = float_box(0.01, 10_000, 10.0, "ramp: the rate reached at the end of the duration, requests per second.")
         self.duration = float_box(0, 1e6, 0, "ramp: how long the rate takes to move from rate to end rate (needed).\n"
@@ -36,15 +78,17 @@ class TrafficPanel(QWidget):
         self.burstiness = float_box(0.01, 100, 1.0, "Gamma shape: 1 is Poisson, below 1 burstier (CV = 1/sqrt(burstiness)).")
         self.concurrency = int_box(1, 4096, 8, "closed_loop: requests kept in flight.")
         self.num_requests = int_box(1, 1_000_000, 100, "Requests to send before the traffic ends.")
-        self.prompts = ChoiceBox()
-        self.prompts.addItems(["synthetic", "sharegpt"])
-        self.prompts.setToolTip("synthetic: real text cut to the chosen lengths; sharegpt: real questions with their reply lengths.")
-        self.prompt_kind = ChoiceBox()
-        self.prompt_kind.addItems(list(LENGTH_KINDS))
-        self.prompt_kind.setCurrentText("lognormal")
-        self.prompt_mean = int_box(1, 1 << 20, 128, "Prompt tokens (mean).")
-        self.prompt_spread = float_box(0, 10_000, 0.5, "normal: standard deviation in tokens; lognormal: sigma; uniform: the range is mean/2 .. 3*mean/2.")
-        self.output_mean = int_box(1, 1 << 20, 64, "Output tokens per request (fixed; end-of-sequence is ignored so runs compare).")
+        self.prompts = choice_box(["synthetic", "sharegpt"], "synthetic: real text cut to the chosen lengths; sharegpt: real "
+                                  "questions with their reply lengths.")
+        self.shared_prefix = int_box(0, 1 << 20, 0, "Tokens of a common system prompt before every synthetic prompt "
+                                     "(what prefix caching can serve from the cache).")
+        self.prompt_len = LengthFields("prompt", "lognormal", 128, 0.5)
+        self.output_len = LengthFields("output", "fixed", 64, 0.0)
+        self.output_len.mean.setToolTip("Output tokens per request (end-of-sequence is ignored unless the preset says "
+                                        "otherwise, so runs compare).")
+        # The preset the fields came from: Start keeps what they do not show (temperature, tag,
+        # end-of-sequence, a trace file) and names the run after it.
+        self._preset: tuple[str, TrafficProfile | None] | None = None
         self.seed = int_box(0, 2**31 - 1, 0, "Same seed and settings, same schedule.")
         self.ttft_slo = float_box(0, 1e7, 1500, "TTFT threshold in ms (0 = none), fixed when the run starts.", 0)
         self.tpot_slo = float_box(0, 1e7, 250, "TPOT threshold in ms/token (0 = none).", 0)
@@ -70,7 +114,7 @@ class TrafficPanel(QWidget):
             variants = load_preset(name).variants
             self.presets.addItems([f"{name} / {variant}" for variant in variants] or [name])
         self.presets.setToolTip("Double-click to load and run a preset: its engine settings, traffic, events and SLOs.")
-        self.presets.itemDoubleClicked.connect(lambda item: self.preset_chosen.emit(self.preset_scenario(item.text())))
+        self.presets.itemDoubleClicked.connect(lambda item: self._preset_double_clicked(item.text()))
 
         self.preset_label = QLabel("")
         self.preset_label.setWordWrap(True)
@@ -88,10 +132,12 @@ class TrafficPanel(QWidget):
             ("arrival", self.arrival), ("rate (req/s)", self.rate), ("end rate (req/s)", self.end_rate),
             ("duration (s)", self.duration), ("burstiness", self.burstiness),
             ("concurrency", self.concurrency), ("requests", self.num_requests), ("prompts", self.prompts),
-            ("prompt length", self.prompt_kind), ("prompt tokens", self.prompt_mean), ("spread", self.prompt_spread),
-            ("output tokens", self.output_mean), ("seed", self.seed),
+            ("shared prefix tokens", self.shared_prefix),
         ):
             shape.addRow(label, widget)
+        self.prompt_len.add_rows(shape)
+        self.output_len.add_rows(shape)
+        shape.addRow("seed", self.seed)
         traffic_box = QGroupBox("Traffic")
         traffic_layout = QVBoxLayout(traffic_box)
         traffic_layout.addWidget(self.preset_label)
@@ -116,12 +162,15 @@ class TrafficPanel(QWidget):
         slo.addRow("TPOT (ms/token)", self.tpot_slo)
         slo.addRow("e2e (ms)", self.e2e_slo)
 
-        presets_box = QGroupBox("Presets")
-        QVBoxLayout(presets_box).addWidget(self.presets)
+        # The window puts the presets first in its controls column (a newcomer's first choice, and
+        # under the 45 fields only 4 of 13 showed); every entry shows without scrolling.
+        self.presets_box = QGroupBox("Presets (double-click to run)")
+        QVBoxLayout(self.presets_box).addWidget(self.presets)
+        self.presets.setMinimumHeight(self.presets.sizeHintForRow(0) * self.presets.count() + 2 * self.presets.frameWidth())
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        for box in (traffic_box, inject_box, slo_box, presets_box):
+        for box in (traffic_box, inject_box, slo_box):
             layout.addWidget(box)
         self.arrival.currentTextChanged.connect(self._show_arrival_parameters)
         self._show_arrival_parameters(self.arrival.currentText())
@@ -130,11 +179,26 @@ class TrafficPanel(QWidget):
         self.preset_label.setVisible(False)
         self.events.setVisible(False)
 
+    def _preset_double_clicked(self, entry: str) -> None:
+        try:
+            scenario = self.preset_scenario(entry)
+        except ConfigError as error:  # a preset file edited since the list was filled
+            self.invalid.emit(f"preset {entry}: {error}")
+            return
+        self.show_scenario(scenario, entry)
+        self.preset_chosen.emit(scenario)
+
+    def _arrival_parameters(self, arrival: str) -> dict:
+        """The fields an arrival process reads, by TrafficProfile field."""
+        used = {"rate": arrival != "closed_loop", "end_rate": arrival == "ramp", "burstiness": arrival == "gamma",
+                "concurrency": arrival == "closed_loop"}
+        return {name: getattr(self, name) for name, reads in used.items() if reads}
+
     def _show_arrival_parameters(self, arrival: str) -> None:
         """Only the fields the chosen arrival process reads."""
-        for widget, used in ((self.rate, arrival != "closed_loop"), (self.end_rate, arrival == "ramp"),
-                             (self.burstiness, arrival == "gamma"), (self.concurrency, arrival == "closed_loop")):
-            self.shape.setRowVisible(widget, used)
+        shown = self._arrival_parameters(arrival).values()
+        for widget in (self.rate, self.end_rate, self.burstiness, self.concurrency):
+            self.shape.setRowVisible(widget, widget in shown)
 
     @staticmethod
     def preset_scenario(entry: str) -> Scenario:
@@ -149,29 +213,35 @@ class TrafficPanel(QWidget):
         return SLO(ttft_ms=threshold(self.ttft_slo), tpot_ms=threshold(self.tpot_slo), e2e_ms=threshold(self.e2e_slo))
 
     def scenario(self) -> Scenario:
-        kind, mean, spread = self.prompt_kind.currentText(), self.prompt_mean.value(), self.prompt_spread.value()
-        prompt_len = LengthDistribution(
-            kind=kind, mean=mean, std=spread if kind in ("normal", "lognormal") else 0.0,
-            low=max(1, mean // 2) if kind == "uniform" else 1, high=mean * 3 // 2 if kind == "uniform" else 0,
+        """What Start runs: the fields; after a preset, its traffic with the fields' values (and
+        named after it, "(edited)" once a field differs)."""
+        name, preset_traffic = self._preset or ("interactive", None)
+        arrival = self.arrival.currentText()
+        read = {name: box.value() for name, box in self._arrival_parameters(arrival).items()}  # the rest: as they were
+        traffic = dataclasses.replace(
+            preset_traffic or TrafficProfile(), arrival=arrival, **read, duration_s=self.duration.value(),
+            num_requests=self.num_requests.value(), prompts=self.prompts.currentText(),
+            shared_prefix_tokens=self.shared_prefix.value(), prompt_len=self.prompt_len.distribution(),
+            output_len=self.output_len.distribution(),
         )
-        traffic = TrafficProfile(
-            arrival=self.arrival.currentText(), rate=self.rate.value(), end_rate=self.end_rate.value(),
-            duration_s=self.duration.value(), burstiness=self.burstiness.value(),
-            concurrency=self.concurrency.value(), num_requests=self.num_requests.value(), prompts=self.prompts.currentText(),
-            prompt_len=prompt_len, output_len=LengthDistribution(kind="fixed", mean=self.output_mean.value()),
-        )
-        return Scenario(name="interactive", traffic=traffic, slo=self.slo(), seed=self.seed.value())
+        if self._preset is not None and traffic != preset_traffic:
+            name += " (edited)"
+        return Scenario(name=name, traffic=traffic, slo=self.slo(), seed=self.seed.value())
 
-    def show_scenario(self, scenario: Scenario) -> None:
+    def show_scenario(self, scenario: Scenario, label: str | None = None) -> None:
         """Reflect a preset's traffic and SLOs in the controls, and say what the preset runs: a
-        preset with only a timeline of events leaves the fields as they were, for the next Start."""
+        preset with only a timeline of events leaves the fields as they were, for the next Start.
+        `label`: how the preset is listed ("name / variant")."""
         traffic = scenario.traffic
+        label = label or scenario.name
         timeline = " and the timeline below" if scenario.events else ""
         if traffic is None:
             what = f"no background traffic{', only the timeline below' if timeline else ''}. The fields below are for Start."
         else:
             what = f"the fields below show its traffic{timeline}"
-        self.preset_label.setText(f"Preset {scenario.name!r}: {what}")
+        name, _, variant = label.partition(" / ")
+        self.preset_label.setText(f"Preset {name!r}" + (f", variant {variant!r}" if variant else "") + f": {what}")
+        self._preset = (label, traffic) if traffic is not None else None
         self.preset_label.setVisible(True)
         self.events.setRowCount(len(scenario.events))
         for row, event in enumerate(scenario.events):
@@ -186,10 +256,12 @@ class TrafficPanel(QWidget):
             self.burstiness.setValue(traffic.burstiness)
             self.concurrency.setValue(traffic.concurrency)
             self.num_requests.setValue(max(1, traffic.num_requests))
-            self.prompts.setCurrentText(traffic.prompts if traffic.prompts != "trace" else "synthetic")
-            self.prompt_kind.setCurrentText(traffic.prompt_len.kind)
-            self.prompt_mean.setValue(int(traffic.prompt_len.mean))
-            self.output_mean.setValue(int(traffic.output_len.mean))
+            if self.prompts.findText(traffic.prompts) < 0:  # a trace: the preset's file, kept for Start
+                self.prompts.addItem(traffic.prompts)
+            self.prompts.setCurrentText(traffic.prompts)
+            self.shared_prefix.setValue(traffic.shared_prefix_tokens)
+            self.prompt_len.show(traffic.prompt_len)
+            self.output_len.show(traffic.output_len)
         self.seed.setValue(scenario.seed)
         self.ttft_slo.setValue(scenario.slo.ttft_ms or 0)
         self.tpot_slo.setValue(scenario.slo.tpot_ms or 0)
