@@ -32,12 +32,14 @@ def _line(plot: pg.PlotItem, color: str, name: str) -> pg.PlotDataItem:
     return plot.plot(pen=pg.mkPen(color), name=name, connect="finite")
 
 
-def _new_plot(title: str, left: str, left_unit: str, bottom: str = "time since start", bottom_unit: str = "s",
-              legend_columns: int = 6) -> pg.PlotItem:
+def _new_plot(title: str, left: str, left_unit: str, bottom: str | None = None, legend_columns: int = 6) -> pg.PlotItem:
+    """`bottom`: the time axis's label where it is not the run's time, "time since start (s)"
+    (which only the bottom plot of the window states, so that the upper rows keep their height for data)."""
     plot = pg.PlotItem()
     set_title(plot, title)
     plot.setLabel("left", left, units=left_unit)
-    plot.setLabel("bottom", bottom, units=bottom_unit)
+    if bottom is not None:
+        plot.setLabel("bottom", bottom, units="s")
     # No grid: its lines, alpha-blended across every plot, were a third of a frame (README,
     # "The window": where a frame's time goes).
     for axis in ("left", "bottom"):
@@ -89,6 +91,7 @@ class QueueDepthPlot:
 
     def update(self, snapshot: MetricsSnapshot, x_range: XRange = None) -> None:
         """Markers at y = 0 where a cumulative counter went up."""
+        set_title(self.plot, "Queue depth")  # it said "no step yet" while warming up
         for key, curve in self.curves.items():
             curve.setData(*snapshot.overview.line(key, x_range))
         for markers, counter in ((self.preemptions, "preemptions_total"), (self.rejections, "rejections_total")):
@@ -148,7 +151,9 @@ class LatencyPlot:
         self.snapshot: MetricsSnapshot | None = None
         self._drawn: tuple | None = None
         self.rolling = {key: _line(self.plot, COLORS[key], f"{key} of last {ROLLING_WINDOW}") for key in ("p50", "p90", "p99")}
-        self.slo_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(COLORS["slo"], width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine), label="SLO", labelOpts={"position": 0.05})
+        self.slo_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(COLORS["slo"], width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine), label="SLO",
+                                        # at the right end, above the line: at the left it covered the axis's ticks
+                                        labelOpts={"position": 0.98, "anchors": [(1, 1), (1, 1)]})
         self.plot.addItem(self.slo_line)
         self.mode = mode
 
@@ -251,7 +256,7 @@ class BatchCompositionPlot:
     a shared axis decode would be a flat line."""
 
     def __init__(self):
-        self.plot = _new_plot("Batch composition per step", "prefill", "tokens/step")
+        self.plot = _new_plot("Batch composition per step", "prefill", "tokens/step", bottom="time since start")
         self.prefill = _line(self.plot, COLORS["prefill"], "prefill tokens (left)")
         self.decode_view = pg.ViewBox()
         self.decode_view.setParentItem(self.plot)
@@ -268,6 +273,7 @@ class BatchCompositionPlot:
         self.plot.legend.addItem(self.decode, "decode sequences (right)")
 
     def update(self, snapshot: MetricsSnapshot, x_range: XRange = None) -> None:
+        set_title(self.plot, "Batch composition per step")  # it said "no step yet" while warming up
         self.prefill.setData(*snapshot.overview.line("prefill_tokens", x_range))
         self.decode.setData(*snapshot.overview.line("decode_tokens", x_range))
 

@@ -44,6 +44,8 @@ def export_plot_images(log: RunLog, out_dir: Path, width: int = 1200, height: in
     written = []
     for name, plot in all_plots().items():
         plot.update(snapshot)
+        if not plot.plot.getAxis("bottom").labelText:  # the window states the run's time once; each picture does
+            plot.plot.setLabel("bottom", "time since start", units="s")
         for item in plot.plot.listDataItems():  # a picture is drawn once: lines as wide as reads best
             if item.opts["pen"] is not None:
                 item.setPen(pg.mkPen(pg.mkPen(item.opts["pen"]).color(), width=2))
