@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import queue
+import shutil
 import tempfile
 import threading
 import time
@@ -37,6 +38,10 @@ from workbench.scenario import SLO, Scenario
 _REFRESH_S = 0.1  # how often waiting rows and the block map are refreshed
 
 
+class LoadCancelled(Exception):
+    """Raised from a load's progress callback when a newer load, a cancel or a shutdown replaced it."""
+
+
 class EngineWorker(QObject):
     loading = Signal(str, float)  # stage, fraction done
     loaded = Signal(object)  # EngineInfo, or ServerInfo for a server
@@ -45,7 +50,15 @@ class EngineWorker(QObject):
 
     def __init__(self, runs_dir: Path | None = None, loader: BackendLoader | None = None):
         super().__init__()
+        # Where the current run's log is written; a folder of our own is removed at shutdown
+        # (Save run… keeps a copy elsewhere).
+        self._own_runs_dir = runs_dir is None
         self.runs_dir = runs_dir or Path(tempfile.mkdtemp(prefix="workbench-runs-"))
+        # Each load request and each cancel counts up: a load whose number is no longer the
+        # latest stops at its next stage, and the traffic sent with it is dropped (double-clicking
+        # three presets during a load queued four full loads).
+        self._load_number = 0
+        self._shutting_down = False
         self.store: MetricsStore | None = None
         self.slo = SLO()
         self._commands: queue.Queue = queue.Queue()
@@ -65,10 +78,18 @@ class EngineWorker(QObject):
         self._thread.start()
 
     def load(self, config: EngineConfig) -> None:
-        self._commands.put(("load", config))
+        """Load `config`, replacing any load not finished yet (the latest wins)."""
+        self._load_number += 1
+        self._commands.put(("load", (config, self._load_number)))
+
+    def cancel_load(self) -> None:
+        """Stop the load in progress at its next stage, and any queued; the engine loaded keeps
+        serving. `loading` then reports the stage "load cancelled"."""
+        self._load_number += 1
+        self._commands.put(("cancelled", None))
 
     def start_traffic(self, scenario: Scenario) -> None:
-        self._commands.put(("traffic", scenario))
+        self._commands.put(("traffic", (scenario, self._load_number)))
 
     def pause_traffic(self) -> None:
         self._commands.put(("pause", None))
@@ -99,7 +120,10 @@ class EngineWorker(QObject):
         """Stop traffic and the loop; True when the thread has ended. The loop reads commands
         between steps, so by default this waits for the step in flight (seconds, for a long
         prefill on a CPU): tearing the interpreter down under a running step aborts the process."""
-        self._commands.put(("shutdown", None))
+        if not self._shutting_down:
+            self._shutting_down = True
+            self._load_number += 1  # a load stops at its next stage rather than run to its end
+            self._commands.put(("shutdown", None))
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
@@ -159,6 +183,8 @@ class EngineWorker(QObject):
             if command == "shutdown":
                 self._close_log()
                 self._close_backend()
+                if self._own_runs_dir:
+                    shutil.rmtree(self.runs_dir, ignore_errors=True)
                 return
             try:
                 if command is not None:
@@ -180,8 +206,13 @@ class EngineWorker(QObject):
                 traceback.print_exc()
 
     def _handle(self, command: str, argument) -> None:
+        if command == "cancelled":
+            self.loading.emit("load cancelled", 1.0)
+            return
         if command == "load":
-            self._load(argument)
+            config, number = argument
+            if number == self._load_number:  # otherwise a later load or a cancel replaced it
+                self._load(config, number)
             return
         if command == "save":
             path, done = argument
@@ -195,15 +226,18 @@ class EngineWorker(QObject):
         if self._runner is None:
             raise EngineError("no model is loaded yet")
         if command == "traffic":
+            scenario, load_number = argument
+            if load_number != self._load_number:
+                return  # sent with a load that was replaced or cancelled
             # Each Start is a new run: its own time axis from zero, its own requests, store and run
             # log. Requests the last run still has in flight end there, aborted: carried into the
             # new run they counted in its percentiles on two clocks.
             self._runner.end_in_flight()
-            self._runner.load_traffic(argument)
-            self.slo = argument.slo
+            self._runner.load_traffic(scenario)
+            self.slo = scenario.slo
             self._requests = RequestRows(self._backend, self._backend.num_kv_blocks or 0)
             self.store = self._new_store()
-            self._open_log(dataclasses.asdict(argument))
+            self._open_log(dataclasses.asdict(scenario))
             self.traffic_state.emit("running")
         elif command == "pause":
             self._runner.pause()
@@ -221,15 +255,29 @@ class EngineWorker(QObject):
         elif command == "abort":
             self._backend.abort(argument)
 
-    def _load(self, config: EngineConfig) -> None:
+    def _load(self, config: EngineConfig, number: int) -> None:
         """Build the new backend, then replace the old one. The old one keeps serving until the
         new one has loaded (a mistyped path or an impossible cache leaves the working engine as it
         was), but its background compile is stopped first: the next engine must not be built
-        beside it (once, that corrupted the heap)."""
+        beside it (once, that corrupted the heap). A newer load, a cancel or a shutdown stops this
+        one at the start of its next stage; one that ended meanwhile is closed unused."""
+
+        def progress(stage: str, fraction: float) -> None:
+            # Never at a stage's end: the engine's last one comes after its compile has started.
+            if number != self._load_number and fraction < 1.0:
+                raise LoadCancelled
+            self.loading.emit(stage, fraction)
+
         if self._backend is not None:
             self.loading.emit("stopping the previous engine's background work (its compile)", 0.0)
             self._backend.stop_background_work()
-        backend, info = self._loader.load(config, progress=self.loading.emit)
+        try:
+            backend, info = self._loader.load(config, progress=progress)
+        except LoadCancelled:
+            return
+        if number != self._load_number:
+            backend.close()
+            return
         self._close_backend()
         self._close_log()
         if backend.tokenizer is not None:
@@ -238,7 +286,7 @@ class EngineWorker(QObject):
         self._backend, self._requests = backend, RequestRows(backend, backend.num_kv_blocks or 0)
         self.traces = TraceStore(backend.num_kv_blocks) if backend.capabilities.step_trace else None
         self._runner = ScenarioRunner(
-            backend, None, on_step=self._on_update, on_request_end=self._on_end, on_output=self._requests.output,
+            backend, None, on_step=self._on_update, on_request_end=self._on_end, on_output=self._on_output,
             on_send=self._on_send,
         )
         self.store = self._new_store()
@@ -304,6 +352,9 @@ class EngineWorker(QObject):
         if update.trace is not None and self.traces is not None:
             self.traces.add(update.trace)
         self._requests.updated(update, self._seconds())
+
+    def _on_output(self, output) -> None:
+        self._requests.output(output)  # the current run's rows: each Start has its own
 
     def _on_end(self, ended: EndedRequest) -> None:
         self.store.add_request(ended.metrics, ended.tag, ended.request_id)

@@ -14,7 +14,7 @@ import torch
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import (
-    QFileDialog, QGridLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QScrollArea, QSplitter,
+    QApplication, QFileDialog, QGridLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QScrollArea, QSplitter,
     QTabWidget, QPlainTextEdit, QVBoxLayout, QWidget,
 )
 
@@ -29,7 +29,7 @@ from workbench.run_log import read_run_log
 from workbench.request_rows import ENDED_STATES
 from workbench.run_recorder import RUN_LOG_NAME
 from workbench.scenario import Scenario
-from workbench.trace_log import read_trace
+from workbench.trace_log import read_trace, why_no_traces
 from workbench.trace_store import TraceStore
 from workbench.trace_text import format_request
 from engine.simulation import is_simulated, parse
@@ -50,6 +50,10 @@ ICON = Path(__file__).resolve().parents[2] / "assets" / "icon.svg"
 PLOT_INTERVAL_MS = 50  # about 20 Hz, slower when frames are expensive (see refresh_plots)
 PLOT_BUDGET = 0.2  # share of the time the GUI thread may spend drawing plots
 TABLE_INTERVAL_MS = 500
+# The stages a load reports, in order (engine/*_loader.py, engine/llm_engine.py, the worker).
+LOAD_STAGES = ("connect", "read file", "dequantize", "quantize", "calibrate activation smoothing", "allocate KV cache", "warm up",
+               "prompt text")
+PLOTS_MIN_HEIGHT = 440  # pixels: three rows of plots with their titles, axes and legends
 
 
 def settings() -> QSettings:
@@ -69,6 +73,7 @@ class MainWindow(QMainWindow):
         self._waiting_shown = ""  # the warm-up note the plots' titles show now
         self.viewing_past_run = False
         self.tokenizer_decode = None
+        self._closing = False
 
         self.engine_panel = EnginePanel()
         self.traffic_panel = TrafficPanel()
@@ -83,6 +88,8 @@ class MainWindow(QMainWindow):
         self.memory = MemoryPanel()
         self.runs_text = QPlainTextEdit()
         self.runs_text.setReadOnly(True)
+        self.runs_text.setPlainText(f"The current run's log is written to {self.worker.run_log_path}; that folder is "
+                                    "removed when the window closes (Save run… keeps a copy).")
         self._build_layout()
         self._build_status_bar()
         self._connect()
@@ -103,6 +110,7 @@ class MainWindow(QMainWindow):
     def _build_layout(self) -> None:
         controls = QWidget()
         controls_layout = QVBoxLayout(controls)
+        controls_layout.addWidget(self.traffic_panel.presets_box)
         controls_layout.addWidget(self.engine_panel)
         controls_layout.addWidget(self.traffic_panel)
         controls_layout.addStretch(1)
@@ -140,7 +148,11 @@ class MainWindow(QMainWindow):
         self.centre = centre = QSplitter(Qt.Orientation.Vertical)
         centre.addWidget(self.plots)
         centre.addWidget(self.tabs)
-        centre.setSizes([620, 300])
+        # The plots keep room for their data whatever the tabs take (at 1280x800 they were about
+        # 40 pixels tall, and a click that opened the Step tab made the tabs 45% of the height).
+        self.plots.setMinimumHeight(PLOTS_MIN_HEIGHT)
+        centre.setCollapsible(0, False)
+        centre.setSizes([680, 280])
         self.main_splitter = QSplitter()
         self.main_splitter.addWidget(scroll)
         self.main_splitter.addWidget(centre)
@@ -167,9 +179,14 @@ class MainWindow(QMainWindow):
         self.error_label = QLabel("")
         self.error_label.setStyleSheet("color: #e74c3c")
         self.traffic_label = QLabel("traffic: idle")
+        self.cancel_button = QPushButton("Cancel load")
+        self.cancel_button.setToolTip("Stop the load at its next stage; the engine loaded before keeps serving.")
+        self.cancel_button.clicked.connect(self.worker.cancel_load)
+        self.cancel_button.setVisible(False)
         bar = self.statusBar()
         bar.addWidget(self.stage)
         bar.addWidget(self.progress)
+        bar.addWidget(self.cancel_button)
         bar.addWidget(self.traffic_label)
         bar.addWidget(self.error_label, 1)
 
@@ -246,22 +263,37 @@ class MainWindow(QMainWindow):
             return
         self.worker.stop_traffic(drop_waiting=drop)
 
-    def run_preset(self, scenario: Scenario) -> None:
-        """Load the preset's engine settings (if they differ) and run its traffic and events."""
+    def run_preset(self, scenario: Scenario, label: str | None = None) -> None:
+        """Load the preset's engine settings (if they differ) and run its traffic and events.
+        `label`: how the preset is listed ("name / variant"); the panel shows what it runs."""
         self.engine_panel.set_config(scenario.engine)
-        self.traffic_panel.show_scenario(scenario)
+        if label is not None:
+            self.traffic_panel.show_scenario(scenario, label)
         if self.info is None or self.info.config != scenario.engine:
             self.load(scenario.engine)
         self.start_traffic(scenario)
 
     def on_loading(self, stage: str, fraction: float) -> None:
+        """The stage in words; the bar for the whole load (it used to restart at every stage), each
+        stage an equal share, stages a configuration skips jumped over."""
         self.stage.setText(stage)
-        self.progress.setValue(int(round(fraction * 100)))
+        if stage in LOAD_STAGES:
+            done = (LOAD_STAGES.index(stage) + fraction) / len(LOAD_STAGES)
+            self.progress.setValue(max(self.progress.value(), int(done * 100)))
+            self.cancel_button.setVisible(True)
+        elif stage == "load cancelled":
+            self.on_failed("load cancelled: " + ("the engine loaded before keeps serving" if self.worker.has_backend()
+                                                 else "no engine is loaded"))
+        else:  # "ready", or the previous engine's compile being stopped
+            self.cancel_button.setVisible(stage != "ready")
+            if stage == "ready":
+                self.progress.setValue(100)
 
     def on_loaded(self, info: EngineInfo | ServerInfo) -> None:
         # No full collection walks the model, torch and Qt again while requests run. On this
         # thread: a collection in the engine thread finalised Qt objects and deadlocked the window.
         self.info = info  # first: the old EngineInfo holds the replaced engine, which the freeze must not keep
+        self.cancel_button.setVisible(False)
         freeze_loaded_heap()
         self._loaded_at = time.monotonic()
         self.tokenizer_decode = info.tokenizer.decode if info.tokenizer else None
@@ -312,6 +344,7 @@ class MainWindow(QMainWindow):
         """The message beside the status line; the status line itself says what is loaded, and
         changes only when nothing is (a later successful run must not read "error")."""
         self.error_label.setText(message)
+        self.cancel_button.setVisible(False)  # a failure ends the load it came from
         if not self.worker.has_backend():
             self.stage.setText("no engine loaded: apply a configuration")
         elif isinstance(self.info, EngineInfo):  # a failed load: the loading stages gave way to the engine kept
@@ -397,10 +430,7 @@ class MainWindow(QMainWindow):
             return
         self.select_step(step)
         if self.tabs.currentWidget() is not self.block_map:  # a user watching the map keeps it
-            self.tabs.setCurrentWidget(self.step_panel)
-            plots_height, tabs_height = self.centre.sizes()
-            if tabs_height < 0.45 * (plots_height + tabs_height):  # room for the step's tables
-                self.centre.setSizes([int(0.55 * (plots_height + tabs_height)), int(0.45 * (plots_height + tabs_height))])
+            self.tabs.setCurrentWidget(self.step_panel)  # the plots keep their height: the panel scrolls
 
     def move_step(self, delta: int) -> None:
         if self.selected_step is not None:
@@ -529,9 +559,9 @@ class MainWindow(QMainWindow):
         """An opened run's step traces, for the Step panel and the block map; what they cannot show."""
         self._past_traces, self._past_rows = None, {}
         if not log.traces:
-            self.step_panel.show_not_exposed("this run log has none (recorded before step traces, by a server, or with "
-                                             "engine.step_trace = false)")
-            return "this run log has no step traces"
+            why = why_no_traces(log.header)
+            self.step_panel.show_not_exposed(f"this run log has none: {why}")
+            return f"this run log has no step traces: {why}"
         decoded = [read_trace(record) for record in log.traces]
         traces = TraceStore(log.header["engine"]["kv_blocks"], capacity=len(decoded))
         for trace in decoded:
@@ -580,6 +610,13 @@ class MainWindow(QMainWindow):
                 pass  # settings from an older version: keep the defaults
 
     def closeEvent(self, event) -> None:
+        """Save the settings, then stop the engine thread: a load stops at its next stage, a step
+        in flight (a long prefill: seconds) is waited for, with the window still drawn and saying
+        so (it used to freeze for 14-30 s without a word)."""
+        if self._closing:
+            event.ignore()  # a second click on the close button while the first is waited for
+            return
+        self._closing = True
         stored = settings()
         stored.setValue("geometry", self.saveGeometry())
         try:
@@ -589,5 +626,9 @@ class MainWindow(QMainWindow):
         stored.sync()
         self.plot_timer.stop()
         self.table_timer.stop()
-        self.worker.shutdown()
+        if not self.worker.shutdown(timeout_s=0.2):
+            self.stage.setText("closing: waiting for the engine's step or load in progress to end…")
+            self.error_label.setText("")
+            while not self.worker.shutdown(timeout_s=0.05):
+                QApplication.processEvents()
         super().closeEvent(event)

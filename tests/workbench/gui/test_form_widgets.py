@@ -52,8 +52,8 @@ def test_typed_text_a_field_cannot_take_is_refused_by_name_and_the_next_start_go
     panel.invalid.connect(refused.append)
     panel.start_requested.connect(started.append)
     for text in ("1e12", "-5"):
-        type_into(qtbot, panel.prompt_mean, text, panel.start_button)
-        assert panel.prompt_mean.value() == 128  # it used to become 112, or 5
+        type_into(qtbot, panel.prompt_len.mean, text, panel.start_button)
+        assert panel.prompt_len.mean.value() == 128  # it used to become 112, or 5
         panel.start_button.click()
         assert refused[-1] == (f"traffic: prompt tokens: {text!r} is not a whole number from 1 to 1048576; the field went "
                                "back to 128: check it and press again") and not started

@@ -302,7 +302,7 @@ def test_ramp_traffic_takes_its_end_rate_and_duration_from_the_panel(window, qtb
     panel.end_rate.setValue(200)
     panel.duration.setValue(0.5)
     panel.num_requests.setValue(12)
-    panel.output_mean.setValue(4)
+    panel.output_len.mean.setValue(4)
     panel.start_button.click()
     assert started[-1].traffic.arrival == "ramp" and started[-1].traffic.end_rate == 200 and started[-1].traffic.duration_s == 0.5
     qtbot.waitUntil(lambda: len(window.worker.rows()) == 12 and all_ended(window), timeout=30_000)
@@ -509,7 +509,8 @@ def test_the_window_drives_a_server_and_says_what_it_does_not_expose(window, qtb
     window.refresh_plots()
     assert "n=6" in plots["latency"].plot.titleLabel.text
     assert plots["kv_occupancy"].used.getData()[0].size > 0  # scrapes of vllm:kv_cache_usage_perc
-    assert all(row.state == "finished" and len(row.output_token_ids) == 8 for row in window.worker.rows())
+    assert all(row.state == "finished" and len(row.output_token_ids) == 8 for row in window.worker.rows()), \
+        [(row.state, len(row.output_token_ids)) for row in window.worker.rows()]
 
 
 def test_hovering_a_latency_point_names_its_request_and_clicking_selects_its_row(window, qtbot, tiny_config):
@@ -648,3 +649,71 @@ def test_time_axes_show_the_whole_run_or_follow_its_last_seconds(qtbot):
     throughput.sigRangeChangedManually.emit([True, False])
     assert not view.follow.isChecked() and view.zoomed
     assert all(np.allclose(plot.plot.vb.viewRange()[0], [52.05, 55.05]) for plot in view.plots.values())
+
+
+def test_after_any_preset_start_runs_exactly_its_traffic_and_names_it(window):
+    """The fields lost prefix-sharing's shared prefix, chat-burst's normal output lengths and
+    uniform prompt ranges, and the variant was never named."""
+    from workbench.presets import load_preset
+
+    panel = window.traffic_panel
+    entries = [panel.presets.item(row).text() for row in range(panel.presets.count())]
+    assert "int4-vs-none / int4" in entries and "prefix-sharing / caching-on" in entries
+    checked = 0
+    for entry in entries:
+        name, _, variant = entry.partition(" / ")
+        preset = load_preset(name, variant=variant or None)
+        if preset.traffic is None:
+            continue
+        panel.show_scenario(preset, entry)
+        started = panel.scenario()
+        assert started.traffic == preset.traffic, entry
+        assert (started.name, started.slo, started.seed) == (entry, preset.slo, preset.seed)
+        checked += 1
+    assert checked >= 10
+    panel.show_scenario(load_preset("int4-vs-none", variant="int4"), "int4-vs-none / int4")
+    assert panel.preset_label.text().startswith("Preset 'int4-vs-none', variant 'int4': ")
+    panel.num_requests.setValue(3)
+    assert panel.scenario().name == "int4-vs-none / int4 (edited)"
+
+
+def test_of_several_loads_the_latest_wins_and_only_its_traffic_runs(window, qtbot, tiny_config):
+    """Double-clicking three presets during a load queued four full loads, each with its traffic."""
+    loaded, progress = [], []
+    window.worker.loaded.connect(lambda info: loaded.append(info.config))
+    window.worker.loading.connect(lambda stage, fraction: progress.append(window.progress.value()))
+    configs = [dataclasses.replace(tiny_config, max_num_seqs=count) for count in (5, 6, 7)]
+    for number, config in enumerate(configs):
+        window.load(config)
+        window.start_traffic(Scenario(name=f"run {number}", traffic=TrafficProfile(arrival="constant", rate=50.0, num_requests=2)))
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished", timeout=60_000)
+    assert loaded == [configs[-1]]
+    assert read_run_log(window.worker.run_log_path).header["scenario"]["name"] == "run 2"
+    assert progress == sorted(progress) and progress[-1] == 100  # one bar for the whole load, never restarting
+
+
+def test_cancel_stops_a_load_and_keeps_the_engine_loaded_before(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    window.load(dataclasses.replace(tiny_config, max_num_seqs=3))
+    window.cancel_button.click()
+    qtbot.waitUntil(lambda: "load cancelled" in window.error_label.text(), timeout=30_000)
+    assert window.error_label.text() == "load cancelled: the engine loaded before keeps serving"
+    assert window.info.config == tiny_config and window.stage.text().startswith("ready: ")
+    assert not window.cancel_button.isVisibleTo(window)
+    window.traffic_panel.inject_requested.emit(2, 10, 4, "chat")
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
+
+
+def test_closing_during_a_load_stops_it_and_removes_the_run_folder_it_announced(qtbot, tmp_path, monkeypatch, tiny_config):
+    monkeypatch.setenv("WORKBENCH_SETTINGS", str(tmp_path / "settings.ini"))
+    from workbench.gui.main_window import MainWindow
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show()
+    runs_dir = window.worker.runs_dir
+    assert str(window.worker.run_log_path) in window.runs_text.toPlainText() and "removed when the window closes" in window.runs_text.toPlainText()
+    window.load(tiny_config)
+    window.close()
+    assert not window.worker._thread.is_alive() and not window.worker.has_backend()  # stopped at its next stage
+    assert not runs_dir.exists()
