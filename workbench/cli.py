@@ -63,8 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("presets", help="list the presets")
 
     gui = commands.add_parser("gui", help="the desktop app (the default command)")
-    gui.add_argument("--preset", help="load and run this preset")
-    gui.add_argument("--run-for", type=at_least(float, 0.0, inclusive=False), metavar="SECONDS", help="run the traffic this long after loading, then exit")
+    gui.add_argument("--preset", help="load and run this preset ('name' or 'name / variant', as the window lists "
+                     "them); a preset with variants and none chosen runs both arms side by side in the Arms tab")
+    gui.add_argument("--variant", help="with --preset: run this variant of it")
+    gui.add_argument("--run-for", type=at_least(float, 0.0, inclusive=False), metavar="SECONDS",
+                     help="run the traffic this long after loading, then exit (both arms of a preset: until they have run)")
     gui.add_argument("--screenshot", metavar="FILE.png", help="with --run-for: save a screenshot of the window before exiting")
     gui.add_argument("--server", metavar="URL", help="drive this OpenAI-compatible server instead of the in-process engine")
     gui.add_argument("--baseline", metavar="RUN_DIR", help="draw this past run (a bench --out folder) faded under the live plots")
@@ -163,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.command == "gui":
             return run_gui(args.preset, args.run_for, args.screenshot, args.server, args.served_model, args.tokenizer,
-                           args.baseline, args.inspect, args.request_timeout)
+                           args.baseline, args.inspect, args.request_timeout, args.variant)
         return run_gui()
     except EngineError as error:
         print(f"workbench: {error}", file=sys.stderr)

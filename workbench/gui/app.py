@@ -1,4 +1,4 @@
-"""Start the desktop app: `workbench` or `workbench gui [--preset NAME] [--run-for S] [--screenshot F]
+"""Start the desktop app: `workbench` or `workbench gui [--preset NAME [--variant V]] [--run-for S] [--screenshot F]
 [--server URL [--served-model NAME] [--tokenizer MODEL] [--request-timeout S]]`."""
 
 from __future__ import annotations
@@ -46,11 +46,13 @@ def screenshot_problem(screenshot: str | None, run_for_s: float | None) -> str |
 def run_gui(preset: str | None = None, run_for_s: float | None = None, screenshot: str | None = None,
             server: str | None = None, served_model: str | None = None, tokenizer: str = SERVER_TOKENIZER,
             baseline: str | None = None, inspect_s: float | None = None,
-            request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> int:
-    """The window; with `server` (a URL), driving that server instead of an in-process engine:
-    its model `served_model` (default: the first it lists), prompts made with `tokenizer`; with
-    `baseline` (a run folder), that run drawn faded under the live plots; with `inspect_s`, the
-    step at that time into the run shown in the Step panel when `run_for_s` is up."""
+            request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, variant: str | None = None) -> int:
+    """The window; with `preset` ("name", or "name / variant" as the window lists it), that
+    preset run, or for a preset with variants and none chosen, both arms side by side in the Arms
+    tab; with `server` (a URL), driving that server instead of an in-process engine: its model
+    `served_model` (default: the first it lists), prompts made with `tokenizer`; with `baseline`
+    (a run folder), that run drawn faded under the live plots; with `inspect_s`, the step at that
+    time into the run shown in the Step panel when `run_for_s` is up."""
     problem = screenshot_problem(screenshot, run_for_s) or baseline_problem(baseline)
     if inspect_s is not None and run_for_s is None:
         problem = "--inspect needs --run-for SECONDS (the step is selected when that time is up)"
@@ -77,20 +79,30 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Workbench")
     apply_theme()
+    name, _, listed_variant = (preset or "").partition(" / ")
+    variant = variant or listed_variant or None
     try:
-        scenario = load_preset(preset) if preset else None
+        scenario = load_preset(name, variant=variant) if preset else None
     except EngineError as error:
         print(f"workbench: {error}", file=sys.stderr)
+        return 2
+    run_arms = scenario is not None and variant is None and len(scenario.variants) >= 2
+    if run_arms and server:
+        print(f"workbench: --server with {name}, a preset of variants: choose one with --variant "
+              f"({', '.join(scenario.variants)}), or run workbench bench --preset {name} --server URL", file=sys.stderr)
         return 2
     window = MainWindow(EngineWorker(loader=BackendLoader(served_model, tokenizer, request_timeout_s)))
     window.show()
     if baseline:
         window.open_baseline(baseline)
     outcome = {"code": 0}
-    if scenario is not None:
+    if run_arms:  # the window's own engine loads as usual; the arms run in a bench process
+        window.load(window.engine_panel.config() if run_for_s is None else EngineConfig())
+        window.run_arms(name)
+    elif scenario is not None:
         if server:
             scenario = dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, model=server))
-        window.run_preset(scenario)
+        window.run_preset(scenario, f"{name} / {variant}" if variant else name)
     elif server:
         window.load(EngineConfig(model=server))
     else:
@@ -113,8 +125,11 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
             window.close()
 
         window.worker.failed.connect(fail)
-        # The clock starts once the model is loaded, so --run-for measures traffic, not loading.
-        window.worker.loaded.connect(lambda info: QTimer.singleShot(int(run_for_s * 1000), finish))
+        if run_arms:  # the time is up once both arms have run
+            window.arms.finished.connect(lambda ok: finish() if ok else fail(window.arms.status.text()))
+        else:
+            # The clock starts once the model is loaded, so --run-for measures traffic, not loading.
+            window.worker.loaded.connect(lambda info: QTimer.singleShot(int(run_for_s * 1000), finish))
         if scenario is None:
             window.worker.loaded.connect(lambda info: window.start_traffic(window.traffic_panel.scenario()))
     close_on_ctrl_c(window)

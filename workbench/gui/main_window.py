@@ -33,6 +33,7 @@ from workbench.trace_log import read_trace, why_no_traces
 from workbench.trace_store import TraceStore
 from workbench.trace_text import format_request
 from engine.simulation import is_simulated, parse
+from workbench.gui.arms_view import ArmsView
 from workbench.gui.block_map import BlockMapView
 from workbench.gui.engine_panel import EnginePanel
 from workbench.gui.engine_worker import EngineWorker
@@ -86,6 +87,7 @@ class MainWindow(QMainWindow):
         self._past_traces: tuple[TraceStore, float] | None = None  # an opened run's traces, and its start time
         self._past_rows: dict[str, int] = {}  # its requests in order of first appearance (block-map colours)
         self.memory = MemoryPanel()
+        self.arms = ArmsView()
         self.runs_text = QPlainTextEdit()
         self.runs_text.setReadOnly(True)
         self.runs_text.setPlainText(f"The current run's log is written to {self.worker.run_log_path}; that folder is "
@@ -144,6 +146,7 @@ class MainWindow(QMainWindow):
         step_keys(self.block_map, self.move_step)  # scrub while watching the map
         self.tabs.addTab(self.memory, "Memory")
         self.tabs.addTab(runs, "Runs")
+        self.tabs.addTab(self.arms, "Arms")
 
         self.centre = centre = QSplitter(Qt.Orientation.Vertical)
         centre.addWidget(self.plots)
@@ -262,6 +265,11 @@ class MainWindow(QMainWindow):
         if (waiting := self.worker.requests_waiting()) and (drop := self.confirm_drop_waiting(waiting)) is None:
             return
         self.worker.stop_traffic(drop_waiting=drop)
+
+    def run_arms(self, preset: str) -> None:
+        """Run both arms of a preset with variants, and show them side by side in the Arms tab."""
+        self.tabs.setCurrentWidget(self.arms)
+        self.arms.run_arms(preset)
 
     def run_preset(self, scenario: Scenario, label: str | None = None) -> None:
         """Load the preset's engine settings (if they differ) and run its traffic and events.
@@ -593,7 +601,7 @@ class MainWindow(QMainWindow):
             self.on_failed(str(error))
             return
         self.runs_text.setPlainText(format_comparison(result))
-        self.tabs.setCurrentIndex(3)
+        self.tabs.setCurrentWidget(self.runs_text.parentWidget())
 
     # ----- settings and closing ------------------------------------------------------------------
 
@@ -626,6 +634,7 @@ class MainWindow(QMainWindow):
         stored.sync()
         self.plot_timer.stop()
         self.table_timer.stop()
+        self.arms.stop()
         if not self.worker.shutdown(timeout_s=0.2):
             self.stage.setText("closing: waiting for the engine's step or load in progress to end…")
             self.error_label.setText("")

@@ -717,3 +717,24 @@ def test_closing_during_a_load_stops_it_and_removes_the_run_folder_it_announced(
     window.close()
     assert not window.worker._thread.is_alive() and not window.worker.has_backend()  # stopped at its next stage
     assert not runs_dir.exists()
+
+
+def test_compare_runs_shows_the_comparison_in_the_runs_tab(window, tmp_path, tiny_llama):
+    """After the Step tab was inserted, Compare runs… switched to the Memory tab by its old index."""
+    directory, _ = tiny_llama
+    for name in ("a", "b"):
+        run_headless(tiny_scenario(directory), tmp_path / name)
+    window.compare_runs(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert window.tabs.currentWidget().isAncestorOf(window.runs_text)
+    assert "verdict:" in window.runs_text.toPlainText()
+
+
+def test_gui_names_a_variant_either_way_and_refuses_an_unknown_one(capsys):
+    from workbench.cli import main
+
+    assert main(["gui", "--preset", "int4-vs-none / int8"]) == 2
+    assert "no variant 'int8'; variants are none, int4" in capsys.readouterr().err
+    assert main(["gui", "--preset", "int4-vs-none", "--variant", "int2"]) == 2
+    assert "no variant 'int2'; variants are none, int4" in capsys.readouterr().err
+    assert main(["gui", "--preset", "int4-vs-none", "--server", "http://127.0.0.1:9"]) == 2
+    assert "--server with int4-vs-none, a preset of variants: choose one with --variant (none, int4)" in capsys.readouterr().err

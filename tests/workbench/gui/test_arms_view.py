@@ -1,0 +1,36 @@
+"""The Arms tab: a preset's two arms run by a real `workbench bench` process and shown side by side."""
+
+from __future__ import annotations
+
+from tests.workbench.test_arms import arms_preset
+
+
+def test_run_both_arms_shows_them_side_by_side_with_the_verdict(window, qtbot, tmp_path, tiny_llama):
+    directory, _ = tiny_llama
+    arms = window.arms
+    out = tmp_path / "arms"
+    with qtbot.waitSignal(arms.finished, timeout=240_000) as ended:
+        window.tabs.setCurrentWidget(arms)
+        arms.run_arms(arms_preset(tmp_path, directory), out)
+        assert not arms.run_button.isEnabled() and str(out) in arms.status.text()
+    assert ended.args == [True]
+    table = arms.table
+    header = [table.horizontalHeaderItem(column).text() for column in range(table.columnCount())]
+    assert header == ["", "baseline: plain", "candidate: int8", "change"]
+    rows = {table.item(row, 0).text(): [table.item(row, column).text() for column in (1, 2, 3)] for row in range(table.rowCount())}
+    assert rows["TPOT p50 (ms/token)"][0].endswith("(n=6)") and rows["KV capacity (tokens)"][2] == "+100.0%"
+    assert arms.kv_why.text().startswith("KV capacity: ") and "bfloat16 (engine.kv_cache_dtype)" in arms.kv_why.text()
+    assert arms.verdict.text() == "verdict: reject: not met: tpot_p50_ms:-99%" and "#e74c3c" in arms.verdict.styleSheet()
+    assert arms.run_button.isEnabled()
+
+
+def test_a_failed_bench_says_what_it_said_last(window, qtbot, tmp_path):
+    with qtbot.waitSignal(window.arms.finished, timeout=120_000) as ended:
+        window.arms.run_arms("no-such-preset", tmp_path / "arms")
+    assert ended.args == [False]
+    assert "workbench bench exited 2" in window.arms.status.text() and "no-such-preset" in window.arms.status.text()
+
+
+def test_opening_a_folder_without_arms_is_a_message(window, tmp_path):
+    assert window.arms.show_arms(tmp_path) is None
+    assert "expected a sub-folder per variant" in window.arms.status.text()

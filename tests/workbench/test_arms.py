@@ -1,0 +1,99 @@
+"""A preset's two arms side by side (workbench/arms.py), from the folders `workbench bench` writes,
+on the tiny model: the figures with n, memory by part, KV capacity and why it changed, quality
+from the ledger, and the verdict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.errors import ConfigError
+from workbench.arms import read_arms
+from workbench.cli import main
+from workbench.quality_ledger import configuration_key, record
+
+
+def arms_preset(tmp_path, directory) -> str:
+    """Two arms on one fixed cache size: float32 weights and cache, against int8 weights with a
+    bfloat16 cache (twice the tokens in the same bytes); an intended gain no run reaches, so the
+    verdict is known."""
+    path = tmp_path / "arms.toml"
+    path.write_text(f"""
+name = "tiny-arms"
+seed = 1
+
+[engine]
+model = "{directory}"
+device = "cpu"
+block_size = 4
+kv_cache_memory = 262144
+max_num_batched_tokens = 64
+compile_decode = "off"
+
+[traffic]
+arrival = "poisson"
+rate = 200.0
+num_requests = 6
+prompt_len = {{ kind = "uniform", low = 4, high = 16 }}
+output_len = {{ kind = "fixed", mean = 5 }}
+
+[slo]
+ttft_ms = 60000
+tpot_ms = 60000
+
+[variants.plain]
+engine = {{ quantization = "none" }}
+
+[variants.int8]
+engine = {{ quantization = "int8", kv_cache_dtype = "bfloat16" }}
+
+[decision]
+baseline = "plain"
+candidate = "int8"
+intended = ["tpot_p50_ms:-99%"]
+tolerated = ["ttft_p99_ms:+1000%"]
+""")
+    return str(path)
+
+
+@pytest.fixture
+def arms_folder(tmp_path, tiny_llama):
+    directory, _ = tiny_llama
+    out = tmp_path / "out"
+    assert main(["bench", "--preset", arms_preset(tmp_path, directory), "--out", str(out), "--no-plots"]) == 0
+    return out
+
+
+def test_the_arms_side_by_side_with_why_the_kv_capacity_changed_and_the_verdict(arms_folder, tiny_llama):
+    directory, _ = tiny_llama
+    arms = read_arms(arms_folder)
+    assert (arms.baseline, arms.candidate) == ("plain", "int8")
+    rows = {row.what: row for row in arms.rows}
+    assert rows["TPOT p50 (ms/token)"].baseline.endswith("(n=6)") and rows["TTFT p99 (ms)"].candidate.endswith("(n=6)")
+    reports = {name: json.loads((arms_folder / name / "report.json").read_text()) for name in ("plain", "int8")}
+    engines = {name: report["engine"] for name, report in reports.items()}
+    assert rows["KV capacity (tokens)"].baseline == f"{engines['plain']['kv_capacity_tokens']:,}"
+    assert engines["int8"]["kv_capacity_tokens"] == 2 * engines["plain"]["kv_capacity_tokens"]
+    assert rows["KV capacity (tokens)"].change == "+100.0%"
+    assert any(what.startswith("weights: int8") for what in rows)  # memory by part
+    assert arms.kv_capacity_why == (
+        f"KV capacity: {engines['plain']['kv_capacity_tokens']:,} vs {engines['int8']['kv_capacity_tokens']:,} tokens = "
+        f"cache bytes / bytes per token, and a token takes {engines['plain']['kv_bytes_per_token']:,} vs "
+        f"{engines['int8']['kv_bytes_per_token']:,} bytes (keys and values of every layer): the cache holds float32 "
+        "(kv_cache_dtype auto: the compute dtype) vs bfloat16 (engine.kv_cache_dtype).")
+    assert rows["quality vs the file's own weights"].baseline.startswith("exact")
+    assert rows["quality vs the file's own weights"].candidate == "not measured: workbench quality --quant int8"
+    assert arms.verdict == "reject: not met: tpot_p50_ms:-99%"
+    assert arms.checks[0].startswith("FAIL intended tpot_p50_ms:-99%: observed ") and arms.checks[0].endswith("(n 6/6)")
+    assert arms.checks[1].startswith("PASS tolerated ttft_p99_ms:+1000%")
+    versions = reports["int8"]["versions"]  # a measured cost comes from the ledger, with its n
+    record(str(directory), {configuration_key(versions["quantization"], versions["dtype"], versions["kv_cache_dtype"]): {
+        "perplexity_change_perc": 0.8, "kl_divergence_mean_nats": 0.002, "top1_agreement_perc": 97.5, "evaluated_tokens": 300}})
+    assert {row.what: row for row in read_arms(arms_folder).rows}["quality vs the file's own weights"].candidate == (
+        "perplexity +0.80%, top-1 agreement 97.5% (n=300 tokens)")
+
+
+def test_a_folder_without_two_arms_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="expected a sub-folder per variant, each with a report.json .* found 0"):
+        read_arms(tmp_path)

@@ -1,0 +1,155 @@
+"""A preset's two arms side by side, from the folder `workbench bench --preset P` writes (one
+sub-folder per variant, each with its report.json): latency, throughput and goodput with n,
+memory by part, KV capacity and why it differs, the quality each configuration costs against the
+file's own weights (from the quality ledger), and the decision's verdict. No Qt: the window's
+Arms tab (workbench/gui/arms_view.py) draws what this returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import ConfigError
+from engine.quantization import UNQUANTIZED
+from workbench.compare import compare, load_report
+from workbench.quality_ledger import EXACT, measured_quality
+
+
+@dataclass
+class ArmsRow:
+    what: str  # with its unit
+    baseline: str
+    candidate: str
+    change: str  # relative, or "" where a ratio says nothing
+
+
+@dataclass
+class Arms:
+    folder: Path
+    baseline: str  # variant names
+    candidate: str
+    rows: list[ArmsRow]
+    kv_capacity_why: str
+    verdict: str
+    checks: list[str]  # one line per intended gain or tolerated regression, PASS or FAIL
+    differences: list[str]  # what else differs between the runs (compare.differences)
+
+
+# (metric in report.json, label with unit, decimals)
+_SPEED_ROWS = (
+    ("ttft_p50_ms", "TTFT p50 (ms)", 0), ("ttft_p99_ms", "TTFT p99 (ms)", 0),
+    ("tpot_p50_ms", "TPOT p50 (ms/token)", 1), ("tpot_p99_ms", "TPOT p99 (ms/token)", 1),
+    ("output_tok_s", "output (tokens/s)", 1), ("goodput_perc", "goodput (% of requests meeting every SLO)", 1),
+)
+
+
+def read_arms(folder: Path) -> Arms:
+    """The two arms in `folder`: the preset's decision names them (baseline, candidate), otherwise
+    the first two variant folders by name."""
+    reports = {path.parent.name: load_report(path.parent) for path in sorted(folder.glob("*/report.json"))}
+    if len(reports) < 2:
+        raise ConfigError(f"{folder}: expected a sub-folder per variant, each with a report.json (what "
+                          f"`workbench bench --preset P` writes for a preset with variants); found {len(reports)}")
+    decision = next(iter(reports.values()))["scenario"].get("decision") or {}
+    names = [decision.get("baseline"), decision.get("candidate")]
+    if not all(name in reports for name in names):
+        names = list(reports)[:2]
+    base, cand = (reports[name] for name in names)
+    result = compare(base, cand, decision.get("intended", []), decision.get("tolerated", []))
+    rows = [_metric_row(label, base, cand, key, decimals) for key, label, decimals in _SPEED_ROWS]
+    rows += _memory_rows(base["engine"], cand["engine"])
+    rows.append(ArmsRow("quality vs the file's own weights", _quality(base), _quality(cand), ""))
+    checks = [f"{'PASS' if item['passed'] else 'FAIL'} {item['kind']} {item['criterion']}: observed "
+              + ("-" if item["observed"] is None else f"{item['observed'] * 100:+.1f}%" if item["relative"] else f"{item['observed']:+.3g}")
+              + f" (n {item['n_baseline']}/{item['n_candidate']})" for item in result["checks"]]
+    return Arms(folder, names[0], names[1], rows, why_kv_capacity_differs(base, cand), result["verdict"], checks,
+                result["differences"])
+
+
+def _metric_row(label: str, base: dict, cand: dict, key: str, decimals: int) -> ArmsRow:
+    def shown(report: dict) -> str:
+        metric = report["metrics"].get(key) or {}
+        value = metric.get("value")
+        return "-" if value is None else f"{value:,.{decimals}f} (n={metric.get('n')})"
+
+    first, second = (report["metrics"].get(key, {}).get("value") for report in (base, cand))
+    return ArmsRow(label, shown(base), shown(cand), _relative(first, second))
+
+
+def _relative(first: float | None, second: float | None) -> str:
+    return f"{(second - first) / first * 100:+.1f}%" if first and second is not None else ""
+
+
+def _memory_rows(base: dict, cand: dict) -> list[ArmsRow]:
+    """Weights by part (what each format keeps: packed integers and scales, or floats), the KV
+    cache, and the tokens it holds."""
+    rows = []
+    for part in sorted(set(base.get("weight_parts") or {}) | set(cand.get("weight_parts") or {})):
+        first, second = ((engine.get("weight_parts") or {}).get(part) for engine in (base, cand))
+        rows.append(ArmsRow(f"weights: {part} (MiB)", _mib(first), _mib(second), ""))
+    for key, label in (("weight_bytes", "weights in all (MiB)"), ("kv_cache_bytes", "KV cache (MiB)")):
+        rows.append(ArmsRow(label, _mib(base.get(key)), _mib(cand.get(key)), _relative(base.get(key), cand.get(key))))
+    for key, label in (("kv_bytes_per_token", "KV bytes per token"), ("kv_capacity_tokens", "KV capacity (tokens)")):
+        rows.append(ArmsRow(label, _count(base.get(key)), _count(cand.get(key)), _relative(base.get(key), cand.get(key))))
+    return rows
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:,.1f}"
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def why_kv_capacity_differs(base: dict, cand: dict) -> str:
+    """KV capacity = the cache's bytes / bytes per token; say which of the two moved, and why.
+    (Choosing int8 or int4 explicitly halved the capacity against auto without a word: auto puts
+    the cache in bfloat16 on a CPU, an explicit choice keeps kv_cache_dtype "auto", the float32
+    compute dtype.)"""
+    first, second = base["engine"], cand["engine"]
+    if first.get("kv_capacity_tokens") == second.get("kv_capacity_tokens"):
+        return "KV capacity: the same in both arms (the same cache size and bytes per token)."
+    reasons = []
+    cache_bytes = first.get("kv_cache_bytes") or 0, second.get("kv_cache_bytes") or 0
+    if abs(cache_bytes[0] - cache_bytes[1]) > 0.01 * max(cache_bytes):  # not just the rounding to whole blocks
+        reasons.append(f"the cache is {_mib(first.get('kv_cache_bytes'))} vs {_mib(second.get('kv_cache_bytes'))} MiB "
+                       "(engine.kv_cache_memory, or what the device had free after the weights)")
+    if first.get("kv_bytes_per_token") != second.get("kv_bytes_per_token"):
+        dtypes = [_kv_dtype_and_why(report) for report in (base, cand)]
+        reasons.append(f"a token takes {_count(first.get('kv_bytes_per_token'))} vs {_count(second.get('kv_bytes_per_token'))} "
+                       f"bytes (keys and values of every layer): the cache holds {dtypes[0]} vs {dtypes[1]}")
+    return (f"KV capacity: {_count(first.get('kv_capacity_tokens'))} vs {_count(second.get('kv_capacity_tokens'))} tokens = "
+            "cache bytes / bytes per token, and " + "; ".join(reasons or ["the block rounding differs"]) + ".")
+
+
+def _kv_dtype_and_why(report: dict) -> str:
+    versions, configured = report.get("versions", {}), report["scenario"].get("engine", {})
+    dtype = versions.get("kv_cache_dtype", "?")
+    if configured.get("kv_cache_dtype", "auto") != "auto":
+        return f"{dtype} (engine.kv_cache_dtype)"
+    if str(versions.get("quantization_choice", "")).startswith("auto") and dtype != versions.get("dtype"):
+        return f"{dtype} (chosen by quantization auto)"
+    return f"{dtype} (kv_cache_dtype auto: the compute dtype)"
+
+
+def _quality(report: dict) -> str:
+    """perplexity change, top-1 agreement and n from the quality ledger, or how to measure them."""
+    versions = report.get("versions", {})
+    model = versions.get("model") or {}
+    path = model.get("path") if isinstance(model, dict) else None
+    if path is None:
+        return "no weights (simulated)" if isinstance(model, dict) and "simulated" in model else "-"
+    quantization, dtype, kv_dtype = versions.get("quantization", "?"), versions.get("dtype", "?"), versions.get("kv_cache_dtype", "?")
+    if quantization == UNQUANTIZED and dtype == kv_dtype == "float32":
+        return EXACT
+    try:
+        figures = measured_quality(path, quantization, dtype, kv_dtype)
+    except OSError:  # the model file has moved since the run
+        figures = None
+    if figures is None:
+        option = report["scenario"].get("engine", {}).get("quantization", "auto")
+        return f"not measured: workbench quality --quant {option}"
+    return (f"perplexity {figures['perplexity_change_perc']:+.2f}%, top-1 agreement {figures['top1_agreement_perc']:.1f}% "
+            f"(n={figures['evaluated_tokens']:,} tokens)")

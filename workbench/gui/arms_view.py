@@ -1,0 +1,136 @@
+"""The Arms tab: a preset's two variants side by side, the demo of a quantization (or any other
+choice) in one view: TPOT and TTFT with n, memory by part, KV capacity and why it changed, the
+quality each arm costs, and the decision's verdict.
+
+"Run both arms" runs `workbench bench --preset P` in a process of its own (the arms one after the
+other, each on a fresh engine, exactly as the command line does, while the window's engine stays
+as it is); "Open arms…" shows a folder that command wrote before.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from PySide6.QtCore import QProcess, Signal
+from PySide6.QtWidgets import (
+    QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+)
+
+from engine.errors import EngineError
+from workbench.arms import Arms, read_arms
+from workbench.gui.form_widgets import choice_box
+from workbench.presets import load_preset, preset_names
+
+VERDICT_COLOURS = {"accept": "#2ecc71", "reject": "#e74c3c"}  # anything else (no verdict, no decision): the default
+
+
+class ArmsView(QWidget):
+    finished = Signal(bool)  # a run of both arms ended: True once they are shown
+
+    def __init__(self):
+        super().__init__()
+        self.preset = choice_box([name for name in preset_names() if len(load_preset(name).variants) >= 2],
+                                 "A preset with variants: each variant is one arm.")
+        self.run_button = QPushButton("Run both arms")
+        self.run_button.setToolTip("workbench bench --preset P, in a process of its own: each arm on a fresh engine, "
+                                   "one after the other")
+        self.run_button.clicked.connect(lambda: self.run_arms(self.preset.currentText()))
+        self.open_button = QPushButton("Open arms…")
+        self.open_button.setToolTip("A folder written by workbench bench --preset P (one sub-folder per variant)")
+        self.open_button.clicked.connect(lambda: self.open_arms())
+        self.status = QLabel("Choose a preset with two variants and run both arms, or open a folder bench wrote.")
+        self.status.setWordWrap(True)
+        self.table = QTableWidget(0, 4)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        self.kv_why = QLabel("")
+        self.kv_why.setWordWrap(True)
+        self.verdict = QLabel("")
+        self.verdict.setWordWrap(True)
+        self.checks = QLabel("")
+        self.checks.setWordWrap(True)
+        controls = QHBoxLayout()
+        for widget in (self.preset, self.run_button, self.open_button):
+            controls.addWidget(widget)
+        controls.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(controls)
+        layout.addWidget(self.status)
+        layout.addWidget(self.table, 1)
+        for label in (self.kv_why, self.checks, self.verdict):
+            layout.addWidget(label)
+        self.process: QProcess | None = None
+        self._out: Path | None = None
+
+    def run_arms(self, preset: str, out: Path | None = None, overrides: list[str] = ()) -> None:
+        """Run the preset's arms in a `workbench bench` process writing into `out` (default: a new
+        temporary folder, named in the status line), then show them."""
+        if self.process is not None:
+            self.status.setText("the arms of the last run are still running")
+            return
+        self._out = out or Path(tempfile.mkdtemp(prefix="workbench-arms-"))
+        arguments = ["-m", "workbench", "bench", "--preset", preset, "--out", str(self._out), "--no-plots"]
+        for override in overrides:
+            arguments += ["--set", override]
+        self.process = process = QProcess(self)
+        process.setProcessChannelMode(QProcess.ProcessChannelMode.MergedChannels)
+        process.readyReadStandardOutput.connect(self._show_progress)
+        process.finished.connect(self._finished)
+        self.run_button.setEnabled(False)
+        self.status.setText(f"running {preset}'s arms into {self._out} …")
+        self._output = ""
+        process.start(sys.executable, arguments)
+
+    def _show_progress(self) -> None:
+        """bench's last line (which arm runs, its progress bar), after what it writes into."""
+        self._output += bytes(self.process.readAllStandardOutput()).decode(errors="replace")
+        last = self._output.replace("\r", "\n").strip().splitlines()[-1:] or [""]
+        self.status.setText(f"running the arms into {self._out}: {last[0][:160]}")
+
+    def _finished(self, exit_code: int, _status) -> None:
+        self.process.deleteLater()
+        self.process = None
+        self.run_button.setEnabled(True)
+        if exit_code != 0:
+            tail = "\n".join(self._output.replace("\r", "\n").strip().splitlines()[-3:])
+            self.status.setText(f"workbench bench exited {exit_code}; what it said last:\n{tail}")
+            self.finished.emit(False)
+            return
+        self.finished.emit(self.show_arms(self._out) is not None)
+
+    def open_arms(self, folder: str | None = None) -> None:
+        folder = folder or QFileDialog.getExistingDirectory(self, "A folder written by workbench bench --preset P")
+        if folder:
+            self.show_arms(Path(folder))
+
+    def show_arms(self, folder: Path) -> Arms | None:
+        try:
+            arms = read_arms(folder)
+        except (EngineError, OSError, KeyError, TypeError) as error:  # KeyError, TypeError: a report of another shape
+            self.status.setText(f"{folder}: {error if isinstance(error, EngineError) else 'not the reports of workbench bench'}")
+            return None
+        self.status.setText(f"{folder}: baseline {arms.baseline!r}, candidate {arms.candidate!r}"
+                            + ("".join(f"\nwarning: {difference}" for difference in arms.differences)))
+        self.table.setHorizontalHeaderLabels(["", f"baseline: {arms.baseline}", f"candidate: {arms.candidate}", "change"])
+        self.table.setRowCount(len(arms.rows))
+        for row, entry in enumerate(arms.rows):
+            for column, text in enumerate((entry.what, entry.baseline, entry.candidate, entry.change)):
+                self.table.setItem(row, column, QTableWidgetItem(text))
+        self.table.resizeColumnsToContents()
+        self.kv_why.setText(arms.kv_capacity_why)
+        self.checks.setText("\n".join(arms.checks))
+        self.verdict.setText(f"verdict: {arms.verdict}")
+        colour = VERDICT_COLOURS.get(arms.verdict.split(":")[0], "")
+        self.verdict.setStyleSheet(f"font-weight: bold; color: {colour}" if colour else "font-weight: bold")
+        return arms
+
+    def stop(self) -> None:
+        """End a run of the arms still going (the window is closing)."""
+        if self.process is not None:
+            self.process.finished.disconnect(self._finished)
+            self.process.kill()
+            self.process.waitForFinished(5000)
+            self.process = None
