@@ -13,6 +13,7 @@ from pathlib import Path
 from engine.errors import ConfigError
 from engine.quantization import UNQUANTIZED
 from workbench.compare import compare, load_report
+from workbench.kv_capacity import count_text, mib_text, why_kv_capacity_differs
 from workbench.quality_ledger import EXACT, measured_quality
 
 
@@ -87,51 +88,12 @@ def _memory_rows(base: dict, cand: dict) -> list[ArmsRow]:
     rows = []
     for part in sorted(set(base.get("weight_parts") or {}) | set(cand.get("weight_parts") or {})):
         first, second = ((engine.get("weight_parts") or {}).get(part) for engine in (base, cand))
-        rows.append(ArmsRow(f"weights: {part} (MiB)", _mib(first), _mib(second), ""))
+        rows.append(ArmsRow(f"weights: {part} (MiB)", mib_text(first), mib_text(second), ""))
     for key, label in (("weight_bytes", "weights in all (MiB)"), ("kv_cache_bytes", "KV cache (MiB)")):
-        rows.append(ArmsRow(label, _mib(base.get(key)), _mib(cand.get(key)), _relative(base.get(key), cand.get(key))))
+        rows.append(ArmsRow(label, mib_text(base.get(key)), mib_text(cand.get(key)), _relative(base.get(key), cand.get(key))))
     for key, label in (("kv_bytes_per_token", "KV bytes per token"), ("kv_capacity_tokens", "KV capacity (tokens)")):
-        rows.append(ArmsRow(label, _count(base.get(key)), _count(cand.get(key)), _relative(base.get(key), cand.get(key))))
+        rows.append(ArmsRow(label, count_text(base.get(key)), count_text(cand.get(key)), _relative(base.get(key), cand.get(key))))
     return rows
-
-
-def _mib(value: int | None) -> str:
-    return "-" if value is None else f"{value / 2**20:,.1f}"
-
-
-def _count(value: int | None) -> str:
-    return "-" if value is None else f"{value:,}"
-
-
-def why_kv_capacity_differs(base: dict, cand: dict) -> str:
-    """KV capacity = the cache's bytes / bytes per token; say which of the two moved, and why.
-    (Choosing int8 or int4 explicitly halved the capacity against auto without a word: auto puts
-    the cache in bfloat16 on a CPU, an explicit choice keeps kv_cache_dtype "auto", the float32
-    compute dtype.)"""
-    first, second = base["engine"], cand["engine"]
-    if first.get("kv_capacity_tokens") == second.get("kv_capacity_tokens"):
-        return "KV capacity: the same in both arms (the same cache size and bytes per token)."
-    reasons = []
-    cache_bytes = first.get("kv_cache_bytes") or 0, second.get("kv_cache_bytes") or 0
-    if abs(cache_bytes[0] - cache_bytes[1]) > 0.01 * max(cache_bytes):  # not just the rounding to whole blocks
-        reasons.append(f"the cache is {_mib(first.get('kv_cache_bytes'))} vs {_mib(second.get('kv_cache_bytes'))} MiB "
-                       "(engine.kv_cache_memory, or what the device had free after the weights)")
-    if first.get("kv_bytes_per_token") != second.get("kv_bytes_per_token"):
-        dtypes = [_kv_dtype_and_why(report) for report in (base, cand)]
-        reasons.append(f"a token takes {_count(first.get('kv_bytes_per_token'))} vs {_count(second.get('kv_bytes_per_token'))} "
-                       f"bytes (keys and values of every layer): the cache holds {dtypes[0]} vs {dtypes[1]}")
-    return (f"KV capacity: {_count(first.get('kv_capacity_tokens'))} vs {_count(second.get('kv_capacity_tokens'))} tokens = "
-            "cache bytes / bytes per token, and " + "; ".join(reasons or ["the block rounding differs"]) + ".")
-
-
-def _kv_dtype_and_why(report: dict) -> str:
-    versions, configured = report.get("versions", {}), report["scenario"].get("engine", {})
-    dtype = versions.get("kv_cache_dtype", "?")
-    if configured.get("kv_cache_dtype", "auto") != "auto":
-        return f"{dtype} (engine.kv_cache_dtype)"
-    if str(versions.get("quantization_choice", "")).startswith("auto") and dtype != versions.get("dtype"):
-        return f"{dtype} (chosen by quantization auto)"
-    return f"{dtype} (kv_cache_dtype auto: the compute dtype)"
 
 
 def _quality(report: dict) -> str:

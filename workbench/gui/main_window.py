@@ -33,6 +33,7 @@ from workbench.trace_log import read_trace, why_no_traces
 from workbench.trace_store import TraceStore
 from workbench.trace_text import format_request
 from engine.simulation import is_simulated, parse
+from workbench.kv_capacity import kv_cache_note
 from workbench.gui.arms_view import ArmsView
 from workbench.gui.block_map import BlockMapView
 from workbench.gui.engine_panel import EnginePanel
@@ -379,7 +380,8 @@ class MainWindow(QMainWindow):
             lines = [dataclasses.replace(line, measured=False) for line in lines]
             self.memory.show_lines(lines, hardware_profile(hardware).memory_bytes, f"{hardware} (simulated)")
         else:
-            self.memory.show_lines(lines, total_memory_bytes(device), info.device, f"{info.quantization} — {info.quality}")
+            self.memory.show_lines(lines, total_memory_bytes(device), info.device, f"{info.quantization} — {info.quality}",
+                                   kv_cache_note(info))
 
     # ----- refresh -------------------------------------------------------------------------------
 

@@ -51,9 +51,10 @@ class MemoryPanel(QWidget):
         layout.addWidget(self.bar)
         layout.addWidget(scroll, 1)
 
-    def show_lines(self, lines: list[MemoryLine], device_total: int, device: str, quality: str = "") -> None:
+    def show_lines(self, lines: list[MemoryLine], device_total: int, device: str, quality: str = "", kv_note: str = "") -> None:
         """`quality`: what the weights' format costs against the file's own weights (the quality
-        ledger's line), shown under the lines because memory and quality are one trade."""
+        ledger's line), shown under the lines because memory and quality are one trade; `kv_note`:
+        what the KV cache holds its tokens in, and why."""
         self.bar.lines, self.bar.total = lines, max(device_total, 1)
         self.bar.update()
         rows = "".join(
@@ -66,6 +67,7 @@ class MemoryPanel(QWidget):
         self.text.setText(
             f"<b>{device}</b>: {used / 2**30:,.2f} GiB of {device_total / 2**30:,.1f} GiB "
             f"({100 * used / max(device_total, 1):.1f}%)<table cellspacing='6'>{rows}</table>"
+            + (f"<p><b>KV cache</b>: {html.escape(kv_note, quote=False)}</p>" if kv_note else "")
             + (f"<p><b>quality</b>: {html.escape(quality, quote=False)}</p>" if quality else "")
         )
 

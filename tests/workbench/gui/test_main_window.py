@@ -39,6 +39,11 @@ def test_loading_drives_the_progress_bar_and_shows_memory(window, qtbot, tiny_co
     memory_text = window.memory.text.text()
     assert "weights" in memory_text and "KV cache" in memory_text and "estimate" in memory_text and "measured" in memory_text
     assert "exact: the file's weights in float32" in memory_text  # what the configuration costs in quality
+    # Why the cache holds float32, and what bfloat16 would hold (an explicit int8 or int4 halved
+    # the capacity against auto without a word).
+    assert (f"KV cache</b>: {window.info.summary['kv_capacity_tokens']:,} tokens in float32 (kv_cache_dtype auto: the compute "
+            "dtype); in bfloat16 (quantization auto on a CPU, or engine.kv_cache_dtype = bfloat16) the same bytes hold twice "
+            "the tokens") in memory_text
 
 
 def test_the_memory_tab_quotes_the_measured_quality_cost_of_a_quantized_configuration(window, qtbot, tiny_config):
