@@ -4,6 +4,7 @@ matmul throughput) and kept in ~/.cache/workbench/hardware.toml (or $WORKBENCH_C
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 import tomllib
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from engine.model_config import ModelConfig
 from engine.settings import build
 from kernels.timing import timed_runs
 
-CATALOGUE_DIR = Path(__file__).resolve().parent.parent / "presets" / "catalogue"
+CATALOGUE_DIR = Path(str(importlib.resources.files("presets"))) / "catalogue"  # package data (presets/__init__.py)
 THIS_MACHINE = "this-machine"
 
 

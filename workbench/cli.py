@@ -201,8 +201,11 @@ def _serve(args) -> int:
 
 
 def _list_presets() -> int:
-    from workbench.presets import load_preset, preset_names
+    from workbench.presets import PRESET_DIR, load_preset, preset_names
 
+    if not preset_names():
+        print(f"workbench: no presets found in {PRESET_DIR} (the package data of an incomplete install)", file=sys.stderr)
+        return 1
     for name in preset_names():
         scenario = load_preset(name)
         variants = f" [variants: {', '.join(scenario.variants)}]" if scenario.variants else ""

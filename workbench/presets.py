@@ -8,6 +8,7 @@ variants (`[variants.NAME]`) override its `engine` and `traffic` tables for one 
 from __future__ import annotations
 
 import copy
+import importlib.resources
 import tomllib
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from engine.errors import ConfigError
 from workbench.scenario import Scenario
 from engine.settings import apply_override, build
 
-PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
+PRESET_DIR = Path(str(importlib.resources.files("presets")))  # package data (presets/__init__.py)
 
 
 def preset_names() -> list[str]:
