@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check, for a machine with one NVIDIA GPU and no network (about 5 minutes):
 #   1. every Triton kernel against its torch reference (the kernel tests, compiled, not interpreted);
-#   2. kernel timings (python -m kernels.bench);
+#   2. kernel timings (python -m benchmarks.kernel_timings);
 #   3. the engine's single-stream decode per quantization option and the 64 x (128 + 128) workload;
 # and prints a short table last. Run from the repository root after `make setup` (or with the
 # packages already installed: torch with CUDA, triton, the project in editable mode).
@@ -16,7 +16,7 @@ echo "== 1. Triton kernels vs references (compiled on $(nvidia-smi --query-gpu=n
 "$PYTHON" -m pytest -q tests/kernels -p no:cacheprovider
 
 echo "== 2. kernel timings"
-"$PYTHON" -m kernels.bench | tee /tmp/gpu_kernels.txt
+"$PYTHON" -m benchmarks.kernel_timings | tee /tmp/gpu_kernels.txt
 
 echo "== 3. engine decode and throughput"
 "$PYTHON" - <<'PY' | tee /tmp/gpu_engine.txt
