@@ -1,5 +1,5 @@
 """Our engine and vLLM, each behind its OpenAI server on this machine, driven by the same client
-with the same preset and seed: the README's side-by-side table.
+with the same preset and seed: the side-by-side table of docs/servers.md.
 
     python -m benchmarks.servers_side_by_side --vllm-python ~/.cache/workbench/venv-vllm/bin/python \\
         [--preset chat-burst] [--set traffic.num_requests=60] --out runs/side-by-side

@@ -91,7 +91,7 @@ class EngineConfig:
     batched_bf16_copy: bool = False
 
     # Run decode-only steps as one torch.compile graph (engine.executor.DecodeGraph): fewer, fused
-    # operators and less Python per step (README, "Compiled decode"). The first compile takes
+    # operators and less Python per step (docs/compiled-decode.md). The first compile takes
     # minutes on a small CPU (later runs reuse the on-disk cache), so by default ("background") the
     # engine serves eagerly while a thread compiles, and switches once the graph is ready;
     # "blocking" compiles before loading ends; "off" stays eager. On failure decode stays eager.

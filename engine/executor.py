@@ -217,7 +217,7 @@ class DecodeGraph:
 
     def __init__(self, model: CausalLM):
         # cpp_wrapper: the generated code that calls the kernels is C++ too, not Python: a faster
-        # step for a slower first compile (README, "Measured reasons behind the code").
+        # step for a slower first compile (docs/measurements.md, "Measured reasons behind the code").
         #
         # guard_filter_fn: the weights never change once the engine is built, so checking every
         # parameter and module attribute before each step costs time and buys nothing. Without

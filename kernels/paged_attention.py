@@ -127,7 +127,7 @@ def paged_prefill_attention(
     query_positions = torch.arange(context_len - num_new, context_len, device=query.device)
     causal = torch.arange(context_len, device=query.device)[None, :] <= query_positions[:, None]
     # Heads first, with a batch of one: 4-D inputs with enable_gqa take PyTorch's fused CPU kernel;
-    # a 3-D grouped-query form runs the slower unfused math path (README, "Measured reasons behind the code").
+    # a 3-D grouped-query form runs the slower unfused math path (docs/measurements.md, "Measured reasons behind the code").
     out = F.scaled_dot_product_attention(
         query.to(keys.dtype).transpose(0, 1)[None], keys.transpose(0, 1)[None], values.transpose(0, 1)[None],
         attn_mask=causal, scale=scale, enable_gqa=True,

@@ -41,7 +41,7 @@ def w8a8_matmul_cpu(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor) -> t
     flat = x.reshape(-1, x.shape[-1])
     q_x, x_scales = quantize_per_token_int8(flat)
     # Convert first, then scale in place: faster than a type-promoting multiply, same values (the
-    # promotion converts to float32 too). README, "Measured reasons behind the code".
+    # promotion converts to float32 too). docs/measurements.md, "Measured reasons behind the code".
     out = torch._int_mm(q_x, q.t()).float().mul_(x_scales).mul_(scales)
     return out.to(x.dtype).reshape(*x.shape[:-1], q.shape[0])
 

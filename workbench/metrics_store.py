@@ -15,6 +15,7 @@ import numpy as np
 
 from engine.metrics import RequestMetrics, StepStats
 from workbench.report import FINISHED_REASONS
+from workbench.run_log import RunLog, request_metrics
 from workbench.scenario import SLO
 from workbench.step_overview import StepOverview
 
@@ -121,6 +122,25 @@ class MetricsStore:
         self._tags: list[str] = [""] * request_capacity
         self._ids: list[str] = [""] * request_capacity
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_run_log(cls, log: RunLog) -> MetricsStore:
+        """A finished (or saved) run replayed into a store: for its report images and for the
+        window's Open run and Baseline."""
+        engine = log.header["engine"]
+        store = cls(
+            log.header["start_time"],
+            kv_capacity_tokens=engine.get("kv_capacity_tokens") or 0,  # a server may not say
+            kv_cache_bytes=engine.get("kv_cache_bytes") or 0,
+            step_capacity=max(len(log.steps), 1),
+            request_capacity=max(len(log.requests), 1),
+            slo=SLO(**log.header["scenario"]["slo"]),
+        )
+        for record in log.steps:
+            store.add_step(StepStats(**record))
+        for record in log.requests:
+            store.add_request(request_metrics(record), record["tag"], record["request_id"])
+        return store
 
     def add_step(self, stats: StepStats) -> None:
         total = stats.kv_blocks_total

@@ -14,7 +14,7 @@ figures only, and the capabilities say so.
 All network work runs on one asyncio event loop in its own thread with one aiohttp session
 (async streaming, HTTP/1.1 keep-alive), as `vllm bench serve` does. aiohttp rather than httpx:
 with 2,000 streams in flight, httpx's connection pool (httpcore 1.0.9) spent two thirds of this
-thread rescanning its connections on every request event (README, "Thousands of streams"). The
+thread rescanning its connections on every request event (docs/servers.md, "Thousands of streams"). The
 pool grows to the traffic's peak concurrency unless `max_concurrency` caps it (as `vllm bench
 serve --max-concurrency`): a cap would hold open-loop arrivals back on this side and hide the
 server's own queueing. The runner's thread only submits,

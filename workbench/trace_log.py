@@ -2,7 +2,7 @@
 
 A line keeps the four parts of `StepTrace` (engine/step_trace.py). Scalars are named; the
 repeated entries (rows, block changes, preemptions, emitted tokens) are arrays whose columns the
-run header lists under "trace_columns" (about 5 KB a step at 64 decode rows, README "Step inspector").
+run header lists under "trace_columns" (about 5 KB a step at 64 decode rows, docs/step-traces.md).
 
 Two levels (the scenario's `trace` setting):
 - "full": everything;

@@ -86,7 +86,7 @@ def quantize_model(model: nn.Module, name: str, group_size: int, quantize_lm_hea
         progress("quantize", (index + 1) / len(layers))
     if quantize_lm_head:
         # int8 rather than the method's own bits: a 4-bit head costs far more quality than an
-        # 8-bit one (README, Quantization), and llama.cpp's Q4_1 file of the same model keeps its
+        # 8-bit one (docs/quantization.md), and llama.cpp's Q4_1 file of the same model keeps its
         # embedding at 8 bits (Q8_0) too.
         if head_weight is None:
             head_weight = model.model.embed_tokens.weight if model.config.tie_word_embeddings else model.lm_head.weight

@@ -2,14 +2,14 @@
 reproduces it, so that a new user gets the fast path without knowing the flags.
 
 - Q4_1 projections (4-bit values with a scale and a minimum per block of 32) -> int4 with groups
-  of 32: the same 16 levels per block, the file's weights exactly (README, Quantization:
+  of 32: the same 16 levels per block, the file's weights exactly (docs/quantization.md:
   +0.00% perplexity on the bundled model).
 - Q8_0 projections -> int8 (per output channel rather than Q8_0's blocks of 32: close, not exact).
 - Anything else (floats, safetensors, the other GGUF block formats) -> none: the weights run
   dequantized to float, as stored.
 - The LM head is quantized to int8 when the file stores it at 8 bits or fewer (SmolLM2's Q4_1
   file keeps it as Q8_0) and the chosen method can quantize a head: it stays next to the file's
-  own quality (README: +0.28% perplexity with int4 g32) and is read in full every decode step.
+  own quality (docs/quantization.md: +0.28% perplexity with int4 g32) and is read in full every decode step.
 - On the CPU, int4 and int8 layers also keep a batched bf16 copy (EngineConfig.batched_bf16_copy:
   the same weights, for steps of many rows, where the packed kernels are 2-3x slower than a bf16
   product) when the copy takes at most a quarter of the machine's memory.

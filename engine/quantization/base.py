@@ -19,7 +19,7 @@ from engine.model_config import ModelConfig
 
 # From this many rows a step, a layer with a batched copy multiplies by the copy: on the
 # development CPU torch's packed int4 and int8 kernels ran at about the speed of a bf16 product at
-# 8 rows and 2-3x slower at 64 (README, "Measured reasons behind the code").
+# 8 rows and 2-3x slower at 64 (docs/measurements.md, "Measured reasons behind the code").
 BATCHED_ROWS = 8
 
 

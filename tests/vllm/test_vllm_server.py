@@ -77,7 +77,7 @@ def test_the_readmes_bench_command_against_vllm_gives_a_full_report_plots_and_a_
     window = MainWindow()
     qtbot.addWidget(window)
     window.open_run(str(tmp_path))
-    assert window.runs_text.toPlainText().startswith(f"viewing {tmp_path} (complete)") and window.error_label.text() == ""
+    assert window.runs.text.toPlainText().startswith(f"viewing {tmp_path} (complete)") and window.error_label.text() == ""
     window.close()
 
 

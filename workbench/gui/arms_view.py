@@ -1,4 +1,4 @@
-"""The Arms tab: a preset's two variants side by side, the demo of a quantization (or any other
+"""The Arms view: a preset's two variants side by side, the demo of a quantization (or any other
 choice) in one view: TPOT and TTFT with n, memory by part, KV capacity and why it changed, the
 quality each arm costs, and the decision's verdict.
 
@@ -27,16 +27,20 @@ VERDICT_COLOURS = {"accept": "#2ecc71", "reject": "#e74c3c"}  # anything else (n
 
 
 class ArmsView(QWidget):
+    run_requested = Signal(str)  # the Run button's preset: the window starts it when its own engine is quiet
     finished = Signal(bool)  # a run of both arms ended: True once they are shown
 
     def __init__(self):
         super().__init__()
         self.preset = choice_box([name for name in preset_names() if len(load_preset(name).variants) >= 2],
                                  "A preset with variants: each variant is one arm.")
+        # Narrow enough that the window still fits an 800-pixel-wide screen; the list shows whole names.
+        self.preset.setSizeAdjustPolicy(self.preset.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.preset.setMinimumContentsLength(12)
         self.run_button = QPushButton("Run both arms")
         self.run_button.setToolTip("workbench bench --preset P, in a process of its own: each arm on a fresh engine, "
                                    "one after the other")
-        self.run_button.clicked.connect(lambda: self.run_arms(self.preset.currentText()))
+        self.run_button.clicked.connect(lambda: self.run_requested.emit(self.preset.currentText()))
         self.open_button = QPushButton("Open arms…")
         self.open_button.setToolTip("A folder written by workbench bench --preset P (one sub-folder per variant)")
         self.open_button.clicked.connect(lambda: self.open_arms())

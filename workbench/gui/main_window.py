@@ -14,8 +14,8 @@ import torch
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import (
-    QApplication, QFileDialog, QGridLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QScrollArea, QSplitter,
-    QTabWidget, QPlainTextEdit, QVBoxLayout, QWidget,
+    QApplication, QFileDialog, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QScrollArea, QSplitter,
+    QTabWidget, QVBoxLayout, QWidget,
 )
 
 from engine import ConfigError, EngineConfig, EngineError
@@ -24,12 +24,10 @@ from workbench.compare import compare, format_comparison, load_report
 from engine.device import total_memory_bytes
 from engine.executor import DecodeGraph
 from engine.memory import memory_lines, process_resident_bytes
-from workbench.report import write_report_files
-from workbench.run_log import read_run_log
 from workbench.request_rows import ENDED_STATES
 from workbench.run_recorder import RUN_LOG_NAME
 from workbench.scenario import Scenario
-from workbench.trace_log import read_trace, why_no_traces
+from workbench.run_files import PastTraces, open_run, past_traces, save_run
 from workbench.trace_store import TraceStore
 from workbench.trace_text import format_request
 from engine.simulation import is_simulated, parse
@@ -43,8 +41,9 @@ from workbench.live_metrics import LiveMetrics
 from workbench.process_tuning import freeze_loaded_heap
 from workbench.gui.memory_panel import MemoryPanel
 from workbench.gui.plots_view import PlotsView
-from workbench.gui.report_images import export_plot_images, store_from_log
+from workbench.gui.report_images import export_plot_images
 from workbench.gui.requests_view import RequestsView
+from workbench.gui.runs_panel import RunsPanel
 from workbench.gui.step_panel import StepPanel, step_keys
 from workbench.gui.traffic_panel import TrafficPanel
 
@@ -76,6 +75,7 @@ class MainWindow(QMainWindow):
         self.viewing_past_run = False
         self.tokenizer_decode = None
         self._closing = False
+        self._arms_waiting: str | None = None  # a preset whose arms wait for the window's engine to be quiet
 
         self.engine_panel = EnginePanel()
         self.traffic_panel = TrafficPanel()
@@ -85,14 +85,16 @@ class MainWindow(QMainWindow):
         self.step_panel = StepPanel()
         self.selected_step: int | None = None  # pinned by a click on a plot; None: the block map follows the run
         self.selected_request: str | None = None
-        self._past_traces: tuple[TraceStore, float] | None = None  # an opened run's traces, and its start time
-        self._past_rows: dict[str, int] = {}  # its requests in order of first appearance (block-map colours)
+        self._past: PastTraces | None = None  # an opened run's step traces
         self.memory = MemoryPanel()
         self.arms = ArmsView()
-        self.runs_text = QPlainTextEdit()
-        self.runs_text.setReadOnly(True)
-        self.runs_text.setPlainText(f"The current run's log is written to {self.worker.run_log_path}; that folder is "
-                                    "removed when the window closes (Save run… keeps a copy).")
+        self.arms.run_requested.connect(self.run_arms)
+        self.runs = RunsPanel([("Save run…", self.save_run), ("Open run…", self.open_run),
+                               ("Compare runs…", self.compare_runs), ("Back to live", self.back_to_live),
+                               ("Baseline…", self.open_baseline), ("Clear baseline", self.clear_baseline),
+                               ("Export plots…", self.export_plots)])
+        self.runs.say(f"The current run's log is written to {self.worker.run_log_path}; that folder is "
+                      "removed when the window closes (Save run… keeps a copy).")
         self._build_layout()
         self._build_status_bar()
         self._connect()
@@ -126,28 +128,13 @@ class MainWindow(QMainWindow):
         controls_width = controls.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth()
         scroll.setMinimumWidth(controls_width)
 
-        runs = QWidget()
-        runs_layout = QVBoxLayout(runs)
-        buttons = QGridLayout()  # two rows: the window must still fit an 800-pixel-wide screen
-        for index, (label, slot) in enumerate((("Save run…", self.save_run), ("Open run…", self.open_run),
-                                               ("Compare runs…", self.compare_runs), ("Back to live", self.back_to_live),
-                                               ("Baseline…", self.open_baseline), ("Clear baseline", self.clear_baseline),
-                                               ("Export plots…", self.export_plots))):
-            button = QPushButton(label)
-            button.clicked.connect(slot)
-            buttons.addWidget(button, index // 2, index % 2)
-        buttons.setColumnStretch(2, 1)
-        runs_layout.addLayout(buttons)
-        runs_layout.addWidget(self.runs_text)
-
         self.tabs = QTabWidget()
         self.tabs.addTab(self.requests, "Requests")
         self.tabs.addTab(self.block_map, "KV block map")
         self.tabs.addTab(self.step_panel, "Step")
         step_keys(self.block_map, self.move_step)  # scrub while watching the map
         self.tabs.addTab(self.memory, "Memory")
-        self.tabs.addTab(runs, "Runs")
-        self.tabs.addTab(self.arms, "Arms")
+        self.tabs.addTab(self.runs, "Runs")
 
         self.centre = centre = QSplitter(Qt.Orientation.Vertical)
         centre.addWidget(self.plots)
@@ -157,9 +144,14 @@ class MainWindow(QMainWindow):
         self.plots.setMinimumHeight(PLOTS_MIN_HEIGHT)
         centre.setCollapsible(0, False)
         centre.setSizes([680, 280])
+        # The centre: the live run (plots over tabs), or a preset's arms side by side, each with
+        # the whole centre (the arms' table, under the plots, showed one row at 1280x800).
+        self.views = QTabWidget()
+        self.views.addTab(centre, "Live")
+        self.views.addTab(self.arms, "Arms: two variants side by side")
         self.main_splitter = QSplitter()
         self.main_splitter.addWidget(scroll)
-        self.main_splitter.addWidget(centre)
+        self.main_splitter.addWidget(self.views)
         self.main_splitter.setCollapsible(0, False)
         self.main_splitter.setStretchFactor(1, 1)
         self.main_splitter.setSizes([controls_width, 1480 - controls_width])
@@ -268,8 +260,25 @@ class MainWindow(QMainWindow):
         self.worker.stop_traffic(drop_waiting=drop)
 
     def run_arms(self, preset: str) -> None:
-        """Run both arms of a preset with variants, and show them side by side in the Arms tab."""
-        self.tabs.setCurrentWidget(self.arms)
+        """Run both arms of a preset with variants, and show them side by side in the Arms view.
+        They start once the window's own engine is quiet: its traffic or its decode graph's
+        compile would share the cores with the arms and skew the comparison."""
+        self.views.setCurrentWidget(self.arms)
+        already_waiting = self._arms_waiting is not None
+        self._arms_waiting = preset  # the latest choice, if a wait is already on
+        if not already_waiting:
+            self._start_arms_when_quiet()
+
+    def _start_arms_when_quiet(self) -> None:
+        if self._closing:
+            return
+        busy = self.warming_up() or ("its traffic is running" if not self.worker.at_rest() else "")
+        if busy:
+            self.arms.status.setText(f"waiting for the window's engine before running {self._arms_waiting}'s arms "
+                                     f"({busy}; Stop ends the traffic)")
+            QTimer.singleShot(1000, self._start_arms_when_quiet)
+            return
+        preset, self._arms_waiting = self._arms_waiting, None
         self.arms.run_arms(preset)
 
     def run_preset(self, scenario: Scenario, label: str | None = None) -> None:
@@ -428,7 +437,7 @@ class MainWindow(QMainWindow):
         """The traces being looked at (the live engine's, or an opened run's) and the engine-clock
         time their run started (plot times count from it)."""
         if self.viewing_past_run:
-            return self._past_traces or (None, 0.0)
+            return (self._past.store, self._past.start_time) if self._past is not None else (None, 0.0)
         store = self.worker.store
         return self.worker.traces, store.start_time if store is not None else 0.0
 
@@ -463,7 +472,7 @@ class MainWindow(QMainWindow):
         traces, _ = self._trace_source()
         replay = traces.replay_at(self.selected_step)
         rows = {row.request_id: index for index, row in enumerate(self.worker.rows())} if not self.viewing_past_run \
-            else self._past_rows
+            else self._past.rows
         highlighted = replay.blocks_of(self.selected_request) if self.selected_request else []
         self.block_map.set_owners(replay.owners(rows), highlighted, f"at step {self.selected_step} (Live returns to the run)")
 
@@ -505,10 +514,7 @@ class MainWindow(QMainWindow):
             return None
         target = Path(folder)
         try:
-            target.mkdir(parents=True, exist_ok=True)
-            self.worker.save_log_copy(target / RUN_LOG_NAME)
-            log = read_run_log(target / RUN_LOG_NAME)
-            report = write_report_files(log, target)
+            log, report = save_run(target, self.worker.save_log_copy)
             export_plot_images(log, target)
         except EngineError as error:
             self.on_failed(f"save run: {error}")
@@ -516,16 +522,15 @@ class MainWindow(QMainWindow):
         except OSError as error:
             self.on_failed(f"save run: {error.filename or target}: {error.strerror or error}")
             return None
-        self.runs_text.setPlainText(f"saved to {target}\n\n{json.dumps(report['metrics'], indent=1)[:4000]}")
+        self.runs.say(f"saved to {target}\n\n{json.dumps(report['metrics'], indent=1)[:4000]}")
         return target
 
     def _read_run(self, folder: str, action: str, with_traces: bool = False):
         """A run folder's log and its replayed store, or None (and the reason in the status line)."""
         try:
-            log = read_run_log(Path(folder) / RUN_LOG_NAME, with_traces)
-            return log, store_from_log(log)
-        except (EngineError, KeyError, TypeError) as error:  # KeyError, TypeError: a header of another shape
-            self.on_failed(f"{action}: {error if isinstance(error, EngineError) else f'{folder}: not a workbench run log'}")
+            return open_run(Path(folder), with_traces)
+        except EngineError as error:
+            self.on_failed(f"{action}: {error}")
             return None
 
     def open_baseline(self, folder: str | None = None) -> None:
@@ -535,7 +540,7 @@ class MainWindow(QMainWindow):
             return
         log, store = run
         self.plots.set_baseline(store.snapshot(), Path(folder).name)
-        self.runs_text.setPlainText(f"baseline: {folder} ({len(log.requests)} requests), drawn faded under the live plots")
+        self.runs.say(f"baseline: {folder} ({len(log.requests)} requests), drawn faded under the live plots")
 
     def export_plots(self, folder: str | None = None) -> list[Path]:
         folder = folder or QFileDialog.getExistingDirectory(self, "Export each plot (PNG, SVG, CSV) into")
@@ -546,13 +551,14 @@ class MainWindow(QMainWindow):
         except OSError as error:
             self.on_failed(f"export plots: {folder}: {error.strerror or error}")
             return []
-        self.runs_text.setPlainText(f"exported {len(written)} files into {folder}: " + ", ".join(path.name for path in written))
+        self.runs.say(f"exported {len(written)} files into {folder}: " + ", ".join(path.name for path in written))
         return written
 
     def clear_baseline(self) -> None:
         self.plots.set_baseline(None)
 
     def open_run(self, folder: str | None = None) -> None:
+        """A past run in the plots, its steps in the Step panel and the block map, until Back to live."""
         folder = folder or QFileDialog.getExistingDirectory(self, "Open a run folder")
         if not folder or (run := self._read_run(folder, "open run", with_traces=True)) is None:
             return
@@ -561,33 +567,18 @@ class MainWindow(QMainWindow):
         self.viewing_past_run = True
         self.plots.update_from(store.snapshot())
         self.plots.show_source(Path(folder).name)
-        note = "\n".join(filter(None, [log.skipped_summary(Path(folder) / RUN_LOG_NAME), self._open_traces(log)]))
-        self.runs_text.setPlainText(f"viewing {folder} ({'complete' if log.complete else 'incomplete'}); 'Back to live' returns"
-                                    + (f"\n{note}" if note else ""))
-
-    def _open_traces(self, log) -> str:
-        """An opened run's step traces, for the Step panel and the block map; what they cannot show."""
-        self._past_traces, self._past_rows = None, {}
-        if not log.traces:
-            why = why_no_traces(log.header)
-            self.step_panel.show_not_exposed(f"this run log has none: {why}")
-            return f"this run log has no step traces: {why}"
-        decoded = [read_trace(record) for record in log.traces]
-        traces = TraceStore(log.header["engine"]["kv_blocks"], capacity=len(decoded))
-        for trace in decoded:
-            traces.add(trace)
-            for request_id in (row.request_id for row in trace.rows):
-                self._past_rows.setdefault(request_id, len(self._past_rows))
-        self._past_traces = (traces, log.header["start_time"])
-        held_before = decoded[0].kv_before.used_blocks
-        return (f"the cache held {held_before} blocks from before this run: the block map shows only what its steps changed"
-                if held_before else "")
+        self._past = past_traces(log)
+        if self._past.store is None:
+            self.step_panel.show_not_exposed(self._past.note)
+        note = "\n".join(filter(None, [log.skipped_summary(Path(folder) / RUN_LOG_NAME), self._past.note]))
+        self.runs.say(f"viewing {folder} ({'complete' if log.complete else 'incomplete'}); 'Back to live' returns"
+                      + (f"\n{note}" if note else ""))
 
     def back_to_live(self) -> None:
         self.follow_live()
         self.plots.show_source(None)
         self.viewing_past_run = False
-        self._past_traces = None
+        self._past = None
         self._live = None
 
     def compare_runs(self, baseline: str | None = None, candidate: str | None = None) -> None:
@@ -602,8 +593,8 @@ class MainWindow(QMainWindow):
         except EngineError as error:
             self.on_failed(str(error))
             return
-        self.runs_text.setPlainText(format_comparison(result))
-        self.tabs.setCurrentWidget(self.runs_text.parentWidget())
+        self.runs.say(format_comparison(result))
+        self.tabs.setCurrentWidget(self.runs)
 
     # ----- settings and closing ------------------------------------------------------------------
 

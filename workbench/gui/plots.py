@@ -40,8 +40,8 @@ def _new_plot(title: str, left: str, left_unit: str, bottom: str | None = None, 
     plot.setLabel("left", left, units=left_unit)
     if bottom is not None:
         plot.setLabel("bottom", bottom, units="s")
-    # No grid: its lines, alpha-blended across every plot, were a third of a frame (README,
-    # "The window": where a frame's time goes).
+    # No grid: its lines, alpha-blended across every plot, were a third of a frame
+    # (docs/measurements.md, "where a frame's time goes"; benchmarks/window_frames.py measures it).
     for axis in ("left", "bottom"):
         plot.getAxis(axis).enableAutoSIPrefix(False)  # "ms" must not become "kms"
         plot.getAxis(axis).setStyle(maxTickLevel=1)

@@ -6,27 +6,7 @@ import os
 from pathlib import Path
 
 from workbench.metrics_store import MetricsStore
-from workbench.run_log import RunLog, request_metrics
-from engine.metrics import StepStats
-from workbench.scenario import SLO
-
-
-def store_from_log(log: RunLog) -> MetricsStore:
-    """Replay a run log into a MetricsStore (for PNG reports and for opening past runs)."""
-    engine = log.header["engine"]
-    store = MetricsStore(
-        log.header["start_time"],
-        kv_capacity_tokens=engine.get("kv_capacity_tokens") or 0,  # a server may not say
-        kv_cache_bytes=engine.get("kv_cache_bytes") or 0,
-        step_capacity=max(len(log.steps), 1),
-        request_capacity=max(len(log.requests), 1),
-        slo=SLO(**log.header["scenario"]["slo"]),
-    )
-    for record in log.steps:
-        store.add_step(StepStats(**record))
-    for record in log.requests:
-        store.add_request(request_metrics(record), record["tag"], record["request_id"])
-    return store
+from workbench.run_log import RunLog
 
 
 def export_plot_images(log: RunLog, out_dir: Path, width: int = 1200, height: int = 500) -> list[Path]:
@@ -40,7 +20,7 @@ def export_plot_images(log: RunLog, out_dir: Path, width: int = 1200, height: in
 
     QApplication.instance() or QApplication([])
     pg.setConfigOptions(background="w", foreground="k", antialias=False)  # antialiased grids and fills cost most of a frame
-    snapshot = store_from_log(log).snapshot()
+    snapshot = MetricsStore.from_run_log(log).snapshot()
     written = []
     for name, plot in all_plots().items():
         plot.update(snapshot)

@@ -10,7 +10,6 @@ def test_run_both_arms_shows_them_side_by_side_with_the_verdict(window, qtbot, t
     arms = window.arms
     out = tmp_path / "arms"
     with qtbot.waitSignal(arms.finished, timeout=240_000) as ended:
-        window.tabs.setCurrentWidget(arms)
         arms.run_arms(arms_preset(tmp_path, directory), out)
         assert not arms.run_button.isEnabled() and str(out) in arms.status.text()
     assert ended.args == [True]
@@ -34,3 +33,19 @@ def test_a_failed_bench_says_what_it_said_last(window, qtbot, tmp_path):
 def test_opening_a_folder_without_arms_is_a_message(window, tmp_path):
     assert window.arms.show_arms(tmp_path) is None
     assert "expected a sub-folder per variant" in window.arms.status.text()
+
+
+def test_the_arms_wait_for_the_windows_own_traffic_to_end(window, qtbot, tiny_config):
+    """Run while the window's engine serves: the arms would share the cores and skew the comparison."""
+    from tests.workbench.gui.conftest import load
+
+    load(window, qtbot, tiny_config)
+    window.traffic_panel.inject_requested.emit(40, 20, 60, "chat")
+    qtbot.waitUntil(lambda: not window.worker.at_rest(), timeout=10_000)
+    started = []
+    window.arms.run_arms = lambda preset, *rest: started.append(preset)
+    window.arms.run_requested.emit("int4-vs-none")
+    assert window.views.currentWidget() is window.arms and not started
+    assert window.arms.status.text().startswith("waiting for the window's engine before running int4-vs-none's arms")
+    qtbot.waitUntil(lambda: started == ["int4-vs-none"], timeout=120_000)
+    assert window.worker.at_rest()

@@ -107,8 +107,8 @@ def test_opening_a_run_with_a_damaged_line_shows_the_rest_and_names_the_line(win
     (tmp_path / RUN_LOG_NAME).write_bytes(b"".join(lines))
     window.open_run(str(tmp_path))
     assert window.error_label.text() == ""
-    assert window.runs_text.toPlainText().startswith(f"viewing {tmp_path} (complete)")
-    assert "1 line skipped (line 4: not UTF-8 (byte 1))" in window.runs_text.toPlainText()
+    assert window.runs.text.toPlainText().startswith(f"viewing {tmp_path} (complete)")
+    assert "1 line skipped (line 4: not UTF-8 (byte 1))" in window.runs.text.toPlainText()
 
 
 def test_injected_traffic_fills_the_plots_and_the_table(window, qtbot, tiny_config):
@@ -243,9 +243,9 @@ def test_saved_run_can_be_opened_and_compared(window, qtbot, tiny_config, tmp_pa
     assert report["complete"] and report["metrics"]["requests_finished"]["value"] == 8  # every request ended: a whole run
     assert read_run_log(first / "run.jsonl").complete
     window.open_run(str(first))
-    assert window.viewing_past_run and "viewing" in window.runs_text.toPlainText()
+    assert window.viewing_past_run and "viewing" in window.runs.text.toPlainText()
     window.compare_runs(str(first), str(first))
-    assert "verdict: no decision: no intended gain or tolerated regression was declared" in window.runs_text.toPlainText()
+    assert "verdict: no decision: no intended gain or tolerated regression was declared" in window.runs.text.toPlainText()
 
 
 def test_a_run_saved_mid_run_says_what_was_in_flight_and_what_was_still_to_send(window, qtbot, tiny_config, tmp_path):
@@ -717,7 +717,7 @@ def test_closing_during_a_load_stops_it_and_removes_the_run_folder_it_announced(
     qtbot.addWidget(window)
     window.show()
     runs_dir = window.worker.runs_dir
-    assert str(window.worker.run_log_path) in window.runs_text.toPlainText() and "removed when the window closes" in window.runs_text.toPlainText()
+    assert str(window.worker.run_log_path) in window.runs.text.toPlainText() and "removed when the window closes" in window.runs.text.toPlainText()
     window.load(tiny_config)
     window.close()
     assert not window.worker._thread.is_alive() and not window.worker.has_backend()  # stopped at its next stage
@@ -730,8 +730,8 @@ def test_compare_runs_shows_the_comparison_in_the_runs_tab(window, tmp_path, tin
     for name in ("a", "b"):
         run_headless(tiny_scenario(directory), tmp_path / name)
     window.compare_runs(str(tmp_path / "a"), str(tmp_path / "b"))
-    assert window.tabs.currentWidget().isAncestorOf(window.runs_text)
-    assert "verdict:" in window.runs_text.toPlainText()
+    assert window.tabs.currentWidget() is window.runs
+    assert "verdict:" in window.runs.text.toPlainText()
 
 
 def test_gui_names_a_variant_either_way_and_refuses_an_unknown_one(capsys):

@@ -1,6 +1,6 @@
 """The window driving a server with thousands of streams in flight (a measurement, not a test):
 
-    python -m workbench.gui.many_streams [--streams 2000] [--output-tokens 64]
+    python -m benchmarks.window_streams [--streams 2000] [--output-tokens 64]
 
 Starts `workbench serve` on a simulated Llama-2-7B on an H100, in real time, on a loopback port;
 opens the window (offscreen) on it as `workbench gui --server URL` does; injects N requests at

@@ -1,6 +1,6 @@
 """GUI performance, measured (a script, not a timed test):
 
-    python -m workbench.gui.perf
+    python -m benchmarks.window_frames
 
 1. Frame update time: the five plots refreshed, as the window does, from a MetricsStore holding
    10,000 finished requests and 50,000 steps, then 100,000 and 500,000: p50 / p99 over 200
