@@ -1,0 +1,37 @@
+"""The README stays a user guide and the docs stay reachable: the README starts with the two
+commands and is at most 300 lines, every relative link in it and in docs/ points at a file that
+exists, and every `python -m MODULE` they name resolves (peers' modules, which live in their
+own venvs, excepted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PEER_MODULES = ("vllm.", "sglang.")  # run with the peers' own interpreters (make test-vllm, make peers)
+
+
+def test_the_readme_is_a_guide_that_starts_with_the_two_commands():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 300
+    first_block = text.split("```")[1]
+    assert [line.split("#")[0].strip() for line in first_block.strip().splitlines()] == ["make run", "make test"]
+
+
+def test_every_relative_link_points_at_a_file():
+    broken = [f"{page.relative_to(ROOT)}: {target}" for page in PAGES
+              for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text())
+              if "://" not in target and not (page.parent / target).exists()]
+    assert broken == []
+    linked = {target for target in re.findall(r"\]\((docs/[^)#\s]+)", (ROOT / "README.md").read_text())}
+    assert linked == {f"docs/{page.name}" for page in PAGES[1:]}  # every page reachable from the README
+
+
+def test_every_module_the_docs_run_exists():
+    missing = [f"{page.relative_to(ROOT)}: python -m {module}" for page in PAGES
+               for module in re.findall(r"python -m ([A-Za-z_][\w.]*[\w])", page.read_text())
+               if not module.startswith(PEER_MODULES) and importlib.util.find_spec(module) is None]
+    assert missing == []
