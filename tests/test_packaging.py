@@ -5,6 +5,7 @@ install listed no presets and exited 0), and a preset runs from it."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def installed(tmp_path_factory) -> Path:
     """The wheel's files in a folder of their own; its dependencies are the test environment's."""
     work = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(work), str(ROOT)],
+    # Built from a copy: an in-tree build leaves build/, whose stale files a later wheel would carry.
+    source = work / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", "build", "mutants", "runs", "*.egg-info", "__pycache__",
+                                                                ".git", ".hypothesis", ".pytest_cache"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(work), str(source)],
                    check=True, cwd=work)
     (wheel,) = work.glob("workbench-*.whl")
     target = work / "site"

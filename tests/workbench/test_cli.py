@@ -132,9 +132,9 @@ def test_ctrl_c_stops_a_bench_of_variants_after_writing_the_partial_report(tmp_p
 
 
 def test_ctrl_c_in_any_command_is_one_line(monkeypatch, capsys):
-    def interrupted():
+    def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("workbench.cli._list_presets", interrupted)
+    monkeypatch.setattr("workbench.cli.presets_list.run", interrupted)
     assert main(["presets"]) == 130
     assert capsys.readouterr().err == "workbench: interrupted\n"

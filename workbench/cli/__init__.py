@@ -1,0 +1,41 @@
+"""The `workbench` command line: one module per command, each with its parser (`add_to`) and its
+run function; `main` only dispatches and turns errors into one line and an exit status.
+
+    workbench                      the desktop app on the bundled model
+    workbench gui [--preset NAME] [--run-for SECONDS [--screenshot FILE.png] [--inspect SECONDS]]
+    workbench presets              list the presets
+    workbench bench --preset NAME [--variant V] [--set table.key=value ...] [--seed N] --out DIR
+    workbench quality --quant none,int8,int4 [--group-size 32,64,128] [--json OUT]
+    workbench compare RUN_A RUN_B [--intended 'metric:+20%' ...] [--tolerated 'metric:+10%' ...]
+    workbench trace RUN_DIR [--step N | --request ID]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from engine.errors import EngineError
+from workbench.cli import bench, calibrate, compare, estimate, export_hf, gui, presets_list, quality, serve, trace
+
+COMMANDS = (presets_list, gui, bench, compare, trace, quality, estimate, serve, export_hf, calibrate)  # in --help's order
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="workbench", description="LLM serving workbench")
+    commands = parser.add_subparsers(dest="command")
+    for command in COMMANDS:
+        command.add_to(commands)
+    args = parser.parse_args(argv)
+    try:
+        return getattr(args, "handler", gui.run_without_arguments)(args)
+    except EngineError as error:
+        print(f"workbench: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl+C while loading, measuring quality, calibrating, exporting...
+        print("workbench: interrupted", file=sys.stderr)
+        return 130
+    except OSError as error:  # a path that cannot be read or written: say which, without a traceback
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"workbench: {where}{error.strerror or error}", file=sys.stderr)
+        return 2

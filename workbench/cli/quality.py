@@ -1,0 +1,53 @@
+"""`workbench quality`: what each quantization costs against the file's own weights, recorded in the quality ledger."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from engine.quantization import METHODS
+from workbench.cli.arguments import at_least
+
+
+def add_to(commands) -> None:
+    quality = commands.add_parser("quality", help="quantization quality, memory and speed on the bundled model")
+    quality.add_argument("--quant", default="none,int8,int4", help=f"comma-separated options: auto (the default configuration),{','.join(METHODS)}")
+    quality.add_argument("--group-size", default="32", help="group sizes of grouped formats (int4), comma-separated (32,64,128)")
+    quality.add_argument("--tokens", type=at_least(int, 2), default=4096, help="evaluated tokens (at least 2)")
+    quality.add_argument("--model", default="smollm2-135m")
+    quality.add_argument("--dtype", default="auto")
+    quality.add_argument("--json", type=Path, help="also write the results as JSON")
+    quality.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from dataclasses import asdict
+
+    from engine.errors import ConfigError
+    from engine.model_source import read_model
+    from engine.quantization import get_method
+    from engine.quantization.auto import AUTO
+    from workbench.quality import evaluate, format_results, results_json
+    from workbench.quality_ledger import record
+
+    options = []
+    for method in (name.strip() for name in args.quant.split(",")):
+        if method == AUTO:  # the default configuration, as it resolves for this file
+            options.append((AUTO, None))
+        elif get_method(method).group_sizes:
+            try:
+                options += [(method, int(size)) for size in args.group_size.split(",")]
+            except ValueError as exc:
+                raise ConfigError(f"--group-size: expected integers like 32,64,128, got {args.group_size!r}") from exc
+        else:
+            options.append((method, None))
+    source = read_model(args.model)
+    results, context = evaluate(source, options, args.tokens, dtype=args.dtype,
+                                progress=lambda message: print(message, file=sys.stderr))
+    print(format_results(results, context))
+    ledger = record(source.path, {result.configuration: asdict(result) for result in results})
+    print(f"recorded in {ledger}: the window shows a loaded configuration's figures from there", file=sys.stderr)
+    if args.json:
+        args.json.write_text(json.dumps(results_json(results, context), indent=2) + "\n")
+    return 0
