@@ -15,7 +15,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QProcess, Signal
 from PySide6.QtWidgets import (
-    QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+    QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSizePolicy, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
 from engine.errors import EngineError
@@ -49,13 +49,15 @@ class ArmsView(QWidget):
         self.table = QTableWidget(0, 4)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        self.kv_why = QLabel("")
-        self.kv_why.setWordWrap(True)
-        self.verdict = QLabel("")
-        self.verdict.setWordWrap(True)
-        self.checks = QLabel("")
-        self.checks.setWordWrap(True)
+        header = self.table.horizontalHeader()
+        for column, mode in enumerate((QHeaderView.ResizeMode.ResizeToContents, QHeaderView.ResizeMode.Stretch,
+                                       QHeaderView.ResizeMode.Stretch, QHeaderView.ResizeMode.ResizeToContents)):
+            header.setSectionResizeMode(column, mode)  # both arms' columns share what the names leave
+        self.table.setWordWrap(True)
+        self.kv_why, self.checks, self.verdict = QLabel(""), QLabel(""), QLabel("")
+        for label in (self.kv_why, self.checks, self.verdict):
+            label.setWordWrap(True)
+            label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)  # never squeezed by the table
         controls = QHBoxLayout()
         for widget in (self.preset, self.run_button, self.open_button):
             controls.addWidget(widget)
@@ -123,7 +125,7 @@ class ArmsView(QWidget):
         for row, entry in enumerate(arms.rows):
             for column, text in enumerate((entry.what, entry.baseline, entry.candidate, entry.change)):
                 self.table.setItem(row, column, QTableWidgetItem(text))
-        self.table.resizeColumnsToContents()
+        self.table.resizeRowsToContents()
         self.kv_why.setText(arms.kv_capacity_why)
         self.checks.setText("\n".join(arms.checks))
         self.verdict.setText(f"verdict: {arms.verdict}")
