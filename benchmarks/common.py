@@ -10,10 +10,10 @@ import torch
 
 from engine import EngineConfig, LLMEngine
 from benchmarks.fixed_workload import fixed_workload, run_fixed_workload
-from engine.catalogue import measure_this_machine
+from engine.simulation.catalogue import measure_this_machine
 from engine.device import device_name
 from engine.executor import DecodeGraph
-from engine.model_source import read_model
+from engine.loading.model_source import read_model
 from engine.quantization import own_methods
 
 OPTIONS = tuple(own_methods())

@@ -19,7 +19,7 @@ from collections import Counter
 import numpy as np
 
 from engine import EngineConfig, LLMEngine
-from workbench.local_backend import LocalBackend
+from workbench.backends.local import LocalBackend
 from workbench.runner import ScenarioRunner
 from workbench.scenario import Scenario
 from workbench.traffic import LengthDistribution, TrafficProfile

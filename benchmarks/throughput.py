@@ -30,7 +30,7 @@ def transformers_baseline(prompts: list[list[int]], output_len: int, batch: int 
     """Output tokens/s of transformers' generate, greedy, static batches, on the same GGUF."""
     from transformers import AutoModelForCausalLM
 
-    from engine.model_source import resolve_model_path
+    from engine.loading.model_source import resolve_model_path
 
     path = resolve_model_path("smollm2-135m")
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()

@@ -79,7 +79,7 @@ def engine_throughput(with_window: bool, requests: int = 48, prompt: int = 64, o
         arrival="constant", rate=1e6, num_requests=requests, prompt_len=LengthDistribution(mean=prompt), output_len=LengthDistribution(mean=output)))
     if not with_window:
         from engine.llm_engine import LLMEngine
-        from workbench.local_backend import LocalBackend
+        from workbench.backends.local import LocalBackend
         from workbench.runner import ScenarioRunner
 
         runner = ScenarioRunner(LocalBackend(LLMEngine(scenario.engine)), scenario)

@@ -1,7 +1,7 @@
 """Executors turn a `ScheduledBatch` into sampled token ids.
 
 `ModelExecutor` is the interface the engine depends on; `TorchExecutor` runs the real model over
-the paged KV cache it owns; `SimulatedExecutor` (engine/simulated_executor.py) stands in with a
+the paged KV cache it owns; `SimulatedExecutor` (engine/simulation/executor.py) stands in with a
 cost model behind the same interface while all scheduling code stays the same.
 """
 

@@ -26,7 +26,7 @@ from engine.config import EngineConfig
 from engine.errors import ConfigError, EngineError
 from engine.executor import ModelExecutor
 from engine.metrics import StepStats
-from engine.model_file import ModelSource, ProgressCallback, no_progress
+from engine.loading.model_file import ModelSource, ProgressCallback, no_progress
 from engine.outputs import RequestOutput, StepResult
 from engine.prepared_model import KvMemoryLimits
 from engine.quantization import describe_quantization

@@ -18,7 +18,7 @@ from engine.config import EngineConfig
 from engine.executor import ModelExecutor
 from engine.model_config import ModelConfig
 from engine.smoothing import Smoothing
-from engine.tokenizer import Tokenizer
+from engine.loading.tokenizer import Tokenizer
 
 
 @dataclass

@@ -29,7 +29,7 @@ from torch import nn
 from engine.batch import ScheduledBatch, ScheduledSequence
 from engine.executor import TorchExecutor
 from engine.sharegpt import load_sharegpt
-from engine.tokenizer import Tokenizer
+from engine.loading.tokenizer import Tokenizer
 
 MIGRATION_STRENGTH = 0.5  # the paper's alpha: how much of the outliers' range moves into the weights
 CALIBRATION_TOKENS = 1024

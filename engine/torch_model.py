@@ -15,8 +15,8 @@ from engine.errors import ConfigError, ModelLoadError
 from engine.executor import TorchExecutor
 from engine.memory import CPU_DEFAULT_KV_CACHE_BYTES, GPU_MEMORY_UTILIZATION, activation_bytes_estimate
 from engine.model import CausalLM, RotaryEmbedding
-from engine.model_file import ModelSource, ProgressCallback
-from engine.model_source import read_model
+from engine.loading.model_file import ModelSource, ProgressCallback
+from engine.loading.model_source import read_model
 from engine.prepared_model import KvMemoryLimits, PreparedModel
 from engine.quantization import UNQUANTIZED, check_quantization, get_method, quantize_model, weight_bytes, weight_parts
 from engine.quantization.auto import AUTO, CONFIGURED, choose_quantization

@@ -22,7 +22,7 @@ echo "== 3. engine decode and throughput"
 "$PYTHON" - <<'PY' | tee /tmp/gpu_engine.txt
 import time, torch
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.model_source import read_model
+from engine.loading.model_source import read_model
 source = read_model("smollm2-135m")
 rows = []
 for quantization in ("none", "int8", "int4", "w8a8"):

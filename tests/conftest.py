@@ -28,7 +28,7 @@ os.environ["WORKBENCH_CACHE"] = tempfile.mkdtemp(prefix="workbench-cache-")
 
 from engine import EngineConfig, LLMEngine
 from engine.executor import DecodeGraph
-from engine.model_source import read_model
+from engine.loading.model_source import read_model
 
 # Property tests that set no max_examples of their own run 150 cases; mutation testing, which runs
 # them once per mutant, 25 (HYPOTHESIS_PROFILE=mutation, set by `make mutation`).

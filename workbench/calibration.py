@@ -12,8 +12,8 @@ from dataclasses import replace
 import numpy as np
 
 from engine.batch import ScheduledBatch, ScheduledSequence
-from engine.catalogue import HardwareProfile
-from engine.cost_model import CostModel, StepShape
+from engine.simulation.catalogue import HardwareProfile
+from engine.simulation.cost_model import CostModel, StepShape
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 
 from engine.errors import ConfigError
-from engine.model_file import ModelSource
+from engine.loading.model_file import ModelSource
 
 _ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}

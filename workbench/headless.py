@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine import LLMEngine
-from engine.model_file import ModelSource
-from workbench.backend import Backend
-from workbench.local_backend import LocalBackend
+from engine.loading.model_file import ModelSource
+from workbench.backends.protocol import Backend
+from workbench.backends.local import LocalBackend
 from workbench.report import write_report_files
 from workbench.run_log import read_run_log
 from workbench.run_recorder import RUN_LOG_NAME, RunRecorder, run_header

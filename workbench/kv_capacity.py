@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from workbench.backend_loader import EngineInfo
+    from workbench.backends.loader import EngineInfo
 
 
 def why_kv_capacity_differs(base: dict, cand: dict) -> str:

@@ -16,7 +16,7 @@ from functools import cache
 
 from engine.metrics import RequestMetrics, StepStats
 from workbench.scenario import SLO
-from workbench.trace_log import read_trace
+from workbench.traces.log import read_trace
 
 _NUMBER = (int, float)
 _HEADER = {"start_time": _NUMBER, "scenario": dict, "engine": dict, "versions": dict}

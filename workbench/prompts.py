@@ -12,8 +12,8 @@ import numpy as np
 
 from engine.errors import ConfigError
 from engine.sharegpt import load_sharegpt
-from engine.tokenizer import Tokenizer
-from workbench.backend import Chat
+from engine.loading.tokenizer import Tokenizer
+from workbench.backends.protocol import Chat
 
 _CORPUS_CONVERSATIONS = 400  # about 150k tokens of English text, tokenised once
 

@@ -18,7 +18,7 @@ import torch
 from engine.config import EngineConfig
 from engine.device import dtype_name
 from engine.llm_engine import LLMEngine
-from engine.model_file import ModelSource
+from engine.loading.model_file import ModelSource
 from engine.quantization import UNQUANTIZED, check_quantization
 from engine.quantization.auto import AUTO
 from engine.sampling_params import SamplingParams

@@ -38,7 +38,7 @@ REQUEST_COLUMNS = ["request_id", "tag"] + [field.name for field in dataclasses.f
 
 
 NOT_EXPOSED = "not exposed by this backend"
-# Metrics read from the server's state, by the backend capability they need (workbench/backend.py).
+# Metrics read from the server's state, by the backend capability they need (workbench/backends/protocol.py).
 SERVER_STATE_METRICS = {
     "kv_cache": ("kv_usage_peak_perc", "kv_usage_mean_perc"),
     "preemptions": ("preemptions",),

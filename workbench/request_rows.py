@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.outputs import RequestOutput
-from workbench.backend import BLOCK_FREE, Backend, BackendUpdate
+from workbench.backends.protocol import BLOCK_FREE, Backend, BackendUpdate
 from workbench.runner import WAITING_STATES, EndedRequest
 
 _STATE_OF_END = {"abort": "aborted", "rejected": "rejected", "error": "failed"}  # any other reason: finished

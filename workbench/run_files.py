@@ -13,8 +13,8 @@ from workbench.metrics_store import MetricsStore
 from workbench.report import write_report_files
 from workbench.run_log import RunLog, read_run_log
 from workbench.run_recorder import RUN_LOG_NAME
-from workbench.trace_log import read_trace, why_no_traces
-from workbench.trace_store import TraceStore
+from workbench.traces.log import read_trace, why_no_traces
+from workbench.traces.store import TraceStore
 
 
 def save_run(target: Path, write_log_copy: Callable[[Path], None]) -> tuple[RunLog, dict]:

@@ -1,7 +1,7 @@
 """The run log: an append-only JSONL file written while a run happens, one line per event.
 
 Lines: a "header" (configuration, versions, seed, SLOs), a "step" per engine step, a "trace" per
-engine step of the in-process engine (workbench/trace_log.py; logs from before traces have none),
+engine step of the in-process engine (workbench/traces/log.py; logs from before traces have none),
 a "request" per ended request, and a "footer" when the run ends cleanly. Each line is flushed as it is
 written, so a crash or Ctrl-C loses at most the step in flight and a partial report can still
 be built from what is there.

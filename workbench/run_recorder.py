@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.backend import Backend, BackendUpdate
+from workbench.backends.protocol import Backend, BackendUpdate
 from workbench.run_log import RunLogWriter
 from workbench.runner import EndedRequest, RunResult
-from workbench.trace_log import FULL_TRACE_STEPS, TRACE_COLUMNS, check_trace_level, trace_record
+from workbench.traces.log import FULL_TRACE_STEPS, TRACE_COLUMNS, check_trace_level, trace_record
 
 RUN_LOG_NAME = "run.jsonl"
 
@@ -33,7 +33,7 @@ def run_header(backend: Backend, scenario: dict, *, variant: str | None, seed: i
 
 
 class RunRecorder:
-    """`trace`: how much of each step's trace to write (workbench/trace_log.py)."""
+    """`trace`: how much of each step's trace to write (workbench/traces/log.py)."""
 
     def __init__(self, path: Path, header: dict, trace: str = "auto"):
         if path.exists():

@@ -16,7 +16,7 @@ import numpy as np
 from engine.metrics import UNFINISHED, RequestMetrics, StepStats
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
-from workbench.backend import Backend, BackendUpdate
+from workbench.backends.protocol import Backend, BackendUpdate
 from workbench.prompts import PromptMaker
 from workbench.request_plan import RequestPlan
 from workbench.scenario import Scenario

@@ -10,7 +10,7 @@ from engine.config import EngineConfig
 from engine.errors import ConfigError
 from engine.settings import check_finite
 from engine.metrics import RequestMetrics
-from workbench.trace_log import check_trace_level
+from workbench.traces.log import check_trace_level
 from workbench.traffic import TrafficProfile
 
 EVENT_ACTIONS = ("inject", "set_rate", "stop")
@@ -88,7 +88,7 @@ class Scenario:
     variants: dict[str, Variant] = field(default_factory=dict)
     decision: Decision | None = None
     # How much of each engine step's trace the run log keeps: "full", "summary" (decode rows
-    # counted, not listed) or "auto" (full for the first steps, then summary; workbench/trace_log.py).
+    # counted, not listed) or "auto" (full for the first steps, then summary; workbench/traces/log.py).
     trace: str = "auto"
 
     def __post_init__(self) -> None:

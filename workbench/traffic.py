@@ -26,7 +26,7 @@ import numpy as np
 
 from engine.errors import ConfigError
 from engine.settings import check_finite
-from workbench.backend import Chat
+from workbench.backends.protocol import Chat
 from workbench.prompts import PromptMaker
 
 ARRIVAL_KINDS = ("poisson", "gamma", "constant", "ramp", "closed_loop")

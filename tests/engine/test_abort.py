@@ -68,7 +68,7 @@ def test_arrival_time_is_when_a_request_was_due_not_when_the_busy_loop_sent_it()
     """Requests due during a long step are sent after it; their clocks start when they were due."""
     from workbench.prompts import PromptMaker
     from workbench.request_plan import RequestPlan
-    from workbench.local_backend import LocalBackend
+    from workbench.backends.local import LocalBackend
     from workbench.runner import ScenarioRunner
     from workbench.scenario import Scenario, ScenarioEvent
     from workbench.traffic import LengthDistribution, TrafficProfile
@@ -96,7 +96,7 @@ def test_arrival_time_is_when_a_request_was_due_not_when_the_busy_loop_sent_it()
 def test_every_restart_of_traffic_on_a_simulated_clock_sends_all_of_it():
     """Restarting the traffic again and again (the window's Start) at odd clock values: each run's
     requests must all be sent, however the arrival times round against the clock."""
-    from workbench.local_backend import LocalBackend
+    from workbench.backends.local import LocalBackend
     from workbench.runner import ScenarioRunner
     from workbench.scenario import Scenario
     from workbench.traffic import LengthDistribution, TrafficProfile

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from engine import ConfigError, EngineConfig, EngineError, LLMEngine, ModelLoadError, SamplingParams
-from engine.model_source import resolve_model_path
+from engine.loading.model_source import resolve_model_path
 from tests.conftest import tiny_engine
 
 

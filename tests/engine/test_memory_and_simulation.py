@@ -8,13 +8,13 @@ import pytest
 
 from engine import ConfigError, EngineConfig, LLMEngine
 from benchmarks.soak import soak
-from engine.catalogue import hardware_profile, model_names, model_shape
-from engine.cost_model import CostModel, StepShape
+from engine.simulation.catalogue import hardware_profile, model_names, model_shape
+from engine.simulation.cost_model import CostModel, StepShape
 from engine.memory import concurrency_lines, params_only_line, weight_bytes_estimate
-from workbench.local_backend import LocalBackend
+from workbench.backends.local import LocalBackend
 from workbench.runner import ScenarioRunner
 from workbench.scenario import Scenario
-from engine.simulated_executor import SimulatedClock, SimulatedExecutor
+from engine.simulation.executor import SimulatedClock, SimulatedExecutor
 from workbench.traffic import LengthDistribution, TrafficProfile
 from tests.conftest import tiny_engine
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine import ConfigError, EngineConfig, EngineError, LLMEngine, SamplingParams
-from engine.catalogue import hardware_names, model_names
+from engine.simulation.catalogue import hardware_names, model_names
 from workbench.headless import run_headless
 from workbench.prompts import PromptMaker
 from workbench.scenario import SLO, Scenario, ScenarioEvent

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from workbench.block_replay import BlockReplay
-from workbench.local_backend import LocalBackend
+from workbench.traces.block_replay import BlockReplay
+from workbench.backends.local import LocalBackend
 
 MAX_STEPS_TO_DRAIN = 5_000
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from engine import SamplingParams
 from engine.step_trace import ALLOCATE, RELEASE, REUSE, WAITING, WAITING_LONG
 from tests.conftest import tiny_engine
-from workbench.block_replay import BlockReplay
-from workbench.local_backend import LocalBackend
+from workbench.traces.block_replay import BlockReplay
+from workbench.backends.local import LocalBackend
 
 GREEDY = dict(temperature=0.0, ignore_eos=True)
 

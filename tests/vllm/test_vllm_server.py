@@ -12,12 +12,12 @@ import httpx
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.model_source import read_model, read_tokenizer
+from engine.loading.model_source import read_model, read_tokenizer
 from benchmarks.server_processes import free_port, start_vllm_server
 from workbench.export_hf import export_hf_directory
 from workbench.headless import run_headless
 from workbench.presets import load_preset
-from workbench.remote_backend import RemoteBackend
+from workbench.backends.remote import RemoteBackend
 from workbench.run_log import read_run_log
 from workbench.run_recorder import RUN_LOG_NAME
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.server_processes import free_port, start_workbench_server
-from engine.model_source import read_tokenizer
+from engine.loading.model_source import read_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from workbench.backend import BLOCK_FREE, BackendCapabilities, BackendUpdate
-from workbench.local_backend import LocalBackend
+from workbench.backends.protocol import BLOCK_FREE, BackendCapabilities, BackendUpdate
+from workbench.backends.local import LocalBackend
 from workbench.report import NOT_EXPOSED, build_report
 from workbench.run_log import read_run_log
 from workbench.run_recorder import RunRecorder, run_header

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from engine.config import EngineConfig
-from workbench.backend_loader import BackendLoader
+from workbench.backends.loader import BackendLoader
 from workbench.presets import load_preset, preset_names
 from workbench.cli import main
 

@@ -15,7 +15,7 @@ from workbench.headless import run_headless
 from workbench.run_recorder import RUN_LOG_NAME
 from workbench.report import build_report
 from workbench.run_log import read_run_log
-from workbench.local_backend import LocalBackend
+from workbench.backends.local import LocalBackend
 from workbench.runner import ScenarioRunner
 from workbench.scenario import SLO, Scenario, ScenarioEvent
 from workbench.traffic import LengthDistribution, TrafficProfile

@@ -14,7 +14,7 @@ from tests.workbench.loopback_app import served
 from tests.workbench.misbehaving_server import GARBAGE, GOOD_METRICS, Misbehaviour, misbehaving_app, token_event
 from workbench.headless import run_headless
 from workbench.presets import load_preset
-from workbench.remote_backend import ERROR, RemoteBackend
+from workbench.backends.remote import ERROR, RemoteBackend
 
 
 def ended_requests(backend: RemoteBackend, count: int) -> dict:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from engine import EngineConfig, LLMEngine
-from workbench.backend import BLOCK_SHARED
-from workbench.local_backend import LocalBackend
+from workbench.backends.protocol import BLOCK_SHARED
+from workbench.backends.local import LocalBackend
 from workbench.request_rows import RequestRows
 from workbench.runner import ScenarioRunner
 from workbench.scenario import Scenario, ScenarioEvent

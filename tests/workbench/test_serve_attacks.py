@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from benchmarks.server_processes import wait_until
-from workbench.server_state import parse_server_state
+from workbench.backends.server_state import parse_server_state
 
 pytestmark = pytest.mark.slow  # loads SmolLM2 in the server
 

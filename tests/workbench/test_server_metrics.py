@@ -11,9 +11,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.metrics import RequestMetrics, StepStats
-from workbench.remote_backend import _delta
+from workbench.backends.remote import _delta
 from workbench.server.metrics import ServerMetrics
-from workbench.server_state import parse_server_state
+from workbench.backends.server_state import parse_server_state
 
 
 def stats(**changes) -> StepStats:

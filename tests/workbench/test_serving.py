@@ -11,11 +11,11 @@ import httpx
 import pytest
 
 from engine import EngineConfig, EngineError, LLMEngine, SamplingParams
-from engine.model_source import read_tokenizer
+from engine.loading.model_source import read_tokenizer
 from workbench.headless import run_headless
 from workbench.presets import load_preset
-from workbench.remote_backend import RemoteBackend
-from workbench.server_state import parse_server_state
+from workbench.backends.remote import RemoteBackend
+from workbench.backends.server_state import parse_server_state
 from benchmarks.server_processes import free_port, start_workbench_server, wait_until
 
 pytestmark = pytest.mark.slow  # loads SmolLM2 in the server

@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from workbench.block_replay import BlockReplay
+from workbench.traces.block_replay import BlockReplay
 from workbench.cli import main
 from workbench.headless import run_headless
 from workbench.run_log import read_run_log
 from workbench.run_recorder import RUN_LOG_NAME
-from workbench.trace_log import read_trace, trace_record
-from workbench.trace_text import format_request, request_events
+from workbench.traces.log import read_trace, trace_record
+from workbench.traces.text import format_request, request_events
 from engine import SamplingParams
 from tests.conftest import tiny_engine
 from tests.workbench.test_headless_run import tiny_scenario

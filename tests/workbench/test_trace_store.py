@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from engine import SamplingParams
 from tests.conftest import tiny_engine
-from workbench.local_backend import LocalBackend
-from workbench.trace_store import CHECKPOINT_STEPS, TraceStore
+from workbench.backends.local import LocalBackend
+from workbench.traces.store import CHECKPOINT_STEPS, TraceStore
 
 
 def test_the_block_map_at_any_kept_step_is_the_live_map_of_that_step_even_after_dropping_old_steps(tiny_llama):

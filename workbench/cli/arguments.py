@@ -30,8 +30,8 @@ def port_number(text: str) -> int:
 
 
 def add_server_model_options(command: argparse.ArgumentParser) -> None:
-    from workbench.backend_loader import SERVER_TOKENIZER
-    from workbench.remote_backend import DEFAULT_REQUEST_TIMEOUT_S
+    from workbench.backends.loader import SERVER_TOKENIZER
+    from workbench.backends.remote import DEFAULT_REQUEST_TIMEOUT_S
 
     command.add_argument("--served-model", metavar="NAME", help="with --server: the model to ask for (default: the first in /v1/models)")
     command.add_argument("--tokenizer", metavar="MODEL", default=SERVER_TOKENIZER,

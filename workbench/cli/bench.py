@@ -27,14 +27,14 @@ def add_to(commands) -> None:
 def run(args) -> int:
     from engine import LLMEngine
     from engine.config import default_compile_decode
-    from engine.model_source import read_model
+    from engine.loading.model_source import read_model
     from engine.simulation import is_simulated
-    from workbench.backend_loader import server_tokenizer
+    from workbench.backends.loader import server_tokenizer
     from workbench.compare import compare, format_comparison
-    from workbench.local_backend import LocalBackend
+    from workbench.backends.local import LocalBackend
     from workbench.presets import load_preset
     from workbench.process_tuning import freeze_loaded_heap
-    from workbench.remote_backend import RemoteBackend
+    from workbench.backends.remote import RemoteBackend
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
     # A measured run compiles its decode step before the first request unless the preset says

@@ -22,7 +22,7 @@ def add_to(commands) -> None:
 
 
 def run(args) -> int:
-    from engine.catalogue import hardware_profile, model_shape
+    from engine.simulation.catalogue import hardware_profile, model_shape
     from engine.errors import ConfigError
     from engine.memory import concurrency_lines, model_memory_lines, params_only_line
 

@@ -14,7 +14,7 @@ def add_to(commands) -> None:
 
 
 def run(args) -> int:
-    from engine.model_source import read_model
+    from engine.loading.model_source import read_model
     from workbench.export_hf import export_hf_directory
 
     print(f"wrote {export_hf_directory(read_model(args.model), args.out, args.dtype)}")

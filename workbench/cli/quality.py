@@ -25,7 +25,7 @@ def run(args) -> int:
     from dataclasses import asdict
 
     from engine.errors import ConfigError
-    from engine.model_source import read_model
+    from engine.loading.model_source import read_model
     from engine.quantization import get_method
     from engine.quantization.auto import AUTO
     from workbench.quality import evaluate, format_results, results_json

@@ -21,8 +21,8 @@ def run(args) -> int:
     from engine.errors import ConfigError
     from workbench.run_log import read_run_log
     from workbench.run_recorder import RUN_LOG_NAME
-    from workbench.trace_log import read_trace, why_no_traces
-    from workbench.trace_text import format_request, format_step
+    from workbench.traces.log import read_trace, why_no_traces
+    from workbench.traces.text import format_request, format_step
 
     path = args.run / RUN_LOG_NAME if args.run.is_dir() else args.run
     log = read_run_log(path, with_traces=True)

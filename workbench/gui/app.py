@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from engine import EngineConfig, EngineError
-from workbench.backend_loader import SERVER_TOKENIZER, BackendLoader
-from workbench.remote_backend import DEFAULT_REQUEST_TIMEOUT_S
+from workbench.backends.loader import SERVER_TOKENIZER, BackendLoader
+from workbench.backends.remote import DEFAULT_REQUEST_TIMEOUT_S
 
 
 def has_display() -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QProcess, Signal
 from PySide6.QtWidgets import (
-    QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSizePolicy, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+    QAbstractScrollArea, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
 from engine.errors import EngineError
@@ -57,7 +57,6 @@ class ArmsView(QWidget):
         self.kv_why, self.checks, self.verdict = QLabel(""), QLabel(""), QLabel("")
         for label in (self.kv_why, self.checks, self.verdict):
             label.setWordWrap(True)
-            label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)  # never squeezed by the table
         controls = QHBoxLayout()
         for widget in (self.preset, self.run_button, self.open_button):
             controls.addWidget(widget)
@@ -65,9 +64,13 @@ class ArmsView(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(controls)
         layout.addWidget(self.status)
-        layout.addWidget(self.table, 1)
+        # The table as tall as its rows, the reasons and the verdict right under it: stretched, the
+        # table squeezed the labels' wrapped lines into each other at 1280x800.
+        self.table.setSizeAdjustPolicy(QAbstractScrollArea.SizeAdjustPolicy.AdjustToContents)
+        layout.addWidget(self.table)
         for label in (self.kv_why, self.checks, self.verdict):
             layout.addWidget(label)
+        layout.addStretch(1)
         self.process: QProcess | None = None
         self._out: Path | None = None
 

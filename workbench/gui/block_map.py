@@ -11,7 +11,7 @@ from PySide6.QtCore import QRect, Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QWidget
 
-from workbench.backend import BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED
+from workbench.backends.protocol import BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED
 
 _OWNER_COLOURS = [QColor.fromHsv((index * 47) % 360, 150, 220) for index in range(64)]
 _SPECIAL = {BLOCK_FREE: QColor("#3a3d42"), BLOCK_CACHED: QColor("#9B59B6"), BLOCK_SHARED: QColor("#F1C40F")}

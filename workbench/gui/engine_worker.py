@@ -24,14 +24,14 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from engine import EngineConfig, EngineError
-from workbench.backend import Backend
-from workbench.backend_loader import BackendLoader
+from workbench.backends.protocol import Backend
+from workbench.backends.loader import BackendLoader
 from workbench.metrics_store import MetricsStore
 from workbench.prompts import text_stream
 from workbench.request_rows import RequestRow, RequestRows
 from workbench.run_log import RunLogWriter
 from workbench.run_recorder import RUN_LOG_NAME, RunRecorder, run_header
-from workbench.trace_store import TraceStore
+from workbench.traces.store import TraceStore
 from workbench.runner import EndedRequest, ScenarioRunner
 from workbench.scenario import SLO, Scenario
 

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import ConfigError, EngineConfig, EngineError
-from engine.catalogue import hardware_profile
+from engine.simulation.catalogue import hardware_profile
 from workbench.compare import compare, format_comparison, load_report
 from engine.device import total_memory_bytes
 from engine.executor import DecodeGraph
@@ -28,15 +28,15 @@ from workbench.request_rows import ENDED_STATES
 from workbench.run_recorder import RUN_LOG_NAME
 from workbench.scenario import Scenario
 from workbench.run_files import PastTraces, open_run, past_traces, save_run
-from workbench.trace_store import TraceStore
-from workbench.trace_text import format_request
+from workbench.traces.store import TraceStore
+from workbench.traces.text import format_request
 from engine.simulation import is_simulated, parse
 from workbench.kv_capacity import kv_cache_note
 from workbench.gui.arms_view import ArmsView
 from workbench.gui.block_map import BlockMapView
 from workbench.gui.engine_panel import EnginePanel
 from workbench.gui.engine_worker import EngineWorker
-from workbench.backend_loader import EngineInfo, ServerInfo
+from workbench.backends.loader import EngineInfo, ServerInfo
 from workbench.live_metrics import LiveMetrics
 from workbench.process_tuning import freeze_loaded_heap
 from workbench.gui.memory_panel import MemoryPanel

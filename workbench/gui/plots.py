@@ -323,7 +323,7 @@ def percentile_summary(snapshot: MetricsSnapshot, key: str) -> str:
 PER_STEP_PLOTS = {"kv_occupancy": "KV-cache occupancy", "queue_depth": "Queue depth", "throughput": "Throughput",
                   "batch_composition": "Batch composition"}
 
-# The backend capability each plot needs (workbench/backend.py); latency and throughput are
+# The backend capability each plot needs (workbench/backends/protocol.py); latency and throughput are
 # measured on the client or from the server's token counters, so every backend has them.
 PLOT_NEEDS = {  # plot: (capability, what it shows)
     "kv_occupancy": ("kv_cache", "KV-cache occupancy"),

@@ -14,7 +14,7 @@ from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
 from workbench.metrics_store import MetricsSnapshot
-from workbench.backend import IN_PROCESS, BackendCapabilities
+from workbench.backends.protocol import IN_PROCESS, BackendCapabilities
 from workbench.gui.plots import (PER_STEP_PLOTS, PLOT_NEEDS, LatencyPlot, all_plots, draw_ghost, percentile_summary,
                                  set_title, show_not_exposed)
 from workbench.gui.step_panel import step_keys

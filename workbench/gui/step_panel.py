@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.step_trace import ALLOCATE, RELEASE, REUSE, StepTrace
-from workbench.trace_text import block_ranges, row_tokens
+from workbench.traces.text import block_ranges, row_tokens
 
 PARTS = {  # table: (title, what it holds, columns)
     "before": ("before", "what the scheduler saw: queues, KV blocks, the token budget, blocks released since the last step",

@@ -1,8 +1,9 @@
 """Engines for models and GPUs you describe: "simulated:llama-2-7b@h100-80gb".
 
 The engine is the real one (scheduler, block manager, admission control, preemption, metrics);
-only its executor is a cost model (engine/cost_model.py) on a simulated clock. Memory comes from
-the memory model, and impossible setups are refused with the numbers instead of simulated.
+only its executor is a cost model (cost_model.py, run by executor.py) on a simulated clock, with
+the model shapes and GPU profiles of catalogue.py. Memory comes from the memory model, and
+impossible setups are refused with the numbers instead of simulated.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ from pathlib import Path
 
 import torch
 
-from engine.catalogue import hardware_profile, model_shape
+from engine.simulation.catalogue import hardware_profile, model_shape
 from engine.config import EngineConfig
-from engine.cost_model import CostModel
+from engine.simulation.cost_model import CostModel
 from engine.errors import ConfigError
 from engine.memory import GPU_MEMORY_UTILIZATION, RUNTIME_OVERHEAD_FRACTION, activation_bytes_estimate, weight_bytes_estimate
 from engine.prepared_model import KvMemoryLimits, PreparedModel
 from engine.quantization import UNQUANTIZED, get_method
 from engine.quantization.auto import AUTO, CONFIGURED
-from engine.simulated_executor import SimulatedClock, SimulatedExecutor
+from engine.simulation.executor import SimulatedClock, SimulatedExecutor
 
 PREFIX = "simulated:"
 KV_DTYPE = torch.float16  # simulated GPUs keep K and V at 16 bits

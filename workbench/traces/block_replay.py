@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.step_trace import ALLOCATE, RELEASE, BlockChange, StepTrace
-from workbench.backend import BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED
+from workbench.backends.protocol import BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED
 
 
 class BlockReplay:

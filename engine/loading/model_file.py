@@ -1,5 +1,5 @@
 """What a model loader returns: a model file's shape, weights and tokenizer (`ModelSource`), and
-the progress callback loaders report through. Kept apart from engine/model_source.py, which picks
+the progress callback loaders report through. Kept apart from engine/loading/model_source.py, which picks
 the loader, so that the loaders and the dispatch do not import each other."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from engine.model_config import ModelConfig
-from engine.tokenizer import Tokenizer
+from engine.loading.tokenizer import Tokenizer
 
 # Stage name and fraction done in [0, 1], for a progress bar.
 ProgressCallback = Callable[[str, float], None]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.batch import ScheduledBatch
-from engine.catalogue import HardwareProfile
+from engine.simulation.catalogue import HardwareProfile
 from engine.model_config import ModelConfig
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from engine.batch import ScheduledBatch
-from engine.cost_model import CostModel, StepShape
+from engine.simulation.cost_model import CostModel, StepShape
 
 PLACEHOLDER_TOKEN = 0
 

@@ -16,8 +16,8 @@ import torch
 
 from engine.errors import ModelLoadError
 from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
-from engine.model_file import ModelSource, ProgressCallback
-from engine.tokenizer import Tokenizer
+from engine.loading.model_file import ModelSource, ProgressCallback
+from engine.loading.tokenizer import Tokenizer
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",

@@ -42,11 +42,11 @@ from engine.errors import EngineError
 from engine.metrics import RequestMetrics, StepStats
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
-from engine.tokenizer import Tokenizer
-from workbench.backend import BackendCapabilities, BackendUpdate, Chat, RequestProgress
+from engine.loading.tokenizer import Tokenizer
+from workbench.backends.protocol import BackendCapabilities, BackendUpdate, Chat, RequestProgress
 from workbench.process_tuning import allow_open_files
 from workbench.provenance import package_version
-from workbench.server_state import ServerState, parse_server_state
+from workbench.backends.server_state import ServerState, parse_server_state
 
 SCRAPE_INTERVAL_S = 0.25
 # A request whose server sends nothing for this long ends with an error (`--request-timeout`).

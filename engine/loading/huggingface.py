@@ -16,8 +16,8 @@ from safetensors import SafetensorError, safe_open
 from engine.device import dtype_name
 from engine.errors import ModelLoadError
 from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
-from engine.model_file import ModelSource, ProgressCallback
-from engine.tokenizer import Tokenizer
+from engine.loading.model_file import ModelSource, ProgressCallback
+from engine.loading.tokenizer import Tokenizer
 
 
 def read_hf_directory(directory: Path, progress: ProgressCallback) -> ModelSource:

@@ -2,7 +2,7 @@
 
 Kept since the engine was loaded (block state carries over from one run to the next, so a replay
 must start where the cache was empty): the newest `capacity` steps, each as its run-log record
-(workbench/trace_log.py, about 5 KB at 64 rows), plus the block map replayed to every
+(workbench/traces/log.py, about 5 KB at 64 rows), plus the block map replayed to every
 CHECKPOINT_STEPS-th step, so the map at any kept step is at most that many steps of block changes
 away. Older steps are dropped a checkpoint at a time; the run log keeps them all.
 
@@ -19,9 +19,9 @@ import threading
 import numpy as np
 
 from engine.step_trace import BlockChange, StepTrace
-from workbench.block_replay import BlockReplay
-from workbench.trace_log import read_trace, trace_record
-from workbench.trace_text import request_events
+from workbench.traces.block_replay import BlockReplay
+from workbench.traces.log import read_trace, trace_record
+from workbench.traces.text import request_events
 
 CHECKPOINT_STEPS = 500
 CAPACITY_STEPS = 10_000  # at most some 50 MB of records at 64 rows a step; minutes to an hour of a window's run

@@ -1,0 +1,3 @@
+"""Model files into tensors and a tokenizer: `model_source.py` (an alias, a .gguf file or a
+Hugging Face folder, read once), `model_file.py` (what a read file holds), `gguf.py` and
+`huggingface.py` (the two formats; never pickle), `tokenizer.py`."""
