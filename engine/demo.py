@@ -29,7 +29,7 @@ def main() -> None:
     params = SamplingParams(max_tokens=64, temperature=0.0)
     prompts = {}
     for question in QUESTIONS:
-        prompt = engine.loading.tokenizer.apply_chat_template([{"role": "user", "content": question}])
+        prompt = engine.tokenizer.apply_chat_template([{"role": "user", "content": question}])
         prompts[engine.add_request(prompt, params)] = question
     finished = []
     while engine.has_unfinished():

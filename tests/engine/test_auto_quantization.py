@@ -60,7 +60,7 @@ def test_the_bundled_q4_1_file_runs_as_int4_g32_with_an_int8_head_by_default(smo
     assert versions["kv_cache_dtype"] == "bfloat16" and versions["dtype"] == "float32"
     greedy = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
     reference = LLMEngine(EngineConfig(device="cpu", kv_cache_memory=32 << 20, quantization="none"), source=smollm_source)
-    prompt = engine.loading.tokenizer.encode("The capital of France is")
+    prompt = engine.tokenizer.encode("The capital of France is")
     assert engine.generate([prompt], greedy)[0].token_ids[:4] == reference.generate([prompt], greedy)[0].token_ids[:4]
 
 

@@ -23,8 +23,8 @@ GREEDY = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
 
 
 def chat_prompts(engine, count):
-    template = engine.loading.tokenizer.apply_chat_template
-    return [engine.loading.tokenizer.encode(template([{"role": "user", "content": TEXTS[i % len(TEXTS)] + " " * (i // len(TEXTS))}])) for i in range(count)]
+    template = engine.tokenizer.apply_chat_template
+    return [engine.tokenizer.encode(template([{"role": "user", "content": TEXTS[i % len(TEXTS)] + " " * (i // len(TEXTS))}])) for i in range(count)]
 
 
 def tokens(outputs):

@@ -32,12 +32,12 @@ def transformers_smollm():
 def test_greedy_continuation_matches_transformers(make_smollm_engine, transformers_smollm):
     model, _ = transformers_smollm
     engine = make_smollm_engine()
-    prompts = [engine.loading.tokenizer.encode(text) for text in PROMPTS]
+    prompts = [engine.tokenizer.encode(text) for text in PROMPTS]
     outputs = engine.generate(prompts, SamplingParams(max_tokens=32, temperature=0.0))
     for prompt, output in zip(prompts, outputs):
         with torch.no_grad():
             expected = model.generate(torch.tensor([prompt]), max_new_tokens=32, do_sample=False)
-        assert output.token_ids == expected[0, len(prompt) :].tolist(), engine.loading.tokenizer.decode(prompt)
+        assert output.token_ids == expected[0, len(prompt) :].tolist(), engine.tokenizer.decode(prompt)
 
 
 def test_tokenizer_matches_transformers_on_text_without_digits(make_smollm_engine, transformers_smollm):

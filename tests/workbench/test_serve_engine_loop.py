@@ -97,14 +97,14 @@ def test_text_is_tokenized_off_the_event_loop(serving, monkeypatch):
     engine = LLMEngine(EngineConfig(max_model_len=512, kv_cache_memory=16 << 20))
     url, loop = serving(engine)
     entered, release = threading.Event(), threading.Event()
-    encode = engine.loading.tokenizer.encode
+    encode = engine.tokenizer.encode
 
     def slow_encode(text, *args, **kwargs):
         entered.set()
         release.wait(timeout=60)
         return encode(text, *args, **kwargs)
 
-    monkeypatch.setattr(engine.loading.tokenizer, "encode", slow_encode)
+    monkeypatch.setattr(engine.tokenizer, "encode", slow_encode)
     answers = []
     sender = threading.Thread(target=lambda: answers.append(
         httpx.post(f"{url}/v1/completions", json={"prompt": "Hello", "max_tokens": 2}, timeout=60)))

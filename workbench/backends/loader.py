@@ -103,7 +103,7 @@ class BackendLoader:
         info = EngineInfo(
             config=config, summary=backend.describe()["engine"], dtype=dtype, kv_cache_dtype=kv_cache_dtype,
             bytes_per_element=torch.finfo(engine.dtype).bits // 8, device=str(engine.device),
-            model_path=str(engine.model_path), model_config=engine.model_config, tokenizer=engine.loading.tokenizer,
+            model_path=str(engine.model_path), model_config=engine.model_config, tokenizer=engine.tokenizer,
             decode_mode=lambda: engine.executor.decode_mode, capabilities=backend.capabilities,
             quantization=engine.quantization, quantization_choice=engine.quantization_choice,
             quality="" if is_simulated(config.model) else quality_line(

@@ -24,7 +24,7 @@ class LocalBackend:
         self.name = "in-process engine"  # how it runs is in the header's versions, and in each step
         self.max_model_len = engine.max_model_len
         self.vocab_size = engine.model_config.vocab_size
-        self.tokenizer = engine.loading.tokenizer
+        self.tokenizer = engine.tokenizer
         self.kv_capacity_tokens = engine.kv_capacity_tokens
         self.kv_cache_bytes = engine.kv_cache_bytes
         self.num_kv_blocks = engine.num_kv_blocks

@@ -122,7 +122,7 @@ def check_unicode(name: str, text: str) -> None:
 def create_app(loop: EngineLoop, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
     app = FastAPI(title="workbench serve")
     engine = loop.engine
-    tokenizer = engine.loading.tokenizer
+    tokenizer = engine.tokenizer
     created = int(time.time())
 
     @app.middleware("http")
@@ -237,7 +237,7 @@ async def _serve(loop: EngineLoop, request: Request, body: _Sampling, prompt_ids
     _raise_if_failed(first)
     if first.finish_reason == "rejected":
         raise BadRequest(first.metrics.finish_detail or "the request can never run on this server")
-    response = _Response(request_id, loop.model_name, len(prompt_ids), engine.loading.tokenizer, chat, body.return_token_ids)
+    response = _Response(request_id, loop.model_name, len(prompt_ids), engine.tokenizer, chat, body.return_token_ids)
     if not body.stream:
         last = await _until_disconnected(request, _last_output(first, outputs))
         if last is None:
