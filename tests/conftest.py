@@ -1,5 +1,7 @@
-"""Shared fixtures: tiny random Llama/Qwen2 checkpoints written as safetensors, and the bundled
-SmolLM2 model read once per session."""
+"""Shared fixtures: tiny random Llama/Qwen2 checkpoints written as safetensors (tests/tiny_models.py
+makes them), and the bundled SmolLM2 model read once per session. Helpers that tests import live in
+modules of their own (tiny_models.py, workbench/tiny_runs.py, workbench/gui/window_helpers.py,
+engine/simulated.py, kernels/references.py), never here."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ os.environ["WORKBENCH_CACHE"] = tempfile.mkdtemp(prefix="workbench-cache-")
 from engine import EngineConfig, LLMEngine
 from engine.executor import DecodeGraph
 from engine.loading.model_source import read_model
+from tests.tiny_models import save_tiny_model
 
 # Property tests that set no max_examples of their own run 150 cases; mutation testing, which runs
 # them once per mutant, 25 (HYPOTHESIS_PROFILE=mutation, set by `make mutation`).
@@ -36,48 +39,11 @@ settings.register_profile("workbench", max_examples=150)
 settings.register_profile("mutation", max_examples=25)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "workbench"))
 
-TINY_SHAPE = dict(
-    vocab_size=96,
-    hidden_size=48,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=6,
-    max_position_embeddings=512,
-    rms_norm_eps=1e-5,
-)
-
-
-def save_tiny_model(directory, architecture: str, num_kv_heads: int, tie: bool = False):
-    """A randomly initialised transformers model saved as safetensors; returns the model."""
-    import transformers
-
-    torch.manual_seed(0)
-    if architecture == "qwen2":
-        config = transformers.Qwen2Config(**TINY_SHAPE, num_key_value_heads=num_kv_heads, tie_word_embeddings=tie, rope_theta=10000.0)
-        model = transformers.Qwen2ForCausalLM(config)
-    else:
-        config = transformers.LlamaConfig(**TINY_SHAPE, num_key_value_heads=num_kv_heads, tie_word_embeddings=tie, rope_theta=50000.0)
-        model = transformers.LlamaForCausalLM(config)
-    # Random init leaves Qwen2's q/k/v biases at zero; give them values so the bias path is tested.
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if name.endswith("bias"):
-                parameter.normal_(0, 0.5)
-    model.eval()
-    model.save_pretrained(directory, safe_serialization=True)
-    return model
-
 
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory):
     directory = tmp_path_factory.mktemp("tiny-llama")
     return directory, save_tiny_model(directory, "llama", num_kv_heads=2)
-
-
-def tiny_engine(directory, **overrides) -> LLMEngine:
-    settings = dict(model=str(directory), device="cpu", dtype="float32", num_kv_blocks=256, block_size=4)
-    settings.update(overrides)
-    return LLMEngine(EngineConfig(**settings))
 
 
 @pytest.fixture(scope="session")

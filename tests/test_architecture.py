@@ -122,3 +122,15 @@ def test_only_the_quantization_registry_dispatches_on_method_names():
         for node in ast.walk(ast.parse(path.read_text())) if compares_a_method_name(node)
     )
     assert not offenders
+
+
+def test_tests_import_helpers_from_modules_of_their_own():
+    """Not from conftest.py (pytest's, loaded its own way) nor from another test module (importing
+    one collects its tests' module state twice): shared helpers live in helper modules."""
+    offenders = sorted(
+        f"{path.relative_to(ROOT)} imports {name}" for path in sorted((ROOT / "tests").rglob("*.py"))
+        for name in imports_of(path)
+        if name.startswith("tests.") and (name.split(".")[-1] == "conftest" or name.split(".")[-1].startswith("test_")
+                                          or ".conftest." in name or ".test_" in name)
+    )
+    assert offenders == []

@@ -9,7 +9,7 @@ import pytest
 
 from engine import ConfigError, EngineConfig, EngineError, LLMEngine, ModelLoadError, SamplingParams
 from engine.loading.model_source import resolve_model_path
-from tests.conftest import tiny_engine
+from tests.tiny_models import tiny_engine
 
 
 def load(path):

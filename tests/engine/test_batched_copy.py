@@ -13,7 +13,7 @@ from engine.quantization import BATCHED_ROWS, batched_copy_bytes
 from engine.quantization.int4 import Int4Linear
 from engine.quantization.int8 import Int8Linear
 from kernels.quant import dequantize_int4, quantize_int4
-from tests.conftest import tiny_engine
+from tests.tiny_models import tiny_engine
 
 
 def layers(seed: int = 0):

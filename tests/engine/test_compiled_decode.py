@@ -12,7 +12,7 @@ from torch._dynamo.utils import counters
 
 import engine.executor
 from engine import SamplingParams
-from tests.conftest import tiny_engine
+from tests.tiny_models import tiny_engine
 
 pytestmark = pytest.mark.slow  # compiling takes tens of seconds on two cores
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from engine import SamplingParams
-from tests.conftest import tiny_engine
+from tests.tiny_models import tiny_engine
 
 PROMPTS = [[5, 9, 2, 40, 7], [3] * 19, [11, 12], list(range(1, 38))]
 

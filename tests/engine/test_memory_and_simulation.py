@@ -16,7 +16,7 @@ from workbench.runner import ScenarioRunner
 from workbench.scenario import Scenario
 from engine.simulation.executor import SimulatedClock, SimulatedExecutor
 from workbench.traffic import LengthDistribution, TrafficProfile
-from tests.conftest import tiny_engine
+from tests.tiny_models import tiny_engine
 
 
 def test_the_mission_worked_number():

@@ -7,7 +7,7 @@ import pytest
 
 from engine import RequestMetrics, percentiles
 from engine.sampling_params import SamplingParams
-from tests.conftest import tiny_engine
+from tests.tiny_models import tiny_engine
 
 
 def test_percentiles_report_n_and_skip_missing_values():

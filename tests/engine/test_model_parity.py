@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from engine import SamplingParams
-from tests.conftest import save_tiny_model, tiny_engine
+from tests.tiny_models import save_tiny_model, tiny_engine
 
 PROMPT = [5, 17, 33, 2, 8, 91, 44, 12, 7, 60, 3, 29, 71]  # 13 tokens: not a multiple of the block size
 NEW_TOKENS = 6

@@ -5,7 +5,7 @@ gives the uncached engine's greedy tokens, and hits exactly the blocks it should
 from __future__ import annotations
 
 from engine import SamplingParams
-from tests.conftest import tiny_engine
+from tests.tiny_models import tiny_engine
 
 GREEDY = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 A, B, C = [10, 11, 12, 13], [20, 21, 22, 23], [30, 31, 32, 33]  # one block of 4 tokens each

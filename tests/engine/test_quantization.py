@@ -9,7 +9,7 @@ from engine import ConfigError, SamplingParams
 from engine.quantization.int4 import Int4Linear
 from engine.quantization.int8 import Int8Linear
 from engine.quantization.w8a8 import W8A8Linear
-from tests.conftest import tiny_engine
+from tests.tiny_models import tiny_engine
 
 pytestmark = pytest.mark.slow
 

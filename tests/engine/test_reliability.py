@@ -15,13 +15,9 @@ from workbench.headless import run_headless
 from workbench.prompts import PromptMaker
 from workbench.scenario import SLO, Scenario, ScenarioEvent
 from workbench.traffic import LengthDistribution, PlannedTraffic, TrafficProfile
+from tests.engine.simulated import LLAMA_ON_H100, sim
 
-LLAMA_ON_H100 = "simulated:llama-2-7b@h100-80gb"
 FIXED = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
-
-
-def sim(**settings):
-    return LLMEngine(EngineConfig(model=LLAMA_ON_H100, **settings))
 
 
 def step_until_done(engine, limit=10_000):

@@ -4,8 +4,6 @@ after every step and at the end."""
 
 from __future__ import annotations
 
-import contextlib
-import signal
 from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +12,7 @@ from hypothesis import strategies as st
 from engine import EngineConfig, LLMEngine, SamplingParams
 from workbench.traces.block_replay import BlockReplay
 from workbench.backends.local import LocalBackend
+from tests.engine.simulated import hang_guard
 
 MAX_STEPS_TO_DRAIN = 5_000
 
@@ -60,23 +59,6 @@ ABORT = st.tuples(st.just("abort"), st.sampled_from(["waiting", "running", "fini
 STEP = st.tuples(st.just("step"), st.integers(1, 6))
 OPERATIONS = st.lists(st.one_of(ADD, BURST, ABORT, STEP), min_size=1, max_size=60)
 PREFIXES = {1: [1, 2, 3, 4, 5, 6, 7, 8], 2: [1, 2, 3, 4, 9, 9, 9, 9, 9, 9, 9, 9, 9], 3: list(range(30))}
-
-
-@contextlib.contextmanager
-def hang_guard(seconds: int = 30):
-    """A simulated step takes microseconds: one still running after 30 s is stuck in a loop
-    inside the scheduler. Fail it instead of hanging the suite (a hang detector, not a timing)."""
-
-    def stuck(signum, frame):
-        raise AssertionError(f"a step did not return within {seconds} s: an endless loop inside the scheduler")
-
-    previous = signal.signal(signal.SIGALRM, stuck)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 class Checked:

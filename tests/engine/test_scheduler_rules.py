@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from engine import EngineConfig, SamplingParams
-from tests.engine.test_reliability import sim
-from tests.engine.test_scheduler_properties import hang_guard
+from tests.engine.simulated import sim
+from tests.engine.simulated import hang_guard
 
 TOKENS = SamplingParams(max_tokens=30, ignore_eos=True)
 
@@ -147,7 +147,7 @@ def test_the_cycles_the_property_tests_found_end():
 
 
 def test_each_request_samples_with_its_own_seed_whatever_its_batch(tiny_llama):
-    from tests.conftest import tiny_engine
+    from tests.tiny_models import tiny_engine
 
     directory, _ = tiny_llama
     random = SamplingParams(max_tokens=12, temperature=1.0, ignore_eos=True)

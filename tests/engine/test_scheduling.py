@@ -4,7 +4,7 @@ the bookkeeping that must return to zero."""
 from __future__ import annotations
 
 from engine import SamplingParams
-from tests.conftest import tiny_engine
+from tests.tiny_models import tiny_engine
 
 SHORT = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 

@@ -10,7 +10,7 @@ from torch import nn
 from engine.quantization import quantize_model
 from engine.sharegpt import load_sharegpt
 from engine.smoothing import smooth_for_w8a8
-from tests.conftest import tiny_engine
+from tests.tiny_models import tiny_engine
 
 PROMPT = [5, 17, 3, 60, 22, 8, 41, 9, 77, 2, 31, 64]
 

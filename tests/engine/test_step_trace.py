@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from engine import SamplingParams
 from engine.step_trace import ALLOCATE, RELEASE, REUSE, WAITING, WAITING_LONG
-from tests.conftest import tiny_engine
+from tests.tiny_models import tiny_engine
 from workbench.traces.block_replay import BlockReplay
 from workbench.backends.local import LocalBackend
 

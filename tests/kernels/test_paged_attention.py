@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.paged_attention import length_buckets, paged_decode_attention, paged_prefill_attention, write_kv_cache
-
-BLOCK_SIZE, HEAD_DIM = 4, 16
+from kernels.paged_attention import length_buckets, paged_decode_attention, paged_prefill_attention
+from tests.kernels.references import BLOCK_SIZE, HEAD_DIM, scattered_cache
 
 
 def dense_attention(query, keys, values, query_positions):
@@ -19,23 +18,6 @@ def dense_attention(query, keys, values, query_positions):
     visible = torch.arange(keys.shape[0])[None, :] <= query_positions[:, None]
     scores = scores.masked_fill(~visible, float("-inf"))
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), values)
-
-
-def scattered_cache(lengths, kv_heads, generator):
-    """Random K/V per sequence written into shuffled blocks of a shared cache."""
-    blocks_needed = [-(-length // BLOCK_SIZE) for length in lengths]
-    order = torch.randperm(sum(blocks_needed) + 3, generator=generator).tolist()
-    key_cache = torch.zeros(len(order), BLOCK_SIZE, kv_heads, HEAD_DIM)
-    value_cache = torch.zeros_like(key_cache)
-    tables, contents = [], []
-    for length, count in zip(lengths, blocks_needed):
-        table, order = order[:count], order[count:]
-        keys, values = torch.randn(length, kv_heads, HEAD_DIM, generator=generator), torch.randn(length, kv_heads, HEAD_DIM, generator=generator)
-        slots = torch.tensor([table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(length)])
-        write_kv_cache(keys, values, key_cache, value_cache, slots)
-        tables.append(table)
-        contents.append((keys, values))
-    return key_cache, value_cache, tables, contents
 
 
 @pytest.mark.parametrize("kv_heads, group", [(2, 1), (2, 3), (1, 3)])

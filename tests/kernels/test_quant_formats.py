@@ -15,7 +15,7 @@ from kernels.quant_matmul import (
     int4_matmul_cpu, int4_matmul_reference, int8_matmul_cpu, int8_matmul_reference, prepare_int4_cpu, w8a8_matmul_cpu,
     w8a8_matmul_reference,
 )
-from tests.kernels.test_triton_kernels import relative_error
+from tests.kernels.references import relative_error
 
 
 @settings(max_examples=30, deadline=None)

@@ -12,13 +12,10 @@ from kernels.quant import quantize_int4, quantize_int8
 from kernels.quant_matmul import int4_matmul_reference, int8_matmul_reference, w8a8_matmul_reference
 from kernels.triton_paged_attention import paged_decode_attention_triton
 from kernels.triton_quant_matmul import int4_matmul_triton, int8_matmul_triton, w8a8_matmul_triton
-from tests.kernels.test_paged_attention import BLOCK_SIZE, HEAD_DIM, scattered_cache
+from tests.kernels.references import BLOCK_SIZE, HEAD_DIM, scattered_cache
+from tests.kernels.references import relative_error
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    return ((actual.float() - expected.float()).norm() / expected.float().norm().clamp(min=1e-12)).item()
 
 
 @pytest.mark.parametrize("rows, width, depth", [(1, 96, 128), (3, 100, 192), (16, 64, 576), (40, 70, 256)])

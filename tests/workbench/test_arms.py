@@ -12,49 +12,7 @@ from engine.errors import ConfigError
 from workbench.arms import read_arms
 from workbench.cli import main
 from workbench.quality_ledger import configuration_key, record
-
-
-def arms_preset(tmp_path, directory) -> str:
-    """Two arms on one fixed cache size: float32 weights and cache, against int8 weights with a
-    bfloat16 cache (twice the tokens in the same bytes); an intended gain no run reaches, so the
-    verdict is known."""
-    path = tmp_path / "arms.toml"
-    path.write_text(f"""
-name = "tiny-arms"
-seed = 1
-
-[engine]
-model = "{directory}"
-device = "cpu"
-block_size = 4
-kv_cache_memory = 262144
-max_num_batched_tokens = 64
-compile_decode = "off"
-
-[traffic]
-arrival = "poisson"
-rate = 200.0
-num_requests = 6
-prompt_len = {{ kind = "uniform", low = 4, high = 16 }}
-output_len = {{ kind = "fixed", mean = 5 }}
-
-[slo]
-ttft_ms = 60000
-tpot_ms = 60000
-
-[variants.plain]
-engine = {{ quantization = "none" }}
-
-[variants.int8]
-engine = {{ quantization = "int8", kv_cache_dtype = "bfloat16" }}
-
-[decision]
-baseline = "plain"
-candidate = "int8"
-intended = ["tpot_p50_ms:-99%"]
-tolerated = ["ttft_p99_ms:+1000%"]
-""")
-    return str(path)
+from tests.workbench.tiny_runs import arms_preset
 
 
 @pytest.fixture

@@ -9,14 +9,7 @@ from PySide6.QtGui import QImage
 from workbench.run_log import RunLog, read_run_log
 from workbench.cli import main
 from workbench.gui.report_images import export_plot_images
-
-
-def distinct_colours(path) -> tuple[int, int]:
-    """Width of the image and the number of distinct colours on a sampled grid."""
-    image = QImage(str(path))
-    assert not image.isNull(), path
-    colours = {image.pixel(x, y) for x in range(0, image.width(), 7) for y in range(0, image.height(), 7)}
-    return image.width(), len(colours)
+from tests.workbench.images import distinct_colours
 
 
 def pixels_unlike(path, empty_path, skip_top: int = 60) -> int:

@@ -19,7 +19,7 @@ from workbench.headless import run_headless
 from workbench.report import build_report
 from workbench.run_log import read_run_log
 from workbench.run_recorder import RUN_LOG_NAME
-from tests.workbench.test_headless_run import tiny_scenario
+from tests.workbench.tiny_runs import tiny_scenario
 
 
 @pytest.fixture(scope="module")

@@ -17,24 +17,9 @@ from workbench.report import build_report
 from workbench.run_log import read_run_log
 from workbench.backends.local import LocalBackend
 from workbench.runner import ScenarioRunner
-from workbench.scenario import SLO, Scenario, ScenarioEvent
+from workbench.scenario import Scenario, ScenarioEvent
 from workbench.traffic import LengthDistribution, TrafficProfile
-
-
-def tiny_scenario(directory, **engine_settings) -> Scenario:
-    settings = dict(model=str(directory), device="cpu", num_kv_blocks=128, block_size=4, max_num_batched_tokens=64)
-    settings.update(engine_settings)
-    return Scenario(
-        name="tiny-chat",
-        engine=EngineConfig(**settings),
-        traffic=TrafficProfile(
-            arrival="poisson", rate=400.0, num_requests=12, tag="chat",
-            prompt_len=LengthDistribution(kind="uniform", low=4, high=24), output_len=LengthDistribution(kind="fixed", mean=6),
-        ),
-        events=[ScenarioEvent(at_s=0.0, action="inject", count=2, prompt_tokens=40, output_tokens=3, tag="burst")],
-        slo=SLO(ttft_ms=10_000, tpot_ms=10_000, e2e_ms=60_000),
-        seed=3,
-    )
+from tests.workbench.tiny_runs import tiny_scenario
 
 
 def test_a_run_writes_every_file_with_every_required_field(tmp_path, tiny_llama):

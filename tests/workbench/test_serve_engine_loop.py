@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from engine import EngineConfig, LLMEngine
-from tests.conftest import tiny_engine
+from tests.tiny_models import tiny_engine
 from tests.workbench.loopback_app import served
 from workbench.server.engine_loop import EngineLoop
 from workbench.server.openai_api import create_app

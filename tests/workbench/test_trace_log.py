@@ -16,8 +16,8 @@ from workbench.run_recorder import RUN_LOG_NAME
 from workbench.traces.log import read_trace, trace_record
 from workbench.traces.text import format_request, request_events
 from engine import SamplingParams
-from tests.conftest import tiny_engine
-from tests.workbench.test_headless_run import tiny_scenario
+from tests.tiny_models import tiny_engine
+from tests.workbench.tiny_runs import tiny_scenario
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ the steps that touched a request, and a bounded memory that still replays exactl
 from __future__ import annotations
 
 from engine import SamplingParams
-from tests.conftest import tiny_engine
+from tests.tiny_models import tiny_engine
 from workbench.backends.local import LocalBackend
 from workbench.traces.store import CHECKPOINT_STEPS, TraceStore
 

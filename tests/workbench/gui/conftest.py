@@ -29,6 +29,3 @@ def window(qtbot, tmp_path, monkeypatch):
     main_window.close()
 
 
-def load(window, qtbot, config) -> None:
-    window.load(config)
-    qtbot.waitUntil(lambda: window.info is not None and window.info.config == config and window.progress.value() == 100, timeout=30_000)

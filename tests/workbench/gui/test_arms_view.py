@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.workbench.test_arms import arms_preset
+from tests.workbench.tiny_runs import arms_preset
 
 
 def test_run_both_arms_shows_them_side_by_side_with_the_verdict(window, qtbot, tmp_path, tiny_llama):
@@ -37,7 +37,7 @@ def test_opening_a_folder_without_arms_is_a_message(window, tmp_path):
 
 def test_the_arms_wait_for_the_windows_own_traffic_to_end(window, qtbot, tiny_config):
     """Run while the window's engine serves: the arms would share the cores and skew the comparison."""
-    from tests.workbench.gui.conftest import load
+    from tests.workbench.gui.window_helpers import load
 
     load(window, qtbot, tiny_config)
     window.traffic_panel.inject_requested.emit(40, 20, 60, "chat")

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.workbench.test_cli import distinct_colours
+from tests.workbench.images import distinct_colours
 
 PRESET = """
 name = "tiny-gui"

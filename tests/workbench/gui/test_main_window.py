@@ -19,13 +19,9 @@ from workbench.report import build_report
 from workbench.run_log import read_run_log
 from workbench.scenario import SLO, Scenario
 from workbench.traffic import LengthDistribution, TrafficProfile
-from tests.workbench.gui.conftest import load
-from tests.workbench.test_headless_run import tiny_scenario
-
-
-def all_ended(window) -> bool:
-    rows = window.worker.rows()
-    return bool(rows) and all(row.state in ("finished", "aborted", "rejected") for row in rows)
+from tests.workbench.gui.window_helpers import load
+from tests.workbench.tiny_runs import tiny_scenario
+from tests.workbench.gui.window_helpers import all_ended
 
 
 def test_loading_drives_the_progress_bar_and_shows_memory(window, qtbot, tiny_config):
@@ -442,7 +438,7 @@ def test_every_control_is_whole_and_inside_its_column_at_1280_by_800(window, qtb
     # The plots, with every title and legend filled in, fit the centre side by side.
     from PySide6.QtCore import Qt
 
-    from tests.workbench.gui.test_plots import filled_store
+    from tests.workbench.gui.window_helpers import filled_store
 
     window.plots.update_from(filled_store(requests=5000).snapshot())
     qtbot.wait(50)

@@ -12,17 +12,7 @@ from engine.metrics import RequestMetrics, StepStats
 from workbench.metrics_store import MetricsStore
 from workbench.scenario import SLO
 from workbench.gui.plots import all_plots
-
-
-def filled_store(steps: int = 300, requests: int = 200) -> MetricsStore:
-    store = MetricsStore(0.0, kv_capacity_tokens=1024, kv_cache_bytes=2**20, slo=SLO(ttft_ms=60.0))
-    for index in range(steps):
-        store.add_step(StepStats(index * 0.1, 0.1, 10, 5, 5, 30, 64, 2, 4, 0, 3, index // 50, 0, 0, 0))
-    for index in range(requests):
-        start = index * 0.1
-        store.add_request(RequestMetrics(start, 5, start, start + 0.05 + 0.0005 * index, start + 0.3,
-                                         [start + 0.05 + 0.0005 * index, start + 0.2, start + 0.3], finish_reason="length"), "chat")
-    return store
+from tests.workbench.gui.window_helpers import filled_store
 
 
 def plots_in_a_view(qtbot) -> tuple[pg.GraphicsLayoutWidget, dict]:

@@ -9,8 +9,8 @@ import dataclasses
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtTest import QTest
 
-from tests.workbench.gui.conftest import load
-from tests.workbench.gui.test_main_window import all_ended
+from tests.workbench.gui.window_helpers import load
+from tests.workbench.gui.window_helpers import all_ended
 
 
 def click_plot_at(window, qtbot, name: str, seconds: float) -> None:
@@ -106,7 +106,7 @@ def test_selecting_a_request_marks_its_steps_its_rows_and_its_blocks(window, qtb
 
 def test_an_opened_run_is_inspected_from_its_log(window, qtbot, tiny_llama, tmp_path):
     from workbench.headless import run_headless
-    from tests.workbench.test_headless_run import tiny_scenario
+    from tests.workbench.tiny_runs import tiny_scenario
 
     directory, _ = tiny_llama
     run_headless(tiny_scenario(directory, num_kv_blocks=24), tmp_path)  # small enough to preempt

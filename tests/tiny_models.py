@@ -1,0 +1,47 @@
+"""Tiny random Llama and Qwen2 checkpoints written as safetensors, and engines on them: the real
+engine and loaders at a size that runs in milliseconds (the fixtures in conftest.py use these)."""
+
+from __future__ import annotations
+
+import torch
+
+from engine import EngineConfig, LLMEngine
+
+TINY_SHAPE = dict(
+    vocab_size=96,
+    hidden_size=48,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=6,
+    max_position_embeddings=512,
+    rms_norm_eps=1e-5,
+)
+
+
+
+def save_tiny_model(directory, architecture: str, num_kv_heads: int, tie: bool = False):
+    """A randomly initialised transformers model saved as safetensors; returns the model."""
+    import transformers
+
+    torch.manual_seed(0)
+    if architecture == "qwen2":
+        config = transformers.Qwen2Config(**TINY_SHAPE, num_key_value_heads=num_kv_heads, tie_word_embeddings=tie, rope_theta=10000.0)
+        model = transformers.Qwen2ForCausalLM(config)
+    else:
+        config = transformers.LlamaConfig(**TINY_SHAPE, num_key_value_heads=num_kv_heads, tie_word_embeddings=tie, rope_theta=50000.0)
+        model = transformers.LlamaForCausalLM(config)
+    # Random init leaves Qwen2's q/k/v biases at zero; give them values so the bias path is tested.
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias"):
+                parameter.normal_(0, 0.5)
+    model.eval()
+    model.save_pretrained(directory, safe_serialization=True)
+    return model
+
+
+
+def tiny_engine(directory, **overrides) -> LLMEngine:
+    settings = dict(model=str(directory), device="cpu", dtype="float32", num_kv_blocks=256, block_size=4)
+    settings.update(overrides)
+    return LLMEngine(EngineConfig(**settings))

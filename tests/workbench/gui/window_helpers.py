@@ -1,0 +1,31 @@
+"""What the window's tests share: load a configuration and wait for it, whether every request of
+the run has ended, and a metrics store filled with steps and requests for the plots."""
+
+from __future__ import annotations
+
+from engine.metrics import RequestMetrics, StepStats
+from workbench.metrics_store import MetricsStore
+from workbench.scenario import SLO
+
+
+def load(window, qtbot, config) -> None:
+    window.load(config)
+    qtbot.waitUntil(lambda: window.info is not None and window.info.config == config and window.progress.value() == 100, timeout=30_000)
+
+
+
+def all_ended(window) -> bool:
+    rows = window.worker.rows()
+    return bool(rows) and all(row.state in ("finished", "aborted", "rejected") for row in rows)
+
+
+
+def filled_store(steps: int = 300, requests: int = 200) -> MetricsStore:
+    store = MetricsStore(0.0, kv_capacity_tokens=1024, kv_cache_bytes=2**20, slo=SLO(ttft_ms=60.0))
+    for index in range(steps):
+        store.add_step(StepStats(index * 0.1, 0.1, 10, 5, 5, 30, 64, 2, 4, 0, 3, index // 50, 0, 0, 0))
+    for index in range(requests):
+        start = index * 0.1
+        store.add_request(RequestMetrics(start, 5, start, start + 0.05 + 0.0005 * index, start + 0.3,
+                                         [start + 0.05 + 0.0005 * index, start + 0.2, start + 0.3], finish_reason="length"), "chat")
+    return store
