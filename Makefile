@@ -30,7 +30,9 @@ endif
 run: $(STAMP)
 	$(VENV)/bin/workbench
 
+# The style first (seconds: ruff's formatter and linter, configured in pyproject.toml), then the suite.
 test: $(STAMP)
+	$(VENV)/bin/ruff format --check --quiet . && $(VENV)/bin/ruff check --quiet .
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
 
 # The development loop: everything but the tests marked slow (SmolLM2, transformers, torch.compile).

@@ -8,13 +8,13 @@ import time
 
 import torch
 
-from engine import EngineConfig, LLMEngine
 from benchmarks.fixed_workload import fixed_workload, run_fixed_workload
-from engine.simulation.catalogue import measure_this_machine
+from engine import EngineConfig, LLMEngine
 from engine.device import device_name
 from engine.executor import DecodeGraph
 from engine.loading.model_source import read_model
 from engine.quantization import own_methods
+from engine.simulation.catalogue import measure_this_machine
 
 OPTIONS = tuple(own_methods())
 
@@ -24,9 +24,11 @@ def variants(compile_too: bool) -> list[tuple[str, dict]]:
     compile has finished: `build_engine`), then each quantization option, eager and, if asked,
     with the decode step compiled before the run (EngineConfig.compile_decode)."""
     rows = [(option, {"quantization": option}) for option in OPTIONS]
-    rows += [("int4 + int8 head", {"quantization": "int4", "quantize_lm_head": True}),
-             ("w8a8 + w8a8 head", {"quantization": "w8a8", "quantize_lm_head": True}),
-             ("w8a8 + w8a8 head, KV bf16", {"quantization": "w8a8", "quantize_lm_head": True, "kv_cache_dtype": "bfloat16"})]
+    rows += [
+        ("int4 + int8 head", {"quantization": "int4", "quantize_lm_head": True}),
+        ("w8a8 + w8a8 head", {"quantization": "w8a8", "quantize_lm_head": True}),
+        ("w8a8 + w8a8 head, KV bf16", {"quantization": "w8a8", "quantize_lm_head": True, "kv_cache_dtype": "bfloat16"}),
+    ]
     eager = [(label, {**overrides, "compile_decode": "off"}) for label, overrides in rows]
     compiled = [(f"{label}, compiled", {**overrides, "compile_decode": "blocking"}) for label, overrides in rows]
     return [("default", {}), *eager, *(compiled if compile_too else [])]
@@ -47,7 +49,10 @@ def chosen_variants(compile_too: bool, only: str | None) -> list[tuple[str, dict
     rows = [(label, overrides) for label, overrides in variants(compile_too) if wanted is None or label in wanted]
     unknown = (wanted or set()) - {label for label, _ in rows}
     if unknown:
-        raise SystemExit(f"--only: no row named {', '.join(sorted(unknown))}; rows: {'; '.join(label for label, _ in variants(True))}")
+        raise SystemExit(
+            f"--only: no row named {', '.join(sorted(unknown))}; rows: "
+            f"{'; '.join(label for label, _ in variants(True))}"
+        )
     return rows
 
 
@@ -68,7 +73,22 @@ def machine_line() -> str:
 
 def engine_run(source, label: str, overrides: dict, prompts: list[list[int]], output_len: int) -> dict:
     engine = build_engine(source, overrides, max_num_seqs=len(prompts), max_num_batched_tokens=2048)
-    return {"option": row_label(label, overrides, engine), "weight_bytes": engine.weight_bytes, **run_fixed_workload(engine, prompts, output_len)}
+    return {
+        "option": row_label(label, overrides, engine),
+        "weight_bytes": engine.weight_bytes,
+        **run_fixed_workload(engine, prompts, output_len),
+    }
 
 
-__all__ = ["build_engine", "engine_run", "variants", "chosen_variants", "row_label", "fixed_workload", "machine_line", "measure_this_machine", "peak_resident_mb", "read_model"]
+__all__ = [
+    "build_engine",
+    "engine_run",
+    "variants",
+    "chosen_variants",
+    "row_label",
+    "fixed_workload",
+    "machine_line",
+    "measure_this_machine",
+    "peak_resident_mb",
+    "read_model",
+]

@@ -26,7 +26,7 @@ import time
 
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.common import build_engine, chosen_variants, machine_line, row_label, measure_this_machine, read_model
+from benchmarks.common import build_engine, chosen_variants, machine_line, measure_this_machine, read_model, row_label
 from benchmarks.peers import llama_cpp_decode
 from engine import LLMEngine, SamplingParams
 from engine.quantization import QuantizedLinear
@@ -44,8 +44,11 @@ def bytes_read_per_token(engine: LLMEngine) -> int:
     LM head is a tensor of its own (quantized, or untied), as the embedding then reads one row,
     and less the batched bf16 copies (a single row takes the packed kernels)."""
     model = engine.executor.model
-    copies = sum(module.batched_weight.nbytes for module in model.modules()
-                 if isinstance(module, QuantizedLinear) and module.batched_weight is not None)
+    copies = sum(
+        module.batched_weight.nbytes
+        for module in model.modules()
+        if isinstance(module, QuantizedLinear) and module.batched_weight is not None
+    )
     if model.quantized_head is None and model.config.tie_word_embeddings:
         return engine.weight_bytes - copies
     return engine.weight_bytes - copies - model.model.embed_tokens.weight.nbytes
@@ -68,18 +71,31 @@ def decode_step_s(engine: LLMEngine, params: SamplingParams) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--no-compile", action="store_true", help="skip the rows with the decode step compiled (minutes to compile)")
-    parser.add_argument("--pairs", type=int, default=5, help="alternating llama.cpp / this engine measurements per row (medians)")
-    parser.add_argument("--only", help="semicolon-separated row labels to run, e.g. 'default;w8a8 + w8a8 head, compiled' (default: all)")
+    parser.add_argument(
+        "--no-compile", action="store_true", help="skip the rows with the decode step compiled (minutes to compile)"
+    )
+    parser.add_argument(
+        "--pairs", type=int, default=5, help="alternating llama.cpp / this engine measurements per row (medians)"
+    )
+    parser.add_argument(
+        "--only", help="semicolon-separated row labels to run, e.g. 'default;w8a8 + w8a8 head, compiled' (default: all)"
+    )
     args = parser.parse_args()
     source = read_model("smollm2-135m")
     bandwidth = measure_this_machine().bandwidth_bytes_s
     print(f"machine: {machine_line()}; copy bandwidth {bandwidth / 1e9:.1f} GB/s")
     peer = llama_cpp_decode(source.path, PROMPT, args.tokens)
-    print(f"llama.cpp {peer['version']} (llama-cpp-python, 2 threads), measured in {args.pairs} alternating pairs with each "
-          "row: tok/s are medians, 'x llama.cpp' the median of the pairs' ratios" if peer
-          else "llama.cpp: not measured (its venv is not built: make peers)")
-    print(f"{'option':<28} {'tok/s':>7} {'llama.cpp':>10} {'x llama.cpp':>12} {'step ms':>8} {'kernel ms':>10} {'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}")
+    print(
+        f"llama.cpp {peer['version']} (llama-cpp-python, 2 threads), measured in {args.pairs} alternating pairs with "
+        "each "
+        "row: tok/s are medians, 'x llama.cpp' the median of the pairs' ratios"
+        if peer
+        else "llama.cpp: not measured (its venv is not built: make peers)"
+    )
+    print(
+        f"{'option':<28} {'tok/s':>7} {'llama.cpp':>10} {'x llama.cpp':>12} {'step ms':>8} {'kernel ms':>10} "
+        f"{'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}"
+    )
     for label, overrides in chosen_variants(not args.no_compile, args.only):
         engine = build_engine(source, overrides, kv_cache_memory=64 << 20)
         params = SamplingParams(max_tokens=args.tokens, temperature=0.0, ignore_eos=True)
@@ -102,8 +118,10 @@ def main() -> None:
         read = bytes_read_per_token(engine)
         roofline = bandwidth / read
         versus = f"{peer_rate:>10.1f} {ratio:>11.2f}x" if peer else "-".rjust(10) + "-".rjust(13)
-        print(f"{row_label(label, overrides, engine):<28} {1 / step_s:>7.1f} {versus} {step_s * 1000:>8.2f} {split} "
-              f"{engine.weight_bytes / 1e6:>11.1f} {read / 1e6:>8.1f} {roofline:>15.1f} {100 / step_s / roofline:>8.0f}%")
+        print(
+            f"{row_label(label, overrides, engine):<28} {1 / step_s:>7.1f} {versus} {step_s * 1000:>8.2f} {split} "
+            f"{engine.weight_bytes / 1e6:>11.1f} {read / 1e6:>8.1f} {roofline:>15.1f} {100 / step_s / roofline:>8.0f}%"
+        )
 
 
 if __name__ == "__main__":

@@ -53,20 +53,36 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--quantization", default="auto")
-    parser.add_argument("--compile-decode", default="blocking", help="background, blocking or off (EngineConfig.compile_decode); "
-                        "blocking, so that every step of the measured run runs the same way")
+    parser.add_argument(
+        "--compile-decode",
+        default="blocking",
+        help="background, blocking or off (EngineConfig.compile_decode); "
+        "blocking, so that every step of the measured run runs the same way",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    engine = LLMEngine(EngineConfig(
-        model=args.model, device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens, quantization=args.quantization, seed=args.seed,
-        compile_decode=args.compile_decode,
-    ))
+    engine = LLMEngine(
+        EngineConfig(
+            model=args.model,
+            device=args.device,
+            dtype=args.dtype,
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            quantization=args.quantization,
+            seed=args.seed,
+            compile_decode=args.compile_decode,
+        )
+    )
     prompts = fixed_workload(args.num_requests, args.prompt_len, engine.model_config.vocab_size, args.seed)
     result = run_fixed_workload(engine, prompts, args.output_len)
-    print(f"machine: {platform.machine()}, {device_name(engine.device)}, torch {torch.__version__}, dtype {engine.dtype}")
-    print(f"workload: {args.num_requests} requests x ({args.prompt_len} prompt + {args.output_len} output) tokens, all at t=0")
+    print(
+        f"machine: {platform.machine()}, {device_name(engine.device)}, torch {torch.__version__}, dtype {engine.dtype}"
+    )
+    print(
+        f"workload: {args.num_requests} requests x ({args.prompt_len} prompt + {args.output_len} output) tokens, all "
+        "at t=0"
+    )
     print(f"elapsed: {result['elapsed_s']:.2f} s")
     print(f"output throughput: {result['output_tok_s']:.1f} tok/s")
     print(f"request throughput: {result['request_s']:.2f} req/s (n={result['n']})")

@@ -10,7 +10,9 @@ import os
 import subprocess
 from pathlib import Path
 
-LLAMA_CPP_PYTHON = Path(os.environ.get("WORKBENCH_LLAMACPP_PYTHON", Path.home() / ".cache/workbench/venv-llamacpp/bin/python"))
+LLAMA_CPP_PYTHON = Path(
+    os.environ.get("WORKBENCH_LLAMACPP_PYTHON", Path.home() / ".cache/workbench/venv-llamacpp/bin/python")
+)
 
 # Runs in the peer's venv: reads {"model", "prompt", "tokens", "threads"} on stdin and prints the
 # decode rate after the prompt, greedy, without stopping at end-of-sequence.
@@ -39,8 +41,14 @@ def llama_cpp_decode(model: Path, prompt: list[int], tokens: int, threads: int =
     if not LLAMA_CPP_PYTHON.exists():
         return None
     request = json.dumps({"model": str(model), "prompt": prompt, "tokens": tokens, "threads": threads})
-    done = subprocess.run([str(LLAMA_CPP_PYTHON), "-c", _LLAMA_CPP_DECODE], input=request, capture_output=True, text=True,
-                          timeout=600, check=True)
+    done = subprocess.run(
+        [str(LLAMA_CPP_PYTHON), "-c", _LLAMA_CPP_DECODE],
+        input=request,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     return _result(done.stdout)
 
 
@@ -54,11 +62,13 @@ import vllm
 from vllm import LLM, SamplingParams
 from vllm.inputs import TokensPrompt
 request = json.load(sys.stdin)
-llm = LLM(model=request["model"], dtype=request["dtype"], max_model_len=2048, max_num_seqs=64, max_num_batched_tokens=2048)
+llm = LLM(model=request["model"], dtype=request["dtype"], max_model_len=2048, max_num_seqs=64,
+          max_num_batched_tokens=2048)
 prompts = [TokensPrompt(prompt_token_ids=ids) for ids in request["prompts"]]
 llm.generate(prompts[:2], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True), use_tqdm=False)  # warm up
 started = time.perf_counter()
-outputs = llm.generate(prompts, SamplingParams(max_tokens=request["output_len"], temperature=0.0, ignore_eos=True), use_tqdm=False)
+greedy = SamplingParams(max_tokens=request["output_len"], temperature=0.0, ignore_eos=True)
+outputs = llm.generate(prompts, greedy, use_tqdm=False)
 elapsed = time.perf_counter() - started
 tokens = sum(len(output.outputs[0].token_ids) for output in outputs)
 print("PEER_RESULT", json.dumps({"output_tok_s": tokens / elapsed, "version": vllm.__version__}), flush=True)
@@ -72,11 +82,20 @@ def vllm_offline(model_dir: Path, prompts: list[list[int]], output_len: int, dty
     if not VLLM_PYTHON.exists():
         return None
     request = json.dumps({"model": str(model_dir), "prompts": prompts, "output_len": output_len, "dtype": dtype})
-    done = subprocess.run([str(VLLM_PYTHON), "-c", _VLLM_OFFLINE], input=request, capture_output=True, text=True, timeout=1200,
-                          check=True, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+    done = subprocess.run(
+        [str(VLLM_PYTHON), "-c", _VLLM_OFFLINE],
+        input=request,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=True,
+        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
+    )
     return _result(done.stdout)
 
 
 def _result(stdout: str) -> dict:
     """The peer script's result line (its library may log to stdout after it)."""
-    return json.loads(next(line for line in stdout.splitlines() if line.startswith("PEER_RESULT "))[len("PEER_RESULT "):])
+    return json.loads(
+        next(line for line in stdout.splitlines() if line.startswith("PEER_RESULT "))[len("PEER_RESULT ") :]
+    )

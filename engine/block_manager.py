@@ -2,10 +2,11 @@
 
 Blocks are reference counted so sequences can share a common prefix. A full block is known by the
 SHA-256 of (previous block's hash, its token ids), so its key stands for the whole chain of tokens
-before it, and a collision is as unlikely as in vLLM, which hashes the same way; a new sequence whose prompt starts with the same
-blocks reuses them instead of recomputing (prefix caching). A freed block keeps its content and
-hash until it is handed out again, so a popular prefix survives while the cache has room; the free
-list is FIFO, so the least recently freed block is overwritten first.
+before it, and a collision is as unlikely as in vLLM, which hashes the same way; a new sequence
+whose prompt starts with the same blocks reuses them instead of recomputing (prefix caching). A
+freed block keeps its content and hash until it is handed out again, so a popular prefix survives
+while the cache has room; the free list is FIFO, so the least recently freed block is overwritten
+first.
 
 Knows nothing of tensors: it hands out block ids; the executor owns the memory.
 """

@@ -146,9 +146,21 @@ class EngineConfig:
         if isinstance(self.compile_decode, bool):
             self.compile_decode = "blocking" if self.compile_decode else "off"
         if self.compile_decode not in COMPILE_DECODE_CHOICES:
-            raise ConfigError(f"compile_decode: expected one of {', '.join(COMPILE_DECODE_CHOICES)}, got {self.compile_decode!r}"
-                              + (f" (from ${COMPILE_DECODE_ENVIRONMENT})" if os.environ.get(COMPILE_DECODE_ENVIRONMENT) == self.compile_decode else ""))
-        for name in ("enable_prefix_caching", "enable_chunked_prefill", "quantize_lm_head", "batched_bf16_copy", "step_trace"):
+            raise ConfigError(
+                f"compile_decode: expected one of {', '.join(COMPILE_DECODE_CHOICES)}, got {self.compile_decode!r}"
+                + (
+                    f" (from ${COMPILE_DECODE_ENVIRONMENT})"
+                    if os.environ.get(COMPILE_DECODE_ENVIRONMENT) == self.compile_decode
+                    else ""
+                )
+            )
+        for name in (
+            "enable_prefix_caching",
+            "enable_chunked_prefill",
+            "quantize_lm_head",
+            "batched_bf16_copy",
+            "step_trace",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         if not isinstance(self.model, str) or not self.model:

@@ -52,8 +52,15 @@ class TorchExecutor:
     `num_blocks`: the scratch block, which warm-up and the background compile write into while
     requests use the others."""
 
-    def __init__(self, model: CausalLM, num_blocks: int, block_size: int, device: torch.device, dtype: torch.dtype,
-                 compile_decode: str = "off"):
+    def __init__(
+        self,
+        model: CausalLM,
+        num_blocks: int,
+        block_size: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        compile_decode: str = "off",
+    ):
         self.model = model
         self.device = device
         self.block_size = block_size
@@ -121,8 +128,19 @@ class TorchExecutor:
         slots: what they write is never read). Their block tables are two scratch blocks wide
         (the graph's narrowest), so no padding block is read."""
         first_slot = self.scratch_block * self.block_size
-        entries = [ScheduledSequence(f"warm-up {row}", [0], 0, [self.scratch_block] * 2, [first_slot + row % self.block_size], True,
-                                     SamplingParams(temperature=0.0), 0) for row in range(size)]
+        entries = [
+            ScheduledSequence(
+                f"warm-up {row}",
+                [0],
+                0,
+                [self.scratch_block] * 2,
+                [first_slot + row % self.block_size],
+                True,
+                SamplingParams(temperature=0.0),
+                0,
+            )
+            for row in range(size)
+        ]
         return ScheduledBatch(decodes=entries, prefills=[], block_size=self.block_size)
 
     def execute(self, batch: ScheduledBatch) -> list[int]:
@@ -137,8 +155,12 @@ class TorchExecutor:
         self.last_step_compiled = False
         # The graph returns a row of logits for every row: only a batch whose rows all sample
         # may use it, or a row's token would go to another.
-        if (self.decode_graph is not None and self.decode_graph.usable and not batch.prefills
-                and all(entry.samples for entry in batch.decodes)):
+        if (
+            self.decode_graph is not None
+            and self.decode_graph.usable
+            and not batch.prefills
+            and all(entry.samples for entry in batch.decodes)
+        ):
             logits = self.decode_graph(*self._decode_inputs(batch))
             if logits is not None:
                 self.last_step_compiled = True
@@ -158,8 +180,12 @@ class TorchExecutor:
         """The decode graph's arguments for a batch of one-token decodes."""
         decodes = batch.decodes
         metadata = self._attention_metadata(batch, [entry.slot_mapping[0] for entry in decodes], group_by_length=False)
-        return (self._tensor([entry.token_ids[0] for entry in decodes]),
-                self._tensor([entry.start_position for entry in decodes]), self.kv_caches, metadata)
+        return (
+            self._tensor([entry.token_ids[0] for entry in decodes]),
+            self._tensor([entry.start_position for entry in decodes]),
+            self.kv_caches,
+            metadata,
+        )
 
     @torch.inference_mode()
     def sequence_logits(self, token_ids: list[int], block_size: int) -> torch.Tensor:
@@ -182,7 +208,9 @@ class TorchExecutor:
         tables = [entry.block_table + [0] * (widest - len(entry.block_table)) for entry in decodes]
         prefills, query_start = [], len(decodes)
         for entry in batch.prefills:
-            prefills.append(PrefillChunk(query_start, len(entry.token_ids), entry.context_len, self._tensor(entry.block_table)))
+            prefills.append(
+                PrefillChunk(query_start, len(entry.token_ids), entry.context_len, self._tensor(entry.block_table))
+            )
             query_start += len(entry.token_ids)
         context_lens = [entry.context_len for entry in decodes]
         buckets = length_buckets(context_lens, batch.block_size, self.device) if decodes and group_by_length else None
@@ -223,9 +251,13 @@ class DecodeGraph:
         # parameter and module attribute before each step costs time and buys nothing. Without
         # those guards, two engines' models must never share graphs: torch keeps graphs per code
         # object, so each engine compiles its own copy of forward_logits.
-        self._compiled = torch.compile(_with_own_code(model.forward_logits), options={
-            "cpp_wrapper": True, "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
-        })
+        self._compiled = torch.compile(
+            _with_own_code(model.forward_logits),
+            options={
+                "cpp_wrapper": True,
+                "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
+            },
+        )
         self.mode = self.COMPILING
 
     @property
@@ -253,7 +285,13 @@ class DecodeGraph:
     def _run(self, token_ids, positions, kv_caches, metadata: AttentionMetadata) -> torch.Tensor:
         # Only the batch and block-table sizes vary; the weights and the KV cache keep static
         # shapes, which lets the compiler fold their sizes into the generated loops.
-        for tensor in (token_ids, positions, metadata.slot_mapping, metadata.decode_context_lens, metadata.decode_block_tables):
+        for tensor in (
+            token_ids,
+            positions,
+            metadata.slot_mapping,
+            metadata.decode_context_lens,
+            metadata.decode_block_tables,
+        ):
             torch._dynamo.maybe_mark_dynamic(tensor, 0)
         torch._dynamo.maybe_mark_dynamic(metadata.decode_block_tables, 1)
         return self._compiled(token_ids, positions, kv_caches, metadata)
@@ -266,6 +304,11 @@ class DecodeGraph:
 def _with_own_code(method):
     """The bound method rebuilt around a copy of its code object (same bytecode, new identity)."""
     function = method.__func__
-    copy = types.FunctionType(function.__code__.replace(), function.__globals__, function.__name__,
-                              function.__defaults__, function.__closure__)
+    copy = types.FunctionType(
+        function.__code__.replace(),
+        function.__globals__,
+        function.__name__,
+        function.__defaults__,
+        function.__closure__,
+    )
     return types.MethodType(copy, method.__self__)

@@ -16,7 +16,8 @@ import itertools
 import math
 import numbers
 import time
-from collections.abc import Callable, Sequence as SequenceOf
+from collections.abc import Callable
+from collections.abc import Sequence as SequenceOf
 
 import torch
 
@@ -25,8 +26,8 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.errors import ConfigError, EngineError
 from engine.executor import ModelExecutor
-from engine.metrics import StepStats
 from engine.loading.model_file import ModelSource, ProgressCallback, no_progress
+from engine.metrics import StepStats
 from engine.outputs import RequestOutput, StepResult
 from engine.prepared_model import KvMemoryLimits
 from engine.quantization import describe_quantization
@@ -66,9 +67,12 @@ class LLMEngine:
         self.weight_bytes, self.unquantized_weight_bytes = prepared.weight_bytes, prepared.unquantized_weight_bytes
         self.weight_parts = prepared.weight_parts
         self.activation_smoothing = prepared.activation_smoothing
-        self.max_model_len = min(config.max_model_len or self.model_config.max_position_embeddings,
-                                 self.model_config.max_position_embeddings)
-        self.eos_token_ids = set(self.model_config.eos_token_ids) | set(self.tokenizer.eos_token_ids if self.tokenizer else ())
+        self.max_model_len = min(
+            config.max_model_len or self.model_config.max_position_embeddings, self.model_config.max_position_embeddings
+        )
+        self.eos_token_ids = set(self.model_config.eos_token_ids) | set(
+            self.tokenizer.eos_token_ids if self.tokenizer else ()
+        )
         self._sequences: dict[str, Sequence] = {}  # every unfinished request
         self._undelivered: list[RequestOutput] = []  # rejections and aborts, reported by the next step
         self._arrivals = itertools.count()
@@ -92,7 +96,9 @@ class LLMEngine:
     def quantization(self) -> str:
         """What runs, e.g. "int4 g32 + int8 head"."""
         config = self.config
-        return describe_quantization(config.quantization, config.group_size, config.quantize_lm_head, config.batched_bf16_copy)
+        return describe_quantization(
+            config.quantization, config.group_size, config.quantize_lm_head, config.batched_bf16_copy
+        )
 
     # ----- capacity ------------------------------------------------------------------------------
 
@@ -129,7 +135,8 @@ class LLMEngine:
         name = "num_kv_blocks" if self.config.num_kv_blocks is not None else "kv_cache_memory"
         if budget > free_bytes:
             raise ConfigError(
-                f"{name}: {budget / 2**20:,.0f} MiB asked for, but {where} leaves {max(free_bytes, 0) / 2**20:,.0f} MiB "
+                f"{name}: {budget / 2**20:,.0f} MiB asked for, but {where} leaves {max(free_bytes, 0) / 2**20:,.0f} "
+                "MiB "
                 "once the weights are loaded; choose a smaller size or a fraction"
             )
         if budget < block_bytes:
@@ -143,7 +150,8 @@ class LLMEngine:
         longest = self.max_model_len
         if self.block_manager.blocks_to_cover(longest) > self.num_kv_blocks:
             raise ConfigError(
-                f"one {longest:,}-token request needs {longest * self.kv_bytes_per_token / 1e9:.2f} GB of KV cache but the "
+                f"one {longest:,}-token request needs {longest * self.kv_bytes_per_token / 1e9:.2f} GB of KV cache but "
+                "the "
                 f"KV cache holds {self.kv_cache_bytes / 1e9:.2f} GB ({self.num_kv_blocks:,} blocks); at most "
                 f"{max(limits.free_bytes, 0) / 1e9:.2f} GB fit on {limits.where}: raise kv_cache_memory, lower "
                 "max_model_len or use fewer weight bits"
@@ -165,24 +173,36 @@ class LLMEngine:
         if isinstance(priority, bool) or not isinstance(priority, numbers.Integral):
             raise EngineError(f"priority: expected an integer, got {priority!r}")
         now = self.clock()
-        if arrival_time is not None and not (isinstance(arrival_time, numbers.Real) and math.isfinite(arrival_time)
-                                             and arrival_time <= now):
-            raise EngineError(f"arrival_time: expected a finite number of seconds on the engine clock, no later than now "
-                              f"({now:.3f}), got {arrival_time!r}")
+        if arrival_time is not None and not (
+            isinstance(arrival_time, numbers.Real) and math.isfinite(arrival_time) and arrival_time <= now
+        ):
+            raise EngineError(
+                f"arrival_time: expected a finite number of seconds on the engine clock, no later than now "
+                f"({now:.3f}), got {arrival_time!r}"
+            )
         if request_id is not None and not isinstance(request_id, str):
             raise EngineError(f"request_id: expected a string, got {request_id!r}")
         if params.top_k > self.model_config.vocab_size:
-            raise EngineError(f"top_k: expected at most the vocabulary size ({self.model_config.vocab_size}), got {params.top_k}")
+            raise EngineError(
+                f"top_k: expected at most the vocabulary size ({self.model_config.vocab_size}), got {params.top_k}"
+            )
         token_ids = self._prompt_token_ids(prompt)
         if request_id is not None and self._id_in_use(request_id):
-            raise EngineError(f"request_id {request_id!r} is already in use by a request whose end has not been "
-                              "delivered (an abort or rejection is delivered by the next step)")
+            raise EngineError(
+                f"request_id {request_id!r} is already in use by a request whose end has not been "
+                "delivered (an abort or rejection is delivered by the next step)"
+            )
         arrival_index = next(self._arrivals)
         request_id = self._new_request_id() if request_id is None else request_id
         seed = params.seed if params.seed is not None else hash((self.config.seed, arrival_index)) & _SEED_MASK
         seq = Sequence(
-            request_id, token_ids, params, now if arrival_time is None else arrival_time,
-            arrival_index=arrival_index, seed=seed, priority=priority,
+            request_id,
+            token_ids,
+            params,
+            now if arrival_time is None else arrival_time,
+            arrival_index=arrival_index,
+            seed=seed,
+            priority=priority,
         )
         reason = self.scheduler.rejection_reason(seq)
         if reason is not None:
@@ -213,8 +233,11 @@ class LLMEngine:
         except TypeError:
             raise EngineError(f"prompt: expected a text or a list of token ids, got {type(prompt).__name__}") from None
         vocab = self.model_config.vocab_size
-        bad = [token for token in token_ids
-               if isinstance(token, bool) or not isinstance(token, numbers.Integral) or not 0 <= token < vocab]
+        bad = [
+            token
+            for token in token_ids
+            if isinstance(token, bool) or not isinstance(token, numbers.Integral) or not 0 <= token < vocab
+        ]
         if bad:
             raise EngineError(f"prompt: token ids must be integers in [0, {vocab}), got {bad[:5]}")
         return [int(token) for token in token_ids]
@@ -279,7 +302,9 @@ class LLMEngine:
             raise EngineError("generate: expected a list of prompts (texts or token-id lists)")
         if isinstance(params, SequenceOf):
             if len(params) != len(prompts):
-                raise EngineError(f"generate: {len(prompts)} prompts but {len(params)} SamplingParams; give one, or one per prompt")
+                raise EngineError(
+                    f"generate: {len(prompts)} prompts but {len(params)} SamplingParams; give one, or one per prompt"
+                )
             per_prompt = list(params)
         else:
             per_prompt = [params] * len(prompts)
@@ -342,17 +367,42 @@ class LLMEngine:
     def _trace_before(self, released: list[BlockChange]) -> dict:
         """The "before" part of this step's trace: what the scheduler is about to see."""
         scheduler = self.scheduler
-        return dict(waiting=len(scheduler.waiting), waiting_long=len(scheduler.waiting_long), running=len(scheduler.running),
-                    token_budget=self.config.max_num_batched_tokens, kv_before=self._kv_state(), released_before=released)
+        return dict(
+            waiting=len(scheduler.waiting),
+            waiting_long=len(scheduler.waiting_long),
+            running=len(scheduler.running),
+            token_budget=self.config.max_num_batched_tokens,
+            kv_before=self._kv_state(),
+            released_before=released,
+        )
 
-    def _step_trace(self, before: dict, outputs: list[RequestOutput], execute_s: float, duration_s: float,
-                    end: float) -> StepTrace:
+    def _step_trace(
+        self, before: dict, outputs: list[RequestOutput], execute_s: float, duration_s: float, end: float
+    ) -> StepTrace:
         rows, held, block_changes, registered, preemptions = self.scheduler.trace.end_step()
-        emitted = [Emitted(output.request_id, output.new_token_ids, output.finish_reason,
-                           output.metrics.finish_detail if output.finished else "") for output in outputs]
-        return StepTrace(step=self.num_steps, time_s=end, **before, rows=rows, held=held, execute_s=execute_s,
-                         other_s=duration_s - execute_s, block_changes=block_changes, registered=registered,
-                         preemptions=preemptions, kv_after=self._kv_state(), emitted=emitted)
+        emitted = [
+            Emitted(
+                output.request_id,
+                output.new_token_ids,
+                output.finish_reason,
+                output.metrics.finish_detail if output.finished else "",
+            )
+            for output in outputs
+        ]
+        return StepTrace(
+            step=self.num_steps,
+            time_s=end,
+            **before,
+            rows=rows,
+            held=held,
+            execute_s=execute_s,
+            other_s=duration_s - execute_s,
+            block_changes=block_changes,
+            registered=registered,
+            preemptions=preemptions,
+            kv_after=self._kv_state(),
+            emitted=emitted,
+        )
 
     def _stats(self, batch: ScheduledBatch, start: float, end: float) -> StepStats:
         manager, scheduler = self.block_manager, self.scheduler

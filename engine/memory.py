@@ -31,32 +31,67 @@ def process_resident_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def memory_lines(config: ModelConfig, *, weight_bytes: int, kv_cache_bytes: int, kv_blocks: int, block_size: int,
-                 kv_bytes_per_token: int, bytes_per_element: int, step_tokens: int, max_seqs: int, resident_bytes: int | None,
-                 weight_parts: dict[str, int] | None = None) -> list[MemoryLine]:
+def memory_lines(
+    config: ModelConfig,
+    *,
+    weight_bytes: int,
+    kv_cache_bytes: int,
+    kv_blocks: int,
+    block_size: int,
+    kv_bytes_per_token: int,
+    bytes_per_element: int,
+    step_tokens: int,
+    max_seqs: int,
+    resident_bytes: int | None,
+    weight_parts: dict[str, int] | None = None,
+) -> list[MemoryLine]:
     """`weight_parts`: the weights' bytes by what the tensors hold (a quantized engine's formats, its
     batched copy): then the weights line adds those up, as they are what the engine holds."""
     params = config.num_parameters
     activations = activation_bytes_estimate(config, step_tokens, bytes_per_element, max_seqs)
     if weight_parts and len(weight_parts) > 1:
         largest_first = sorted(weight_parts.items(), key=lambda part: -part[1])
-        weights_text = " + ".join(f"{part} {size / 1e6:,.1f} MB" for part, size in largest_first) + f" = {weight_bytes / 1e6:,.1f} MB"
+        weights_text = (
+            " + ".join(f"{part} {size / 1e6:,.1f} MB" for part, size in largest_first)
+            + f" = {weight_bytes / 1e6:,.1f} MB"
+        )
     else:
-        weights_text = (f"{params / 1e6:,.1f} M params × {bytes_per_element} B = {params * bytes_per_element / 1e6:,.1f} MB "
-                        f"(tensors hold {weight_bytes / 1e6:,.1f} MB)")
+        weights_text = (
+            f"{params / 1e6:,.1f} M params × {bytes_per_element} B = {params * bytes_per_element / 1e6:,.1f} MB "
+            f"(tensors hold {weight_bytes / 1e6:,.1f} MB)"
+        )
     lines = [
         MemoryLine("weights", weight_bytes, weights_text, measured=True),
-        MemoryLine("KV cache", kv_cache_bytes, f"{kv_blocks:,} blocks × {block_size} tokens × {kv_bytes_per_token:,} B/token "
-                   f"(2 × {config.num_layers} layers × {config.num_kv_heads} kv heads × {config.head_dim} dims × "
-                   f"{kv_bytes_per_token // config.kv_bytes_per_token(1)} B) "
-                   f"= {kv_cache_bytes / 1e6:,.1f} MB", measured=True),
-        MemoryLine("activations", activations, f"{step_tokens:,} tokens/step × {4 * config.hidden_size + 2 * config.num_kv_heads * config.head_dim + 3 * config.intermediate_size:,} "
-                   f"values × {bytes_per_element} B + {max_seqs} × {config.vocab_size:,} logits × 4 B ≈ {activations / 1e6:,.1f} MB", measured=False),
+        MemoryLine(
+            "KV cache",
+            kv_cache_bytes,
+            f"{kv_blocks:,} blocks × {block_size} tokens × {kv_bytes_per_token:,} B/token "
+            f"(2 × {config.num_layers} layers × {config.num_kv_heads} kv heads × {config.head_dim} dims × "
+            f"{kv_bytes_per_token // config.kv_bytes_per_token(1)} B) "
+            f"= {kv_cache_bytes / 1e6:,.1f} MB",
+            measured=True,
+        ),
+        MemoryLine(
+            "activations",
+            activations,
+            f"{step_tokens:,} tokens/step × "
+            f"{4 * config.hidden_size + 2 * config.num_kv_heads * config.head_dim + 3 * config.intermediate_size:,} "
+            f"values × {bytes_per_element} B + {max_seqs} × {config.vocab_size:,} logits × 4 B ≈ "
+            f"{activations / 1e6:,.1f} MB",
+            measured=False,
+        ),
     ]
     if resident_bytes is not None:
         other = max(0, resident_bytes - weight_bytes - kv_cache_bytes - activations)
-        lines.append(MemoryLine("other", other, f"process resident {resident_bytes / 1e6:,.1f} MB − the lines above = {other / 1e6:,.1f} MB "
-                                "(runtime, libraries, tokenizer, buffers)", measured=True))
+        lines.append(
+            MemoryLine(
+                "other",
+                other,
+                f"process resident {resident_bytes / 1e6:,.1f} MB − the lines above = {other / 1e6:,.1f} MB "
+                "(runtime, libraries, tokenizer, buffers)",
+                measured=True,
+            )
+        )
     return lines
 
 
@@ -84,23 +119,38 @@ def weight_bytes_estimate(config: ModelConfig, bits: int, group_size: int | None
 def params_only_line(params: float, bits: int) -> MemoryLine:
     """The worked number: parameters x bytes per parameter, before KV cache and runtime overhead."""
     total = int(params * bits / 8)
-    return MemoryLine("weights", total, f"{params / 1e9:.1f} × 10⁹ params × {bits / 8:g} bytes = {total / 1e9:.1f} GB "
-                      "(before KV cache and runtime overhead)", measured=False)
+    return MemoryLine(
+        "weights",
+        total,
+        f"{params / 1e9:.1f} × 10⁹ params × {bits / 8:g} bytes = {total / 1e9:.1f} GB "
+        "(before KV cache and runtime overhead)",
+        measured=False,
+    )
 
 
 def _weights_line(config: ModelConfig, bits: int, group_size: int | None) -> MemoryLine:
     weights = weight_bytes_estimate(config, bits, group_size)
-    return MemoryLine("weights", weights, f"{config.num_parameters / 1e9:.2f} × 10⁹ params, projections at {bits} bits"
-                      + (f" + scale and minimum per {group_size}" if group_size else "") + f" = {weights / 1e9:.2f} GB", measured=False)
+    return MemoryLine(
+        "weights",
+        weights,
+        f"{config.num_parameters / 1e9:.2f} × 10⁹ params, projections at {bits} bits"
+        + (f" + scale and minimum per {group_size}" if group_size else "")
+        + f" = {weights / 1e9:.2f} GB",
+        measured=False,
+    )
 
 
 def _kv_per_token_arithmetic(config: ModelConfig, kv_bytes: int) -> str:
-    return (f"{config.kv_bytes_per_token(kv_bytes) / 1024:,.0f} KiB/token (2 × {config.num_layers} layers × {config.num_kv_heads} "
-            f"kv heads × {config.head_dim} dims × {kv_bytes} B)")
+    return (
+        f"{config.kv_bytes_per_token(kv_bytes) / 1024:,.0f} KiB/token (2 × {config.num_layers} layers × "
+        f"{config.num_kv_heads} "
+        f"kv heads × {config.head_dim} dims × {kv_bytes} B)"
+    )
 
 
-def model_memory_lines(config: ModelConfig, bits: int, kv_bytes: int, context: int, concurrent: int,
-                       group_size: int | None = None) -> list[MemoryLine]:
+def model_memory_lines(
+    config: ModelConfig, bits: int, kv_bytes: int, context: int, concurrent: int, group_size: int | None = None
+) -> list[MemoryLine]:
     """What a model needs whatever the device: weights, KV per token and per request, and the
     weights plus the KV cache of `concurrent` requests of `context` tokens."""
     weights = _weights_line(config, bits, group_size)
@@ -110,15 +160,32 @@ def model_memory_lines(config: ModelConfig, bits: int, kv_bytes: int, context: i
     return [
         weights,
         MemoryLine("KV per token", per_token, _kv_per_token_arithmetic(config, kv_bytes), measured=False),
-        MemoryLine("KV per request", per_request, f"{per_token / 1024:,.0f} KiB × {context:,} tokens = {per_request / 1e9:.3f} GB",
-                   measured=False),
-        MemoryLine(f"{concurrent:,} requests", total, f"weights + {concurrent:,} × {per_request / 1e9:.3f} GB = {total / 1e9:.2f} GB "
-                   "(before activations and runtime overhead)", measured=False),
+        MemoryLine(
+            "KV per request",
+            per_request,
+            f"{per_token / 1024:,.0f} KiB × {context:,} tokens = {per_request / 1e9:.3f} GB",
+            measured=False,
+        ),
+        MemoryLine(
+            f"{concurrent:,} requests",
+            total,
+            f"weights + {concurrent:,} × {per_request / 1e9:.3f} GB = {total / 1e9:.2f} GB "
+            "(before activations and runtime overhead)",
+            measured=False,
+        ),
     ]
 
 
-def concurrency_lines(config: ModelConfig, memory_bytes: float, bits: int, kv_bytes: int, context: int,
-                      step_tokens: int, max_seqs: int, group_size: int | None = None) -> tuple[list[MemoryLine], int]:
+def concurrency_lines(
+    config: ModelConfig,
+    memory_bytes: float,
+    bits: int,
+    kv_bytes: int,
+    context: int,
+    step_tokens: int,
+    max_seqs: int,
+    group_size: int | None = None,
+) -> tuple[list[MemoryLine], int]:
     """The memory budget of a device for a model, and how many `context`-token requests fit."""
     weights = _weights_line(config, bits, group_size)
     activations = activation_bytes_estimate(config, step_tokens, max(bits, 16) // 8, max_seqs)
@@ -128,9 +195,25 @@ def concurrency_lines(config: ModelConfig, memory_bytes: float, bits: int, kv_by
     fits = max(0, free // per_request)
     lines = [
         weights,
-        MemoryLine("activations", activations, f"{step_tokens} tokens/step, one layer live at a time ≈ {activations / 1e9:.3f} GB", measured=False),
-        MemoryLine("runtime overhead", overhead, f"{RUNTIME_OVERHEAD_FRACTION:.0%} of {memory_bytes / 1e9:.0f} GB (assumed allowance)", measured=False),
-        MemoryLine("KV cache", max(free, 0), f"{memory_bytes / 1e9:.1f} GB − the lines above = {free / 1e9:.2f} GB; "
-                   f"{_kv_per_token_arithmetic(config, kv_bytes)} × {context:,} tokens = {per_request / 1e9:.3f} GB per request", measured=False),
+        MemoryLine(
+            "activations",
+            activations,
+            f"{step_tokens} tokens/step, one layer live at a time ≈ {activations / 1e9:.3f} GB",
+            measured=False,
+        ),
+        MemoryLine(
+            "runtime overhead",
+            overhead,
+            f"{RUNTIME_OVERHEAD_FRACTION:.0%} of {memory_bytes / 1e9:.0f} GB (assumed allowance)",
+            measured=False,
+        ),
+        MemoryLine(
+            "KV cache",
+            max(free, 0),
+            f"{memory_bytes / 1e9:.1f} GB − the lines above = {free / 1e9:.2f} GB; "
+            f"{_kv_per_token_arithmetic(config, kv_bytes)} × {context:,} tokens = {per_request / 1e9:.3f} GB per "
+            "request",
+            measured=False,
+        ),
     ]
     return lines, int(fits)

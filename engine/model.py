@@ -108,8 +108,13 @@ class Attention(nn.Module):
 
         decodes = metadata.num_decode_tokens
         decode_attention = functools.partial(
-            paged_decode_attention, key_cache=key_cache, value_cache=value_cache, block_tables=metadata.decode_block_tables,
-            context_lens=metadata.decode_context_lens, scale=self.scale, buckets=metadata.decode_buckets,
+            paged_decode_attention,
+            key_cache=key_cache,
+            value_cache=value_cache,
+            block_tables=metadata.decode_block_tables,
+            context_lens=metadata.decode_context_lens,
+            scale=self.scale,
+            buckets=metadata.decode_buckets,
         )
         if not metadata.prefills:  # decode only: no slicing, so no size for a compiled graph to specialise on
             out = decode_attention(query)
@@ -120,8 +125,14 @@ class Attention(nn.Module):
             for chunk in metadata.prefills:
                 rows = slice(chunk.query_start, chunk.query_start + chunk.query_len)
                 out[rows] = paged_prefill_attention(
-                    query[rows], key[rows], value[rows], key_cache, value_cache,
-                    chunk.block_table, chunk.context_len, self.scale,
+                    query[rows],
+                    key[rows],
+                    value[rows],
+                    key_cache,
+                    value_cache,
+                    chunk.block_table,
+                    chunk.context_len,
+                    self.scale,
                 )
         return self.o_proj(out.view(num_tokens, self.num_heads * self.head_dim))
 
@@ -145,8 +156,13 @@ class MLP(nn.Module):
 def _concatenated(*linears: nn.Linear) -> nn.Linear:
     """A Linear computing the given ones side by side (their outputs concatenated)."""
     has_bias = linears[0].bias is not None
-    fused = nn.Linear(linears[0].in_features, sum(linear.out_features for linear in linears), bias=has_bias,
-                      device=linears[0].weight.device, dtype=linears[0].weight.dtype)
+    fused = nn.Linear(
+        linears[0].in_features,
+        sum(linear.out_features for linear in linears),
+        bias=has_bias,
+        device=linears[0].weight.device,
+        dtype=linears[0].weight.dtype,
+    )
     with torch.no_grad():
         fused.weight.copy_(torch.cat([linear.weight for linear in linears]))
         if has_bias:

@@ -16,9 +16,9 @@ import torch
 
 from engine.config import EngineConfig
 from engine.executor import ModelExecutor
+from engine.loading.tokenizer import Tokenizer
 from engine.model_config import ModelConfig
 from engine.smoothing import Smoothing
-from engine.loading.tokenizer import Tokenizer
 
 
 @dataclass

@@ -36,7 +36,9 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        self.temperature = _real("temperature", self.temperature, "a finite number >= 0 (0 = greedy)", lambda value: value >= 0)
+        self.temperature = _real(
+            "temperature", self.temperature, "a finite number >= 0 (0 = greedy)", lambda value: value >= 0
+        )
         self.top_p = _real("top_p", self.top_p, "a number in (0, 1]", lambda value: 0.0 < value <= 1.0)
         self.min_p = _real("min_p", self.min_p, "a number in [0, 1]", lambda value: 0.0 <= value <= 1.0)
         self.top_k = _integer("top_k", self.top_k, "an integer >= 0 (0 = off)", lambda value: value >= 0)
@@ -50,8 +52,10 @@ class SamplingParams:
         self.stop = list(self.stop)
         if not isinstance(self.stop_token_ids, (list, tuple)):
             raise ConfigError(f"stop_token_ids: expected a list of token ids, got {self.stop_token_ids!r}")
-        self.stop_token_ids = [_integer("stop_token_ids", token, "token ids >= 0", lambda value: value >= 0)
-                               for token in self.stop_token_ids]
+        self.stop_token_ids = [
+            _integer("stop_token_ids", token, "token ids >= 0", lambda value: value >= 0)
+            for token in self.stop_token_ids
+        ]
         if not isinstance(self.ignore_eos, bool):
             raise ConfigError(f"ignore_eos: expected true or false, got {self.ignore_eos!r}")
 

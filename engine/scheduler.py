@@ -26,7 +26,18 @@ from engine.batch import ScheduledBatch, ScheduledSequence
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.sequence import FinishReason, Sequence, SequenceStatus
-from engine.step_trace import ALLOCATE, RELEASE, REUSE, WAITING, WAITING_LONG, BlockChange, Held, Preemption, ScheduledRow, TraceBuilder
+from engine.step_trace import (
+    ALLOCATE,
+    RELEASE,
+    REUSE,
+    WAITING,
+    WAITING_LONG,
+    BlockChange,
+    Held,
+    Preemption,
+    ScheduledRow,
+    TraceBuilder,
+)
 from engine.wait_queue import WaitQueue
 
 
@@ -83,7 +94,9 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         """Queue an admissible sequence (check `rejection_reason` first)."""
-        seq.is_long = self.config.long_prompt_queue_enabled and seq.num_prompt_tokens >= self.config.long_prompt_threshold
+        seq.is_long = (
+            self.config.long_prompt_queue_enabled and seq.num_prompt_tokens >= self.config.long_prompt_threshold
+        )
         self._queue_of(seq).push(seq)
 
     def _queue_of(self, seq: Sequence) -> WaitQueue:
@@ -112,7 +125,12 @@ class Scheduler:
             count = self._chunk_size(seq, seq.num_uncomputed_tokens, budget)
             while not self.block_manager.can_grow(seq, count):
                 victim = self._preemption_victim()
-                self._preempt(victim, scheduled, budget, self._no_block_reason(seq, count, victim) if self.trace is not None else "")
+                self._preempt(
+                    victim,
+                    scheduled,
+                    budget,
+                    self._no_block_reason(seq, count, victim) if self.trace is not None else "",
+                )
                 preempted = True
                 if victim is seq:
                     break
@@ -129,9 +147,15 @@ class Scheduler:
 
     def _no_block_reason(self, seq: Sequence, count: int, victim: Sequence) -> str:
         manager = self.block_manager
-        rule = f"the lowest priority ({victim.priority}), then the latest arrival" if self.by_priority else "the latest arrival"
-        return (f"no free KV block for request {seq.request_id} (needs {manager.new_blocks_needed(seq, count)}, "
-                f"{manager.num_free_blocks} free); victim {'itself' if victim is seq else victim.request_id}: {rule}")
+        rule = (
+            f"the lowest priority ({victim.priority}), then the latest arrival"
+            if self.by_priority
+            else "the latest arrival"
+        )
+        return (
+            f"no free KV block for request {seq.request_id} (needs {manager.new_blocks_needed(seq, count)}, "
+            f"{manager.num_free_blocks} free); victim {'itself' if victim is seq else victim.request_id}: {rule}"
+        )
 
     def _preempt(self, seq: Sequence, scheduled: dict[Sequence, int], budget: _Budget, reason: str) -> None:
         """Free the sequence's blocks and send it back to its queue; if it was already part of this
@@ -160,7 +184,9 @@ class Scheduler:
             if outcome is _Admission.ADMITTED:
                 admitted.append(seq)
                 continue
-            if outcome is not _Admission.NO_BUDGET and self._preempt_for(seq, outcome, admitted, scheduled, budget, now):
+            if outcome is not _Admission.NO_BUDGET and self._preempt_for(
+                seq, outcome, admitted, scheduled, budget, now
+            ):
                 continue
             skipped[queue] = self._admission_detail(outcome)
             if self._is_overdue(seq, now):
@@ -232,20 +258,31 @@ class Scheduler:
         self._take(seq, count, scheduled, budget)
         return _Admission.ADMITTED
 
-    def _preempt_for(self, seq: Sequence, outcome: _Admission, admitted: list[Sequence], scheduled: dict[Sequence, int],
-                     budget: _Budget, now: float) -> bool:
+    def _preempt_for(
+        self,
+        seq: Sequence,
+        outcome: _Admission,
+        admitted: list[Sequence],
+        scheduled: dict[Sequence, int],
+        budget: _Budget,
+        now: float,
+    ) -> bool:
         """Under the priority policy, make room for a waiting sequence by preempting the running
         sequence that would be preempted first, if its priority is strictly lower. Exempt: those
         admitted in this step, and overdue long prompts (the long queue's guarantee would admit
         them straight back, round after round)."""
-        candidates = [running for running in self.running if running not in admitted and not self._is_overdue(running, now)]
+        candidates = [
+            running for running in self.running if running not in admitted and not self._is_overdue(running, now)
+        ]
         if not self.by_priority or not candidates:
             return False
         victim = max(candidates, key=self._preemption_order)
         if victim.priority <= seq.priority:
             return False
-        reason = (f"request {seq.request_id} (priority {seq.priority}) waits: {outcome.value}; victim {victim.request_id}: "
-                  f"a lower priority ({victim.priority})")
+        reason = (
+            f"request {seq.request_id} (priority {seq.priority}) waits: {outcome.value}; victim {victim.request_id}: "
+            f"a lower priority ({victim.priority})"
+        )
         self._preempt(victim, scheduled, budget, reason)
         return True
 
@@ -297,14 +334,26 @@ class Scheduler:
                 prefill_seqs.append(seq)
         self._in_flight = decode_seqs + prefill_seqs
         if self.trace is not None:
-            self.trace.rows = [self._trace_row(seq, entry, kind) for seqs, entries, kind in
-                               ((decode_seqs, batch.decodes, "decode"), (prefill_seqs, batch.prefills, "prefill"))
-                               for seq, entry in zip(seqs, entries)]
+            self.trace.rows = [
+                self._trace_row(seq, entry, kind)
+                for seqs, entries, kind in (
+                    (decode_seqs, batch.decodes, "decode"),
+                    (prefill_seqs, batch.prefills, "prefill"),
+                )
+                for seq, entry in zip(seqs, entries)
+            ]
         return batch
 
     def _trace_row(self, seq: Sequence, entry: ScheduledSequence, kind: str) -> ScheduledRow:
-        return ScheduledRow(seq.request_id, kind, entry.start_position, entry.context_len, seq.num_prompt_tokens,
-                            self.trace.admitted_from.get(seq.request_id), kind == "prefill" and seq.num_output_tokens > 0)
+        return ScheduledRow(
+            seq.request_id,
+            kind,
+            entry.start_position,
+            entry.context_len,
+            seq.num_prompt_tokens,
+            self.trace.admitted_from.get(seq.request_id),
+            kind == "prefill" and seq.num_output_tokens > 0,
+        )
 
     def update(self, batch: ScheduledBatch, sampled_token_ids: list[int], now: float) -> list[Sequence]:
         """Record a computed batch; returns the sequences that received a new token."""

@@ -30,14 +30,18 @@ def build(cls: type[T], values: dict[str, Any], source: str, table: str = "") ->
     if unknown:
         key = f"{table}.{unknown[0]}" if table else unknown[0]
         raise ConfigError(f"{source}: unknown key {key!r}; expected one of {', '.join(names)}")
-    required = [field.name for field in dataclasses.fields(cls)
-                if field.init and field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING]
+    required = [
+        field.name
+        for field in dataclasses.fields(cls)
+        if field.init and field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+    ]
     missing = [name for name in required if name not in values]
     if missing:
         keys = ", ".join(repr(f"{table}.{name}" if table else name) for name in missing)
         raise ConfigError(f"{source}: missing key {keys}")
     arguments = {
-        name: _convert(hints[name], value, source, f"{table}.{name}" if table else name) for name, value in values.items()
+        name: _convert(hints[name], value, source, f"{table}.{name}" if table else name)
+        for name, value in values.items()
     }
     try:
         return cls(**arguments)

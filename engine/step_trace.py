@@ -145,6 +145,13 @@ class TraceBuilder:
     def end_step(self) -> tuple[list[ScheduledRow], list[Held], list[BlockChange], list[int], list[Preemption]]:
         """This step's records, and a clean slate for the next one."""
         taken = (self.rows, self.held, self.block_changes, self.registered, self.preemptions)
-        self.rows, self.held, self.admitted_from, self.block_changes, self.registered, self.preemptions = [], [], {}, [], [], []
+        self.rows, self.held, self.admitted_from, self.block_changes, self.registered, self.preemptions = (
+            [],
+            [],
+            {},
+            [],
+            [],
+            [],
+        )
         self.in_step = False
         return taken

@@ -13,10 +13,10 @@ from engine.config import EngineConfig
 from engine.device import dtype_name, free_memory_bytes, resolve_device, resolve_dtype, total_memory_bytes
 from engine.errors import ConfigError, ModelLoadError
 from engine.executor import TorchExecutor
-from engine.memory import CPU_DEFAULT_KV_CACHE_BYTES, GPU_MEMORY_UTILIZATION, activation_bytes_estimate
-from engine.model import CausalLM, RotaryEmbedding
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.model_source import read_model
+from engine.memory import CPU_DEFAULT_KV_CACHE_BYTES, GPU_MEMORY_UTILIZATION, activation_bytes_estimate
+from engine.model import CausalLM, RotaryEmbedding
 from engine.prepared_model import KvMemoryLimits, PreparedModel
 from engine.quantization import UNQUANTIZED, check_quantization, get_method, quantize_model, weight_bytes, weight_parts
 from engine.quantization.auto import AUTO, CONFIGURED, choose_quantization
@@ -24,7 +24,10 @@ from engine.smoothing import Smoothing, smooth_for_w8a8
 
 
 def prepare_torch_model(
-    config: EngineConfig, progress: ProgressCallback, clock: Callable[[], float], source: ModelSource | None,
+    config: EngineConfig,
+    progress: ProgressCallback,
+    clock: Callable[[], float],
+    source: ModelSource | None,
 ) -> PreparedModel:
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
@@ -32,28 +35,56 @@ def prepare_torch_model(
     config, quantization_choice = _resolve_quantization(config, source, device)
     kv_dtype = dtype if config.kv_cache_dtype == "auto" else resolve_dtype(config.kv_cache_dtype, device)
     if device.type == "cuda" and kv_dtype != dtype:  # the Triton attention kernels read one dtype
-        raise ConfigError(f"kv_cache_dtype: on CUDA the cache holds the compute dtype ({dtype_name(dtype)}); "
-                          f"got {config.kv_cache_dtype!r}")
+        raise ConfigError(
+            f"kv_cache_dtype: on CUDA the cache holds the compute dtype ({dtype_name(dtype)}); "
+            f"got {config.kv_cache_dtype!r}"
+        )
     model = _build_model(source, device, dtype)
     unquantized = weight_bytes(model)
-    check_quantization(config.quantization, config.group_size, source.config, config.quantize_lm_head,
-                       config.batched_bf16_copy, device.type == "cuda")
+    check_quantization(
+        config.quantization,
+        config.group_size,
+        source.config,
+        config.quantize_lm_head,
+        config.batched_bf16_copy,
+        device.type == "cuda",
+    )
     smoothing: Smoothing | None = None
     head_weight = None
     if get_method(config.quantization).needs_activation_smoothing:
         progress("calibrate activation smoothing", 0.0)
         smoothing, head_weight = smooth_for_w8a8(model, source.tokenizer, config.quantize_lm_head)
         progress("calibrate activation smoothing", 1.0)
-    quantize_model(model, config.quantization, config.group_size, config.quantize_lm_head, progress, head_weight,
-                   config.batched_bf16_copy)
+    quantize_model(
+        model,
+        config.quantization,
+        config.group_size,
+        config.quantize_lm_head,
+        progress,
+        head_weight,
+        config.batched_bf16_copy,
+    )
     parts = weight_parts(model)
     return PreparedModel(
-        config=config, quantization_choice=quantization_choice, model_config=source.config, tokenizer=source.tokenizer, model_path=source.path,
-        stored_tensor_types=source.stored_tensor_types, device=device, dtype=dtype, kv_dtype=kv_dtype, weight_bytes=sum(parts.values()),
+        config=config,
+        quantization_choice=quantization_choice,
+        model_config=source.config,
+        tokenizer=source.tokenizer,
+        model_path=source.path,
+        stored_tensor_types=source.stored_tensor_types,
+        device=device,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        weight_bytes=sum(parts.values()),
         weight_parts=parts,
-        unquantized_weight_bytes=unquantized, activation_smoothing=smoothing, clock=clock, sleep=time.sleep,
+        unquantized_weight_bytes=unquantized,
+        activation_smoothing=smoothing,
+        clock=clock,
+        sleep=time.sleep,
         kv_limits=_kv_memory_limits(config, source, device, dtype),
-        create_executor=lambda num_blocks: TorchExecutor(model, num_blocks, config.block_size, device, kv_dtype, config.compile_decode),
+        create_executor=lambda num_blocks: TorchExecutor(
+            model, num_blocks, config.block_size, device, kv_dtype, config.compile_decode
+        ),
     )
 
 
@@ -61,23 +92,41 @@ def _resolve_quantization(config: EngineConfig, source: ModelSource, device: tor
     """The configuration with "auto" replaced by what it chose for this file on this device, and why."""
     if config.quantization != AUTO:
         return config, CONFIGURED
-    choice = choose_quantization(source.projection_type, source.head_type, config.group_size, source.config,
-                                 device.type, total_memory_bytes(device), config.kv_cache_dtype)
+    choice = choose_quantization(
+        source.projection_type,
+        source.head_type,
+        config.group_size,
+        source.config,
+        device.type,
+        total_memory_bytes(device),
+        config.kv_cache_dtype,
+    )
     try:
         check_quantization(choice.method, choice.group_size, source.config, choice.quantize_lm_head)
     except ConfigError as error:  # e.g. the packed int4 kernels cannot run on this machine
-        return dataclasses.replace(config, quantization=UNQUANTIZED), f"auto: {choice.method} cannot run here ({error}); unquantized"
-    return dataclasses.replace(config, quantization=choice.method, group_size=choice.group_size,
-                               quantize_lm_head=choice.quantize_lm_head, batched_bf16_copy=choice.batched_copy,
-                               kv_cache_dtype=choice.kv_cache_dtype), choice.reason
+        return dataclasses.replace(
+            config, quantization=UNQUANTIZED
+        ), f"auto: {choice.method} cannot run here ({error}); unquantized"
+    return dataclasses.replace(
+        config,
+        quantization=choice.method,
+        group_size=choice.group_size,
+        quantize_lm_head=choice.quantize_lm_head,
+        batched_bf16_copy=choice.batched_copy,
+        kv_cache_dtype=choice.kv_cache_dtype,
+    ), choice.reason
 
 
-def _kv_memory_limits(config: EngineConfig, source: ModelSource, device: torch.device, dtype: torch.dtype) -> KvMemoryLimits:
+def _kv_memory_limits(
+    config: EngineConfig, source: ModelSource, device: torch.device, dtype: torch.dtype
+) -> KvMemoryLimits:
     """Called once the weights are loaded: what is free now is what the KV cache may take."""
     free = free_memory_bytes(device)
     if device.type != "cuda":
         return KvMemoryLimits(free, min(CPU_DEFAULT_KV_CACHE_BYTES, free), "this machine's available memory")
-    activations = activation_bytes_estimate(source.config, config.max_num_batched_tokens, torch.finfo(dtype).bits // 8, config.max_num_seqs)
+    activations = activation_bytes_estimate(
+        source.config, config.max_num_batched_tokens, torch.finfo(dtype).bits // 8, config.max_num_seqs
+    )
     share = int(total_memory_bytes(device) * GPU_MEMORY_UTILIZATION)
     default = min(free, share - torch.cuda.memory_allocated(device) - activations)
     return KvMemoryLimits(free, default, f"{device}'s free memory")

@@ -51,7 +51,9 @@ def paged_decode_attention(
         return _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, scale)
     if len(buckets) == 1:
         _, num_blocks, same_length = buckets[0]
-        return _decode_bucket(query, key_cache, value_cache, block_tables[:, :num_blocks], context_lens, scale, same_length)
+        return _decode_bucket(
+            query, key_cache, value_cache, block_tables[:, :num_blocks], context_lens, scale, same_length
+        )
     out = torch.empty_like(query)
     for rows, num_blocks, same_length in buckets:
         out[rows] = _decode_bucket(
@@ -73,13 +75,15 @@ def length_buckets(lengths: list[int], block_size: int, device: torch.device, ma
             current = []
         current.append(row)
     groups.append(current)
+
     def common_length(group: list[int]) -> int | None:
         return lengths[group[0]] if lengths[group[0]] == lengths[group[-1]] else None
 
     if len(groups) == 1:
         return [(slice(None), -(-lengths[order[-1]] // block_size), common_length(order))]
     return [
-        (torch.tensor(group, device=device), -(-lengths[group[-1]] // block_size), common_length(group)) for group in groups
+        (torch.tensor(group, device=device), -(-lengths[group[-1]] // block_size), common_length(group))
+        for group in groups
     ]
 
 
@@ -99,11 +103,15 @@ def _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, sc
     # Attention runs in the cache's dtype (a bf16 cache on a float32 engine: kv_cache_dtype).
     grouped_query = query.view(num_seqs, kv_heads, num_heads // kv_heads, head_dim).to(key_cache.dtype)
     if same_length is not None:  # every sequence sees exactly its first same_length slots
-        out = F.scaled_dot_product_attention(grouped_query, keys[:, :, :same_length], values[:, :, :same_length], scale=scale)
+        out = F.scaled_dot_product_attention(
+            grouped_query, keys[:, :, :same_length], values[:, :, :same_length], scale=scale
+        )
     else:
         positions = torch.arange(keys.shape[2], device=query.device)
         visible = positions[None, :] < context_lens[:, None]  # [num_seqs, max_len]
-        out = F.scaled_dot_product_attention(grouped_query, keys, values, attn_mask=visible[:, None, None, :], scale=scale)
+        out = F.scaled_dot_product_attention(
+            grouped_query, keys, values, attn_mask=visible[:, None, None, :], scale=scale
+        )
     return out.reshape(num_seqs, num_heads, head_dim).to(query.dtype)
 
 
@@ -127,9 +135,14 @@ def paged_prefill_attention(
     query_positions = torch.arange(context_len - num_new, context_len, device=query.device)
     causal = torch.arange(context_len, device=query.device)[None, :] <= query_positions[:, None]
     # Heads first, with a batch of one: 4-D inputs with enable_gqa take PyTorch's fused CPU kernel;
-    # a 3-D grouped-query form runs the slower unfused math path (docs/measurements.md, "Measured reasons behind the code").
+    # a 3-D grouped-query form runs the slower unfused math path (docs/measurements.md, "Measured reasons behind the
+    # code").
     out = F.scaled_dot_product_attention(
-        query.to(keys.dtype).transpose(0, 1)[None], keys.transpose(0, 1)[None], values.transpose(0, 1)[None],
-        attn_mask=causal, scale=scale, enable_gqa=True,
+        query.to(keys.dtype).transpose(0, 1)[None],
+        keys.transpose(0, 1)[None],
+        values.transpose(0, 1)[None],
+        attn_mask=causal,
+        scale=scale,
+        enable_gqa=True,
     )
     return out[0].transpose(0, 1).to(query.dtype)

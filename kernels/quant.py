@@ -60,7 +60,9 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack([low, high], dim=-1).view(packed.shape[0], packed.shape[1] * 2)
 
 
-def dequantize_int4(packed: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor, group_size: int) -> torch.Tensor:
+def dequantize_int4(
+    packed: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor, group_size: int
+) -> torch.Tensor:
     q = unpack_int4(packed).float()
     rows, columns = q.shape
     groups = q.view(rows, columns // group_size, group_size)

@@ -52,7 +52,9 @@ def int8_matmul_cpu(x: torch.Tensor, q: torch.Tensor, scales_bf16: torch.Tensor)
     return torch.ops.aten._weight_int8pack_mm(flat, q, scales_bf16).to(x.dtype).reshape(*x.shape[:-1], q.shape[0])
 
 
-def prepare_int4_cpu(packed: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def prepare_int4_cpu(
+    packed: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Our int4 format -> the CPU kernel's: its own weight packing, and bf16 (scale, zero) pairs
     [K/g, N, 2] in its convention w = (q - 8) * scale + zero, i.e. zero = minimum + 8 * scale."""
     from kernels.quant import unpack_int4
@@ -62,7 +64,9 @@ def prepare_int4_cpu(packed: torch.Tensor, scales: torch.Tensor, minimums: torch
     return cpu_packed, scales_and_zeros.to(torch.bfloat16)
 
 
-def int4_matmul_cpu(x: torch.Tensor, cpu_packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int, out_features: int) -> torch.Tensor:
+def int4_matmul_cpu(
+    x: torch.Tensor, cpu_packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int, out_features: int
+) -> torch.Tensor:
     flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
     out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, cpu_packed, group_size, scales_and_zeros)
     return out.to(x.dtype).reshape(*x.shape[:-1], out_features)

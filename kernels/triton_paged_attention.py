@@ -11,15 +11,33 @@ import triton.language as tl
 
 @triton.jit
 def _paged_decode_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr, out_ptr, scale,
-    stride_qs, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt_s, stride_os, stride_oh,
-    GROUP: tl.constexpr, GROUP_P: tl.constexpr, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    context_lens_ptr,
+    out_ptr,
+    scale,
+    stride_qs,
+    stride_qh,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_bt_s,
+    stride_os,
+    stride_oh,
+    GROUP: tl.constexpr,
+    GROUP_P: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
 ):
     seq, kv_head = tl.program_id(0), tl.program_id(1)
     heads = kv_head * GROUP + tl.arange(0, GROUP_P)
     head_mask = tl.arange(0, GROUP_P) < GROUP
     dims = tl.arange(0, HEAD_DIM)
-    q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + dims[None, :], mask=head_mask[:, None], other=0.0).to(tl.float32)
+    q = tl.load(
+        q_ptr + seq * stride_qs + heads[:, None] * stride_qh + dims[None, :], mask=head_mask[:, None], other=0.0
+    ).to(tl.float32)
     context_len = tl.load(context_lens_ptr + seq)
     running_max = tl.full((GROUP_P,), float("-inf"), dtype=tl.float32)
     running_sum = tl.zeros((GROUP_P,), dtype=tl.float32)
@@ -56,9 +74,24 @@ def paged_decode_attention_triton(query, key_cache, value_cache, block_tables, c
     out = torch.empty(query.shape, dtype=torch.float32, device=query.device)
     block_tables = block_tables.to(torch.int32).contiguous()
     _paged_decode_kernel[(num_seqs, kv_heads)](
-        query, key_cache, value_cache, block_tables, context_lens.to(torch.int32), out, scale,
-        query.stride(0), query.stride(1), key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
-        block_tables.stride(0), out.stride(0), out.stride(1),
-        GROUP=group, GROUP_P=triton.next_power_of_2(group), BLOCK_SIZE=block_size, HEAD_DIM=head_dim,
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        context_lens.to(torch.int32),
+        out,
+        scale,
+        query.stride(0),
+        query.stride(1),
+        key_cache.stride(0),
+        key_cache.stride(1),
+        key_cache.stride(2),
+        block_tables.stride(0),
+        out.stride(0),
+        out.stride(1),
+        GROUP=group,
+        GROUP_P=triton.next_power_of_2(group),
+        BLOCK_SIZE=block_size,
+        HEAD_DIM=head_dim,
     )
     return out.to(query.dtype)

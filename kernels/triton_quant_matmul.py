@@ -17,11 +17,30 @@ from kernels.quant import quantize_per_token_int8
 
 @triton.jit
 def _quant_matmul_kernel(
-    x_ptr, w_ptr, scale_ptr, zero_ptr, act_scale_ptr, out_ptr,
-    M, N, K, group_size,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg, stride_om, stride_on,
-    BITS: tl.constexpr, INT8_ACTIVATIONS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    scale_ptr,
+    zero_ptr,
+    act_scale_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    group_size,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    stride_sn,
+    stride_sg,
+    stride_om,
+    stride_on,
+    BITS: tl.constexpr,
+    INT8_ACTIVATIONS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,
 ):
     pid_m, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -36,17 +55,24 @@ def _quant_matmul_kernel(
     for k0 in range(k_begin, k_begin + k_span, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_mask = offs_k < K
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
-                    mask=m_mask[:, None] & k_mask[None, :], other=0)
+        x = tl.load(
+            x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
+            mask=m_mask[:, None] & k_mask[None, :],
+            other=0,
+        )
         w_mask = k_mask[:, None] & n_mask[None, :]
         if INT8_ACTIVATIONS:
             w = tl.load(w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None] * stride_wk, mask=w_mask, other=0)
         elif BITS == 8:
             x = x.to(tl.float32)
-            w = tl.load(w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None] * stride_wk, mask=w_mask, other=0).to(tl.float32)
+            w = tl.load(w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None] * stride_wk, mask=w_mask, other=0).to(
+                tl.float32
+            )
         else:
             x = x.to(tl.float32)
-            packed = tl.load(w_ptr + offs_n[None, :] * stride_wn + (offs_k[:, None] // 2) * stride_wk, mask=w_mask, other=0)
+            packed = tl.load(
+                w_ptr + offs_n[None, :] * stride_wn + (offs_k[:, None] // 2) * stride_wk, mask=w_mask, other=0
+            )
             q = ((packed >> ((offs_k[:, None] % 2) * 4)) & 0xF).to(tl.float32)
             group = offs_k[:, None] // group_size
             scale = tl.load(scale_ptr + offs_n[None, :] * stride_sn + group * stride_sg, mask=w_mask, other=0.0)
@@ -80,11 +106,30 @@ def _launch(x, weight, scales, zeros, group_size, bits, int8_activations=False):
     grid = (triton.cdiv(rows, block_m), triton.cdiv(width, block_n), split_k)
     scale_stride_group = scales.stride(1) if scales.dim() == 2 else 0
     _quant_matmul_kernel[grid](
-        x2, weight, scales, zeros if zeros is not None else scales, act_scales if act_scales is not None else scales, out,
-        rows, width, depth, group_size,
-        x2.stride(0), x2.stride(1), weight.stride(0), weight.stride(1), scales.stride(0), scale_stride_group,
-        out.stride(0), out.stride(1),
-        BITS=bits, INT8_ACTIVATIONS=int8_activations, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
+        x2,
+        weight,
+        scales,
+        zeros if zeros is not None else scales,
+        act_scales if act_scales is not None else scales,
+        out,
+        rows,
+        width,
+        depth,
+        group_size,
+        x2.stride(0),
+        x2.stride(1),
+        weight.stride(0),
+        weight.stride(1),
+        scales.stride(0),
+        scale_stride_group,
+        out.stride(0),
+        out.stride(1),
+        BITS=bits,
+        INT8_ACTIVATIONS=int8_activations,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        SPLIT_K=split_k,
     )
     return out.to(x.dtype).reshape(*x.shape[:-1], width)
 
@@ -94,7 +139,9 @@ def int8_matmul_triton(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor) -
     return _launch(x, q, scales, None, 1, bits=8)
 
 
-def int4_matmul_triton(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor, group_size: int) -> torch.Tensor:
+def int4_matmul_triton(
+    x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor, group_size: int
+) -> torch.Tensor:
     """x [..., K], packed uint8 [N, K/2], scales / minimums float32 [N, K/g] -> [..., N]."""
     return _launch(x, packed, scales, minimums, group_size, bits=4)
 

@@ -34,7 +34,9 @@ def outcome(code: int | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--survivors", metavar="MODULE", help="list this module's surviving mutants, e.g. engine/traffic.py")
+    parser.add_argument(
+        "--survivors", metavar="MODULE", help="list this module's surviving mutants, e.g. engine/traffic.py"
+    )
     parser.add_argument("--mutants", type=Path, default=Path("mutants"))
     args = parser.parse_args()
     print(f"{'module':<28} {'mutants':>7} {'killed':>7} {'timeout':>7} {'survived':>8} {'score':>7}")
@@ -44,7 +46,10 @@ def main() -> None:
         counts = Counter(outcome(code) for code in codes.values())
         detected = counts["killed"] + counts["timeout"]
         score = 100.0 * detected / (detected + counts["survived"]) if detected + counts["survived"] else float("nan")
-        print(f"{module:<28} {len(codes):>7} {counts['killed']:>7} {counts['timeout']:>7} {counts['survived']:>8} {score:>6.1f}%")
+        print(
+            f"{module:<28} {len(codes):>7} {counts['killed']:>7} {counts['timeout']:>7} {counts['survived']:>8} "
+            f"{score:>6.1f}%"
+        )
         if args.survivors == module:
             for key, code in sorted(codes.items()):
                 if code == SURVIVED:

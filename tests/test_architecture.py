@@ -46,8 +46,13 @@ def ours(imported: set[str]) -> set[str]:
 
 @pytest.mark.parametrize("package", ["engine", "kernels"])
 def test_the_engine_and_kernels_never_import_the_lab(package):
-    offenders = {name: sorted(imported) for name, imported in IMPORTS.items() if name.split(".")[0] == package
-                 for imported in [{i for i in imported if i.split(".")[0] in ("workbench", "benchmarks")}] if imported}
+    offenders = {
+        name: sorted(imported)
+        for name, imported in IMPORTS.items()
+        if name.split(".")[0] == package
+        for imported in [{i for i in imported if i.split(".")[0] in ("workbench", "benchmarks")}]
+        if imported
+    }
     assert not offenders
 
 
@@ -55,15 +60,24 @@ def test_the_gui_package_holds_widgets_only():
     """What needs no Qt lives in the lab, where the headless runs and the tests reach it without a
     window (replaying a run log, saving and opening runs, the window's measurements). The one
     exception runs before Qt can load: the check of Qt's X11 plugin's system libraries."""
-    qt_free = sorted(name for name, imported in IMPORTS.items() if name.startswith("workbench.gui.")
-                     and name != "workbench.gui.system_libraries" and not {i for i in imported if i.split(".")[0] in QT})
+    qt_free = sorted(
+        name
+        for name, imported in IMPORTS.items()
+        if name.startswith("workbench.gui.")
+        and name != "workbench.gui.system_libraries"
+        and not {i for i in imported if i.split(".")[0] in QT}
+    )
     assert qt_free == []
 
 
 def test_only_the_gui_package_and_benchmarks_import_qt():
-    offenders = {name: sorted(imported) for name, imported in IMPORTS.items()
-                 if not name.startswith(("workbench.gui", "benchmarks"))
-                 for imported in [{i for i in imported if i.split(".")[0] in QT}] if imported}
+    offenders = {
+        name: sorted(imported)
+        for name, imported in IMPORTS.items()
+        if not name.startswith(("workbench.gui", "benchmarks"))
+        for imported in [{i for i in imported if i.split(".")[0] in QT}]
+        if imported
+    }
     assert not offenders
 
 
@@ -75,7 +89,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         state[node] = "open"
         for neighbour in sorted(graph.get(node, ())):
             if state.get(neighbour) == "open":
-                return path[path.index(neighbour):] + [neighbour] if neighbour in path else [node, neighbour]
+                return path[path.index(neighbour) :] + [neighbour] if neighbour in path else [node, neighbour]
             if neighbour not in state and (cycle := visit(neighbour, path + [neighbour])):
                 return cycle
         state[node] = "done"
@@ -89,8 +103,10 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_our_modules_import_each_other_without_cycles():
     # A package's __init__ re-exporting its modules is not a cycle with them.
-    graph = {name: {other for other in ours(imported) if not name.startswith(other + ".") and other != name}
-             for name, imported in IMPORTS.items()}
+    graph = {
+        name: {other for other in ours(imported) if not name.startswith(other + ".") and other != name}
+        for name, imported in IMPORTS.items()
+    }
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
@@ -113,13 +129,19 @@ def test_only_the_quantization_registry_dispatches_on_method_names():
         if not isinstance(node, ast.Compare):
             return False
         operands = [node.left, *node.comparators]
-        literals = [element for operand in operands
-                    for element in (operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand])]
+        literals = [
+            element
+            for operand in operands
+            for element in (operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand])
+        ]
         return any(isinstance(literal, ast.Constant) and literal.value in METHODS for literal in literals)
 
     offenders = sorted(
-        f"{name}:{node.lineno}" for name, path in SOURCES.items() if not name.startswith("engine.quantization")
-        for node in ast.walk(ast.parse(path.read_text())) if compares_a_method_name(node)
+        f"{name}:{node.lineno}"
+        for name, path in SOURCES.items()
+        if not name.startswith("engine.quantization")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if compares_a_method_name(node)
     )
     assert not offenders
 
@@ -128,9 +150,15 @@ def test_tests_import_helpers_from_modules_of_their_own():
     """Not from conftest.py (pytest's, loaded its own way) nor from another test module (importing
     one collects its tests' module state twice): shared helpers live in helper modules."""
     offenders = sorted(
-        f"{path.relative_to(ROOT)} imports {name}" for path in sorted((ROOT / "tests").rglob("*.py"))
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
         for name in imports_of(path)
-        if name.startswith("tests.") and (name.split(".")[-1] == "conftest" or name.split(".")[-1].startswith("test_")
-                                          or ".conftest." in name or ".test_" in name)
+        if name.startswith("tests.")
+        and (
+            name.split(".")[-1] == "conftest"
+            or name.split(".")[-1].startswith("test_")
+            or ".conftest." in name
+            or ".test_" in name
+        )
     )
     assert offenders == []

@@ -22,16 +22,22 @@ def test_the_readme_is_a_guide_that_starts_with_the_two_commands():
 
 
 def test_every_relative_link_points_at_a_file():
-    broken = [f"{page.relative_to(ROOT)}: {target}" for page in PAGES
-              for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text())
-              if "://" not in target and not (page.parent / target).exists()]
+    broken = [
+        f"{page.relative_to(ROOT)}: {target}"
+        for page in PAGES
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text())
+        if "://" not in target and not (page.parent / target).exists()
+    ]
     assert broken == []
     linked = {target for target in re.findall(r"\]\((docs/[^)#\s]+)", (ROOT / "README.md").read_text())}
     assert linked == {f"docs/{page.name}" for page in PAGES[1:]}  # every page reachable from the README
 
 
 def test_every_module_the_docs_run_exists():
-    missing = [f"{page.relative_to(ROOT)}: python -m {module}" for page in PAGES
-               for module in re.findall(r"python -m ([A-Za-z_][\w.]*[\w])", page.read_text())
-               if not module.startswith(PEER_MODULES) and importlib.util.find_spec(module) is None]
+    missing = [
+        f"{page.relative_to(ROOT)}: python -m {module}"
+        for page in PAGES
+        for module in re.findall(r"python -m ([A-Za-z_][\w.]*[\w])", page.read_text())
+        if not module.startswith(PEER_MODULES) and importlib.util.find_spec(module) is None
+    ]
     assert missing == []

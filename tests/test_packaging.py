@@ -21,23 +21,53 @@ def installed(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("wheel")
     # Built from a copy: an in-tree build leaves build/, whose stale files a later wheel would carry.
     source = work / "source"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", "build", "mutants", "runs", "*.egg-info", "__pycache__",
-                                                                ".git", ".hypothesis", ".pytest_cache"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(work), str(source)],
-                   check=True, cwd=work)
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".venv", "build", "mutants", "runs", "*.egg-info", "__pycache__", ".git", ".hypothesis", ".pytest_cache"
+        ),
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(work),
+            str(source),
+        ],
+        check=True,
+        cwd=work,
+    )
     (wheel,) = work.glob("workbench-*.whl")
     target = work / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)],
+        check=True,
+    )
     return target
 
 
 def run_installed(site: Path, cwd: Path, *arguments: str) -> subprocess.CompletedProcess:
     """`workbench ARGS` from the installed files, in a folder outside the checkout."""
     environment = {**os.environ, "PYTHONPATH": str(site), "QT_QPA_PLATFORM": "offscreen"}
-    code = "import sys, workbench, workbench.cli; assert workbench.__file__.startswith(sys.argv[1]), workbench.__file__; " \
-           "sys.exit(workbench.cli.main(sys.argv[2:]))"
-    return subprocess.run([sys.executable, "-c", code, str(site), *arguments], cwd=cwd, env=environment,
-                          capture_output=True, text=True, timeout=600)
+    code = (
+        "import sys, workbench, workbench.cli; assert workbench.__file__.startswith(sys.argv[1]), workbench.__file__; "
+        "sys.exit(workbench.cli.main(sys.argv[2:]))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, str(site), *arguments],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_an_installed_wheel_lists_its_presets_and_runs_one(installed, tmp_path):
@@ -46,9 +76,20 @@ def test_an_installed_wheel_lists_its_presets_and_runs_one(installed, tmp_path):
     names = [line.split()[0] for line in listed.stdout.splitlines()]
     assert {"chat-burst", "int4-vs-none", "prefix-sharing"} <= set(names)
     # A preset on a simulated GPU (its shapes from the catalogue), run to its report.
-    ran = run_installed(installed, tmp_path, "bench", "--preset", "chat-steady", "--set", "engine.model=simulated:llama-2-7b@h100-80gb",
-                        "--set", "traffic.num_requests=5", "--out", str(tmp_path / "out"),
-                        "--no-plots")
+    ran = run_installed(
+        installed,
+        tmp_path,
+        "bench",
+        "--preset",
+        "chat-steady",
+        "--set",
+        "engine.model=simulated:llama-2-7b@h100-80gb",
+        "--set",
+        "traffic.num_requests=5",
+        "--out",
+        str(tmp_path / "out"),
+        "--no-plots",
+    )
     assert ran.returncode == 0, ran.stderr
     assert (tmp_path / "out" / "report.json").is_file()
 
@@ -59,4 +100,7 @@ def test_with_no_presets_found_the_list_says_so_and_fails(monkeypatch, tmp_path,
 
     monkeypatch.setattr(presets, "PRESET_DIR", tmp_path)
     assert main(["presets"]) == 1
-    assert capsys.readouterr().err == f"workbench: no presets found in {tmp_path} (the package data of an incomplete install)\n"
+    assert (
+        capsys.readouterr().err
+        == f"workbench: no presets found in {tmp_path} (the package data of an incomplete install)\n"
+    )

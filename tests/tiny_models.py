@@ -18,17 +18,20 @@ TINY_SHAPE = dict(
 )
 
 
-
 def save_tiny_model(directory, architecture: str, num_kv_heads: int, tie: bool = False):
     """A randomly initialised transformers model saved as safetensors; returns the model."""
     import transformers
 
     torch.manual_seed(0)
     if architecture == "qwen2":
-        config = transformers.Qwen2Config(**TINY_SHAPE, num_key_value_heads=num_kv_heads, tie_word_embeddings=tie, rope_theta=10000.0)
+        config = transformers.Qwen2Config(
+            **TINY_SHAPE, num_key_value_heads=num_kv_heads, tie_word_embeddings=tie, rope_theta=10000.0
+        )
         model = transformers.Qwen2ForCausalLM(config)
     else:
-        config = transformers.LlamaConfig(**TINY_SHAPE, num_key_value_heads=num_kv_heads, tie_word_embeddings=tie, rope_theta=50000.0)
+        config = transformers.LlamaConfig(
+            **TINY_SHAPE, num_key_value_heads=num_kv_heads, tie_word_embeddings=tie, rope_theta=50000.0
+        )
         model = transformers.LlamaForCausalLM(config)
     # Random init leaves Qwen2's q/k/v biases at zero; give them values so the bias path is tested.
     with torch.no_grad():
@@ -38,7 +41,6 @@ def save_tiny_model(directory, architecture: str, num_kv_heads: int, tie: bool =
     model.eval()
     model.save_pretrained(directory, safe_serialization=True)
     return model
-
 
 
 def tiny_engine(directory, **overrides) -> LLMEngine:

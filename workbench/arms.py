@@ -39,9 +39,12 @@ class Arms:
 
 # (metric in report.json, label with unit, decimals)
 _SPEED_ROWS = (
-    ("ttft_p50_ms", "TTFT p50 (ms)", 0), ("ttft_p99_ms", "TTFT p99 (ms)", 0),
-    ("tpot_p50_ms", "TPOT p50 (ms/token)", 1), ("tpot_p99_ms", "TPOT p99 (ms/token)", 1),
-    ("output_tok_s", "output (tokens/s)", 1), ("goodput_perc", "goodput (% of requests meeting every SLO)", 1),
+    ("ttft_p50_ms", "TTFT p50 (ms)", 0),
+    ("ttft_p99_ms", "TTFT p99 (ms)", 0),
+    ("tpot_p50_ms", "TPOT p50 (ms/token)", 1),
+    ("tpot_p99_ms", "TPOT p99 (ms/token)", 1),
+    ("output_tok_s", "output (tokens/s)", 1),
+    ("goodput_perc", "goodput (% of requests meeting every SLO)", 1),
 )
 
 
@@ -50,8 +53,10 @@ def read_arms(folder: Path) -> Arms:
     the first two variant folders by name."""
     reports = {path.parent.name: load_report(path.parent) for path in sorted(folder.glob("*/report.json"))}
     if len(reports) < 2:
-        raise ConfigError(f"{folder}: expected a sub-folder per variant, each with a report.json (what "
-                          f"`workbench bench --preset P` writes for a preset with variants); found {len(reports)}")
+        raise ConfigError(
+            f"{folder}: expected a sub-folder per variant, each with a report.json (what "
+            f"`workbench bench --preset P` writes for a preset with variants); found {len(reports)}"
+        )
     decision = next(iter(reports.values()))["scenario"].get("decision") or {}
     names = [decision.get("baseline"), decision.get("candidate")]
     if not all(name in reports for name in names):
@@ -61,11 +66,28 @@ def read_arms(folder: Path) -> Arms:
     rows = [_metric_row(label, base, cand, key, decimals) for key, label, decimals in _SPEED_ROWS]
     rows += _memory_rows(base["engine"], cand["engine"])
     rows.append(ArmsRow("quality vs the file's own weights", _quality(base), _quality(cand), ""))
-    checks = [f"{'PASS' if item['passed'] else 'FAIL'} {item['kind']} {item['criterion']}: observed "
-              + ("-" if item["observed"] is None else f"{item['observed'] * 100:+.1f}%" if item["relative"] else f"{item['observed']:+.3g}")
-              + f" (n {item['n_baseline']}/{item['n_candidate']})" for item in result["checks"]]
-    return Arms(folder, names[0], names[1], rows, why_kv_capacity_differs(base, cand), result["verdict"], checks,
-                result["differences"])
+    checks = [
+        f"{'PASS' if item['passed'] else 'FAIL'} {item['kind']} {item['criterion']}: observed "
+        + (
+            "-"
+            if item["observed"] is None
+            else f"{item['observed'] * 100:+.1f}%"
+            if item["relative"]
+            else f"{item['observed']:+.3g}"
+        )
+        + f" (n {item['n_baseline']}/{item['n_candidate']})"
+        for item in result["checks"]
+    ]
+    return Arms(
+        folder,
+        names[0],
+        names[1],
+        rows,
+        why_kv_capacity_differs(base, cand),
+        result["verdict"],
+        checks,
+        result["differences"],
+    )
 
 
 def _metric_row(label: str, base: dict, cand: dict, key: str, decimals: int) -> ArmsRow:
@@ -90,9 +112,15 @@ def _memory_rows(base: dict, cand: dict) -> list[ArmsRow]:
         first, second = ((engine.get("weight_parts") or {}).get(part) for engine in (base, cand))
         rows.append(ArmsRow(f"weights: {part} (MiB)", mib_text(first), mib_text(second), ""))
     for key, label in (("weight_bytes", "weights in all (MiB)"), ("kv_cache_bytes", "KV cache (MiB)")):
-        rows.append(ArmsRow(label, mib_text(base.get(key)), mib_text(cand.get(key)), _relative(base.get(key), cand.get(key))))
+        rows.append(
+            ArmsRow(label, mib_text(base.get(key)), mib_text(cand.get(key)), _relative(base.get(key), cand.get(key)))
+        )
     for key, label in (("kv_bytes_per_token", "KV bytes per token"), ("kv_capacity_tokens", "KV capacity (tokens)")):
-        rows.append(ArmsRow(label, count_text(base.get(key)), count_text(cand.get(key)), _relative(base.get(key), cand.get(key))))
+        rows.append(
+            ArmsRow(
+                label, count_text(base.get(key)), count_text(cand.get(key)), _relative(base.get(key), cand.get(key))
+            )
+        )
     return rows
 
 
@@ -103,7 +131,11 @@ def _quality(report: dict) -> str:
     path = model.get("path") if isinstance(model, dict) else None
     if path is None:
         return "no weights (simulated)" if isinstance(model, dict) and "simulated" in model else "-"
-    quantization, dtype, kv_dtype = versions.get("quantization", "?"), versions.get("dtype", "?"), versions.get("kv_cache_dtype", "?")
+    quantization, dtype, kv_dtype = (
+        versions.get("quantization", "?"),
+        versions.get("dtype", "?"),
+        versions.get("kv_cache_dtype", "?"),
+    )
     if quantization == UNQUANTIZED and dtype == kv_dtype == "float32":
         return EXACT
     try:
@@ -113,5 +145,7 @@ def _quality(report: dict) -> str:
     if figures is None:
         option = report["scenario"].get("engine", {}).get("quantization", "auto")
         return f"not measured: workbench quality --quant {option}"
-    return (f"perplexity {figures['perplexity_change_perc']:+.2f}%, top-1 agreement {figures['top1_agreement_perc']:.1f}% "
-            f"(n={figures['evaluated_tokens']:,} tokens)")
+    return (
+        f"perplexity {figures['perplexity_change_perc']:+.2f}%, top-1 agreement {figures['top1_agreement_perc']:.1f}% "
+        f"(n={figures['evaluated_tokens']:,} tokens)"
+    )

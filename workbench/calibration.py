@@ -12,10 +12,10 @@ from dataclasses import replace
 import numpy as np
 
 from engine.batch import ScheduledBatch, ScheduledSequence
-from engine.simulation.catalogue import HardwareProfile
-from engine.simulation.cost_model import CostModel, StepShape
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
+from engine.simulation.catalogue import HardwareProfile
+from engine.simulation.cost_model import CostModel, StepShape
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -53,7 +53,9 @@ def measure(engine: LLMEngine, repeats: int = 3) -> list[tuple[StepShape, float]
     return points
 
 
-def fit(engine: LLMEngine, base: HardwareProfile, points: list[tuple[StepShape, float]]) -> tuple[HardwareProfile, float, float]:
+def fit(
+    engine: LLMEngine, base: HardwareProfile, points: list[tuple[StepShape, float]]
+) -> tuple[HardwareProfile, float, float]:
     """Grid search on the even points; returns (profile, median |error| train, held out) in %."""
     train, held_out = points[0::2], points[1::2]
 
@@ -64,10 +66,18 @@ def fit(engine: LLMEngine, base: HardwareProfile, points: list[tuple[StepShape, 
     best, best_error = base, float("inf")
     fastest = min(measured for _, measured in points)
     efficiencies = np.geomspace(0.01, 1, 12)
-    grid = itertools.product(efficiencies, efficiencies, efficiencies, np.linspace(0, 0.8 * fastest, 5), (0.0, 1e-4, 3e-4, 1e-3))
+    grid = itertools.product(
+        efficiencies, efficiencies, efficiencies, np.linspace(0, 0.8 * fastest, 5), (0.0, 1e-4, 3e-4, 1e-3)
+    )
     for bandwidth_eff, kv_eff, compute_eff, overhead, per_sequence in grid:
-        candidate = replace(base, bandwidth_efficiency=float(bandwidth_eff), kv_bandwidth_efficiency=float(kv_eff),
-                            compute_efficiency=float(compute_eff), step_overhead_s=float(overhead), sequence_overhead_s=float(per_sequence))
+        candidate = replace(
+            base,
+            bandwidth_efficiency=float(bandwidth_eff),
+            kv_bandwidth_efficiency=float(kv_eff),
+            compute_efficiency=float(compute_eff),
+            step_overhead_s=float(overhead),
+            sequence_overhead_s=float(per_sequence),
+        )
         error = statistics.median(errors(candidate, train))
         if error < best_error:
             best, best_error = candidate, error

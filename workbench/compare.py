@@ -55,10 +55,12 @@ def load_report(run: str | Path) -> dict:
     if missing:
         raise ConfigError(f"{path}: not a workbench report (missing {', '.join(missing)})")
     metrics = report["metrics"]
-    if not isinstance(metrics, dict) or not all(isinstance(entry, dict) and {"value", "unit", "n"} <= set(entry)
-                                                for entry in metrics.values()):
-        raise ConfigError(f"{path}: metrics: expected an object of {{\"value\", \"unit\", \"n\"}} entries, "
-                          f"got {json.dumps(metrics)[:80]}")
+    if not isinstance(metrics, dict) or not all(
+        isinstance(entry, dict) and {"value", "unit", "n"} <= set(entry) for entry in metrics.values()
+    ):
+        raise ConfigError(
+            f'{path}: metrics: expected an object of {{"value", "unit", "n"}} entries, got {json.dumps(metrics)[:80]}'
+        )
     return report
 
 
@@ -71,10 +73,18 @@ def metric_rows(baseline: dict, candidate: dict) -> list[dict]:
         delta = b - a if _number(a) and _number(b) else None
         relative = delta / abs(a) if delta is not None and a else None
         unit = (first or second)["unit"]
-        rows.append({
-            "metric": name, "unit": unit, "baseline": a, "candidate": b, "delta": delta, "relative": relative,
-            "n_baseline": first["n"] if first else 0, "n_candidate": second["n"] if second else 0,
-        })
+        rows.append(
+            {
+                "metric": name,
+                "unit": unit,
+                "baseline": a,
+                "candidate": b,
+                "delta": delta,
+                "relative": relative,
+                "n_baseline": first["n"] if first else 0,
+                "n_candidate": second["n"] if second else 0,
+            }
+        )
     return rows
 
 
@@ -98,8 +108,14 @@ def check(criterion: Criterion, rows: dict[str, dict], kind: str) -> dict:
         passed = moved <= criterion.change if criterion.change >= 0 else moved >= criterion.change
         note = ""
     return {
-        "kind": kind, "criterion": str(criterion), "observed": moved, "relative": criterion.relative, "passed": passed,
-        "n_baseline": row["n_baseline"], "n_candidate": row["n_candidate"], "note": note,
+        "kind": kind,
+        "criterion": str(criterion),
+        "observed": moved,
+        "relative": criterion.relative,
+        "passed": passed,
+        "n_baseline": row["n_baseline"],
+        "n_candidate": row["n_candidate"],
+        "note": note,
     }
 
 
@@ -108,8 +124,11 @@ def compare(baseline: dict, candidate: dict, intended: list[str], tolerated: lis
     by_name = {row["metric"]: row for row in rows}
     checks = [check(Criterion.parse(text), by_name, "intended") for text in intended]
     checks += [check(Criterion.parse(text), by_name, "tolerated") for text in tolerated]
-    incomplete = [f"{role} ({'; '.join(report.get('incomplete_because') or ['incomplete'])})"
-                  for role, report in (("baseline", baseline), ("candidate", candidate)) if not report["complete"]]
+    incomplete = [
+        f"{role} ({'; '.join(report.get('incomplete_because') or ['incomplete'])})"
+        for role, report in (("baseline", baseline), ("candidate", candidate))
+        if not report["complete"]
+    ]
     if incomplete:
         verdict = f"no verdict: incomplete run: {', '.join(incomplete)}"
     elif not checks:
@@ -120,8 +139,14 @@ def compare(baseline: dict, candidate: dict, intended: list[str], tolerated: lis
         failed = ", ".join(result["criterion"] for result in checks if not result["passed"])
         verdict = f"reject: not met: {failed}"
     return {
-        "baseline": _identity(baseline), "candidate": _identity(candidate), "differences": differences(baseline, candidate),
-        "intended": intended, "tolerated": tolerated, "checks": checks, "verdict": verdict, "metrics": rows,
+        "baseline": _identity(baseline),
+        "candidate": _identity(candidate),
+        "differences": differences(baseline, candidate),
+        "intended": intended,
+        "tolerated": tolerated,
+        "checks": checks,
+        "verdict": verdict,
+        "metrics": rows,
     }
 
 
@@ -167,7 +192,12 @@ def _short(value) -> str:
 
 
 def _identity(report: dict) -> dict:
-    return {"scenario": report["scenario"]["name"], "variant": report.get("variant"), "seed": report["seed"], "complete": report["complete"]}
+    return {
+        "scenario": report["scenario"]["name"],
+        "variant": report.get("variant"),
+        "seed": report["seed"],
+        "complete": report["complete"],
+    }
 
 
 def format_comparison(result: dict) -> str:
@@ -180,8 +210,12 @@ def format_comparison(result: dict) -> str:
     lines = [
         f"baseline:  {base['scenario']} / {base['variant'] or '-'} (seed {base['seed']})",
         f"candidate: {cand['scenario']} / {cand['variant'] or '-'} (seed {cand['seed']})",
-        *(["warning: these runs differ in more than a configuration, so no delta isolates one change:"]
-          + [f"  {difference}" for difference in result.get("differences", [])] if result.get("differences") else []),
+        *(
+            ["warning: these runs differ in more than a configuration, so no delta isolates one change:"]
+            + [f"  {difference}" for difference in result.get("differences", [])]
+            if result.get("differences")
+            else []
+        ),
         "",
         f"{'metric':<34} {'baseline':>12} {'candidate':>12} {'delta':>12} {'rel':>8}  n (b/c)  unit",
     ]

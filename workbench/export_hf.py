@@ -30,38 +30,55 @@ def export_hf_directory(source: ModelSource, out_dir: Path, dtype: str = "bfloat
     out_dir.mkdir(parents=True, exist_ok=True)
     config, tokenizer = source.config, source.tokenizer
     eos = list(config.eos_token_ids or tokenizer.eos_token_ids)
-    (out_dir / "config.json").write_text(json.dumps({
-        "architectures": [_ARCHITECTURES[config.architecture]],
-        "model_type": config.architecture,
-        "vocab_size": config.vocab_size,
-        "hidden_size": config.hidden_size,
-        "intermediate_size": config.intermediate_size,
-        "num_hidden_layers": config.num_layers,
-        "num_attention_heads": config.num_heads,
-        "num_key_value_heads": config.num_kv_heads,
-        "head_dim": config.head_dim,
-        "rope_theta": config.rope_theta,
-        "rms_norm_eps": config.rms_norm_eps,
-        "max_position_embeddings": config.max_position_embeddings,
-        "tie_word_embeddings": config.tie_word_embeddings,
-        "attention_bias": config.attention_bias,
-        "hidden_act": "silu",
-        "bos_token_id": config.bos_token_id,
-        "eos_token_id": eos[0] if len(eos) == 1 else eos,
-        "torch_dtype": dtype,
-    }, indent=2) + "\n")
-    tensors = {name: tensor.to(DTYPES[dtype]).contiguous() for name, tensor in source.tensors.items()
-               if not (config.tie_word_embeddings and name == "lm_head.weight")}
+    (out_dir / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": [_ARCHITECTURES[config.architecture]],
+                "model_type": config.architecture,
+                "vocab_size": config.vocab_size,
+                "hidden_size": config.hidden_size,
+                "intermediate_size": config.intermediate_size,
+                "num_hidden_layers": config.num_layers,
+                "num_attention_heads": config.num_heads,
+                "num_key_value_heads": config.num_kv_heads,
+                "head_dim": config.head_dim,
+                "rope_theta": config.rope_theta,
+                "rms_norm_eps": config.rms_norm_eps,
+                "max_position_embeddings": config.max_position_embeddings,
+                "tie_word_embeddings": config.tie_word_embeddings,
+                "attention_bias": config.attention_bias,
+                "hidden_act": "silu",
+                "bos_token_id": config.bos_token_id,
+                "eos_token_id": eos[0] if len(eos) == 1 else eos,
+                "torch_dtype": dtype,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    tensors = {
+        name: tensor.to(DTYPES[dtype]).contiguous()
+        for name, tensor in source.tensors.items()
+        if not (config.tie_word_embeddings and name == "lm_head.weight")
+    }
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.backend.save(str(out_dir / "tokenizer.json"))
     token = tokenizer.backend.id_to_token
-    (out_dir / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": token(tokenizer.bos_token_id) if tokenizer.bos_token_id is not None else None,
-        "eos_token": token(eos[0]) if eos else None,
-        "add_bos_token": tokenizer.add_bos_token,
-        "chat_template": tokenizer.chat_template,
-        "model_max_length": config.max_position_embeddings,
-    }, indent=2) + "\n")
-    (out_dir / "generation_config.json").write_text(json.dumps({"bos_token_id": config.bos_token_id, "eos_token_id": eos}, indent=2) + "\n")
+    (out_dir / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": token(tokenizer.bos_token_id) if tokenizer.bos_token_id is not None else None,
+                "eos_token": token(eos[0]) if eos else None,
+                "add_bos_token": tokenizer.add_bos_token,
+                "chat_template": tokenizer.chat_template,
+                "model_max_length": config.max_position_embeddings,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    (out_dir / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": config.bos_token_id, "eos_token_id": eos}, indent=2) + "\n"
+    )
     return out_dir

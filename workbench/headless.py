@@ -11,13 +11,14 @@ from pathlib import Path
 
 from engine import LLMEngine
 from engine.loading.model_file import ModelSource
-from workbench.backends.protocol import Backend
 from workbench.backends.local import LocalBackend
+from workbench.backends.protocol import Backend
 from workbench.report import write_report_files
 from workbench.run_log import read_run_log
 from workbench.run_recorder import RUN_LOG_NAME, RunRecorder, run_header
 from workbench.runner import EndedRequest, ScenarioRunner
 from workbench.scenario import Scenario
+
 
 def run_headless(
     scenario: Scenario,
@@ -37,10 +38,18 @@ def run_headless(
     runner = ScenarioRunner(backend, scenario)
     start_time = backend.clock()
     log_path = out_dir / RUN_LOG_NAME
-    recorder = RunRecorder(log_path, run_header(
-        backend, dataclasses.asdict(scenario), variant=variant, seed=scenario.seed,
-        requests_planned=runner.total_requests, start_time=start_time,
-    ), trace=scenario.trace)
+    recorder = RunRecorder(
+        log_path,
+        run_header(
+            backend,
+            dataclasses.asdict(scenario),
+            variant=variant,
+            seed=scenario.seed,
+            requests_planned=runner.total_requests,
+            start_time=start_time,
+        ),
+        trace=scenario.trace,
+    )
 
     def request_ended(ended: EndedRequest) -> None:
         recorder.request_ended(ended)

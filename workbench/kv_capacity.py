@@ -19,21 +19,33 @@ def why_kv_capacity_differs(base: dict, cand: dict) -> str:
     reasons = []
     cache_bytes = first.get("kv_cache_bytes") or 0, second.get("kv_cache_bytes") or 0
     if abs(cache_bytes[0] - cache_bytes[1]) > 0.01 * max(cache_bytes):  # not just the rounding to whole blocks
-        reasons.append(f"the cache is {mib_text(first.get('kv_cache_bytes'))} vs {mib_text(second.get('kv_cache_bytes'))} MiB "
-                       "(engine.kv_cache_memory, or what the device had free after the weights)")
+        reasons.append(
+            f"the cache is {mib_text(first.get('kv_cache_bytes'))} vs {mib_text(second.get('kv_cache_bytes'))} MiB "
+            "(engine.kv_cache_memory, or what the device had free after the weights)"
+        )
     if first.get("kv_bytes_per_token") != second.get("kv_bytes_per_token"):
         dtypes = [_kv_dtype_and_why(report) for report in (base, cand)]
-        reasons.append(f"a token takes {count_text(first.get('kv_bytes_per_token'))} vs {count_text(second.get('kv_bytes_per_token'))} "
-                       f"bytes (keys and values of every layer): the cache holds {dtypes[0]} vs {dtypes[1]}")
-    return (f"KV capacity: {count_text(first.get('kv_capacity_tokens'))} vs {count_text(second.get('kv_capacity_tokens'))} tokens = "
-            "cache bytes / bytes per token, and " + "; ".join(reasons or ["the block rounding differs"]) + ".")
+        reasons.append(
+            f"a token takes {count_text(first.get('kv_bytes_per_token'))} vs "
+            f"{count_text(second.get('kv_bytes_per_token'))} "
+            f"bytes (keys and values of every layer): the cache holds {dtypes[0]} vs {dtypes[1]}"
+        )
+    return (
+        f"KV capacity: {count_text(first.get('kv_capacity_tokens'))} vs {count_text(second.get('kv_capacity_tokens'))} "
+        "tokens = "
+        "cache bytes / bytes per token, and " + "; ".join(reasons or ["the block rounding differs"]) + "."
+    )
 
 
 def _kv_dtype_and_why(report: dict) -> str:
     versions = report.get("versions", {})
     dtype = versions.get("kv_cache_dtype", "?")
-    reason = kv_cache_dtype_reason(dtype, versions.get("dtype", "?"), report["scenario"].get("engine", {}).get("kv_cache_dtype", "auto"),
-                                   str(versions.get("quantization_choice", "")))
+    reason = kv_cache_dtype_reason(
+        dtype,
+        versions.get("dtype", "?"),
+        report["scenario"].get("engine", {}).get("kv_cache_dtype", "auto"),
+        str(versions.get("quantization_choice", "")),
+    )
     return f"{dtype} ({reason})"
 
 
@@ -58,9 +70,13 @@ def count_text(value: int | None) -> str:
 def kv_cache_note(info: EngineInfo) -> str:
     """The Memory tab's line on the cache's dtype for a loaded engine (an EngineInfo): what it
     holds, why, and what bfloat16 would give where it holds float32."""
-    reason = kv_cache_dtype_reason(info.kv_cache_dtype, info.dtype, info.config.kv_cache_dtype, info.quantization_choice)
+    reason = kv_cache_dtype_reason(
+        info.kv_cache_dtype, info.dtype, info.config.kv_cache_dtype, info.quantization_choice
+    )
     note = f"{info.summary['kv_capacity_tokens']:,} tokens in {info.kv_cache_dtype} ({reason})"
     if info.kv_cache_dtype == "float32" and info.device == "cpu":
-        note += ("; in bfloat16 (quantization auto on a CPU, or engine.kv_cache_dtype = bfloat16) the same bytes hold "
-                 "twice the tokens")
+        note += (
+            "; in bfloat16 (quantization auto on a CPU, or engine.kv_cache_dtype = bfloat16) the same bytes hold "
+            "twice the tokens"
+        )
     return note

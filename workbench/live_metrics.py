@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.metrics_store import REQUEST_FIELDS, STEP_COUNTERS, STEP_FIELDS, STEP_LINES, MetricsSnapshot, MetricsStore
+from workbench.metrics_store import (
+    REQUEST_FIELDS,
+    STEP_COUNTERS,
+    STEP_FIELDS,
+    STEP_LINES,
+    MetricsSnapshot,
+    MetricsStore,
+)
 from workbench.step_overview import GrowableColumn, StepOverview
 
 
@@ -53,7 +60,9 @@ class LiveMetrics:
         store = self.store
         return MetricsSnapshot(
             steps={name: self.steps.column(name) for name in STEP_FIELDS},
-            requests={name: self.requests[name].view() if name in self.requests else np.zeros(0) for name in REQUEST_FIELDS},
+            requests={
+                name: self.requests[name].view() if name in self.requests else np.zeros(0) for name in REQUEST_FIELDS
+            },
             request_tags=self.request_tags,
             request_ids=self.request_ids,
             window_s=store.window_s,

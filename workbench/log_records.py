@@ -21,10 +21,28 @@ from workbench.traces.log import read_trace
 _NUMBER = (int, float)
 _HEADER = {"start_time": _NUMBER, "scenario": dict, "engine": dict, "versions": dict}
 _FOOTER = {"duration_s": _NUMBER}
-_TRACE = {"step": int, "time_s": _NUMBER, "full": bool, "waiting": int, "waiting_long": int, "running": int,
-          "token_budget": int, "kv_before": list, "released_before": list, "rows": list, "held": list,
-          "execute_s": _NUMBER, "other_s": _NUMBER, "block_changes": list, "registered": list, "preemptions": list,
-          "kv_after": list, "emitted": list, "decode_rows_omitted": int, "tokens_omitted": int}
+_TRACE = {
+    "step": int,
+    "time_s": _NUMBER,
+    "full": bool,
+    "waiting": int,
+    "waiting_long": int,
+    "running": int,
+    "token_budget": int,
+    "kv_before": list,
+    "released_before": list,
+    "rows": list,
+    "held": list,
+    "execute_s": _NUMBER,
+    "other_s": _NUMBER,
+    "block_changes": list,
+    "registered": list,
+    "preemptions": list,
+    "kv_after": list,
+    "emitted": list,
+    "decode_rows_omitted": int,
+    "tokens_omitted": int,
+}
 _REQUEST_KEYS = {"request_id": str, "tag": str}
 
 
@@ -110,5 +128,8 @@ def _instance(value, types_) -> bool:
 
 
 def _names(types_) -> str:
-    return "a number" if types_ == _NUMBER else {int: "an integer", bool: "true or false", list: "a list", dict: "an object",
-                                                  str: "a string"}[types_]
+    return (
+        "a number"
+        if types_ == _NUMBER
+        else {int: "an integer", bool: "true or false", list: "a list", dict: "an object", str: "a string"}[types_]
+    )

@@ -20,12 +20,29 @@ from workbench.scenario import SLO
 from workbench.step_overview import StepOverview
 
 STEP_LINES = (  # per-step series drawn as lines
-    "kv_used_perc", "kv_used_plus_cached_perc", "waiting", "waiting_long", "running",
-    "prefill_tokens", "decode_tokens", "prefill_tok_s", "decode_tok_s",
+    "kv_used_perc",
+    "kv_used_plus_cached_perc",
+    "waiting",
+    "waiting_long",
+    "running",
+    "prefill_tokens",
+    "decode_tokens",
+    "prefill_tok_s",
+    "decode_tok_s",
 )
 STEP_COUNTERS = ("preemptions_total", "rejections_total")  # cumulative: drawn as markers where they rise
 STEP_FIELDS = ("time_s", "start_s", *STEP_LINES, *STEP_COUNTERS)
-REQUEST_FIELDS = ("finish_s", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prompt_tokens", "output_tokens", "finished", "meets_slo")
+REQUEST_FIELDS = (
+    "finish_s",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "queue_ms",
+    "prompt_tokens",
+    "output_tokens",
+    "finished",
+    "meets_slo",
+)
 
 
 _ROWS_FREE_FOR_A_COPY = 10_000  # appends a copy outside the lock may overlap, with room to spare
@@ -104,9 +121,17 @@ class MetricsSnapshot:
 
 
 class MetricsStore:
-    def __init__(self, start_time: float, *, kv_capacity_tokens: int = 0, kv_cache_bytes: int = 0,
-                 step_capacity: int = 200_000, request_capacity: int = 100_000, window_s: float = 2.0,
-                 slo: SLO | None = None):
+    def __init__(
+        self,
+        start_time: float,
+        *,
+        kv_capacity_tokens: int = 0,
+        kv_cache_bytes: int = 0,
+        step_capacity: int = 200_000,
+        request_capacity: int = 100_000,
+        window_s: float = 2.0,
+        slo: SLO | None = None,
+    ):
         self.start_time = start_time
         self.slo = slo or SLO()  # fixed when a run starts; goodput is judged against it
         self.kv_capacity_tokens, self.kv_cache_bytes = kv_capacity_tokens, kv_cache_bytes
@@ -172,8 +197,10 @@ class MetricsStore:
         while self._in_window[0][0] <= now - self.window_s:
             _, *before = self._in_window.popleft()
             self._before_window = tuple(before)
-        return ((self._totals[0] - self._before_window[0]) / self.window_s,
-                (self._totals[1] - self._before_window[1]) / self.window_s)
+        return (
+            (self._totals[0] - self._before_window[0]) / self.window_s,
+            (self._totals[1] - self._before_window[1]) / self.window_s,
+        )
 
     def add_request(self, metrics: RequestMetrics, tag: str = "", request_id: str = "") -> None:
         finish = metrics.finish_time if metrics.finish_time is not None else self.start_time
@@ -245,4 +272,3 @@ def _in_order(column: list[str], ring: _Ring) -> list[str]:
 
 def _or_nan(value: float | None) -> float:
     return np.nan if value is None else value
-

@@ -13,8 +13,8 @@ import tomllib
 from pathlib import Path
 
 from engine.errors import ConfigError
-from workbench.scenario import Scenario
 from engine.settings import apply_override, build
+from workbench.scenario import Scenario
 
 PRESET_DIR = Path(str(importlib.resources.files("presets")))  # package data (presets/__init__.py)
 
@@ -35,8 +35,9 @@ def preset_path(name: str) -> Path:
     return path
 
 
-def load_preset(name: str, overrides: list[str] = (), variant: str | None = None,
-                engine_defaults: dict | None = None) -> Scenario:
+def load_preset(
+    name: str, overrides: list[str] = (), variant: str | None = None, engine_defaults: dict | None = None
+) -> Scenario:
     """The preset's scenario, or one variant of it with the variant's overrides applied.
     `engine_defaults` fills [engine] keys the preset leaves out."""
     path = preset_path(name)

@@ -11,8 +11,8 @@ import functools
 import numpy as np
 
 from engine.errors import ConfigError
-from engine.sharegpt import load_sharegpt
 from engine.loading.tokenizer import Tokenizer
+from engine.sharegpt import load_sharegpt
 from workbench.backends.protocol import Chat
 
 _CORPUS_CONVERSATIONS = 400  # about 150k tokens of English text, tokenised once
@@ -37,8 +37,10 @@ class PromptMaker:
         the token length of the reference reply, and the chat the prompt was templated from (None
         without a template: the prompt is the question's text)."""
         if self.tokenizer is None:
-            raise ConfigError("prompts: ShareGPT prompts need a model with a tokenizer (a simulated model has none); "
-                              "use synthetic prompts")
+            raise ConfigError(
+                "prompts: ShareGPT prompts need a model with a tokenizer (a simulated model has none); "
+                "use synthetic prompts"
+            )
         conversations = load_sharegpt().conversations
         conversation = conversations[int(rng.integers(0, len(conversations)))]
         text, messages = conversation.prompt, None

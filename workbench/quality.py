@@ -77,8 +77,14 @@ def _decode_speed(engine: LLMEngine, batch: int, tokens: int = 32) -> float:
     return produced / (time.perf_counter() - started)
 
 
-def evaluate(source: ModelSource, options: list[tuple[str, int | None]], total_tokens: int = 4096, dtype: str = "auto",
-             device: str = "auto", progress=lambda message: None) -> tuple[list[QualityResult], dict]:
+def evaluate(
+    source: ModelSource,
+    options: list[tuple[str, int | None]],
+    total_tokens: int = 4096,
+    dtype: str = "auto",
+    device: str = "auto",
+    progress=lambda message: None,
+) -> tuple[list[QualityResult], dict]:
     for quantization, group_size in options:  # refuse an impossible option before spending minutes
         if quantization != AUTO:
             check_quantization(quantization, group_size or 32, source.config, False)
@@ -89,13 +95,21 @@ def evaluate(source: ModelSource, options: list[tuple[str, int | None]], total_t
         is_reference = quantization == UNQUANTIZED
         label = quantization if group_size is None else f"{quantization} g{group_size}"
         progress(f"evaluating {label}")
-        config = EngineConfig(dtype=dtype, device=device, quantization=quantization, group_size=group_size or 32,
-                              num_kv_blocks=WINDOW_TOKENS // 16 + 64, max_num_seqs=32,
-                              compile_decode="off")  # it scores whole sequences in prefills
+        config = EngineConfig(
+            dtype=dtype,
+            device=device,
+            quantization=quantization,
+            group_size=group_size or 32,
+            num_kv_blocks=WINDOW_TOKENS // 16 + 64,
+            max_num_seqs=32,
+            compile_decode="off",
+        )  # it scores whole sequences in prefills
         started = time.perf_counter()
         engine = LLMEngine(config, source=source)
         load_time = time.perf_counter() - started
-        if quantization == AUTO:  # what it chose, e.g. "auto = int4 g32 + int8 head, bf16 copy from 8 rows, KV bfloat16"
+        if (
+            quantization == AUTO
+        ):  # what it chose, e.g. "auto = int4 g32 + int8 head, bf16 copy from 8 rows, KV bfloat16"
             label = f"auto = {engine.quantization}, KV {dtype_name(engine.kv_dtype)}"
         nll, kl, agree, count = 0.0, 0.0, 0, 0
         for index, window in enumerate(windows):
@@ -111,41 +125,68 @@ def evaluate(source: ModelSource, options: list[tuple[str, int | None]], total_t
             count += targets.numel()
         perplexity = math.exp(nll / count)
         baseline = results[0].perplexity if results else perplexity
-        results.append(QualityResult(
-            option=label, configuration=configuration_key(engine.quantization, dtype_name(engine.dtype), dtype_name(engine.kv_dtype)),
-            quantization=quantization, group_size=group_size, perplexity=perplexity,
-            perplexity_change_perc=100.0 * (perplexity / baseline - 1.0),
-            kl_divergence_mean_nats=0.0 if is_reference else kl / count,
-            top1_agreement_perc=100.0 if is_reference else 100.0 * agree / count,
-            evaluated_tokens=count, weight_bytes=engine.weight_bytes, unquantized_weight_bytes=engine.unquantized_weight_bytes,
-            load_time_s=load_time, decode_tok_s_batch1=_decode_speed(engine, 1), decode_tok_s_batch32=_decode_speed(engine, 32),
-        ))
-    context = {"text_set": f"ShareGPT assistant replies, seeded subset, windows of <= {WINDOW_TOKENS} tokens",
-               "sharegpt_complete_records": records, "windows": len(windows), "device": str(engine.device),
-               "dtype": dtype_name(engine.dtype)}
+        results.append(
+            QualityResult(
+                option=label,
+                configuration=configuration_key(
+                    engine.quantization, dtype_name(engine.dtype), dtype_name(engine.kv_dtype)
+                ),
+                quantization=quantization,
+                group_size=group_size,
+                perplexity=perplexity,
+                perplexity_change_perc=100.0 * (perplexity / baseline - 1.0),
+                kl_divergence_mean_nats=0.0 if is_reference else kl / count,
+                top1_agreement_perc=100.0 if is_reference else 100.0 * agree / count,
+                evaluated_tokens=count,
+                weight_bytes=engine.weight_bytes,
+                unquantized_weight_bytes=engine.unquantized_weight_bytes,
+                load_time_s=load_time,
+                decode_tok_s_batch1=_decode_speed(engine, 1),
+                decode_tok_s_batch32=_decode_speed(engine, 32),
+            )
+        )
+    context = {
+        "text_set": f"ShareGPT assistant replies, seeded subset, windows of <= {WINDOW_TOKENS} tokens",
+        "sharegpt_complete_records": records,
+        "windows": len(windows),
+        "device": str(engine.device),
+        "dtype": dtype_name(engine.dtype),
+    }
     return results, context
 
 
 def format_results(results: list[QualityResult], context: dict) -> str:
     lines = [
         f"text set: {context['text_set']} ({context['windows']} windows; the dataset file held "
-        f"{context['sharegpt_complete_records']:,} complete records); device {context['device']}, compute dtype {context['dtype']}",
+        f"{context['sharegpt_complete_records']:,} complete records); device {context['device']}, compute dtype "
+        f"{context['dtype']}",
         "",
         f"{'option':<10} {'ppl':>8} {'Δppl %':>8} {'KL nats/tok':>12} {'top-1 %':>8} {'tokens':>7} {'weights MB':>11} "
         f"{'load s':>7} {'tok/s b1':>9} {'tok/s b32':>10}",
     ]
     for result in results:
         lines.append(
-            f"{result.option:<10} {result.perplexity:>8.3f} {result.perplexity_change_perc:>+8.2f} {result.kl_divergence_mean_nats:>12.5f} "
+            f"{result.option:<10} {result.perplexity:>8.3f} {result.perplexity_change_perc:>+8.2f} "
+            f"{result.kl_divergence_mean_nats:>12.5f} "
             f"{result.top1_agreement_perc:>8.2f} {result.evaluated_tokens:>7} {result.weight_bytes / 1e6:>11.1f} "
             f"{result.load_time_s:>7.2f} {result.decode_tok_s_batch1:>9.1f} {result.decode_tok_s_batch32:>10.1f}"
         )
-    lines.append(f"(weights MB of {results[0].unquantized_weight_bytes / 1e6:.1f} MB unquantized, embeddings included; "
-                 "KL is KL(p_none || p_option) per evaluated token)")
+    lines.append(
+        f"(weights MB of {results[0].unquantized_weight_bytes / 1e6:.1f} MB unquantized, embeddings included; "
+        "KL is KL(p_none || p_option) per evaluated token)"
+    )
     return "\n".join(lines)
 
 
 def results_json(results: list[QualityResult], context: dict) -> dict:
-    units = {"perplexity": "", "perplexity_change_perc": "%", "kl_divergence_mean_nats": "nats/token", "top1_agreement_perc": "%",
-             "weight_bytes": "bytes", "load_time_s": "s", "decode_tok_s_batch1": "tokens/s", "decode_tok_s_batch32": "tokens/s"}
+    units = {
+        "perplexity": "",
+        "perplexity_change_perc": "%",
+        "kl_divergence_mean_nats": "nats/token",
+        "top1_agreement_perc": "%",
+        "weight_bytes": "bytes",
+        "load_time_s": "s",
+        "decode_tok_s_batch1": "tokens/s",
+        "decode_tok_s_batch32": "tokens/s",
+    }
     return {"context": context, "units": units, "results": [asdict(result) for result in results]}

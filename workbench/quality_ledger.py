@@ -48,8 +48,9 @@ def record(model_path: str | Path, measurements: dict[str, dict], ledger: Path |
     return ledger
 
 
-def quality_line(model_path: str | Path, option: str, quantization: str, dtype: str, kv_cache_dtype: str,
-                 ledger: Path | None = None) -> str:
+def quality_line(
+    model_path: str | Path, option: str, quantization: str, dtype: str, kv_cache_dtype: str, ledger: Path | None = None
+) -> str:
     """One line for the window: the configuration's measured cost against the file's own weights,
     that it has none, or the command that measures it. `option` is the quantization as configured
     ("auto", "int4"), `quantization` what it resolved to ("int4 g32 + int8 head, ...")."""
@@ -58,16 +59,24 @@ def quality_line(model_path: str | Path, option: str, quantization: str, dtype: 
     figures = measured_quality(model_path, quantization, dtype, kv_cache_dtype, ledger)
     if figures is None:
         return f"quality cost not measured on this machine: run workbench quality --quant {option}"
-    return (f"vs the file's own weights: perplexity {figures['perplexity_change_perc']:+.2f}%, "
-            f"KL {figures['kl_divergence_mean_nats']:.5f} nats/token, top-1 agreement {figures['top1_agreement_perc']:.2f}% "
-            f"(n = {figures['evaluated_tokens']:,} tokens, measured {figures['measured_on']})")
+    return (
+        f"vs the file's own weights: perplexity {figures['perplexity_change_perc']:+.2f}%, "
+        f"KL {figures['kl_divergence_mean_nats']:.5f} nats/token, top-1 agreement "
+        f"{figures['top1_agreement_perc']:.2f}% "
+        f"(n = {figures['evaluated_tokens']:,} tokens, measured {figures['measured_on']})"
+    )
 
 
-def measured_quality(model_path: str | Path, quantization: str, dtype: str, kv_cache_dtype: str,
-                     ledger: Path | None = None) -> dict | None:
+def measured_quality(
+    model_path: str | Path, quantization: str, dtype: str, kv_cache_dtype: str, ledger: Path | None = None
+) -> dict | None:
     """The ledger's figures for this configuration of this model file (perplexity_change_perc,
     kl_divergence_mean_nats, top1_agreement_perc, evaluated_tokens, measured_on), or None."""
-    return _read(ledger or ledger_path()).get(model_key(model_path), {}).get(configuration_key(quantization, dtype, kv_cache_dtype))
+    return (
+        _read(ledger or ledger_path())
+        .get(model_key(model_path), {})
+        .get(configuration_key(quantization, dtype, kv_cache_dtype))
+    )
 
 
 def _read(ledger: Path) -> dict:

@@ -32,9 +32,16 @@ LATENCIES = {  # report name -> how to read it from RequestMetrics
     "e2e": lambda metrics: [metrics.e2e_ms],
     "queue_time": lambda metrics: [metrics.queue_time_ms],
 }
-REQUEST_COLUMNS = ["request_id", "tag"] + [field.name for field in dataclasses.fields(RequestMetrics)] + [
-    "queue_time_ms", "ttft_ms", "tpot_ms", "e2e_ms",
-]
+REQUEST_COLUMNS = (
+    ["request_id", "tag"]
+    + [field.name for field in dataclasses.fields(RequestMetrics)]
+    + [
+        "queue_time_ms",
+        "ttft_ms",
+        "tpot_ms",
+        "e2e_ms",
+    ]
+)
 
 
 NOT_EXPOSED = "not exposed by this backend"
@@ -48,9 +55,11 @@ SERVER_STATE_METRICS = {
 
 NOTES = {
     "latency": "ttft, tpot, itl, e2e and queue_time cover finished requests (stop or length) only",
-    "goodput": "requests meeting every SLO over every request that arrived: rejected, aborted, failed and unfinished ones count as misses",
+    "goodput": "requests meeting every SLO over every request that arrived: rejected, aborted, failed and unfinished "
+    "ones count as misses",
     "output_tok_s": "every output token generated, aborted and unfinished requests' included",
-    "requests_not_sent": "planned requests the run ended before sending; they did not arrive and are in no other figure",
+    "requests_not_sent": "planned requests the run ended before sending; they did not arrive and are in no other "
+    "figure",
 }
 
 
@@ -74,7 +83,8 @@ def latency_metrics(requests: list[RequestMetrics], slo: SLO, duration_s: float,
     out[f"{prefix}goodput_perc"] = _metric(goodput, "% of arrived requests meeting every SLO", len(requests))
     out[f"{prefix}requests_meeting_slo"] = _metric(meeting, "requests meeting every SLO", len(requests))
     out[f"{prefix}goodput_req_s"] = _metric(
-        meeting / duration_s if duration_s > 0 else None, "requests meeting every SLO per second", len(requests))
+        meeting / duration_s if duration_s > 0 else None, "requests meeting every SLO per second", len(requests)
+    )
     return out
 
 
@@ -118,15 +128,22 @@ def build_report(log: RunLog) -> dict:
         "requests_finished": _metric(len(finished), "requests", len(requests)),
         "requests_rejected": _metric(_count(requests, "rejected"), "requests", len(requests)),
         "requests_aborted": _metric(_count(requests, "abort"), "requests", len(requests)),
-        "requests_failed": _metric(_count(requests, "error"), "requests the server or the network failed", len(requests)),
-        "requests_unfinished": _metric(unfinished, "requests still waiting or running when the run ended", len(requests)),
+        "requests_failed": _metric(
+            _count(requests, "error"), "requests the server or the network failed", len(requests)
+        ),
+        "requests_unfinished": _metric(
+            unfinished, "requests still waiting or running when the run ended", len(requests)
+        ),
         "requests_not_sent": _metric(not_sent, "planned requests never sent", planned),
         "preemptions": _metric(last.preemptions_total if last else 0, "events", len(steps)),
         "kv_usage_peak_perc": _metric(max(kv_usage, default=None), "% of KV blocks", len(steps)),
-        "kv_usage_mean_perc": _metric(sum(kv_usage) / len(kv_usage) if kv_usage else None, "% of KV blocks", len(steps)),
+        "kv_usage_mean_perc": _metric(
+            sum(kv_usage) / len(kv_usage) if kv_usage else None, "% of KV blocks", len(steps)
+        ),
         "prefix_cache_hit_perc": _metric(
             100.0 * last.prefix_cache_hit_tokens_total / last.prefix_cache_query_tokens_total
-            if last and last.prefix_cache_query_tokens_total else None,
+            if last and last.prefix_cache_query_tokens_total
+            else None,
             "% of prompt tokens served from the prefix cache",
             last.prefix_cache_query_tokens_total if last else 0,
         ),
@@ -137,14 +154,21 @@ def build_report(log: RunLog) -> dict:
     for tag in sorted(set(tags)):
         tagged = [metrics for metrics, request_tag in zip(requests, tags) if request_tag == tag]
         metrics.update(latency_metrics(tagged, slo, duration, prefix=f"{tag}/"))
-    incomplete_because = [reason for reason, applies in (
-        ("the run log was not closed (crash or interruption)", not log.complete),
-        (f"requests still in flight when the run ended: {unfinished}", unfinished),
-        (f"planned requests never sent: {not_sent}", not_sent),
-        ("saved while the run was going (requests in flight or still to send)", (log.footer or {}).get("saved_mid_run")),
-        *((problem, True) for problem in (log.footer or {}).get("problems", [])),
-        (log.skipped_summary(), log.skipped_lines),
-    ) if applies]
+    incomplete_because = [
+        reason
+        for reason, applies in (
+            ("the run log was not closed (crash or interruption)", not log.complete),
+            (f"requests still in flight when the run ended: {unfinished}", unfinished),
+            (f"planned requests never sent: {not_sent}", not_sent),
+            (
+                "saved while the run was going (requests in flight or still to send)",
+                (log.footer or {}).get("saved_mid_run"),
+            ),
+            *((problem, True) for problem in (log.footer or {}).get("problems", [])),
+            (log.skipped_summary(), log.skipped_lines),
+        )
+        if applies
+    ]
     return {
         "schema": "workbench-report/3",
         "complete": not incomplete_because,
@@ -178,7 +202,12 @@ def write_report_files(log: RunLog, out_dir: Path) -> dict:
         for record in log.requests:
             metrics = request_metrics(record)
             row = {**record, "token_times": json.dumps(record["token_times"])}
-            row.update(queue_time_ms=metrics.queue_time_ms, ttft_ms=metrics.ttft_ms, tpot_ms=metrics.tpot_ms, e2e_ms=metrics.e2e_ms)
+            row.update(
+                queue_time_ms=metrics.queue_time_ms,
+                ttft_ms=metrics.ttft_ms,
+                tpot_ms=metrics.tpot_ms,
+                e2e_ms=metrics.e2e_ms,
+            )
             writer.writerow({column: row.get(column) for column in REQUEST_COLUMNS})
     step_columns = ["time_since_start_s"] + [field.name for field in dataclasses.fields(StepStats)]
     with (out_dir / "steps.csv").open("w", newline="") as handle:

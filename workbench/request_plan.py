@@ -35,7 +35,8 @@ class RequestPlan:
         self._inject_rng = np.random.default_rng(inject_seed)
         self._stop_at = min((event.at_s for event in scenario.events if event.action == "stop"), default=float("inf"))
         self._injections = deque(
-            _Injection(event, event.count) for event in sorted(scenario.events, key=lambda event: event.at_s)
+            _Injection(event, event.count)
+            for event in sorted(scenario.events, key=lambda event: event.at_s)
             if event.action == "inject" and event.at_s < self._stop_at
         )
         self._traffic: PlannedTraffic | None = None
@@ -94,8 +95,15 @@ class RequestPlan:
         return self._traffic.next_request(None)
 
     def _injected(self, event: ScenarioEvent) -> PlannedRequest:
-        return injected_request(self._maker, self._inject_rng, event.prompt_tokens, event.output_tokens, self._max_model_len,
-                                event.at_s, event.tag)
+        return injected_request(
+            self._maker,
+            self._inject_rng,
+            event.prompt_tokens,
+            event.output_tokens,
+            self._max_model_len,
+            event.at_s,
+            event.tag,
+        )
 
     def clear(self) -> None:
         """Drop every request not yet sent."""

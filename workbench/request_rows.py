@@ -54,7 +54,11 @@ class RequestRows:
         progress = self._backend.progress(request_id)
         with self._lock:
             self._rows[request_id] = RequestRow(
-                request_id, tag, progress.state if progress else "rejected", prompt_token_ids, timeline=[(now_s, "arrived")],
+                request_id,
+                tag,
+                progress.state if progress else "rejected",
+                prompt_token_ids,
+                timeline=[(now_s, "arrived")],
             )
             if progress is not None:
                 self._live[request_id] = len(self._rows) - 1
@@ -89,7 +93,12 @@ class RequestRows:
             if row is None:
                 return
             row.state = _STATE_OF_END.get(metrics.finish_reason, "finished")
-            row.queue_ms, row.ttft_ms, row.tpot_ms, row.e2e_ms = metrics.queue_time_ms, metrics.ttft_ms, metrics.tpot_ms, metrics.e2e_ms
+            row.queue_ms, row.ttft_ms, row.tpot_ms, row.e2e_ms = (
+                metrics.queue_time_ms,
+                metrics.ttft_ms,
+                metrics.tpot_ms,
+                metrics.e2e_ms,
+            )
             row.preemptions = metrics.preemptions
             detail = f": {metrics.finish_detail}" if metrics.finish_detail else ""
             row.timeline.append((now_s, f"{row.state} ({metrics.finish_reason}{detail})"))

@@ -50,7 +50,9 @@ class PastTraces:
 
 def past_traces(log: RunLog) -> PastTraces:
     if not log.traces:
-        return PastTraces(None, log.header["start_time"], note=f"this run log has no step traces: {why_no_traces(log.header)}")
+        return PastTraces(
+            None, log.header["start_time"], note=f"this run log has no step traces: {why_no_traces(log.header)}"
+        )
     decoded = [read_trace(record) for record in log.traces]
     store = TraceStore(log.header["engine"]["kv_blocks"], capacity=len(decoded))
     rows: dict[str, int] = {}
@@ -59,6 +61,9 @@ def past_traces(log: RunLog) -> PastTraces:
         for request_id in (row.request_id for row in trace.rows):
             rows.setdefault(request_id, len(rows))
     held_before = decoded[0].kv_before.used_blocks
-    note = (f"the cache held {held_before} blocks from before this run: the block map shows only what its steps changed"
-            if held_before else "")
+    note = (
+        f"the cache held {held_before} blocks from before this run: the block map shows only what its steps changed"
+        if held_before
+        else ""
+    )
     return PastTraces(store, log.header["start_time"], rows, note)

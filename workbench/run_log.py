@@ -114,7 +114,7 @@ def _parse(line: bytes) -> tuple[dict | None, str | None]:
     except json.JSONDecodeError:
         return None, "not JSON" if text.endswith("\n") else "cut short (the run did not end cleanly)"
     if not isinstance(record, dict) or not isinstance(record.get("type"), str):
-        return None, "not a run-log record (no \"type\")"
+        return None, 'not a run-log record (no "type")'
     return record, None
 
 

@@ -15,8 +15,9 @@ from workbench.traces.log import FULL_TRACE_STEPS, TRACE_COLUMNS, check_trace_le
 RUN_LOG_NAME = "run.jsonl"
 
 
-def run_header(backend: Backend, scenario: dict, *, variant: str | None, seed: int, requests_planned: int | None,
-               start_time: float) -> dict:
+def run_header(
+    backend: Backend, scenario: dict, *, variant: str | None, seed: int, requests_planned: int | None, start_time: float
+) -> dict:
     """The run log's first line: everything needed to read and reproduce the run."""
     description = backend.describe()
     return {
@@ -61,11 +62,18 @@ class RunRecorder:
     def finish(self, result: RunResult) -> None:
         """Write the footer and close: the run is whole."""
         if self._writer is not None:
-            self._writer.write("footer", {
-                "duration_s": result.duration_s, "stopped_early": result.interrupted,
-                "requests_unfinished": result.num_unfinished, "requests_not_sent": result.num_not_sent,
-                "traces": self._traces_written, "traces_full": self._full_traces, "problems": result.problems,
-            })
+            self._writer.write(
+                "footer",
+                {
+                    "duration_s": result.duration_s,
+                    "stopped_early": result.interrupted,
+                    "requests_unfinished": result.num_unfinished,
+                    "requests_not_sent": result.num_not_sent,
+                    "traces": self._traces_written,
+                    "traces_full": self._full_traces,
+                    "problems": result.problems,
+                },
+            )
         self.close()
 
     def close(self) -> None:

@@ -79,7 +79,9 @@ class ScenarioRunner:
     def load_traffic(self, scenario: Scenario | None) -> None:
         """Replace the planned traffic (requests in flight carry on); arrivals count from now."""
         self.scenario = scenario
-        self.plan = RequestPlan(scenario, self.backend.max_model_len, self._prompt_maker) if scenario is not None else None
+        self.plan = (
+            RequestPlan(scenario, self.backend.max_model_len, self._prompt_maker) if scenario is not None else None
+        )
         self._paused_since = None
         self.result.start_time = self.backend.clock()
 
@@ -125,8 +127,12 @@ class ScenarioRunner:
             progress = self.backend.progress(request_id)
             if progress is None:  # ended inside a step that was interrupted before it returned
                 continue
-            metrics = dataclasses.replace(progress.metrics, token_times=list(progress.metrics.token_times), finish_reason=UNFINISHED,
-                                          finish_detail=f"{progress.state} {when}")
+            metrics = dataclasses.replace(
+                progress.metrics,
+                token_times=list(progress.metrics.token_times),
+                finish_reason=UNFINISHED,
+                finish_detail=f"{progress.state} {when}",
+            )
             unfinished.append(EndedRequest(request_id, self.tags[request_id], metrics))
         return unfinished
 
@@ -178,9 +184,21 @@ class ScenarioRunner:
     def inject(self, count: int, prompt_tokens: int, output_tokens: int, tag: str) -> list[str]:
         """Send `count` synthetic requests now (prompts of real text, lengths clipped to the model)."""
         now = self.backend.clock()
-        return [self._send(injected_request(self._prompt_maker, self._inject_rng, prompt_tokens, output_tokens,
-                                            self.backend.max_model_len, None, tag), now)
-                for _ in range(count)]
+        return [
+            self._send(
+                injected_request(
+                    self._prompt_maker,
+                    self._inject_rng,
+                    prompt_tokens,
+                    output_tokens,
+                    self.backend.max_model_len,
+                    None,
+                    tag,
+                ),
+                now,
+            )
+            for _ in range(count)
+        ]
 
     def pause(self) -> None:
         if self._paused_since is None:
@@ -205,8 +223,11 @@ class ScenarioRunner:
     def abort_waiting(self) -> int:
         """Abort the requests sent that wait for their first step (or, preempted, for the next):
         they end, reason "abort", in the next update. How many."""
-        waiting = [request_id for request_id in self._in_flight
-                   if (progress := self.backend.progress(request_id)) is not None and progress.state in WAITING_STATES]
+        waiting = [
+            request_id
+            for request_id in self._in_flight
+            if (progress := self.backend.progress(request_id)) is not None and progress.state in WAITING_STATES
+        ]
         for request_id in waiting:
             self.backend.abort(request_id)
         return len(waiting)

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
 from engine.errors import ConfigError
-from engine.settings import check_finite
 from engine.metrics import RequestMetrics
+from engine.settings import check_finite
 from workbench.traces.log import check_trace_level
 from workbench.traffic import TrafficProfile
 
@@ -96,11 +96,16 @@ class Scenario:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"seed: expected an integer >= 0, got {self.seed!r}")
         if not 0 <= self.max_duration_s < float("inf"):
-            raise ConfigError(f"max_duration_s: expected a finite number of seconds >= 0 (0 = run to completion), got {self.max_duration_s!r}")
+            raise ConfigError(
+                "max_duration_s: expected a finite number of seconds >= 0 (0 = run to completion), got "
+                f"{self.max_duration_s!r}"
+            )
         if self.traffic is None and not any(event.action == "inject" for event in self.events):
             raise ConfigError("traffic, events: a scenario needs background traffic or an inject event")
         if self.decision is not None:
             for role in ("baseline", "candidate"):
                 name = getattr(self.decision, role)
                 if name not in self.variants:
-                    raise ConfigError(f"decision.{role}: {name!r} is not a variant; variants are {', '.join(self.variants) or 'none'}")
+                    raise ConfigError(
+                        f"decision.{role}: {name!r} is not a variant; variants are {', '.join(self.variants) or 'none'}"
+                    )

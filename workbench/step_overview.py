@@ -31,7 +31,7 @@ class GrowableColumn:
             grown = np.empty(max(needed, 2 * self._data.size), dtype=self._data.dtype)
             grown[: self.size] = self._data[: self.size]
             self._data = grown  # views handed out earlier keep the old buffer
-        self._data[self.size: needed] = values
+        self._data[self.size : needed] = values
         self.size = needed
 
     def view(self) -> np.ndarray:
@@ -87,7 +87,11 @@ class StepOverview:
             return
         if self.size + count > self.capacity:
             kept = max(self.capacity // 2, count)
-            joined = {name: np.concatenate([self.column(name), values])[-kept:] for name, values in new.items()} if self.columns else new
+            joined = (
+                {name: np.concatenate([self.column(name), values])[-kept:] for name, values in new.items()}
+                if self.columns
+                else new
+            )
             self._reset()
             new = {name: values[-kept:] for name, values in joined.items()}
         previous_end = self.column("time_s")[-1] if self.size else np.inf
@@ -107,7 +111,9 @@ class StepOverview:
             self.levels.append(_Bins(self.series))
         first = self.levels[0]
         if complete > first.size:
-            low, high, broken = self._bins_from_steps(first.size * FIRST_STORED_WIDTH, complete * FIRST_STORED_WIDTH, FIRST_STORED_WIDTH)
+            low, high, broken = self._bins_from_steps(
+                first.size * FIRST_STORED_WIDTH, complete * FIRST_STORED_WIDTH, FIRST_STORED_WIDTH
+            )
             self._append(first, low, high, broken)
         level = 0
         while self.levels[level].size >= 2:
@@ -138,7 +144,9 @@ class StepOverview:
             high[name] = np.where(values[highs[:, 0]] >= values[highs[:, 1]], highs[:, 0], highs[:, 1])
         return low, high, finer.broken.view()[start:stop].reshape(-1, 2).any(axis=1)
 
-    def _bins_from_steps(self, start: int, stop: int, width: int, names: tuple[str, ...] | None = None) -> tuple[dict, dict, np.ndarray]:
+    def _bins_from_steps(
+        self, start: int, stop: int, width: int, names: tuple[str, ...] | None = None
+    ) -> tuple[dict, dict, np.ndarray]:
         """Bins of `width` steps over [start, stop), the last one possibly shorter."""
         full = (stop - start) // width
         edges = list(range(start, start + full * width + 1, width)) if full else [start]
@@ -146,7 +154,11 @@ class StepOverview:
             edges.append(stop)
         low, high = {}, {}
         breaks = self.breaks.view()
-        broken = np.logical_or.reduceat(breaks[start:stop], np.array(edges[:-1]) - start) if stop > start else np.zeros(0, bool)
+        broken = (
+            np.logical_or.reduceat(breaks[start:stop], np.array(edges[:-1]) - start)
+            if stop > start
+            else np.zeros(0, bool)
+        )
         for name in names or self.series:
             values = self.column(name)[start:stop]
             lows, highs = [], []
@@ -155,7 +167,7 @@ class StepOverview:
                 lows.append(shaped.argmin(axis=1) + np.arange(full) * width)
                 highs.append(shaped.argmax(axis=1) + np.arange(full) * width)
             if full * width < stop - start:  # the shorter last bin
-                rest = values[full * width:]
+                rest = values[full * width :]
                 lows.append([full * width + int(rest.argmin())])
                 highs.append([full * width + int(rest.argmax())])
             low[name] = np.concatenate(lows).astype(np.int64) + start if lows else np.zeros(0, np.int64)
@@ -171,7 +183,9 @@ class StepOverview:
         stop = min(int(np.searchsorted(times, x_range[1], side="left")) + 1, self.size)
         return start, stop
 
-    def line(self, name: str, x_range: tuple[float, float] | None = None, max_points: int = MAX_LINE_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    def line(
+        self, name: str, x_range: tuple[float, float] | None = None, max_points: int = MAX_LINE_POINTS
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(time_s, values) of one series over the range (None: the whole run), at most
         `max_points` points plus the NaNs where the line breaks."""
         start, stop = self.index_range(x_range)
@@ -189,17 +203,25 @@ class StepOverview:
         level = int(np.log2(width // FIRST_STORED_WIDTH)) if width >= FIRST_STORED_WIDTH else -1
         if 0 <= level < len(self.levels) and self.levels[level].size >= middle_end // width:
             bins, first_bin, end_bin = self.levels[level], middle_start // width, middle_end // width
-            middle = ({name: bins.low[name].view()[first_bin:end_bin]}, {name: bins.high[name].view()[first_bin:end_bin]},
-                      bins.broken.view()[first_bin:end_bin])
+            middle = (
+                {name: bins.low[name].view()[first_bin:end_bin]},
+                {name: bins.high[name].view()[first_bin:end_bin]},
+                bins.broken.view()[first_bin:end_bin],
+            )
         else:
             middle = self._bins_from_steps(middle_start, middle_end, width, (name,))
-        parts = (self._bins_from_steps(start, middle_start, width, (name,)), middle,
-                 self._bins_from_steps(middle_end, stop, width, (name,)))
+        parts = (
+            self._bins_from_steps(start, middle_start, width, (name,)),
+            middle,
+            self._bins_from_steps(middle_end, stop, width, (name,)),
+        )
         low = np.concatenate([part[0][name] for part in parts])
         high = np.concatenate([part[1][name] for part in parts])
         return self._points(name, low, high, np.concatenate([part[2] for part in parts]))
 
-    def _points(self, name: str, low: np.ndarray, high: np.ndarray, broken: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _points(
+        self, name: str, low: np.ndarray, high: np.ndarray, broken: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Each bin's extremes in time order, after a NaN where it holds a break."""
         first, second = np.minimum(low, high), np.maximum(low, high)
         times, values = self.column("time_s"), self.column(name)
@@ -210,11 +232,13 @@ class StepOverview:
         keep[:, 2] = second != first
         return x[keep], y[keep]
 
-    def rises(self, counter: str, x_range: tuple[float, float] | None = None, max_points: int = MAX_LINE_POINTS) -> np.ndarray:
+    def rises(
+        self, counter: str, x_range: tuple[float, float] | None = None, max_points: int = MAX_LINE_POINTS
+    ) -> np.ndarray:
         """Times in the range at which a cumulative counter went up, evenly thinned to `max_points`."""
         start, stop = self.index_range(x_range)
         steps = self._rises[counter].view()
-        steps = steps[np.searchsorted(steps, start): np.searchsorted(steps, stop)]
+        steps = steps[np.searchsorted(steps, start) : np.searchsorted(steps, stop)]
         if steps.size > max_points:
             steps = steps[:: -(-steps.size // max_points)]
         return self.column("time_s")[steps]

@@ -79,7 +79,9 @@ class TrafficProfile:
     duration_s: float = 0.0  # stop issuing after this long (0 = no limit: num_requests decides)
     prompts: str = "synthetic"  # synthetic | sharegpt | trace
     prompt_len: LengthDistribution = field(default_factory=lambda: LengthDistribution(mean=128))
-    output_len: LengthDistribution = field(default_factory=lambda: LengthDistribution(mean=64))  # sharegpt: its low and high clip the reference reply's length
+    output_len: LengthDistribution = field(
+        default_factory=lambda: LengthDistribution(mean=64)
+    )  # sharegpt: its low and high clip the reference reply's length
     trace_file: str = ""  # CSV or JSONL: arrival_s, prompt or prompt_tokens, output_tokens
     shared_prefix_tokens: int = 0  # a common "system prompt" before every synthetic prompt
     temperature: float = 0.0
@@ -132,7 +134,9 @@ def unit_gaps(profile: TrafficProfile, rng: np.random.Generator, count: int) -> 
     return rng.exponential(1.0, count)  # poisson and ramp
 
 
-def arrival_times(profile: TrafficProfile, rng: np.random.Generator, rate_changes: Iterable[tuple[float, float]] = ()) -> Iterator[float]:
+def arrival_times(
+    profile: TrafficProfile, rng: np.random.Generator, rate_changes: Iterable[tuple[float, float]] = ()
+) -> Iterator[float]:
     """Open-loop arrival times in seconds, drawn one at a time; `rate_changes` are (time_s, new
     rate) from scenario events."""
     count, now, rate_override = 0, 0.0, None
@@ -166,7 +170,11 @@ class PlannedTraffic:
     the contents of the next one, in the same order."""
 
     def __init__(
-        self, profile: TrafficProfile, prompt_maker: PromptMaker, seed: int | np.random.SeedSequence, max_model_len: int,
+        self,
+        profile: TrafficProfile,
+        prompt_maker: PromptMaker,
+        seed: int | np.random.SeedSequence,
+        max_model_len: int,
         rate_changes: Iterable[tuple[float, float]] = (),
     ):
         self.profile, self._maker, self._max_model_len = profile, prompt_maker, max_model_len
@@ -181,7 +189,8 @@ class PlannedTraffic:
             return
         if profile.prompts == "synthetic" and profile.shared_prefix_tokens > max_model_len - 3:
             raise ConfigError(
-                f"shared_prefix_tokens: {profile.shared_prefix_tokens} leaves no room for a prompt and an output within "
+                f"shared_prefix_tokens: {profile.shared_prefix_tokens} leaves no room for a prompt and an output "
+                "within "
                 f"max_model_len ({max_model_len} tokens); expected at most {max_model_len - 3}"
             )
         if profile.arrival == "closed_loop" and not profile.num_requests:
@@ -217,8 +226,15 @@ class PlannedTraffic:
         return PlannedRequest(arrival_s, tuple(prompt), output, profile.tag)
 
 
-def injected_request(prompt_maker: PromptMaker, rng: np.random.Generator, prompt_tokens: int, output_tokens: int,
-                     max_model_len: int, arrival_s: float | None, tag: str) -> PlannedRequest:
+def injected_request(
+    prompt_maker: PromptMaker,
+    rng: np.random.Generator,
+    prompt_tokens: int,
+    output_tokens: int,
+    max_model_len: int,
+    arrival_s: float | None,
+    tag: str,
+) -> PlannedRequest:
     """An injected request: a synthetic prompt and an output length, both clipped to the model."""
     prompt = prompt_maker.synthetic(min(prompt_tokens, max_model_len - 2), rng)
     output = max(1, min(output_tokens, max_model_len - len(prompt) - 1))
@@ -256,9 +272,13 @@ def read_trace(path: Path, prompt_maker: PromptMaker, rng: np.random.Generator, 
             else:
                 prompt = prompt_maker.synthetic(int(row["prompt_tokens"]), rng)
         except KeyError as exc:
-            raise ConfigError(f"{where}: missing column {exc.args[0]!r} (need arrival_s, prompt or prompt_tokens, output_tokens)") from exc
+            raise ConfigError(
+                f"{where}: missing column {exc.args[0]!r} (need arrival_s, prompt or prompt_tokens, output_tokens)"
+            ) from exc
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{where}: expected numbers for arrival_s, prompt_tokens and output_tokens ({exc})") from exc
+            raise ConfigError(
+                f"{where}: expected numbers for arrival_s, prompt_tokens and output_tokens ({exc})"
+            ) from exc
         if arrival < 0 or output < 1 or not prompt:
             raise ConfigError(f"{where}: expected arrival_s >= 0, output_tokens >= 1 and a non-empty prompt")
         planned.append(PlannedRequest(arrival, tuple(prompt), output, tag))

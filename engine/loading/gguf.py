@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from engine.errors import ModelLoadError
-from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.tokenizer import Tokenizer
+from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -59,11 +59,22 @@ def read_gguf(path: Path, progress: ProgressCallback) -> ModelSource:
         progress("dequantize", (index + 1) / len(reader.tensors))
     stored = Counter(tensor.tensor_type.name for tensor in reader.tensors)
     types = {tensor.name: tensor.tensor_type.name for tensor in reader.tensors}
-    projections = Counter(kind for name, kind in types.items()
-                          if (match := _LAYER_TENSOR.fullmatch(name)) and match.group(2) in _PROJECTIONS)
+    projections = Counter(
+        kind
+        for name, kind in types.items()
+        if (match := _LAYER_TENSOR.fullmatch(name)) and match.group(2) in _PROJECTIONS
+    )
     head_type = types.get("output.weight", types.get("token_embd.weight"))
-    return ModelSource(path, "gguf", config, tensors, tokenizer, dict(stored),
-                       projection_type=projections.most_common(1)[0][0] if projections else None, head_type=head_type)
+    return ModelSource(
+        path,
+        "gguf",
+        config,
+        tensors,
+        tokenizer,
+        dict(stored),
+        projection_type=projections.most_common(1)[0][0] if projections else None,
+        head_type=head_type,
+    )
 
 
 def read_gguf_tokenizer(path: Path) -> Tokenizer:
@@ -99,7 +110,8 @@ def _model_config(metadata: dict, reader: gguf.GGUFReader, path: Path) -> ModelC
     architecture = metadata.get("general.architecture")
     if architecture not in SUPPORTED_ARCHITECTURES:
         raise ModelLoadError(
-            f"{path}: architecture {architecture!r} is not supported; expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
+            f"{path}: architecture {architecture!r} is not supported; expected one of "
+            f"{', '.join(SUPPORTED_ARCHITECTURES)}"
         )
 
     def key(name: str, default: object = None) -> object:

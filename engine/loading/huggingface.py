@@ -15,9 +15,9 @@ from safetensors import SafetensorError, safe_open
 
 from engine.device import dtype_name
 from engine.errors import ModelLoadError
-from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.tokenizer import Tokenizer
+from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
 
 
 def read_hf_directory(directory: Path, progress: ProgressCallback) -> ModelSource:
@@ -34,7 +34,9 @@ def read_hf_directory(directory: Path, progress: ProgressCallback) -> ModelSourc
                     stored[dtype_name(tensor.dtype)] += 1
                     tensors[name] = tensor.float()
         except (SafetensorError, OSError, ValueError) as exc:
-            raise ModelLoadError(f"{file}: not a readable safetensors file, perhaps truncated or corrupt ({exc})") from exc
+            raise ModelLoadError(
+                f"{file}: not a readable safetensors file, perhaps truncated or corrupt ({exc})"
+            ) from exc
         progress("read file", (index + 1) / len(files))
     tokenizer = Tokenizer.from_hf_directory(directory, config.eos_token_ids)
     return ModelSource(directory, "safetensors", config, tensors, tokenizer, dict(stored))
@@ -56,7 +58,8 @@ def _model_config(directory: Path) -> ModelConfig:
     architecture = raw.get("model_type")
     if architecture not in SUPPORTED_ARCHITECTURES:
         raise ModelLoadError(
-            f"{config_file}: model_type {architecture!r} is not supported; expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
+            f"{config_file}: model_type {architecture!r} is not supported; expected one of "
+            f"{', '.join(SUPPORTED_ARCHITECTURES)}"
         )
     # transformers 5 nests rope settings under "rope_parameters"; older files use top-level keys.
     rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
@@ -108,5 +111,7 @@ def _safetensors_files(directory: Path) -> list[Path]:
     if files:
         return files
     if any(directory.glob("*.bin")):
-        raise ModelLoadError(f"{directory}: only pickle .bin weights found; they are never unpickled, convert to safetensors")
+        raise ModelLoadError(
+            f"{directory}: only pickle .bin weights found; they are never unpickled, convert to safetensors"
+        )
     raise ModelLoadError(f"{directory}: no *.safetensors weights found")

@@ -53,8 +53,14 @@ def all_group_sizes() -> list[int]:
     return sorted({size for method in METHODS.values() for size in method.group_sizes})
 
 
-def check_quantization(name: str, group_size: int, config: ModelConfig, quantize_lm_head: bool,
-                       batched_copy: bool = False, on_cuda: bool = False) -> None:
+def check_quantization(
+    name: str,
+    group_size: int,
+    config: ModelConfig,
+    quantize_lm_head: bool,
+    batched_copy: bool = False,
+    on_cuda: bool = False,
+) -> None:
     get_method(name).check(config, group_size, quantize_lm_head, batched_copy, on_cuda)
 
 
@@ -68,8 +74,15 @@ def has_batched_copy(model: nn.Module) -> bool:
     return any(isinstance(module, QuantizedLinear) and module.batched_weight is not None for module in model.modules())
 
 
-def quantize_model(model: nn.Module, name: str, group_size: int, quantize_lm_head: bool, progress,
-                   head_weight: torch.Tensor | None = None, batched_copy: bool = False) -> None:
+def quantize_model(
+    model: nn.Module,
+    name: str,
+    group_size: int,
+    quantize_lm_head: bool,
+    progress,
+    head_weight: torch.Tensor | None = None,
+    batched_copy: bool = False,
+) -> None:
     """Replace the projections (and the LM head when asked) in place, reporting progress.
     `head_weight`: the head to quantize when smoothing rescaled a copy of it (engine.smoothing).
     `batched_copy`: every quantized layer keeps a bf16 copy for many-row steps (QuantizedLinear)."""
@@ -82,7 +95,9 @@ def quantize_model(model: nn.Module, name: str, group_size: int, quantize_lm_hea
             for projection in PROJECTIONS:
                 linear = getattr(owner, projection, None)
                 if linear is not None:
-                    setattr(owner, projection, _quantized(method, linear.weight.data, linear.bias, group_size, batched_copy))
+                    setattr(
+                        owner, projection, _quantized(method, linear.weight.data, linear.bias, group_size, batched_copy)
+                    )
         progress("quantize", (index + 1) / len(layers))
     if quantize_lm_head:
         # int8 rather than the method's own bits: a 4-bit head costs far more quality than an
@@ -90,11 +105,14 @@ def quantize_model(model: nn.Module, name: str, group_size: int, quantize_lm_hea
         # embedding at 8 bits (Q8_0) too.
         if head_weight is None:
             head_weight = model.model.embed_tokens.weight if model.config.tie_word_embeddings else model.lm_head.weight
-        model.quantized_head = _quantized(get_method(method.lm_head_method), head_weight.data, None, group_size, batched_copy)
+        model.quantized_head = _quantized(
+            get_method(method.lm_head_method), head_weight.data, None, group_size, batched_copy
+        )
 
 
-def _quantized(method: QuantizationMethod, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int,
-               batched_copy: bool) -> nn.Module:
+def _quantized(
+    method: QuantizationMethod, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int, batched_copy: bool
+) -> nn.Module:
     layer = method.create_linear(weight, bias, group_size)
     if batched_copy:
         layer.keep_batched_copy()

@@ -31,8 +31,29 @@ CONFIGURED = "chosen in the configuration"  # the reason given when the configur
 _METHOD_FOR_PROJECTIONS = {"Q4_1": ("int4", 32), "Q8_0": ("int8", 32)}
 # GGUF block formats of 8 bits or fewer per weight: a head stored in one loses nothing more to int8
 # than the file already did.
-_AT_MOST_8_BITS = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K",
-                   "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS"}
+_AT_MOST_8_BITS = {
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q8_0",
+    "Q8_1",
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+    "Q8_K",
+    "IQ1_S",
+    "IQ1_M",
+    "IQ2_XXS",
+    "IQ2_XS",
+    "IQ2_S",
+    "IQ3_XXS",
+    "IQ3_S",
+    "IQ4_NL",
+    "IQ4_XS",
+}
 
 
 @dataclass(frozen=True)
@@ -45,22 +66,43 @@ class QuantizationChoice:
     reason: str  # one line for the window, the logs and the run's provenance
 
 
-def choose_quantization(projection_type: str | None, head_type: str | None, default_group_size: int,
-                        config: ModelConfig, device_type: str, memory_bytes: int, kv_cache_dtype: str = "auto") -> QuantizationChoice:
+def choose_quantization(
+    projection_type: str | None,
+    head_type: str | None,
+    default_group_size: int,
+    config: ModelConfig,
+    device_type: str,
+    memory_bytes: int,
+    kv_cache_dtype: str = "auto",
+) -> QuantizationChoice:
     """What "auto" runs for a file whose projections and LM head are stored as these GGUF types
     (None: not a GGUF block format, e.g. safetensors), on a device of this type and memory, with
     the configured kv_cache_dtype."""
     method, group_size = _METHOD_FOR_PROJECTIONS.get(projection_type or "", ("none", default_group_size))
     if method == "none":
         stored = f"{projection_type} projections" if projection_type else "float weights"
-        return QuantizationChoice("none", default_group_size, False, False, kv_cache_dtype, f"auto: {stored} run as stored, unquantized")
+        return QuantizationChoice(
+            "none", default_group_size, False, False, kv_cache_dtype, f"auto: {stored} run as stored, unquantized"
+        )
     head = head_type in _AT_MOST_8_BITS
     with_head = f" + int8 head (the file stores its head as {head_type})" if head else ""
     copy_bytes = batched_copy_bytes(config, head)
     copy = device_type == "cpu" and get_method(method).batched_copy_helps and copy_bytes <= memory_bytes // 4
-    with_copy = (f"; a bf16 copy for many-row steps, {copy_bytes / 1e6:,.0f} MB (at most a quarter of "
-                 f"{memory_bytes / 1e9:.0f} GB)") if copy else ""
+    with_copy = (
+        (
+            f"; a bf16 copy for many-row steps, {copy_bytes / 1e6:,.0f} MB (at most a quarter of "
+            f"{memory_bytes / 1e9:.0f} GB)"
+        )
+        if copy
+        else ""
+    )
     bf16_cache = device_type == "cpu" and kv_cache_dtype == "auto"
     with_cache = "; K/V cached in bf16" if bf16_cache else ""
-    return QuantizationChoice(method, group_size, head, copy, "bfloat16" if bf16_cache else kv_cache_dtype,
-                              f"auto: {projection_type} projections -> {method} g{group_size}{with_head}{with_copy}{with_cache}")
+    return QuantizationChoice(
+        method,
+        group_size,
+        head,
+        copy,
+        "bfloat16" if bf16_cache else kv_cache_dtype,
+        f"auto: {projection_type} projections -> {method} g{group_size}{with_head}{with_copy}{with_cache}",
+    )

@@ -16,7 +16,6 @@ from torch.nn import functional
 from engine.errors import ConfigError
 from engine.model_config import ModelConfig
 
-
 # From this many rows a step, a layer with a batched copy multiplies by the copy: on the
 # development CPU torch's packed int4 and int8 kernels ran at about the speed of a bf16 product at
 # 8 rows and 2-3x slower at 64 (docs/measurements.md, "Measured reasons behind the code").
@@ -77,12 +76,20 @@ class QuantizationMethod:
         """Why this method cannot run on this machine, or None."""
         return None
 
-    def check(self, config: ModelConfig, group_size: int, quantize_lm_head: bool, batched_copy: bool = False,
-              on_cuda: bool = False) -> None:
+    def check(
+        self,
+        config: ModelConfig,
+        group_size: int,
+        quantize_lm_head: bool,
+        batched_copy: bool = False,
+        on_cuda: bool = False,
+    ) -> None:
         """Refuse combinations that cannot run, naming the layer, the size and what to choose instead."""
         if batched_copy and (on_cuda or not self.batched_copy_helps):
-            raise ConfigError(f"batched_bf16_copy: only with int4 or int8 on the CPU, not {self.name}"
-                              f"{' on CUDA' if on_cuda and self.batched_copy_helps else ''}")
+            raise ConfigError(
+                f"batched_bf16_copy: only with int4 or int8 on the CPU, not {self.name}"
+                f"{' on CUDA' if on_cuda and self.batched_copy_helps else ''}"
+            )
         if quantize_lm_head and not self.quantizes_lm_head:
             raise ConfigError(f"quantize_lm_head: not supported with {self.name}")
         reason = self.unavailable_reason()
@@ -91,9 +98,14 @@ class QuantizationMethod:
         if not self.group_sizes:
             return
         if group_size not in self.group_sizes:
-            raise ConfigError(f"group_size: {self.name} supports {', '.join(map(str, self.group_sizes))}, got {group_size}")
-        widths = {"q/k/v/gate/up_proj": config.hidden_size, "o_proj": config.num_heads * config.head_dim,
-                  "down_proj": config.intermediate_size}
+            raise ConfigError(
+                f"group_size: {self.name} supports {', '.join(map(str, self.group_sizes))}, got {group_size}"
+            )
+        widths = {
+            "q/k/v/gate/up_proj": config.hidden_size,
+            "o_proj": config.num_heads * config.head_dim,
+            "down_proj": config.intermediate_size,
+        }
         for layer, width in widths.items():
             if width % group_size:
                 fits = [size for size in self.group_sizes if all(w % size == 0 for w in widths.values())]

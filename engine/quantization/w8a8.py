@@ -37,7 +37,8 @@ class W8A8(QuantizationMethod):
     bits_per_weight = 8
     needs_activation_smoothing = True
     # The head keeps the integer product too: at batched sizes the weight-only int8 kernel is
-    # slower than the float head and the integer product faster (docs/measurements.md, "Measured reasons behind the code").
+    # slower than the float head and the integer product faster (docs/measurements.md, "Measured reasons behind the
+    # code").
     lm_head_method = "w8a8"
 
     def create_linear(self, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int) -> nn.Module:

@@ -9,19 +9,23 @@ impossible setups are refused with the numbers instead of simulated.
 from __future__ import annotations
 
 import dataclasses
-
 from pathlib import Path
 
 import torch
 
-from engine.simulation.catalogue import hardware_profile, model_shape
 from engine.config import EngineConfig
-from engine.simulation.cost_model import CostModel
 from engine.errors import ConfigError
-from engine.memory import GPU_MEMORY_UTILIZATION, RUNTIME_OVERHEAD_FRACTION, activation_bytes_estimate, weight_bytes_estimate
+from engine.memory import (
+    GPU_MEMORY_UTILIZATION,
+    RUNTIME_OVERHEAD_FRACTION,
+    activation_bytes_estimate,
+    weight_bytes_estimate,
+)
 from engine.prepared_model import KvMemoryLimits, PreparedModel
 from engine.quantization import UNQUANTIZED, get_method
 from engine.quantization.auto import AUTO, CONFIGURED
+from engine.simulation.catalogue import hardware_profile, model_shape
+from engine.simulation.cost_model import CostModel
 from engine.simulation.executor import SimulatedClock, SimulatedExecutor
 
 PREFIX = "simulated:"
@@ -37,7 +41,9 @@ def parse(model: str) -> tuple[str, str]:
     body = model.removeprefix(PREFIX)
     name, separator, hardware = body.partition("@")
     if not separator or not name or not hardware:
-        raise ConfigError(f"model: expected 'simulated:MODEL@HARDWARE', e.g. simulated:llama-2-7b@h100-80gb; got {model!r}")
+        raise ConfigError(
+            f"model: expected 'simulated:MODEL@HARDWARE', e.g. simulated:llama-2-7b@h100-80gb; got {model!r}"
+        )
     return name, hardware
 
 
@@ -45,7 +51,10 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
     name, hardware_name = parse(config.model)
     choice = CONFIGURED
     if config.quantization == AUTO:  # the catalogue's shapes are 16-bit checkpoints
-        config, choice = dataclasses.replace(config, quantization=UNQUANTIZED), "auto: a simulated 16-bit checkpoint runs unquantized"
+        config, choice = (
+            dataclasses.replace(config, quantization=UNQUANTIZED),
+            "auto: a simulated 16-bit checkpoint runs unquantized",
+        )
     shape, _ = model_shape(name)
     hardware = hardware_profile(hardware_name)
     method = get_method(config.quantization)
@@ -55,14 +64,17 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
     usable = hardware.memory_bytes * (1 - RUNTIME_OVERHEAD_FRACTION) - activations
     if activations >= hardware.memory_bytes:
         raise ConfigError(
-            f"max_num_batched_tokens, max_num_seqs: one step's activations ({config.max_num_batched_tokens:,} tokens, logits for "
+            f"max_num_batched_tokens, max_num_seqs: one step's activations ({config.max_num_batched_tokens:,} tokens, "
+            "logits for "
             f"{config.max_num_seqs:,} sequences) need {activations / 1e9:,.1f} GB but {hardware_name} has "
             f"{hardware.memory_bytes / 1e9:.1f} GB; lower them"
         )
     if weights >= usable:
         raise ConfigError(
-            f"{name} weights need {weights / 1e9:.1f} GB at {bits} bits but {hardware_name} has {hardware.memory_bytes / 1e9:.1f} GB "
-            f"({usable / 1e9:.1f} GB after runtime overhead and activations); choose fewer bits, a smaller model or a larger GPU"
+            f"{name} weights need {weights / 1e9:.1f} GB at {bits} bits but {hardware_name} has "
+            f"{hardware.memory_bytes / 1e9:.1f} GB "
+            f"({usable / 1e9:.1f} GB after runtime overhead and activations); choose fewer bits, a smaller model or a "
+            "larger GPU"
         )
     clock = SimulatedClock(speed=config.simulation_speed)
     kv_bytes_per_token = shape.kv_bytes_per_token(KV_BYTES_PER_VALUE)
@@ -72,9 +84,20 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
         return SimulatedExecutor(cost_model, clock, kv_cache_bytes=num_blocks * config.block_size * kv_bytes_per_token)
 
     return PreparedModel(
-        config=config, quantization_choice=choice, model_config=shape, tokenizer=None, model_path=Path(config.model), stored_tensor_types={},
-        device=torch.device("cpu"), dtype=KV_DTYPE, kv_dtype=KV_DTYPE, weight_bytes=weights, unquantized_weight_bytes=shape.num_parameters * 2,
-        activation_smoothing=None, clock=clock, sleep=clock.advance,
+        config=config,
+        quantization_choice=choice,
+        model_config=shape,
+        tokenizer=None,
+        model_path=Path(config.model),
+        stored_tensor_types={},
+        device=torch.device("cpu"),
+        dtype=KV_DTYPE,
+        kv_dtype=KV_DTYPE,
+        weight_bytes=weights,
+        unquantized_weight_bytes=shape.num_parameters * 2,
+        activation_smoothing=None,
+        clock=clock,
+        sleep=clock.advance,
         kv_limits=KvMemoryLimits(
             free_bytes=int(usable - weights),
             default_bytes=int(hardware.memory_bytes * GPU_MEMORY_UTILIZATION - weights - activations),

@@ -43,7 +43,15 @@ class HardwareProfile:
         for name in ("memory_bytes", "bandwidth_bytes_s", "peak_flops"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: expected a positive number, got {getattr(self, name)}")
-        if not (0 < self.bandwidth_efficiency <= 1 and 0 < self.kv_bandwidth_efficiency <= 1 and 0 < self.compute_efficiency <= 1) or self.step_overhead_s < 0 or self.sequence_overhead_s < 0:
+        if (
+            not (
+                0 < self.bandwidth_efficiency <= 1
+                and 0 < self.kv_bandwidth_efficiency <= 1
+                and 0 < self.compute_efficiency <= 1
+            )
+            or self.step_overhead_s < 0
+            or self.sequence_overhead_s < 0
+        ):
             raise ConfigError("efficiencies must be in (0, 1], step_overhead_s and sequence_overhead_s >= 0")
 
 
@@ -97,12 +105,18 @@ def measure_this_machine() -> HardwareProfile:
     target = torch.empty_like(source)
     bandwidth = 2 * source.nbytes / _best_time(lambda: target.copy_(source))  # read + write
     size = 2048
-    left, right = torch.randn(size, size, device=device, dtype=dtype), torch.randn(size, size, device=device, dtype=dtype)
+    left, right = (
+        torch.randn(size, size, device=device, dtype=dtype),
+        torch.randn(size, size, device=device, dtype=dtype),
+    )
     flops = 2 * size**3 / _best_time(lambda: left @ right)
     return HardwareProfile(
-        source=f"measured on this machine ({'CUDA ' + torch.cuda.get_device_name() if device.type == 'cuda' else 'CPU'}, "
-               f"{torch.get_num_threads()} threads): 256 MiB copy, {size}^2 {dtype_name(dtype)} product",
-        memory_bytes=float(total_memory_bytes(device)), bandwidth_bytes_s=bandwidth, peak_flops=flops,
+        source="measured on this machine "
+        f"({'CUDA ' + torch.cuda.get_device_name() if device.type == 'cuda' else 'CPU'}, "
+        f"{torch.get_num_threads()} threads): 256 MiB copy, {size}^2 {dtype_name(dtype)} product",
+        memory_bytes=float(total_memory_bytes(device)),
+        bandwidth_bytes_s=bandwidth,
+        peak_flops=flops,
     )
 
 

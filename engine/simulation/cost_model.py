@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.batch import ScheduledBatch
-from engine.simulation.catalogue import HardwareProfile
 from engine.model_config import ModelConfig
+from engine.simulation.catalogue import HardwareProfile
 
 
 @dataclass(frozen=True)
@@ -42,14 +42,18 @@ class CostModel:
     def flops(self, shape: StepShape) -> float:
         model = self.model
         tokens = sum(new for new, _, _ in shape.sequences)
-        attention = sum(4 * model.num_layers * model.num_heads * model.head_dim * new * context for new, context, _ in shape.sequences)
+        attention = sum(
+            4 * model.num_layers * model.num_heads * model.head_dim * new * context
+            for new, context, _ in shape.sequences
+        )
         head = sum(2 * model.vocab_size * model.hidden_size for _, _, samples in shape.sequences if samples)
         return 2 * self.dense_params * tokens + attention + head
 
     def step_time(self, shape: StepShape) -> float:
         hardware = self.hardware
-        memory_time = (self.weight_bytes / (hardware.bandwidth_bytes_s * hardware.bandwidth_efficiency)
-                       + self.kv_bytes(shape) / (hardware.bandwidth_bytes_s * hardware.kv_bandwidth_efficiency))
+        memory_time = self.weight_bytes / (hardware.bandwidth_bytes_s * hardware.bandwidth_efficiency) + self.kv_bytes(
+            shape
+        ) / (hardware.bandwidth_bytes_s * hardware.kv_bandwidth_efficiency)
         compute_time = self.flops(shape) / (hardware.peak_flops * hardware.compute_efficiency)
         host_time = hardware.step_overhead_s + hardware.sequence_overhead_s * len(shape.sequences)
         return max(memory_time, compute_time) + host_time

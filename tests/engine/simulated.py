@@ -11,10 +11,8 @@ from engine import EngineConfig, LLMEngine
 LLAMA_ON_H100 = "simulated:llama-2-7b@h100-80gb"
 
 
-
 def sim(**settings):
     return LLMEngine(EngineConfig(model=LLAMA_ON_H100, **settings))
-
 
 
 @contextlib.contextmanager

@@ -11,8 +11,17 @@ LONG_OUTPUT = SamplingParams(max_tokens=200, ignore_eos=True)
 
 def engine_with_a_request_in(state: str):
     """A simulated engine and the id of a request that is now in `state`."""
-    engine = LLMEngine(EngineConfig(model="simulated:llama-2-7b@h100-80gb", num_kv_blocks=16, block_size=16,
-                                           max_model_len=256, max_num_seqs=2, max_num_batched_tokens=64, long_prompt_threshold=48))
+    engine = LLMEngine(
+        EngineConfig(
+            model="simulated:llama-2-7b@h100-80gb",
+            num_kv_blocks=16,
+            block_size=16,
+            max_model_len=256,
+            max_num_seqs=2,
+            max_num_batched_tokens=64,
+            long_prompt_threshold=48,
+        )
+    )
     if state == "waiting":
         engine.add_request([1] * 10, LONG_OUTPUT)
         engine.add_request([2] * 10, LONG_OUTPUT)
@@ -44,7 +53,9 @@ def engine_with_a_request_in(state: str):
     return engine, target
 
 
-@pytest.mark.parametrize("state", ["waiting", "waiting_long", "prefilling", "decoding", "preempted", "finished", "unknown"])
+@pytest.mark.parametrize(
+    "state", ["waiting", "waiting_long", "prefilling", "decoding", "preempted", "finished", "unknown"]
+)
 def test_abort_in_every_state_then_keep_serving(state):
     engine, target = engine_with_a_request_in(state)
     known = state not in ("finished", "unknown")
@@ -66,18 +77,24 @@ def test_abort_in_every_state_then_keep_serving(state):
 
 def test_arrival_time_is_when_a_request_was_due_not_when_the_busy_loop_sent_it():
     """Requests due during a long step are sent after it; their clocks start when they were due."""
+    from workbench.backends.local import LocalBackend
     from workbench.prompts import PromptMaker
     from workbench.request_plan import RequestPlan
-    from workbench.backends.local import LocalBackend
     from workbench.runner import ScenarioRunner
     from workbench.scenario import Scenario, ScenarioEvent
     from workbench.traffic import LengthDistribution, TrafficProfile
 
     config = EngineConfig(model="simulated:llama-2-7b@h100-80gb", max_num_batched_tokens=8192, long_prompt_threshold=0)
     scenario = Scenario(
-        name="busy", engine=config,
-        traffic=TrafficProfile(arrival="constant", rate=200.0, num_requests=20, prompt_len=LengthDistribution(mean=16),
-                               output_len=LengthDistribution(mean=4)),
+        name="busy",
+        engine=config,
+        traffic=TrafficProfile(
+            arrival="constant",
+            rate=200.0,
+            num_requests=20,
+            prompt_len=LengthDistribution(mean=16),
+            output_len=LengthDistribution(mean=4),
+        ),
         events=[ScenarioEvent(at_s=0.0, action="inject", count=1, prompt_tokens=3900, output_tokens=2, tag="long")],
     )
     engine = LLMEngine(config)
@@ -102,8 +119,13 @@ def test_every_restart_of_traffic_on_a_simulated_clock_sends_all_of_it():
     from workbench.traffic import LengthDistribution, TrafficProfile
 
     engine = LLMEngine(EngineConfig(model="simulated:llama-2-7b@h100-80gb"))
-    traffic = TrafficProfile(arrival="poisson", rate=20.0, num_requests=10, prompt_len=LengthDistribution(mean=16),
-                             output_len=LengthDistribution(mean=4))
+    traffic = TrafficProfile(
+        arrival="poisson",
+        rate=20.0,
+        num_requests=10,
+        prompt_len=LengthDistribution(mean=16),
+        output_len=LengthDistribution(mean=4),
+    )
     runner = ScenarioRunner(LocalBackend(engine), None)
     for start in range(8):
         engine.sleep(0.3 + start * 0.0137)  # idle time between presses of Start
@@ -120,9 +142,19 @@ def test_every_restart_of_traffic_on_a_simulated_clock_sends_all_of_it():
 def test_aborting_most_of_a_long_queue_keeps_the_rest_in_order():
     """Aborts mark a waiting sequence rather than re-heapify the queue (a Stop that dropped 37,000
     waiting requests one abort at a time took minutes); the line that remains is the same."""
-    engine = LLMEngine(EngineConfig(model="simulated:llama-2-7b@h100-80gb", num_kv_blocks=64, block_size=16,
-                                    max_model_len=256, max_num_seqs=1, max_num_batched_tokens=64))
-    ids = [engine.add_request([1 + index % 50] * 8, SamplingParams(max_tokens=1, ignore_eos=True)) for index in range(2000)]
+    engine = LLMEngine(
+        EngineConfig(
+            model="simulated:llama-2-7b@h100-80gb",
+            num_kv_blocks=64,
+            block_size=16,
+            max_model_len=256,
+            max_num_seqs=1,
+            max_num_batched_tokens=64,
+        )
+    )
+    ids = [
+        engine.add_request([1 + index % 50] * 8, SamplingParams(max_tokens=1, ignore_eos=True)) for index in range(2000)
+    ]
     kept = ids[::97]
     for request_id in set(ids) - set(kept):
         assert engine.abort(request_id)
@@ -130,5 +162,7 @@ def test_aborting_most_of_a_long_queue_keeps_the_rest_in_order():
     assert [seq.request_id for seq in engine.scheduler.waiting] == kept
     started = []
     while engine.has_unfinished():
-        started += [output.request_id for output in engine.step().outputs if output.finished and output.finish_reason != "abort"]
+        started += [
+            output.request_id for output in engine.step().outputs if output.finished and output.finish_reason != "abort"
+        ]
     assert started == kept

@@ -11,14 +11,17 @@ from engine.quantization.auto import choose_quantization
 from workbench.provenance import environment
 
 
-@pytest.mark.parametrize("projections, head, expected", [
-    ("Q4_1", "Q8_0", ("int4", 32, True)),  # the bundled SmolLM2 file
-    ("Q4_1", "F16", ("int4", 32, False)),  # a float head stays float
-    ("Q8_0", "Q8_0", ("int8", 32, True)),
-    ("Q4_K", "Q6_K", ("none", 64, False)),  # no method here reproduces K-quants: run them dequantized
-    ("F16", "F16", ("none", 64, False)),
-    (None, None, ("none", 64, False)),  # safetensors
-])
+@pytest.mark.parametrize(
+    "projections, head, expected",
+    [
+        ("Q4_1", "Q8_0", ("int4", 32, True)),  # the bundled SmolLM2 file
+        ("Q4_1", "F16", ("int4", 32, False)),  # a float head stays float
+        ("Q8_0", "Q8_0", ("int8", 32, True)),
+        ("Q4_K", "Q6_K", ("none", 64, False)),  # no method here reproduces K-quants: run them dequantized
+        ("F16", "F16", ("none", 64, False)),
+        (None, None, ("none", 64, False)),  # safetensors
+    ],
+)
 def test_each_file_type_gets_the_method_that_reproduces_it(projections, head, expected, smollm_source):
     choice = choose_quantization(projections, head, 64, smollm_source.config, "cuda", 80 << 30)
     assert (choice.method, choice.group_size, choice.quantize_lm_head) == expected
@@ -27,18 +30,26 @@ def test_each_file_type_gets_the_method_that_reproduces_it(projections, head, ex
     assert choice.kv_cache_dtype == "auto"  # there the cache holds the compute dtype (bf16)
 
 
-@pytest.mark.parametrize("projections, device, memory_gb, copy", [
-    ("Q4_1", "cpu", 24, True),
-    ("Q8_0", "cpu", 24, True),
-    ("Q4_1", "cpu", 1, False),  # SmolLM2's copy (269 MB) would take more than a quarter of 1 GB
-    ("F16", "cpu", 24, False),  # float weights run as stored: no quantized layer to copy
-])
-def test_on_the_cpu_a_batched_copy_is_kept_when_it_takes_at_most_a_quarter_of_memory(projections, device, memory_gb, copy, smollm_source):
+@pytest.mark.parametrize(
+    "projections, device, memory_gb, copy",
+    [
+        ("Q4_1", "cpu", 24, True),
+        ("Q8_0", "cpu", 24, True),
+        ("Q4_1", "cpu", 1, False),  # SmolLM2's copy (269 MB) would take more than a quarter of 1 GB
+        ("F16", "cpu", 24, False),  # float weights run as stored: no quantized layer to copy
+    ],
+)
+def test_on_the_cpu_a_batched_copy_is_kept_when_it_takes_at_most_a_quarter_of_memory(
+    projections, device, memory_gb, copy, smollm_source
+):
     choice = choose_quantization(projections, "Q8_0", 32, smollm_source.config, device, memory_gb << 30)
     assert choice.batched_copy == copy
     assert ("bf16 copy for many-row steps, 269 MB" in choice.reason) == copy
     quantized = projections != "F16"
-    assert choice.kv_cache_dtype == ("bfloat16" if quantized else "auto") and ("K/V cached in bf16" in choice.reason) == quantized
+    assert (
+        choice.kv_cache_dtype == ("bfloat16" if quantized else "auto")
+        and ("K/V cached in bf16" in choice.reason) == quantized
+    )
 
 
 def test_a_kv_cache_dtype_in_the_configuration_is_kept(smollm_source):
@@ -49,17 +60,26 @@ def test_a_kv_cache_dtype_in_the_configuration_is_kept(smollm_source):
 def test_the_bundled_q4_1_file_runs_as_int4_g32_with_an_int8_head_by_default(smollm_source):
     engine = LLMEngine(EngineConfig(device="cpu", kv_cache_memory=32 << 20), source=smollm_source)
     config = engine.config
-    assert (config.quantization, config.group_size, config.quantize_lm_head, config.batched_bf16_copy) == ("int4", 32, True, True)
+    assert (config.quantization, config.group_size, config.quantize_lm_head, config.batched_bf16_copy) == (
+        "int4",
+        32,
+        True,
+        True,
+    )
     assert config.kv_cache_dtype == "bfloat16" and engine.kv_dtype == torch.bfloat16 and engine.dtype == torch.float32
     assert engine.quantization == "int4 g32 + int8 head, bf16 copy from 8 rows"
     assert engine.quantization_choice.startswith(
-        "auto: Q4_1 projections -> int4 g32 + int8 head (the file stores its head as Q8_0); a bf16 copy for many-row steps, 269 MB")
+        "auto: Q4_1 projections -> int4 g32 + int8 head (the file stores its head as Q8_0); a bf16 copy for many-row "
+        "steps, 269 MB"
+    )
     assert engine.quantization_choice.endswith("; K/V cached in bf16")
     versions = environment(engine)
     assert versions["quantization"] == engine.quantization and versions["quantization_choice"].startswith("auto: Q4_1")
     assert versions["kv_cache_dtype"] == "bfloat16" and versions["dtype"] == "float32"
     greedy = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
-    reference = LLMEngine(EngineConfig(device="cpu", kv_cache_memory=32 << 20, quantization="none"), source=smollm_source)
+    reference = LLMEngine(
+        EngineConfig(device="cpu", kv_cache_memory=32 << 20, quantization="none"), source=smollm_source
+    )
     prompt = engine.tokenizer.encode("The capital of France is")
     assert engine.generate([prompt], greedy)[0].token_ids[:4] == reference.generate([prompt], greedy)[0].token_ids[:4]
 

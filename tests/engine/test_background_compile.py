@@ -21,20 +21,28 @@ def run_with_the_default_compile(script: str, inductor_cache, timeout_s: float =
     background) and an empty inductor cache, so that the compile is still running when it exits."""
     environment = {key: value for key, value in os.environ.items() if key != COMPILE_DECODE_ENVIRONMENT}
     environment["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_cache)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, env=environment,
-                          timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=timeout_s,
+    )
 
 
 @pytest.mark.slow
 def test_a_process_that_exits_while_the_graph_compiles_keeps_its_exit_status(tmp_path):
-    finished = run_with_the_default_compile("""
+    finished = run_with_the_default_compile(
+        """
         import sys
         from engine import EngineConfig, LLMEngine, SamplingParams
         engine = LLMEngine(EngineConfig(model="smollm2-135m"))
         engine.generate(["Hello there"], SamplingParams(max_tokens=16))
         print(engine.executor.decode_mode, flush=True)
         sys.exit(3)
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert finished.returncode == 3, finished.stderr[-2000:]
     assert finished.stdout.strip() == "eager (compiling in the background)"  # the compile was running at exit
     assert "terminate called" not in finished.stderr
@@ -44,7 +52,8 @@ def test_a_process_that_exits_while_the_graph_compiles_keeps_its_exit_status(tmp
 def test_an_engine_closed_mid_compile_gives_way_to_the_next_one(tmp_path):
     """Three engines in a row, each closed while it compiles (a reload), then one that serves:
     its tokens are the eager engine's."""
-    finished = run_with_the_default_compile("""
+    finished = run_with_the_default_compile(
+        """
         from engine import EngineConfig, LLMEngine, SamplingParams
         params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
         for _ in range(3):
@@ -55,10 +64,13 @@ def test_an_engine_closed_mid_compile_gives_way_to_the_next_one(tmp_path):
             assert not engine.executor.compiling, "the compile thread outlived close()"
             print(engine.executor.decode_mode, flush=True)
         served = engine.generate(["The capital of France is"], params)[0].token_ids
-        eager = LLMEngine(EngineConfig(model="smollm2-135m", compile_decode="off")).generate(["The capital of France is"], params)
+        eager_engine = LLMEngine(EngineConfig(model="smollm2-135m", compile_decode="off"))
+        eager = eager_engine.generate(["The capital of France is"], params)
         assert served == eager[0].token_ids, (served, eager[0].token_ids)
         print("same tokens", flush=True)
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert finished.stdout.splitlines() == ["eager (compile stopped)"] * 3 + ["same tokens"]
 

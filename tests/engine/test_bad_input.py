@@ -103,7 +103,9 @@ def test_compile_decode_reads_older_presets_booleans_and_its_default_from_the_en
     monkeypatch.setenv("WORKBENCH_COMPILE_DECODE", "background")
     assert EngineConfig().compile_decode == "background"
     monkeypatch.setenv("WORKBENCH_COMPILE_DECODE", "soon")
-    with pytest.raises(ConfigError, match=r"compile_decode: expected one of .*, got 'soon' \(from \$WORKBENCH_COMPILE_DECODE\)"):
+    with pytest.raises(
+        ConfigError, match=r"compile_decode: expected one of .*, got 'soon' \(from \$WORKBENCH_COMPILE_DECODE\)"
+    ):
         EngineConfig()
 
 
@@ -133,7 +135,9 @@ def test_what_a_step_could_not_use_is_refused_by_add_request(tiny_llama):
     end, then new tokens)."""
     directory, _ = tiny_llama
     engine = tiny_engine(directory)
-    with pytest.raises(EngineError, match=r"top_k: expected at most the vocabulary size \(96\), got 9223372036854775808"):
+    with pytest.raises(
+        EngineError, match=r"top_k: expected at most the vocabulary size \(96\), got 9223372036854775808"
+    ):
         engine.add_request([1, 2], SamplingParams(top_k=2**63))
     engine.add_request([1, 2], SamplingParams(top_k=96, max_tokens=2))  # the whole vocabulary is fine
     with pytest.raises(EngineError, match="arrival_time: expected .* no later than now"):

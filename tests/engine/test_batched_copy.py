@@ -30,7 +30,9 @@ def test_the_copy_holds_the_kernels_weights_and_serves_steps_from_batched_rows_o
     assert layer.batched_weight.dtype == torch.bfloat16 and layer.batched_weight.shape == (96, 64)
     if method == "int4":  # the file's own 16 levels per group, rounded to bf16
         expected = dequantize_int4(*quantize_int4(weight, 32), 32)
-        torch.testing.assert_close(layer.batched_weight.float(), expected, rtol=2**-8, atol=2**-8 * expected.abs().max().item())
+        torch.testing.assert_close(
+            layer.batched_weight.float(), expected, rtol=2**-8, atol=2**-8 * expected.abs().max().item()
+        )
     inputs = torch.randn(BATCHED_ROWS + 3, 64, generator=torch.Generator().manual_seed(1))
     for rows in range(1, BATCHED_ROWS + 3):
         x = inputs[:rows]

@@ -22,7 +22,9 @@ PROMPTS = [[5, 9, 2, 40, 7], [3] * 19, [11, 12], list(range(1, 38))]  # mixed le
 
 def generate_each_way(engine):
     """One request alone (batch of one), then all together (a batch of several)."""
-    return [engine.generate([PROMPTS[0]], GREEDY)[0].token_ids] + [output.token_ids for output in engine.generate(PROMPTS, GREEDY)]
+    return [engine.generate([PROMPTS[0]], GREEDY)[0].token_ids] + [
+        output.token_ids for output in engine.generate(PROMPTS, GREEDY)
+    ]
 
 
 def test_compiled_decode_matches_eager_without_compiling_mid_run(tiny_llama):
@@ -51,6 +53,7 @@ def test_failed_compile_falls_back_to_eager(tiny_llama, monkeypatch):
     def broken_compile(function, **options):
         def run(*args):
             raise RuntimeError("no C++ compiler found")
+
         return run
 
     monkeypatch.setattr(engine.executor.torch, "compile", broken_compile)

@@ -24,7 +24,12 @@ GREEDY = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
 
 def chat_prompts(engine, count):
     template = engine.tokenizer.apply_chat_template
-    return [engine.tokenizer.encode(template([{"role": "user", "content": TEXTS[i % len(TEXTS)] + " " * (i // len(TEXTS))}])) for i in range(count)]
+    return [
+        engine.tokenizer.encode(
+            template([{"role": "user", "content": TEXTS[i % len(TEXTS)] + " " * (i // len(TEXTS))}])
+        )
+        for i in range(count)
+    ]
 
 
 def tokens(outputs):
@@ -99,7 +104,9 @@ def test_same_seed_same_tokens_whatever_the_batch(make_smollm_engine):
     alone = engine.generate([prompts[0]], sampled)[0].token_ids
     together = engine.generate(prompts, [sampled] + [SamplingParams(max_tokens=12, temperature=1.0)] * 5)
     assert together[0].token_ids == alone
-    other_seed = engine.generate([prompts[0]], SamplingParams(max_tokens=12, temperature=0.9, top_p=0.95, top_k=50, seed=99))
+    other_seed = engine.generate(
+        [prompts[0]], SamplingParams(max_tokens=12, temperature=0.9, top_p=0.95, top_k=50, seed=99)
+    )
     assert other_seed[0].token_ids != alone
 
 

@@ -6,17 +6,17 @@ import dataclasses
 
 import pytest
 
-from engine import ConfigError, EngineConfig, LLMEngine
 from benchmarks.soak import soak
+from engine import ConfigError, EngineConfig, LLMEngine
+from engine.memory import concurrency_lines, params_only_line, weight_bytes_estimate
 from engine.simulation.catalogue import hardware_profile, model_names, model_shape
 from engine.simulation.cost_model import CostModel, StepShape
-from engine.memory import concurrency_lines, params_only_line, weight_bytes_estimate
+from engine.simulation.executor import SimulatedClock, SimulatedExecutor
+from tests.tiny_models import tiny_engine
 from workbench.backends.local import LocalBackend
 from workbench.runner import ScenarioRunner
 from workbench.scenario import Scenario
-from engine.simulation.executor import SimulatedClock, SimulatedExecutor
 from workbench.traffic import LengthDistribution, TrafficProfile
-from tests.tiny_models import tiny_engine
 
 
 def test_the_mission_worked_number():
@@ -33,8 +33,19 @@ def test_kv_bytes_per_token():
 
 
 def test_catalogue_covers_the_required_shapes_and_gpus():
-    assert {"llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-0.5b",
-            "qwen2.5-7b", "smollm2-135m", "smollm2-360m", "smollm2-1.7b"} <= set(model_names())
+    assert {
+        "llama-2-7b",
+        "llama-2-13b",
+        "llama-2-70b",
+        "llama-3-8b",
+        "llama-3-70b",
+        "mistral-7b",
+        "qwen2.5-0.5b",
+        "qwen2.5-7b",
+        "smollm2-135m",
+        "smollm2-360m",
+        "smollm2-1.7b",
+    } <= set(model_names())
     for gpu in ("h100-80gb", "h200", "a100-40gb", "a100-80gb", "l4", "rtx-4090"):
         assert hardware_profile(gpu).source
     assert model_shape("llama-3-8b")[0].num_parameters == pytest.approx(8.03e9, rel=0.01)
@@ -50,7 +61,12 @@ def test_concurrent_4k_chats_on_an_h100():
     weights = 6_738_415_616 * 2  # parameters x 2 bytes
     activations = 2048 * (4 * 4096 + 2 * 32 * 128 + 3 * 11008) * 2 + 256 * 32000 * 4  # one layer live, fp32 logits
     overhead = 4_000_000_000  # 5% of 80 GB
-    assert [line.bytes for line in lines] == [weights, activations, overhead, 80_000_000_000 - weights - activations - overhead]
+    assert [line.bytes for line in lines] == [
+        weights,
+        activations,
+        overhead,
+        80_000_000_000 - weights - activations - overhead,
+    ]
     assert fits == 28  # 62.25 GB / (512 KiB x 4,096 tokens = 2.147 GB) = 28.99
 
 
@@ -102,13 +118,29 @@ def test_same_step_times_same_scheduling_decisions(tiny_llama):
     simulated.sleep = simulated.clock.advance
     simulated.executor = SimulatedExecutor(cost, simulated.clock, kv_cache_bytes=real.kv_cache_bytes)
 
-    traffic = TrafficProfile(arrival="gamma", rate=300.0, burstiness=0.5, num_requests=40,
-                             prompt_len=LengthDistribution(kind="uniform", low=2, high=60), output_len=LengthDistribution(kind="uniform", low=1, high=12))
+    traffic = TrafficProfile(
+        arrival="gamma",
+        rate=300.0,
+        burstiness=0.5,
+        num_requests=40,
+        prompt_len=LengthDistribution(kind="uniform", low=2, high=60),
+        output_len=LengthDistribution(kind="uniform", low=1, high=12),
+    )
 
     def decisions(engine):
         steps = []
-        ScenarioRunner(LocalBackend(engine), Scenario(name="same", traffic=traffic, seed=4), on_step=lambda step: steps.append(
-            (sorted(step.scheduled.items()), step.stats.kv_blocks_used, step.stats.num_waiting_long, step.stats.preemptions_total))).run()
+        ScenarioRunner(
+            LocalBackend(engine),
+            Scenario(name="same", traffic=traffic, seed=4),
+            on_step=lambda step: steps.append(
+                (
+                    sorted(step.scheduled.items()),
+                    step.stats.kv_blocks_used,
+                    step.stats.num_waiting_long,
+                    step.stats.preemptions_total,
+                )
+            ),
+        ).run()
         return steps
 
     real_steps, simulated_steps = decisions(real), decisions(simulated)
@@ -118,7 +150,9 @@ def test_same_step_times_same_scheduling_decisions(tiny_llama):
 
 def test_cost_model_decode_is_bandwidth_bound_and_prefill_compute_bound():
     llama, _ = model_shape("llama-2-7b")
-    model = CostModel(llama, hardware_profile("h100-80gb"), weight_bytes_estimate(llama, 16), llama.kv_bytes_per_token(2))
+    model = CostModel(
+        llama, hardware_profile("h100-80gb"), weight_bytes_estimate(llama, 16), llama.kv_bytes_per_token(2)
+    )
 
     def decode(batch):
         return model.step_time(StepShape(tuple((1, 512, True) for _ in range(batch))))
@@ -158,12 +192,16 @@ def test_cost_model_step_time_is_its_formula_exactly():
     assert CostModel(tied, hardware, 1, 1).dense_params == tied.num_parameters - tied.vocab_size * tied.hidden_size
     for shape in (StepShape(((1, 700, True),) * 3), StepShape(((2048, 2048, True), (1, 90, False)))):
         tokens = sum(new for new, _, _ in shape.sequences)
-        attention = sum(4 * llama.num_layers * llama.num_heads * llama.head_dim * new * context for new, context, _ in shape.sequences)
+        attention = sum(
+            4 * llama.num_layers * llama.num_heads * llama.head_dim * new * context
+            for new, context, _ in shape.sequences
+        )
         head = 2 * llama.vocab_size * llama.hidden_size * sum(samples for _, _, samples in shape.sequences)
         flops = 2 * model.dense_params * tokens + attention + head
         assert model.flops(shape) == flops
-        memory = (model.weight_bytes / (hardware.bandwidth_bytes_s * hardware.bandwidth_efficiency)
-                  + model.kv_bytes(shape) / (hardware.bandwidth_bytes_s * hardware.kv_bandwidth_efficiency))
+        memory = model.weight_bytes / (hardware.bandwidth_bytes_s * hardware.bandwidth_efficiency) + model.kv_bytes(
+            shape
+        ) / (hardware.bandwidth_bytes_s * hardware.kv_bandwidth_efficiency)
         compute = flops / (hardware.peak_flops * hardware.compute_efficiency)
         host = hardware.step_overhead_s + hardware.sequence_overhead_s * len(shape.sequences)
         assert model.step_time(shape) == pytest.approx(max(memory, compute) + host, rel=1e-12)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from engine import RequestMetrics, percentiles
@@ -36,7 +35,9 @@ def test_engine_fills_request_and_step_metrics_on_a_fake_clock(tiny_llama):
     ticks = iter(range(10_000))
     engine = tiny_engine(directory)
     engine.clock = lambda: float(next(ticks))
-    request = engine.add_request([1, 2, 3], SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True), arrival_time=0.0)
+    request = engine.add_request(
+        [1, 2, 3], SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True), arrival_time=0.0
+    )
     outputs = []
     durations, split = [], []
     while engine.has_unfinished():
@@ -51,4 +52,9 @@ def test_engine_fills_request_and_step_metrics_on_a_fake_clock(tiny_llama):
     assert [len(output.new_token_ids) for output in outputs] == [1, 1, 1]
     assert metrics.num_output_tokens == 3 and metrics.finish_reason == "length"
     assert metrics.token_times == [3.0, 7.0, 11.0] and metrics.finish_time == 11.0
-    assert (metrics.queue_time_ms, metrics.ttft_ms, metrics.e2e_ms, metrics.tpot_ms) == (1000.0, 3000.0, 11000.0, 4000.0)
+    assert (metrics.queue_time_ms, metrics.ttft_ms, metrics.e2e_ms, metrics.tpot_ms) == (
+        1000.0,
+        3000.0,
+        11000.0,
+        4000.0,
+    )

@@ -24,9 +24,13 @@ def test_quantized_models_stay_fluent_and_agree_with_none_at_first(make_smollm_e
     reference = make_smollm_engine(kv_cache_memory=32 << 20)
     quantized = make_smollm_engine(kv_cache_memory=32 << 20, quantization=method)
     params = SamplingParams(max_tokens=24, temperature=0.0)
-    for prompt, expected, actual in zip(PROMPTS, reference.generate(PROMPTS, params), quantized.generate(PROMPTS, params)):
+    for prompt, expected, actual in zip(
+        PROMPTS, reference.generate(PROMPTS, params), quantized.generate(PROMPTS, params)
+    ):
         words = actual.text.split()
-        assert len(words) >= 3 and sum(word.strip(".,!?:;()").isalnum() for word in words) / len(words) > 0.8, actual.text
+        assert len(words) >= 3 and sum(word.strip(".,!?:;()").isalnum() for word in words) / len(words) > 0.8, (
+            actual.text
+        )
         # The unquantized model's first three tokens stay among the quantized one's two most likely.
         # Not equality: w8a8 flips close calls (top-1 agreement 95.6% in workbench quality); before
         # smoothing it answered "1. Red" as "The rainbow is made up of three colours: ...".
@@ -43,8 +47,11 @@ def test_int4_holds_packed_bytes_and_reports_them(make_smollm_engine):
     assert isinstance(projection, Int4Linear) and projection.qweight.dtype == torch.uint8
     assert projection.qweight.numel() == 576 * 1536 // 2  # two weights per byte
     config = engine.model_config
-    projections = config.num_layers * (2 * config.hidden_size**2 + 2 * config.hidden_size * config.num_kv_heads * config.head_dim
-                                       + 3 * config.hidden_size * config.intermediate_size)
+    projections = config.num_layers * (
+        2 * config.hidden_size**2
+        + 2 * config.hidden_size * config.num_kv_heads * config.head_dim
+        + 3 * config.hidden_size * config.intermediate_size
+    )
     packed_and_groups = projections // 2 + projections // 32 * 2 * 2  # bytes + bf16 scale and zero per group
     rest = engine.unquantized_weight_bytes - projections * 4  # embeddings and norms stay float32
     assert engine.weight_bytes == packed_and_groups + rest
@@ -52,7 +59,9 @@ def test_int4_holds_packed_bytes_and_reports_them(make_smollm_engine):
 
 def test_impossible_quantization_is_refused_with_the_layer_and_a_choice(tiny_llama):
     directory, _ = tiny_llama  # hidden 48: group 32 does not divide it
-    with pytest.raises(ConfigError, match="group_size: 32 does not divide q/k/v/gate/up_proj's input width 48; choose int8 instead"):
+    with pytest.raises(
+        ConfigError, match="group_size: 32 does not divide q/k/v/gate/up_proj's input width 48; choose int8 instead"
+    ):
         tiny_engine(directory, quantization="int4", group_size=32)
     with pytest.raises(ConfigError, match="group_size: int4 supports 32, 64, 128, got 48"):
         tiny_engine(directory, quantization="int4", group_size=48)
@@ -69,7 +78,10 @@ def test_int8_weights_work_on_any_width_with_the_lm_head_too(tiny_llama, method)
     head_in_float = tiny_engine(directory, quantization=method).generate([[1, 2, 3, 4]], greedy)[0]
     assert output.token_ids == head_in_float.token_ids and engine.executor.model.quantized_head is not None
     projection = engine.executor.model.model.layers[0].mlp.gate_up_proj
-    assert isinstance(projection, {"int8": Int8Linear, "w8a8": W8A8Linear}[method]) and projection.qweight.dtype == torch.int8
+    assert (
+        isinstance(projection, {"int8": Int8Linear, "w8a8": W8A8Linear}[method])
+        and projection.qweight.dtype == torch.int8
+    )
 
 
 @pytest.mark.parametrize("method", ["int8", "w8a8"])  # int4 needs widths of 32 and up; the tiny model's is 48

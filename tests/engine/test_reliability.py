@@ -11,11 +11,11 @@ import pytest
 
 from engine import ConfigError, EngineConfig, EngineError, LLMEngine, SamplingParams
 from engine.simulation.catalogue import hardware_names, model_names
+from tests.engine.simulated import LLAMA_ON_H100, sim
 from workbench.headless import run_headless
 from workbench.prompts import PromptMaker
 from workbench.scenario import SLO, Scenario, ScenarioEvent
 from workbench.traffic import LengthDistribution, PlannedTraffic, TrafficProfile
-from tests.engine.simulated import LLAMA_ON_H100, sim
 
 FIXED = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 
@@ -60,10 +60,18 @@ def preemption_counts(policy, first_priority=0, second_priority=0):
     """A 60-token prompt, then a 20-token one, each to 120 tokens: 8 blocks of 16 tokens cannot
     hold both. The second (short) one decodes while the first is still prefilling in chunks of
     32, so it is the first to ask for a block that is not there."""
-    engine = sim(num_kv_blocks=8, block_size=16, max_model_len=128, max_num_batched_tokens=64,
-                 long_prompt_threshold=32, scheduling_policy=policy)
+    engine = sim(
+        num_kv_blocks=8,
+        block_size=16,
+        max_model_len=128,
+        max_num_batched_tokens=64,
+        long_prompt_threshold=32,
+        scheduling_policy=policy,
+    )
     first = engine.add_request(list(range(60)), SamplingParams(max_tokens=60, ignore_eos=True), priority=first_priority)
-    second = engine.add_request(list(range(100, 120)), SamplingParams(max_tokens=100, ignore_eos=True), priority=second_priority)
+    second = engine.add_request(
+        list(range(100, 120)), SamplingParams(max_tokens=100, ignore_eos=True), priority=second_priority
+    )
     finished = step_until_done(engine)
     return finished[first].metrics.preemptions, finished[second].metrics.preemptions
 
@@ -130,17 +138,39 @@ def test_one_token_prompt_chunks_are_prefill_that_does_not_sample():
 
 
 EXPECTED = {
-    "temperature": "a finite number >= 0 (0 = greedy)", "top_p": "a number in (0, 1]", "min_p": "a number in [0, 1]",
-    "top_k": "an integer >= 0 (0 = off)", "max_tokens": "a positive integer", "seed": "an integer or None",
-    "stop": "a list of non-empty strings", "stop_token_ids": "token ids >= 0", "ignore_eos": "true or false",
+    "temperature": "a finite number >= 0 (0 = greedy)",
+    "top_p": "a number in (0, 1]",
+    "min_p": "a number in [0, 1]",
+    "top_k": "an integer >= 0 (0 = off)",
+    "max_tokens": "a positive integer",
+    "seed": "an integer or None",
+    "stop": "a list of non-empty strings",
+    "stop_token_ids": "token ids >= 0",
+    "ignore_eos": "true or false",
 }
 
 
-@pytest.mark.parametrize("field, value", [
-    ("top_k", 2.5), ("top_k", -1), ("temperature", float("nan")), ("temperature", float("inf")), ("temperature", "hot"),
-    ("top_p", float("nan")), ("top_p", 0.0), ("top_p", 1.5), ("min_p", 1.5), ("min_p", -0.1), ("max_tokens", 0),
-    ("max_tokens", 2.0), ("seed", 1.5), ("stop", [""]), ("stop_token_ids", [1.5]), ("ignore_eos", "yes"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("top_k", 2.5),
+        ("top_k", -1),
+        ("temperature", float("nan")),
+        ("temperature", float("inf")),
+        ("temperature", "hot"),
+        ("top_p", float("nan")),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("min_p", 1.5),
+        ("min_p", -0.1),
+        ("max_tokens", 0),
+        ("max_tokens", 2.0),
+        ("seed", 1.5),
+        ("stop", [""]),
+        ("stop_token_ids", [1.5]),
+        ("ignore_eos", "yes"),
+    ],
+)
 def test_sampling_params_refuse_what_the_sampler_cannot_use(field, value):
     shown = 1.5 if field == "stop_token_ids" else value  # for a list of token ids, the bad item is shown
     with pytest.raises(ConfigError) as error:
@@ -175,8 +205,11 @@ def strict_json(path):
 
 def test_a_report_with_undefined_percentiles_is_strict_json(tmp_path):
     # Single-token outputs: TPOT and ITL have no values (n = 0).
-    scenario = Scenario(name="one-token", engine=EngineConfig(model=LLAMA_ON_H100),
-                        events=[ScenarioEvent(at_s=0.0, action="inject", count=3, prompt_tokens=16, output_tokens=1)])
+    scenario = Scenario(
+        name="one-token",
+        engine=EngineConfig(model=LLAMA_ON_H100),
+        events=[ScenarioEvent(at_s=0.0, action="inject", count=3, prompt_tokens=16, output_tokens=1)],
+    )
     run_headless(scenario, tmp_path)
     metrics = strict_json(tmp_path / "report.json")["metrics"]
     assert metrics["tpot_p99_ms"] == {"value": None, "unit": "ms/token", "n": 0}
@@ -185,10 +218,17 @@ def test_a_report_with_undefined_percentiles_is_strict_json(tmp_path):
 
 def test_a_time_limited_run_reports_every_request_that_arrived(tmp_path):
     scenario = Scenario(
-        name="overload", engine=EngineConfig(model=LLAMA_ON_H100, max_num_seqs=8),
-        traffic=TrafficProfile(arrival="poisson", rate=40.0, num_requests=400,
-                               prompt_len=LengthDistribution(mean=256), output_len=LengthDistribution(mean=2000)),
-        slo=SLO(ttft_ms=60_000), max_duration_s=5.0,
+        name="overload",
+        engine=EngineConfig(model=LLAMA_ON_H100, max_num_seqs=8),
+        traffic=TrafficProfile(
+            arrival="poisson",
+            rate=40.0,
+            num_requests=400,
+            prompt_len=LengthDistribution(mean=256),
+            output_len=LengthDistribution(mean=2000),
+        ),
+        slo=SLO(ttft_ms=60_000),
+        max_duration_s=5.0,
     )
     report = run_headless(scenario, tmp_path)
     metrics = report["metrics"]
@@ -196,7 +236,10 @@ def test_a_time_limited_run_reports_every_request_that_arrived(tmp_path):
     not_sent = metrics["requests_not_sent"]["value"]
     assert not report["complete"] and any("in flight" in reason for reason in report["incomplete_because"])
     assert unfinished > 150 and not_sent > 150  # ~200 arrived in 5 s at 40 req/s; 8 slots finish few
-    assert finished + unfinished + metrics["requests_rejected"]["value"] + metrics["requests_aborted"]["value"] + not_sent == 400
+    assert (
+        finished + unfinished + metrics["requests_rejected"]["value"] + metrics["requests_aborted"]["value"] + not_sent
+        == 400
+    )
     assert metrics["goodput_perc"]["n"] == 400 - not_sent  # every request that arrived
     assert metrics["goodput_perc"]["value"] <= 100.0 * finished / (400 - not_sent)
     logged = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
@@ -218,13 +261,17 @@ def test_every_catalogued_model_and_gpu_pair_that_fits_loads_with_the_defaults()
             loaded.append(f"{model}@{hardware}")
             assert engine.kv_capacity_tokens >= engine.max_model_len
     assert "llama-2-7b@h100-80gb" in loaded and len(loaded) >= 50
-    assert refused["llama-2-70b@a100-40gb"].startswith("llama-2-70b weights need 138.0 GB at 16 bits but a100-40gb has 40.0 GB")
+    assert refused["llama-2-70b@a100-40gb"].startswith(
+        "llama-2-70b weights need 138.0 GB at 16 bits but a100-40gb has 40.0 GB"
+    )
     for pair, message in refused.items():
         assert "weights need" in message or "-token request needs" in message, f"{pair}: {message}"
 
 
 def test_a_kv_cache_larger_than_the_device_is_refused_with_the_arithmetic():
-    with pytest.raises(ConfigError, match=r"kv_cache_memory: 1,048,576 MiB asked for, but h100-80gb .* leaves [\d,]+ MiB"):
+    with pytest.raises(
+        ConfigError, match=r"kv_cache_memory: 1,048,576 MiB asked for, but h100-80gb .* leaves [\d,]+ MiB"
+    ):
         sim(kv_cache_memory=1 << 40)
 
 

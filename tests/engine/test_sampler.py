@@ -49,14 +49,21 @@ CASES = {
     "min_p 0.3": (SamplingParams(min_p=0.3), exact(LOGITS, keep=softmax_keep([1, 1, 1, 0, 0, 0]))),
     # temperature first, then min_p: at T = 0.5, p = [.656, .241, .089, .012, ...]; 0.15 * .656 = .098 keeps two
     # (min_p applied before the temperature would keep three).
-    "temperature 0.5 + min_p 0.15": (SamplingParams(temperature=0.5, min_p=0.15), exact(LOGITS, 0.5, softmax_keep([1, 1, 0, 0, 0, 0]))),
+    "temperature 0.5 + min_p 0.15": (
+        SamplingParams(temperature=0.5, min_p=0.15),
+        exact(LOGITS, 0.5, softmax_keep([1, 1, 0, 0, 0, 0])),
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_sampling_matches_the_exact_distribution(case):
     params, expected = CASES[case]
-    assert np.abs(sampled_frequencies(params) - expected).max() < TOLERANCE, (case, sampled_frequencies(params), expected)
+    assert np.abs(sampled_frequencies(params) - expected).max() < TOLERANCE, (
+        case,
+        sampled_frequencies(params),
+        expected,
+    )
 
 
 def test_the_cases_are_far_enough_apart_to_tell_apart():

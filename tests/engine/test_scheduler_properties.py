@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from workbench.traces.block_replay import BlockReplay
-from workbench.backends.local import LocalBackend
 from tests.engine.simulated import hang_guard
+from workbench.backends.local import LocalBackend
+from workbench.traces.block_replay import BlockReplay
 
 MAX_STEPS_TO_DRAIN = 5_000
 
@@ -55,7 +55,9 @@ BURST = st.tuples(  # several requests at once: competition for slots, blocks an
     st.integers(0, 40),  # prompt length of the first; each next one is a token longer
     st.integers(1, 64),  # max_tokens
 )
-ABORT = st.tuples(st.just("abort"), st.sampled_from(["waiting", "running", "finished", "unknown"]), st.integers(0, 1000))
+ABORT = st.tuples(
+    st.just("abort"), st.sampled_from(["waiting", "running", "finished", "unknown"]), st.integers(0, 1000)
+)
 STEP = st.tuples(st.just("step"), st.integers(1, 6))
 OPERATIONS = st.lists(st.one_of(ADD, BURST, ABORT, STEP), min_size=1, max_size=60)
 PREFIXES = {1: [1, 2, 3, 4, 5, 6, 7, 8], 2: [1, 2, 3, 4, 9, 9, 9, 9, 9, 9, 9, 9, 9], 3: list(range(30))}
@@ -124,13 +126,24 @@ class Checked:
     def check_trace(self, trace) -> None:
         """The step's trace balances, and replaying every trace so far gives the live block map."""
         manager = self.engine.block_manager
-        assert trace.kv_before.used_blocks + trace.blocks_taken() - trace.blocks_returned() == trace.kv_after.used_blocks
+        assert (
+            trace.kv_before.used_blocks + trace.blocks_taken() - trace.blocks_returned() == trace.kv_after.used_blocks
+        )
         assert (trace.kv_after.used_blocks, trace.kv_after.free_blocks, trace.kv_after.cached_free_blocks) == (
-            manager.num_used_blocks, manager.num_free_blocks, manager.num_cached_free_blocks)
+            manager.num_used_blocks,
+            manager.num_free_blocks,
+            manager.num_cached_free_blocks,
+        )
         # Every queue left non-empty by the step names its head and why it was not admitted.
         scheduler = self.engine.scheduler
-        heads = {(queue.peek().request_id, name) for queue, name in ((scheduler.waiting, "waiting"), (scheduler.waiting_long, "waiting_long")) if queue}
-        assert {(held.request_id, held.queue) for held in trace.held} == heads and all(held.reason for held in trace.held)
+        heads = {
+            (queue.peek().request_id, name)
+            for queue, name in ((scheduler.waiting, "waiting"), (scheduler.waiting_long, "waiting_long"))
+            if queue
+        }
+        assert {(held.request_id, held.queue) for held in trace.held} == heads and all(
+            held.reason for held in trace.held
+        )
         self.replay.apply(trace)
         live = {seq.request_id: seq for seq in self.engine.scheduler.running}
         for block in manager.blocks:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine import EngineConfig, SamplingParams
-from tests.engine.simulated import sim
-from tests.engine.simulated import hang_guard
+from tests.engine.simulated import hang_guard, sim
 
 TOKENS = SamplingParams(max_tokens=30, ignore_eos=True)
 
@@ -25,7 +24,9 @@ def drain(engine, limit=5_000):
 
 
 def test_rejection_details_and_their_boundaries():
-    engine = sim(num_kv_blocks=4, block_size=16, max_model_len=64, max_num_batched_tokens=32, enable_chunked_prefill=False)
+    engine = sim(
+        num_kv_blocks=4, block_size=16, max_model_len=64, max_num_batched_tokens=32, enable_chunked_prefill=False
+    )
     empty = engine.add_request([], TOKENS)
     too_long = engine.add_request([1] * 64, TOKENS)
     over_budget = engine.add_request([1] * 33, TOKENS)
@@ -33,9 +34,11 @@ def test_rejection_details_and_their_boundaries():
     ended = drain(engine)
     assert ended[empty].metrics.finish_detail == "the prompt is empty"
     assert ended[too_long].metrics.finish_detail == (
-        "the prompt has 64 tokens; the context (max_model_len) is 64 tokens, leaving no room for output")
+        "the prompt has 64 tokens; the context (max_model_len) is 64 tokens, leaving no room for output"
+    )
     assert ended[over_budget].metrics.finish_detail == (
-        "the prompt has 33 tokens, more than max_num_batched_tokens (32), and chunked prefill is off")
+        "the prompt has 33 tokens, more than max_num_batched_tokens (32), and chunked prefill is off"
+    )
     assert ended[fits_budget].finish_reason == "length"
 
 
@@ -114,8 +117,10 @@ def test_a_one_token_prompt_is_prefill_and_its_next_token_a_decode():
 
 def test_preemptions_are_counted_once_each_and_nothing_is_admitted_in_their_step():
     engine = sim(num_kv_blocks=8, block_size=16, max_model_len=128, max_num_batched_tokens=64, long_prompt_threshold=32)
-    ids = [engine.add_request(list(range(index * 50, index * 50 + 20)), SamplingParams(max_tokens=100, ignore_eos=True))
-           for index in range(3)]
+    ids = [
+        engine.add_request(list(range(index * 50, index * 50 + 20)), SamplingParams(max_tokens=100, ignore_eos=True))
+        for index in range(3)
+    ]
     ended, total = {}, 0
     while engine.has_unfinished():
         waiting_before = {seq.request_id for seq in [*engine.scheduler.waiting, *engine.scheduler.waiting_long]}
@@ -131,17 +136,39 @@ def test_preemptions_are_counted_once_each_and_nothing_is_admitted_in_their_step
 def test_the_cycles_the_property_tests_found_end():
     """Two configurations in which an overdue long prompt and a higher-priority request used to
     preempt each other forever (within one step, then across steps)."""
-    within_a_step = sim(max_model_len=11, block_size=1, num_kv_blocks=12, enable_prefix_caching=False, max_num_seqs=1,
-                        max_num_batched_tokens=4, enable_chunked_prefill=False, long_prompt_threshold=2,
-                        long_prompt_max_wait_s=0.001, scheduling_policy="priority")
+    within_a_step = sim(
+        max_model_len=11,
+        block_size=1,
+        num_kv_blocks=12,
+        enable_prefix_caching=False,
+        max_num_seqs=1,
+        max_num_batched_tokens=4,
+        enable_chunked_prefill=False,
+        long_prompt_threshold=2,
+        long_prompt_max_wait_s=0.001,
+        scheduling_policy="priority",
+    )
     for index in range(11):
-        within_a_step.add_request([index % 6] * index, SamplingParams(max_tokens=1, ignore_eos=True), priority=index % 4)
+        within_a_step.add_request(
+            [index % 6] * index, SamplingParams(max_tokens=1, ignore_eos=True), priority=index % 4
+        )
     drain(within_a_step)
-    across_steps = sim(max_model_len=46, block_size=1, num_kv_blocks=56, enable_prefix_caching=False, max_num_seqs=11,
-                       max_num_batched_tokens=34, enable_chunked_prefill=False, long_prompt_threshold=28,
-                       long_prompt_max_wait_s=0.001, scheduling_policy="priority")
+    across_steps = sim(
+        max_model_len=46,
+        block_size=1,
+        num_kv_blocks=56,
+        enable_prefix_caching=False,
+        max_num_seqs=11,
+        max_num_batched_tokens=34,
+        enable_chunked_prefill=False,
+        long_prompt_threshold=28,
+        long_prompt_max_wait_s=0.001,
+        scheduling_policy="priority",
+    )
     for index in range(12):
-        across_steps.add_request([index % 6] * (18 + index), SamplingParams(max_tokens=8, ignore_eos=True), priority=index % 4)
+        across_steps.add_request(
+            [index % 6] * (18 + index), SamplingParams(max_tokens=8, ignore_eos=True), priority=index % 4
+        )
     across_steps.add_request([0], SamplingParams(max_tokens=13, ignore_eos=True))
     drain(across_steps)
 
@@ -152,7 +179,9 @@ def test_each_request_samples_with_its_own_seed_whatever_its_batch(tiny_llama):
     directory, _ = tiny_llama
     random = SamplingParams(max_tokens=12, temperature=1.0, ignore_eos=True)
     prompt = [5, 9, 2, 40, 7]
-    together = [output.token_ids for output in tiny_engine(directory, seed=3).generate([prompt, prompt, [8, 8, 8]], random)]
+    together = [
+        output.token_ids for output in tiny_engine(directory, seed=3).generate([prompt, prompt, [8, 8, 8]], random)
+    ]
     assert together[0] != together[1]  # the same prompt, two requests: two seeds
     alone = tiny_engine(directory, seed=3).generate([prompt], random)[0].token_ids
     assert alone == together[0]  # the first request's tokens do not depend on its batch mates

@@ -74,7 +74,10 @@ def test_over_long_and_oversized_prompts_are_rejected_with_a_reason(tiny_llama):
     fine = engine.add_request([1] * 8, SHORT)
     _, finished = run_until_done(engine)
     assert finished[too_long].finish_reason == "rejected"
-    assert "64 tokens" in finished[too_long].metrics.finish_detail and "max_model_len" in finished[too_long].metrics.finish_detail
+    assert (
+        "64 tokens" in finished[too_long].metrics.finish_detail
+        and "max_model_len" in finished[too_long].metrics.finish_detail
+    )
     assert finished[too_big].finish_reason == "rejected"
     assert "11 KV blocks" in finished[too_big].metrics.finish_detail
     assert finished[fine].finish_reason == "length" and len(finished[fine].token_ids) == 4

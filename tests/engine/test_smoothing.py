@@ -46,7 +46,9 @@ def test_smoothing_halves_what_int8_activations_cost(make_smollm_engine, smollm_
             smooth_for_w8a8(engine.executor.model, tokenizer, smooth_head=False)
         quantize_model(engine.executor.model, "w8a8", 32, False, progress=lambda *_: None)
         actual = [torch.log_softmax(engine.executor.sequence_logits(ids, block_size), -1) for ids in replies]
-        return sum((base.exp() * (base - out)).sum().item() for base, out in zip(expected, actual)) / sum(map(len, replies))
+        return sum((base.exp() * (base - out)).sum().item() for base, out in zip(expected, actual)) / sum(
+            map(len, replies)
+        )
 
     unsmoothed, smoothed = kl_after_w8a8(False), kl_after_w8a8(True)
     assert smoothed < 0.5 * unsmoothed, (smoothed, unsmoothed)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from engine import SamplingParams
 from engine.step_trace import ALLOCATE, RELEASE, REUSE, WAITING, WAITING_LONG
 from tests.tiny_models import tiny_engine
-from workbench.traces.block_replay import BlockReplay
 from workbench.backends.local import LocalBackend
+from workbench.traces.block_replay import BlockReplay
 
 GREEDY = dict(temperature=0.0, ignore_eos=True)
 
@@ -19,17 +19,26 @@ def balanced(trace) -> bool:
 def test_the_mission_scenario_shows_the_long_prompt_chunked_from_its_own_queue_beside_the_chats(tiny_llama):
     directory, _ = tiny_llama
     engine = tiny_engine(directory, long_prompt_threshold=64, max_num_batched_tokens=256, max_num_seqs=32)
-    long_prompt = engine.add_request([(7 * index) % 90 + 1 for index in range(300)], SamplingParams(max_tokens=4, **GREEDY))
+    long_prompt = engine.add_request(
+        [(7 * index) % 90 + 1 for index in range(300)], SamplingParams(max_tokens=4, **GREEDY)
+    )
     chats = [engine.add_request([index + 1] * 8, SamplingParams(max_tokens=16, **GREEDY)) for index in range(20)]
     first, second = engine.step().trace, engine.step().trace
 
     assert (first.step, first.waiting, first.waiting_long, first.running, first.token_budget) == (0, 20, 1, 0, 256)
     rows = {row.request_id: row for row in first.rows}
-    assert all((rows[chat].kind, rows[chat].start, rows[chat].end, rows[chat].admitted_from) == ("prefill", 0, 8, WAITING)
-               for chat in chats)
+    assert all(
+        (rows[chat].kind, rows[chat].start, rows[chat].end, rows[chat].admitted_from) == ("prefill", 0, 8, WAITING)
+        for chat in chats
+    )
     long_row = rows[long_prompt]  # the chats took 160 tokens of the budget; the long prompt a chunk of the threshold
     assert (long_row.kind, long_row.start, long_row.end, long_row.num_prompt_tokens, long_row.admitted_from) == (
-        "prefill", 0, 64, 300, WAITING_LONG)
+        "prefill",
+        0,
+        64,
+        300,
+        WAITING_LONG,
+    )
     # Each chat got two fresh blocks for 8 tokens (block size 4), the long prompt 16 for 64.
     fresh = {change.request_id: change.block_ids for change in first.block_changes if change.action == ALLOCATE}
     assert all(len(fresh[chat]) == 2 for chat in chats) and len(fresh[long_prompt]) == 16
@@ -37,8 +46,9 @@ def test_the_mission_scenario_shows_the_long_prompt_chunked_from_its_own_queue_b
 
     decodes = [row for row in second.rows if row.kind == "decode"]
     assert sorted(row.request_id for row in decodes) == sorted(chats)
-    assert [(row.request_id, row.start, row.end, row.admitted_from) for row in second.rows if row.kind == "prefill"] == [
-        (long_prompt, 64, 128, None)]
+    assert [
+        (row.request_id, row.start, row.end, row.admitted_from) for row in second.rows if row.kind == "prefill"
+    ] == [(long_prompt, 64, 128, None)]
     assert second.execute_s > 0 and second.other_s >= 0
 
     replay, traces = BlockReplay(engine.num_kv_blocks), [first, second]
@@ -48,7 +58,9 @@ def test_the_mission_scenario_shows_the_long_prompt_chunked_from_its_own_queue_b
         assert balanced(trace), trace.step
         replay.apply(trace)
     rows_of = {request_id: index for index, request_id in enumerate([long_prompt, *chats])}
-    live = LocalBackend(engine).block_owners({request_id: row for request_id, row in rows_of.items() if engine.sequence(request_id)})
+    live = LocalBackend(engine).block_owners(
+        {request_id: row for request_id, row in rows_of.items() if engine.sequence(request_id)}
+    )
     assert (replay.owners(rows_of) == live).all()
 
 
@@ -64,7 +76,9 @@ def test_a_forced_preemption_names_its_victim_and_reason_and_frees_its_blocks_in
             break
     (preemption,) = trace.preemptions
     assert preemption.victim == second
-    assert preemption.reason.startswith(f"no free KV block for request {first} (needs 1, 0 free); victim {second}: the latest arrival")
+    assert preemption.reason.startswith(
+        f"no free KV block for request {first} (needs 1, 0 free); victim {second}: the latest arrival"
+    )
     (release,) = [change for change in trace.block_changes if change.action == RELEASE]
     assert (release.request_id, release.cause, len(release.block_ids)) == (second, "preempted", 3)
     assert release.free_list == list(reversed(release.block_ids))  # nobody shared them; the tail is reused first
@@ -106,7 +120,9 @@ def test_a_request_that_waits_is_named_with_the_reason_at_the_head_of_its_queue(
     trace = engine.step().trace
     assert sorted(row.request_id for row in trace.rows) == sorted(running)
     assert {(held.request_id, held.queue, held.reason) for held in trace.held} == {
-        (third, WAITING, "max_num_seqs (2) reached"), (long_prompt, WAITING_LONG, "max_num_seqs (2) reached")}
+        (third, WAITING, "max_num_seqs (2) reached"),
+        (long_prompt, WAITING_LONG, "max_num_seqs (2) reached"),
+    }
 
 
 def test_a_used_up_token_budget_is_the_reason_when_slots_and_blocks_are_free(tiny_llama):

@@ -4,10 +4,10 @@ measure kernels are held to against their torch references."""
 from __future__ import annotations
 
 import torch
+
 from kernels.paged_attention import write_kv_cache
 
 BLOCK_SIZE, HEAD_DIM = 4, 16
-
 
 
 def scattered_cache(lengths, kv_heads, generator):
@@ -19,13 +19,15 @@ def scattered_cache(lengths, kv_heads, generator):
     tables, contents = [], []
     for length, count in zip(lengths, blocks_needed):
         table, order = order[:count], order[count:]
-        keys, values = torch.randn(length, kv_heads, HEAD_DIM, generator=generator), torch.randn(length, kv_heads, HEAD_DIM, generator=generator)
+        keys, values = (
+            torch.randn(length, kv_heads, HEAD_DIM, generator=generator),
+            torch.randn(length, kv_heads, HEAD_DIM, generator=generator),
+        )
         slots = torch.tensor([table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(length)])
         write_kv_cache(keys, values, key_cache, value_cache, slots)
         tables.append(table)
         contents.append((keys, values))
     return key_cache, value_cache, tables, contents
-
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:

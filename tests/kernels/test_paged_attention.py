@@ -30,7 +30,9 @@ def test_decode_matches_dense(kv_heads, group, lengths):
     block_tables = torch.tensor([table + [0] * (widest - len(table)) for table in tables])
     # Grouped by length (the eager path) and as one masked group (the compiled path).
     for buckets in (length_buckets(lengths, BLOCK_SIZE, query.device), None):
-        out = paged_decode_attention(query, key_cache, value_cache, block_tables, torch.tensor(lengths), HEAD_DIM**-0.5, buckets)
+        out = paged_decode_attention(
+            query, key_cache, value_cache, block_tables, torch.tensor(lengths), HEAD_DIM**-0.5, buckets
+        )
         for index, (length, (keys, values)) in enumerate(zip(lengths, contents)):
             expected = dense_attention(query[index : index + 1], keys, values, torch.tensor([length - 1]))
             torch.testing.assert_close(out[index : index + 1], expected, rtol=1e-5, atol=1e-5)
@@ -44,8 +46,14 @@ def test_prefill_chunk_matches_dense(kv_heads, group, context_len, num_new):
     keys, values = contents[0]
     query = torch.randn(num_new, kv_heads * group, HEAD_DIM, generator=generator)
     out = paged_prefill_attention(
-        query, keys[-num_new:], values[-num_new:], key_cache, value_cache,
-        torch.tensor(tables[0]), context_len, HEAD_DIM**-0.5,
+        query,
+        keys[-num_new:],
+        values[-num_new:],
+        key_cache,
+        value_cache,
+        torch.tensor(tables[0]),
+        context_len,
+        HEAD_DIM**-0.5,
     )
     expected = dense_attention(query, keys, values, torch.arange(context_len - num_new, context_len))
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

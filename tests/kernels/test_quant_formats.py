@@ -9,10 +9,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels.quant import (
-    dequantize_int4, dequantize_int8, pack_int4, quantize_int4, quantize_int8, quantize_per_token_int8, unpack_int4,
+    dequantize_int4,
+    dequantize_int8,
+    pack_int4,
+    quantize_int4,
+    quantize_int8,
+    quantize_per_token_int8,
+    unpack_int4,
 )
 from kernels.quant_matmul import (
-    int4_matmul_cpu, int4_matmul_reference, int8_matmul_cpu, int8_matmul_reference, prepare_int4_cpu, w8a8_matmul_cpu,
+    int4_matmul_cpu,
+    int4_matmul_reference,
+    int8_matmul_cpu,
+    int8_matmul_reference,
+    prepare_int4_cpu,
+    w8a8_matmul_cpu,
     w8a8_matmul_reference,
 )
 from tests.kernels.references import relative_error
@@ -29,7 +40,12 @@ def test_int8_round_trip_error_is_at_most_half_a_step(rows, columns, seed):
 
 
 @settings(max_examples=30, deadline=None)
-@given(rows=st.integers(1, 40), group_size=st.sampled_from([32, 64, 128]), groups=st.integers(1, 5), seed=st.integers(0, 10_000))
+@given(
+    rows=st.integers(1, 40),
+    group_size=st.sampled_from([32, 64, 128]),
+    groups=st.integers(1, 5),
+    seed=st.integers(0, 10_000),
+)
 def test_int4_round_trip_error_is_within_one_step(rows, group_size, groups, seed):
     weight = torch.randn(rows, group_size * groups, generator=torch.Generator().manual_seed(seed))
     packed, scales, minimums = quantize_int4(weight, group_size)

@@ -12,8 +12,7 @@ from kernels.quant import quantize_int4, quantize_int8
 from kernels.quant_matmul import int4_matmul_reference, int8_matmul_reference, w8a8_matmul_reference
 from kernels.triton_paged_attention import paged_decode_attention_triton
 from kernels.triton_quant_matmul import int4_matmul_triton, int8_matmul_triton, w8a8_matmul_triton
-from tests.kernels.references import BLOCK_SIZE, HEAD_DIM, scattered_cache
-from tests.kernels.references import relative_error
+from tests.kernels.references import BLOCK_SIZE, HEAD_DIM, relative_error, scattered_cache
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -37,12 +36,16 @@ def test_w8a8_matmul_matches_reference(rows, width, depth):
     assert relative_error(actual, w8a8_matmul_reference(x, q, scales)) < 1e-5
 
 
-@pytest.mark.parametrize("rows, width, depth, group_size", [(1, 96, 128, 32), (5, 100, 192, 64), (33, 64, 256, 128), (2, 192, 576, 32)])
+@pytest.mark.parametrize(
+    "rows, width, depth, group_size", [(1, 96, 128, 32), (5, 100, 192, 64), (33, 64, 256, 128), (2, 192, 576, 32)]
+)
 def test_int4_matmul_matches_reference(rows, width, depth, group_size):
     generator = torch.Generator().manual_seed(rows * depth)
     weight, x = torch.randn(width, depth, generator=generator), torch.randn(rows, depth, generator=generator)
     packed, scales, minimums = quantize_int4(weight, group_size)
-    actual = int4_matmul_triton(x.to(DEVICE), packed.to(DEVICE), scales.to(DEVICE), minimums.to(DEVICE), group_size).cpu()
+    actual = int4_matmul_triton(
+        x.to(DEVICE), packed.to(DEVICE), scales.to(DEVICE), minimums.to(DEVICE), group_size
+    ).cpu()
     assert relative_error(actual, int4_matmul_reference(x, packed, scales, minimums, group_size)) < 1e-5
 
 
@@ -57,6 +60,11 @@ def test_paged_decode_attention_matches_reference(kv_heads, group, lengths):
     context_lens = torch.tensor(lengths)
     expected = _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, HEAD_DIM**-0.5)
     actual = paged_decode_attention_triton(
-        query.to(DEVICE), key_cache.to(DEVICE), value_cache.to(DEVICE), block_tables.to(DEVICE), context_lens.to(DEVICE), HEAD_DIM**-0.5
+        query.to(DEVICE),
+        key_cache.to(DEVICE),
+        value_cache.to(DEVICE),
+        block_tables.to(DEVICE),
+        context_lens.to(DEVICE),
+        HEAD_DIM**-0.5,
     ).cpu()
     assert BLOCK_SIZE == 4 and relative_error(actual, expected) < 1e-5

@@ -11,13 +11,13 @@ import sys
 import httpx
 import pytest
 
+from benchmarks.server_processes import free_port, start_vllm_server
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.loading.model_source import read_model, read_tokenizer
-from benchmarks.server_processes import free_port, start_vllm_server
+from workbench.backends.remote import RemoteBackend
 from workbench.export_hf import export_hf_directory
 from workbench.headless import run_headless
 from workbench.presets import load_preset
-from workbench.backends.remote import RemoteBackend
 from workbench.run_log import read_run_log
 from workbench.run_recorder import RUN_LOG_NAME
 
@@ -49,20 +49,39 @@ def run_to_the_end(scenario, backend, out_dir) -> dict:
     return report
 
 
-def test_the_readmes_bench_command_against_vllm_gives_a_full_report_plots_and_a_run_the_window_opens(vllm_server, tmp_path,
-                                                                                                     qtbot, monkeypatch):
+def test_the_readmes_bench_command_against_vllm_gives_a_full_report_plots_and_a_run_the_window_opens(
+    vllm_server, tmp_path, qtbot, monkeypatch
+):
     """`workbench bench --preset chat-burst --server URL --out DIR` as a user types it, plot images
     included (it exited 1 with KeyError 'kv_cache_bytes' while drawing them), then Open run… on
     the folder."""
-    finished = subprocess.run([sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())", "bench",
-                               "--preset", "chat-burst", "--server", vllm_server, "--out", str(tmp_path),
-                               "--set", "traffic.num_requests=20"],
-                              capture_output=True, text=True, timeout=600, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    finished = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from workbench.cli import main; sys.exit(main())",
+            "bench",
+            "--preset",
+            "chat-burst",
+            "--server",
+            vllm_server,
+            "--out",
+            str(tmp_path),
+            "--set",
+            "traffic.num_requests=20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "QT_QPA_PLATFORM": "offscreen"},
+    )
     assert finished.returncode == 0, finished.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["complete"] and report["metrics"]["requests_finished"]["value"] == 20
     assert report["metrics"]["requests_failed"]["value"] == 0
-    assert sorted(path.name for path in tmp_path.glob("*.png")) and all(path.stat().st_size > 5_000 for path in tmp_path.glob("*.png"))
+    assert sorted(path.name for path in tmp_path.glob("*.png")) and all(
+        path.stat().st_size > 5_000 for path in tmp_path.glob("*.png")
+    )
     metrics = report["metrics"]
     assert metrics["ttft_p50_ms"]["n"] == 20 and metrics["tpot_p50_ms"]["value"] > 0
     assert report["backend"]["name"] == f"{vllm_server} (smollm2-135m)"
@@ -77,7 +96,9 @@ def test_the_readmes_bench_command_against_vllm_gives_a_full_report_plots_and_a_
     window = MainWindow()
     qtbot.addWidget(window)
     window.open_run(str(tmp_path))
-    assert window.runs.text.toPlainText().startswith(f"viewing {tmp_path} (complete)") and window.error_label.text() == ""
+    assert (
+        window.runs.text.toPlainText().startswith(f"viewing {tmp_path} (complete)") and window.error_label.text() == ""
+    )
     window.close()
 
 
@@ -87,14 +108,19 @@ def test_vllm_and_the_in_process_engine_agree_on_greedy_tokens(vllm_server):
     prompt = tokenizer.encode("The capital of France is")
     body = {"model": "smollm2-135m", "prompt": prompt, "max_tokens": 4, "temperature": 0, "return_token_ids": True}
     remote = httpx.post(f"{vllm_server}/v1/completions", json=body, timeout=60).json()["choices"][0]["token_ids"]
-    local = LLMEngine(EngineConfig(kv_cache_memory=64 << 20, max_model_len=512, quantization="none")).generate(
-        [prompt], SamplingParams(max_tokens=4, temperature=0.0))[0].token_ids
+    local = (
+        LLMEngine(EngineConfig(kv_cache_memory=64 << 20, max_model_len=512, quantization="none"))
+        .generate([prompt], SamplingParams(max_tokens=4, temperature=0.0))[0]
+        .token_ids
+    )
     assert remote == local
 
 
 def test_sharegpt_chats_run_through_vllms_chat_endpoint_and_template(vllm_server, tmp_path):
-    scenario = load_preset("sharegpt-chat", ["traffic.num_requests=6", "traffic.rate=6", "traffic.output_len.low=4",
-                                             "traffic.output_len.high=16"])
+    scenario = load_preset(
+        "sharegpt-chat",
+        ["traffic.num_requests=6", "traffic.rate=6", "traffic.output_len.low=4", "traffic.output_len.high=16"],
+    )
     backend = RemoteBackend(vllm_server, read_tokenizer("smollm2-135m"))
     sent, submit = {}, backend.submit
 
@@ -108,4 +134,5 @@ def test_sharegpt_chats_run_through_vllms_chat_endpoint_and_template(vllm_server
     # vLLM templated each chat itself, with the exported template: the prompt lengths it reports are ours.
     requests = read_run_log(tmp_path / RUN_LOG_NAME).requests
     assert {request["request_id"]: request["num_prompt_tokens"] for request in requests} == {
-        request_id: length for request_id, (length, _) in sent.items()}
+        request_id: length for request_id, (length, _) in sent.items()
+    }

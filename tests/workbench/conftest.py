@@ -13,7 +13,9 @@ from engine.loading.model_source import read_tokenizer
 def server():
     """The bundled model served on loopback (a small KV cache and context keep it quick)."""
     port = free_port()
-    process = start_workbench_server(port, "--set", "engine.max_model_len=512", "--set", "engine.kv_cache_memory=67108864")
+    process = start_workbench_server(
+        port, "--set", "engine.max_model_len=512", "--set", "engine.kv_cache_memory=67108864"
+    )
     yield f"http://127.0.0.1:{port}"
     process.terminate()
     process.wait(timeout=30)

@@ -15,7 +15,9 @@ from benchmarks.server_processes import wait_until
 @contextlib.contextmanager
 def served(app) -> Iterator[str]:
     """The app's base URL while the block runs; the server is stopped after it."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", timeout_graceful_shutdown=5))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", timeout_graceful_shutdown=5)
+    )
     thread = threading.Thread(target=server.run, name="loopback server", daemon=True)
     thread.start()
     wait_until(lambda: server.started or not thread.is_alive(), "the loopback server to start", 30)

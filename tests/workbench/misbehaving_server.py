@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-GOOD_METRICS = ("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n"
-                "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
-                "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.25\n")
-GARBAGE = "\x00 this is {not} prometheus text \"\n"
+GOOD_METRICS = (
+    "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n"
+    "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
+    "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.25\n"
+)
+GARBAGE = '\x00 this is {not} prometheus text "\n'
 
 
 def token_event(token_ids, finish_reason=None) -> str:

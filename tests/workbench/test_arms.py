@@ -9,10 +9,10 @@ import json
 import pytest
 
 from engine.errors import ConfigError
+from tests.workbench.tiny_runs import arms_preset
 from workbench.arms import read_arms
 from workbench.cli import main
 from workbench.quality_ledger import configuration_key, record
-from tests.workbench.tiny_runs import arms_preset
 
 
 @pytest.fixture
@@ -36,20 +36,32 @@ def test_the_arms_side_by_side_with_why_the_kv_capacity_changed_and_the_verdict(
     assert rows["KV capacity (tokens)"].change == "+100.0%"
     assert any(what.startswith("weights: int8") for what in rows)  # memory by part
     assert arms.kv_capacity_why == (
-        f"KV capacity: {engines['plain']['kv_capacity_tokens']:,} vs {engines['int8']['kv_capacity_tokens']:,} tokens = "
+        f"KV capacity: {engines['plain']['kv_capacity_tokens']:,} vs {engines['int8']['kv_capacity_tokens']:,} tokens "
+        "= "
         f"cache bytes / bytes per token, and a token takes {engines['plain']['kv_bytes_per_token']:,} vs "
         f"{engines['int8']['kv_bytes_per_token']:,} bytes (keys and values of every layer): the cache holds float32 "
-        "(kv_cache_dtype auto: the compute dtype) vs bfloat16 (engine.kv_cache_dtype).")
+        "(kv_cache_dtype auto: the compute dtype) vs bfloat16 (engine.kv_cache_dtype)."
+    )
     assert rows["quality vs the file's own weights"].baseline.startswith("exact")
     assert rows["quality vs the file's own weights"].candidate == "not measured: workbench quality --quant int8"
     assert arms.verdict == "reject: not met: tpot_p50_ms:-99%"
     assert arms.checks[0].startswith("FAIL intended tpot_p50_ms:-99%: observed ") and arms.checks[0].endswith("(n 6/6)")
     assert arms.checks[1].startswith("PASS tolerated ttft_p99_ms:+1000%")
     versions = reports["int8"]["versions"]  # a measured cost comes from the ledger, with its n
-    record(str(directory), {configuration_key(versions["quantization"], versions["dtype"], versions["kv_cache_dtype"]): {
-        "perplexity_change_perc": 0.8, "kl_divergence_mean_nats": 0.002, "top1_agreement_perc": 97.5, "evaluated_tokens": 300}})
+    record(
+        str(directory),
+        {
+            configuration_key(versions["quantization"], versions["dtype"], versions["kv_cache_dtype"]): {
+                "perplexity_change_perc": 0.8,
+                "kl_divergence_mean_nats": 0.002,
+                "top1_agreement_perc": 97.5,
+                "evaluated_tokens": 300,
+            }
+        },
+    )
     assert {row.what: row for row in read_arms(arms_folder).rows}["quality vs the file's own weights"].candidate == (
-        "perplexity +0.80%, top-1 agreement 97.5% (n=300 tokens)")
+        "perplexity +0.80%, top-1 agreement 97.5% (n=300 tokens)"
+    )
 
 
 def test_a_folder_without_two_arms_is_a_clear_error(tmp_path):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from workbench.backends.protocol import BLOCK_FREE, BackendCapabilities, BackendUpdate
 from workbench.backends.local import LocalBackend
+from workbench.backends.protocol import BLOCK_FREE, BackendCapabilities, BackendUpdate
 from workbench.report import NOT_EXPOSED, build_report
 from workbench.run_log import read_run_log
 from workbench.run_recorder import RunRecorder, run_header
@@ -16,8 +16,13 @@ from workbench.scenario import Scenario
 from workbench.traffic import LengthDistribution, TrafficProfile
 
 SIMULATED = EngineConfig(model="simulated:llama-2-7b@h100-80gb")
-TRAFFIC = TrafficProfile(arrival="constant", rate=50.0, num_requests=12, prompt_len=LengthDistribution(mean=40),
-                         output_len=LengthDistribution(mean=6))
+TRAFFIC = TrafficProfile(
+    arrival="constant",
+    rate=50.0,
+    num_requests=12,
+    prompt_len=LengthDistribution(mean=40),
+    output_len=LengthDistribution(mean=6),
+)
 
 
 class TokensOnlyBackend:
@@ -30,8 +35,20 @@ class TokensOnlyBackend:
 
     def __init__(self, local: LocalBackend):
         self._local = local
-        for name in ("max_model_len", "vocab_size", "tokenizer", "clock", "sleep", "submit", "abort", "has_unfinished", "progress",
-                     "problems", "close", "stop_background_work"):
+        for name in (
+            "max_model_len",
+            "vocab_size",
+            "tokenizer",
+            "clock",
+            "sleep",
+            "submit",
+            "abort",
+            "has_unfinished",
+            "progress",
+            "problems",
+            "close",
+            "stop_background_work",
+        ):
             setattr(self, name, getattr(local, name))
         self.kv_capacity_tokens = self.kv_cache_bytes = self.num_kv_blocks = None
 
@@ -49,8 +66,17 @@ def record(backend, tmp_path):
     scenario = Scenario(name="any backend", engine=SIMULATED, traffic=TRAFFIC, seed=1)
     runner = ScenarioRunner(backend, scenario)
     start = backend.clock()
-    recorder = RunRecorder(tmp_path / "run.jsonl", run_header(backend, dataclasses.asdict(scenario), variant=None, seed=1,
-                                                              requests_planned=runner.total_requests, start_time=start))
+    recorder = RunRecorder(
+        tmp_path / "run.jsonl",
+        run_header(
+            backend,
+            dataclasses.asdict(scenario),
+            variant=None,
+            seed=1,
+            requests_planned=runner.total_requests,
+            start_time=start,
+        ),
+    )
     runner.on_step, runner.on_request_end = recorder.update, recorder.request_ended
     recorder.finish(runner.run(start))
     return build_report(read_run_log(tmp_path / "run.jsonl"))
@@ -76,7 +102,9 @@ def test_the_local_backend_exposes_everything_and_the_same_run(tmp_path):
 
 def test_the_local_backend_colours_the_blocks_its_requests_hold():
     backend = LocalBackend(LLMEngine(dataclasses.replace(SIMULATED, num_kv_blocks=8, block_size=16, max_model_len=128)))
-    backend.submit(list(range(40)), SamplingParams(max_tokens=4, ignore_eos=True), request_id="a", arrival_time=backend.clock())
+    backend.submit(
+        list(range(40)), SamplingParams(max_tokens=4, ignore_eos=True), request_id="a", arrival_time=backend.clock()
+    )
     backend.advance()
     owners = backend.block_owners({"a": 5})
     assert list(owners) == [5, 5, 5] + [BLOCK_FREE] * 5  # 41 tokens in 16-token blocks

@@ -6,17 +6,20 @@ import json
 
 from PySide6.QtGui import QImage
 
-from workbench.run_log import RunLog, read_run_log
+from tests.workbench.images import distinct_colours
 from workbench.cli import main
 from workbench.gui.report_images import export_plot_images
-from tests.workbench.images import distinct_colours
+from workbench.run_log import RunLog, read_run_log
 
 
 def pixels_unlike(path, empty_path, skip_top: int = 60) -> int:
     """Pixels that differ from the same plot drawn with no data, below its title (sampled 1 in 4)."""
     image, empty = QImage(str(path)), QImage(str(empty_path))
     width, height = min(image.width(), empty.width()), min(image.height(), empty.height())
-    return 4 * sum(1 for x in range(0, width, 2) for y in range(skip_top, height, 2) if image.pixel(x, y) != empty.pixel(x, y))
+    return 4 * sum(
+        1 for x in range(0, width, 2) for y in range(skip_top, height, 2) if image.pixel(x, y) != empty.pixel(x, y)
+    )
+
 
 # A simulated GPU, whose clock advances by the cost model: the decision below compares TTFTs, and on
 # the wall clock of a loaded machine one stalled step of the tiny real model once reversed it.
@@ -91,7 +94,10 @@ def test_bench_runs_every_variant_writes_files_and_compares(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "decision record:" in printed and "verdict: accept" in printed
 
-    assert main(["compare", str(out / "admission-off"), str(out / "admission-on"), "--intended", "output_tok_s:+1000%"]) == 0
+    assert (
+        main(["compare", str(out / "admission-off"), str(out / "admission-on"), "--intended", "output_tok_s:+1000%"])
+        == 0
+    )
     assert "verdict: reject: not met: output_tok_s:+1000%" in capsys.readouterr().out
 
 

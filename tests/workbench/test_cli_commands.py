@@ -8,19 +8,24 @@ import pytest
 
 from engine.config import EngineConfig
 from workbench.backends.loader import BackendLoader
-from workbench.presets import load_preset, preset_names
 from workbench.cli import main
+from workbench.presets import load_preset, preset_names
 
 
 def test_estimate_prints_the_worked_number(capsys):
     assert main(["estimate", "--params", "7e9", "--bits", "16"]) == 0
-    assert capsys.readouterr().out.strip() == "weights: 7.0 × 10⁹ params × 2 bytes = 14.0 GB (before KV cache and runtime overhead)"
+    assert (
+        capsys.readouterr().out.strip()
+        == "weights: 7.0 × 10⁹ params × 2 bytes = 14.0 GB (before KV cache and runtime overhead)"
+    )
     assert main(["estimate", "--params", "7e9", "--bits", "4"]) == 0
     assert "= 3.5 GB" in capsys.readouterr().out
 
 
 def test_estimate_for_a_catalogued_model_and_gpu(capsys):
-    assert main(["estimate", "--model", "llama-2-7b", "--hardware", "h100-80gb", "--bits", "16", "--context", "4096"]) == 0
+    assert (
+        main(["estimate", "--model", "llama-2-7b", "--hardware", "h100-80gb", "--bits", "16", "--context", "4096"]) == 0
+    )
     printed = capsys.readouterr().out
     assert "weights              13.48 GB" in printed and "KV cache             62.25 GB" in printed
     assert printed.strip().endswith("=> 28 concurrent 4,096-token requests fit")
@@ -53,7 +58,11 @@ def test_quality_of_the_unquantized_model_against_itself(tmp_path, capsys):
     assert main(["quality", "--quant", "none", "--tokens", "32", "--json", str(out)]) == 0
     result = json.loads(out.read_text())["results"][0]
     assert result["option"] == "none" and result["evaluated_tokens"] == 31  # 32 tokens predict 31 next ones
-    assert (result["perplexity_change_perc"], result["kl_divergence_mean_nats"], result["top1_agreement_perc"]) == (0.0, 0.0, 100.0)
+    assert (result["perplexity_change_perc"], result["kl_divergence_mean_nats"], result["top1_agreement_perc"]) == (
+        0.0,
+        0.0,
+        100.0,
+    )
     assert 1.0 < result["perplexity"] < 50.0 and result["weight_bytes"] == result["unquantized_weight_bytes"]
     printed = capsys.readouterr().out
     assert "none" in printed and "+0.00" in printed
@@ -71,7 +80,10 @@ def test_quality_of_the_default_configuration_names_what_auto_chose(tmp_path):
     out = tmp_path / "quality.json"
     assert main(["quality", "--quant", "auto", "--tokens", "32", "--json", str(out)]) == 0
     reference, default = json.loads(out.read_text())["results"]
-    assert reference["option"] == "none" and default["option"] == "auto = int4 g32 + int8 head, bf16 copy from 8 rows, KV bfloat16"
+    assert (
+        reference["option"] == "none"
+        and default["option"] == "auto = int4 g32 + int8 head, bf16 copy from 8 rows, KV bfloat16"
+    )
     assert default["quantization"] == "auto" and default["kl_divergence_mean_nats"] > 0.0
     # The quality ledger has them now, and the window's engine info quotes them for the same configuration.
     _, info = BackendLoader().load(EngineConfig(), lambda stage, fraction: None)
@@ -79,39 +91,89 @@ def test_quality_of_the_default_configuration_names_what_auto_chose(tmp_path):
     assert f"top-1 agreement {default['top1_agreement_perc']:.2f}% (n = 31 tokens" in info.quality
 
 
-DECISION_WITHOUT_ARMS = 'name = "d"\n[traffic]\nrate = 1.0\nnum_requests = 2\n[decision]\nintended = ["output_tok_s:+1%"]\n'
+DECISION_WITHOUT_ARMS = (
+    'name = "d"\n[traffic]\nrate = 1.0\nnum_requests = 2\n[decision]\nintended = ["output_tok_s:+1%"]\n'
+)
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (["estimate", "--params=-7e9"], "argument --params: expected more than 0, got -7e9"),
-    (["estimate", "--params", "7e9", "--bits", "3"], "argument --bits: invalid choice: 3"),
-    (["estimate", "--model", "llama-2-7b", "--hardware", "h100-80gb", "--context", "0"], "argument --context: expected at least 1, got 0"),
-    (["estimate", "--params", "1e9", "--kv-bits", "4"], "argument --kv-bits: invalid choice: 4"),
-    (["estimate", "--model", "llama-2-7b", "--hardware", "h100-80gb", "--max-num-batched-tokens", "-1"], "expected at least 1, got -1"),
-    (["quality", "--tokens", "-5"], "argument --tokens: expected at least 2, got -5"),
-    (["bench", "--preset", "chat-steady", "--seed", "-5", "--out", "OUT"], "argument --seed: expected at least 0, got -5"),
-    (["bench", "--preset", "chat-steady", "--set", "seed=-1", "--out", "OUT"], "chat-steady.toml: seed: expected an integer >= 0, got -1"),
-    (["bench", "--preset", "chat-steady", "--set", "trace=everything", "--out", "OUT"],
-     "trace: expected one of auto, full, summary, got 'everything'"),
-    (["trace", "OUT"], "no run log here"),
-    (["trace", "OUT", "--step", "-1"], "argument --step: expected at least 0, got -1"),
-    (["bench", "--preset", "DECISION", "--out", "OUT"], "missing key 'decision.baseline', 'decision.candidate'"),
-    (["bench", "--preset", "chat-steady", "--set", "engine.model=simulated:llama-2-7b@h100-80gb",
-      "--set", "engine.max_num_seqs=1000000000", "--out", "OUT"], "one step's activations"),
-    (["bench", "--preset", "chat-steady", "--set", "engine.model=simulated:llama-2-7b@h100-80gb", "--out", "/dev/null/x"],
-     "/dev/null/x: Not a directory"),
-    (["compare", "EMPTY", "EMPTY"], "not a workbench report (missing scenario, seed, complete, metrics)"),
-    (["gui", "--run-for", "-5"], "argument --run-for: expected more than 0, got -5"),
-    (["gui", "--screenshot", "OUT.png"], "--screenshot needs --run-for SECONDS"),
-    (["gui", "--run-for", "1", "--screenshot", "/nonexistent-folder/window.png"], "the folder /nonexistent-folder does not exist"),
-    (["gui", "--run-for", "1", "--screenshot", "OUT.jpg"], "expected a .png file"),
-    (["gui", "--inspect", "3"], "--inspect needs --run-for SECONDS"),
-    (["gui", "--baseline", "no/such/run"], "--baseline no/such/run: expected a run folder holding run.jsonl"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["estimate", "--params=-7e9"], "argument --params: expected more than 0, got -7e9"),
+        (["estimate", "--params", "7e9", "--bits", "3"], "argument --bits: invalid choice: 3"),
+        (
+            ["estimate", "--model", "llama-2-7b", "--hardware", "h100-80gb", "--context", "0"],
+            "argument --context: expected at least 1, got 0",
+        ),
+        (["estimate", "--params", "1e9", "--kv-bits", "4"], "argument --kv-bits: invalid choice: 4"),
+        (
+            ["estimate", "--model", "llama-2-7b", "--hardware", "h100-80gb", "--max-num-batched-tokens", "-1"],
+            "expected at least 1, got -1",
+        ),
+        (["quality", "--tokens", "-5"], "argument --tokens: expected at least 2, got -5"),
+        (
+            ["bench", "--preset", "chat-steady", "--seed", "-5", "--out", "OUT"],
+            "argument --seed: expected at least 0, got -5",
+        ),
+        (
+            ["bench", "--preset", "chat-steady", "--set", "seed=-1", "--out", "OUT"],
+            "chat-steady.toml: seed: expected an integer >= 0, got -1",
+        ),
+        (
+            ["bench", "--preset", "chat-steady", "--set", "trace=everything", "--out", "OUT"],
+            "trace: expected one of auto, full, summary, got 'everything'",
+        ),
+        (["trace", "OUT"], "no run log here"),
+        (["trace", "OUT", "--step", "-1"], "argument --step: expected at least 0, got -1"),
+        (["bench", "--preset", "DECISION", "--out", "OUT"], "missing key 'decision.baseline', 'decision.candidate'"),
+        (
+            [
+                "bench",
+                "--preset",
+                "chat-steady",
+                "--set",
+                "engine.model=simulated:llama-2-7b@h100-80gb",
+                "--set",
+                "engine.max_num_seqs=1000000000",
+                "--out",
+                "OUT",
+            ],
+            "one step's activations",
+        ),
+        (
+            [
+                "bench",
+                "--preset",
+                "chat-steady",
+                "--set",
+                "engine.model=simulated:llama-2-7b@h100-80gb",
+                "--out",
+                "/dev/null/x",
+            ],
+            "/dev/null/x: Not a directory",
+        ),
+        (["compare", "EMPTY", "EMPTY"], "not a workbench report (missing scenario, seed, complete, metrics)"),
+        (["gui", "--run-for", "-5"], "argument --run-for: expected more than 0, got -5"),
+        (["gui", "--screenshot", "OUT.png"], "--screenshot needs --run-for SECONDS"),
+        (
+            ["gui", "--run-for", "1", "--screenshot", "/nonexistent-folder/window.png"],
+            "the folder /nonexistent-folder does not exist",
+        ),
+        (["gui", "--run-for", "1", "--screenshot", "OUT.jpg"], "expected a .png file"),
+        (["gui", "--inspect", "3"], "--inspect needs --run-for SECONDS"),
+        (["gui", "--baseline", "no/such/run"], "--baseline no/such/run: expected a run folder holding run.jsonl"),
+    ],
+)
 def test_bad_arguments_get_one_line_and_exit_code_2(arguments, message, tmp_path, capsys):
     (tmp_path / "decision.toml").write_text(DECISION_WITHOUT_ARMS)
     (tmp_path / "empty.json").write_text("{}")
-    places = {"OUT": str(tmp_path / "out"), "OUT.png": str(tmp_path / "window.png"), "OUT.jpg": str(tmp_path / "window.jpg"), "DECISION": str(tmp_path / "decision.toml"), "EMPTY": str(tmp_path / "empty.json")}
+    places = {
+        "OUT": str(tmp_path / "out"),
+        "OUT.png": str(tmp_path / "window.png"),
+        "OUT.jpg": str(tmp_path / "window.jpg"),
+        "DECISION": str(tmp_path / "decision.toml"),
+        "EMPTY": str(tmp_path / "empty.json"),
+    }
     arguments = [places.get(argument, argument) for argument in arguments]
     try:
         code = main(arguments)
@@ -124,8 +186,21 @@ def test_bad_arguments_get_one_line_and_exit_code_2(arguments, message, tmp_path
 def test_a_billion_request_bench_starts_at_once_and_counts_what_it_never_sent(tmp_path, capsys):
     """Issue 19 #6: `--set traffic.num_requests=1000000000` hung at "requests: 0req" while it drew
     the whole plan. Now the run starts, stops at max_duration_s, and the report counts the rest."""
-    code = main(["bench", "--preset", "chat-steady", "--set", "engine.model=simulated:llama-2-7b@h100-80gb",
-                 "--set", "traffic.num_requests=1000000000", "--set", "max_duration_s=5", "--out", str(tmp_path)])
+    code = main(
+        [
+            "bench",
+            "--preset",
+            "chat-steady",
+            "--set",
+            "engine.model=simulated:llama-2-7b@h100-80gb",
+            "--set",
+            "traffic.num_requests=1000000000",
+            "--set",
+            "max_duration_s=5",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     report = json.loads((tmp_path / "report.json").read_text())
     metrics = report["metrics"]
     sent = metrics["requests_finished"]["n"]

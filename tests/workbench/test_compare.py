@@ -9,7 +9,10 @@ from workbench.compare import Criterion, compare, format_comparison
 
 
 def report(variant, **values):
-    metrics = {name: {"value": value, "unit": "ms" if name.endswith("_ms") else "tok/s", "n": 20} for name, value in values.items()}
+    metrics = {
+        name: {"value": value, "unit": "ms" if name.endswith("_ms") else "tok/s", "n": 20}
+        for name, value in values.items()
+    }
     return {"scenario": {"name": "s"}, "variant": variant, "seed": 0, "complete": True, "metrics": metrics}
 
 
@@ -27,11 +30,31 @@ def test_criteria_parse_relative_and_absolute():
 @pytest.mark.parametrize(
     "candidate, intended, tolerated, passed",
     [
-        (report("on", output_tok_s=125.0, ttft_p99_ms=850.0), ["output_tok_s:+20%"], ["ttft_p99_ms:+10%"], [True, True]),
-        (report("on", output_tok_s=110.0, ttft_p99_ms=850.0), ["output_tok_s:+20%"], ["ttft_p99_ms:+10%"], [False, True]),
-        (report("on", output_tok_s=125.0, ttft_p99_ms=900.0), ["output_tok_s:+20%"], ["ttft_p99_ms:+10%"], [True, False]),
+        (
+            report("on", output_tok_s=125.0, ttft_p99_ms=850.0),
+            ["output_tok_s:+20%"],
+            ["ttft_p99_ms:+10%"],
+            [True, True],
+        ),
+        (
+            report("on", output_tok_s=110.0, ttft_p99_ms=850.0),
+            ["output_tok_s:+20%"],
+            ["ttft_p99_ms:+10%"],
+            [False, True],
+        ),
+        (
+            report("on", output_tok_s=125.0, ttft_p99_ms=900.0),
+            ["output_tok_s:+20%"],
+            ["ttft_p99_ms:+10%"],
+            [True, False],
+        ),
         (report("on", output_tok_s=95.0, ttft_p99_ms=300.0), ["ttft_p99_ms:-50%"], ["output_tok_s:-10%"], [True, True]),
-        (report("on", output_tok_s=80.0, ttft_p99_ms=300.0), ["ttft_p99_ms:-50%"], ["output_tok_s:-10%"], [True, False]),
+        (
+            report("on", output_tok_s=80.0, ttft_p99_ms=300.0),
+            ["ttft_p99_ms:-50%"],
+            ["output_tok_s:-10%"],
+            [True, False],
+        ),
     ],
 )
 def test_decision_checks(candidate, intended, tolerated, passed):
@@ -62,10 +85,15 @@ def test_the_comparison_record_and_table_exactly():
     result = compare(baseline, candidate, ["output_tok_s:+20%", "preemptions:+3"], ["ttft_p99_ms:+10%"])
     # Exactly at the threshold passes; +2 preemptions falls short of an intended +3.
     assert [(check["criterion"], check["passed"], check["observed"]) for check in result["checks"]] == [
-        ("output_tok_s:+20%", True, pytest.approx(0.2)), ("preemptions:+3", False, 2.0), ("ttft_p99_ms:+10%", True, pytest.approx(0.1)),
+        ("output_tok_s:+20%", True, pytest.approx(0.2)),
+        ("preemptions:+3", False, 2.0),
+        ("ttft_p99_ms:+10%", True, pytest.approx(0.1)),
     ]
     assert [(check["kind"], check["n_baseline"], check["n_candidate"]) for check in result["checks"]] == [
-        ("intended", 20, 20), ("intended", 20, 20), ("tolerated", 20, 19)]
+        ("intended", 20, 20),
+        ("intended", 20, 20),
+        ("tolerated", 20, 19),
+    ]
     assert result["verdict"] == "reject: not met: preemptions:+3"
     assert result["baseline"] == {"scenario": "s", "variant": "off", "seed": 0, "complete": True}
     assert format_comparison(result).splitlines() == [
@@ -86,8 +114,17 @@ def test_the_comparison_record_and_table_exactly():
     ]
 
 
-@pytest.mark.parametrize("value, tolerated, passed", [(90.0, "-10%", True), (89.0, "-10%", False), (150.0, "-10%", True),
-                                                       (110.0, "+10%", True), (111.0, "+10%", False), (50.0, "+10%", True)])
+@pytest.mark.parametrize(
+    "value, tolerated, passed",
+    [
+        (90.0, "-10%", True),
+        (89.0, "-10%", False),
+        (150.0, "-10%", True),
+        (110.0, "+10%", True),
+        (111.0, "+10%", False),
+        (50.0, "+10%", True),
+    ],
+)
 def test_a_tolerated_regression_allows_exactly_its_amount_in_its_direction(value, tolerated, passed):
     candidate = report("on", output_tok_s=value, ttft_p99_ms=800.0)  # the baseline has 100
     (check,) = compare(BASE, candidate, [], [f"output_tok_s:{tolerated}"])["checks"]
@@ -97,11 +134,19 @@ def test_a_tolerated_regression_allows_exactly_its_amount_in_its_direction(value
 def test_unmeasurable_metrics_and_incomplete_runs_give_no_pass_and_no_verdict():
     missing = report("on", output_tok_s=None, ttft_p99_ms=float("nan"))
     result = compare(BASE, missing, ["output_tok_s:+1%"], ["ttft_p99_ms:+1%"])
-    assert [(check["passed"], check["note"]) for check in result["checks"]] == [(False, "not measurable in both runs")] * 2
+    assert [(check["passed"], check["note"]) for check in result["checks"]] == [
+        (False, "not measurable in both runs")
+    ] * 2
     zero = report("off", output_tok_s=0.0, ttft_p99_ms=800.0)
     rows = {row["metric"]: row for row in compare(zero, BASE, [], [])["metrics"]}
-    assert rows["output_tok_s"]["delta"] == 100.0 and rows["output_tok_s"]["relative"] is None  # no relative change from 0
-    cut_short = {**report("on", output_tok_s=200.0, ttft_p99_ms=100.0), "complete": False, "incomplete_because": ["planned requests never sent: 3"]}
+    assert (
+        rows["output_tok_s"]["delta"] == 100.0 and rows["output_tok_s"]["relative"] is None
+    )  # no relative change from 0
+    cut_short = {
+        **report("on", output_tok_s=200.0, ttft_p99_ms=100.0),
+        "complete": False,
+        "incomplete_because": ["planned requests never sent: 3"],
+    }
     verdict = compare(BASE, cut_short, ["output_tok_s:+20%"], [])["verdict"]
     assert verdict == "no verdict: incomplete run: candidate (planned requests never sent: 3)"
     assert str(Criterion.parse("x:+2.5")) == "x:+2.5" and str(Criterion.parse("x:-20%")) == "x:-20%"
@@ -119,9 +164,12 @@ def test_load_report_reads_a_folder_or_a_file_and_names_what_is_wrong(tmp_path):
     (tmp_path / "bad.json").write_text("{oops")
     (tmp_path / "list.json").write_text("[1, 2]")
     (tmp_path / "partial.json").write_text('{"scenario": {}, "seed": 0}')
-    for path, message in ((tmp_path / "nowhere", "no report found"), (tmp_path / "bad.json", "not valid JSON"),
-                          (tmp_path / "list.json", "not a workbench report (missing scenario, seed, complete, metrics)"),
-                          (tmp_path / "partial.json", "not a workbench report (missing complete, metrics)")):
+    for path, message in (
+        (tmp_path / "nowhere", "no report found"),
+        (tmp_path / "bad.json", "not valid JSON"),
+        (tmp_path / "list.json", "not a workbench report (missing scenario, seed, complete, metrics)"),
+        (tmp_path / "partial.json", "not a workbench report (missing complete, metrics)"),
+    ):
         with pytest.raises(ConfigError, match=re.escape(message)) as error:
             load_report(path)
         assert str(error.value).startswith(str(path))
@@ -133,16 +181,26 @@ def test_the_verdict_names_each_incomplete_run_and_the_record_keeps_the_criteria
     result = compare(neither, cut, ["output_tok_s:+1%"], ["ttft_p99_ms:+1%"])
     assert result["verdict"] == "no verdict: incomplete run: baseline (incomplete), candidate (a; b)"
     assert (result["intended"], result["tolerated"]) == (["output_tok_s:+1%"], ["ttft_p99_ms:+1%"])
-    assert compare(BASE, BASE, [], [])["verdict"] == "no decision: no intended gain or tolerated regression was declared"
-    failing = compare(BASE, report("on", output_tok_s=1.0, ttft_p99_ms=9000.0), ["output_tok_s:+1%"], ["ttft_p99_ms:+1%"])
+    assert (
+        compare(BASE, BASE, [], [])["verdict"] == "no decision: no intended gain or tolerated regression was declared"
+    )
+    failing = compare(
+        BASE, report("on", output_tok_s=1.0, ttft_p99_ms=9000.0), ["output_tok_s:+1%"], ["ttft_p99_ms:+1%"]
+    )
     assert failing["verdict"] == "reject: not met: output_tok_s:+1%, ttft_p99_ms:+1%"
 
 
-@pytest.mark.parametrize("value, criterion, kind, passed", [
-    (100.0, "output_tok_s:+0", "intended", True), (99.0, "output_tok_s:+0", "intended", False),
-    (100.0, "output_tok_s:+0", "tolerated", True), (101.0, "output_tok_s:+0", "tolerated", False),
-    (50.0, "output_tok_s:-50%", "intended", True), (51.0, "output_tok_s:-50%", "intended", False),
-])
+@pytest.mark.parametrize(
+    "value, criterion, kind, passed",
+    [
+        (100.0, "output_tok_s:+0", "intended", True),
+        (99.0, "output_tok_s:+0", "intended", False),
+        (100.0, "output_tok_s:+0", "tolerated", True),
+        (101.0, "output_tok_s:+0", "tolerated", False),
+        (50.0, "output_tok_s:-50%", "intended", True),
+        (51.0, "output_tok_s:-50%", "intended", False),
+    ],
+)
 def test_criteria_at_zero_and_at_their_boundary(value, criterion, kind, passed):
     candidate = report("on", output_tok_s=value, ttft_p99_ms=800.0)
     intended, tolerated = ([criterion], []) if kind == "intended" else ([], [criterion])
@@ -154,7 +212,13 @@ def test_a_metric_in_one_report_only_and_a_run_without_variant():
     candidate = report(None, output_tok_s=100.0, ttft_p99_ms=800.0, new_metric=5.0)
     result = compare(BASE, candidate, ["new_metric:+1"], [])
     row = {row["metric"]: row for row in result["metrics"]}["new_metric"]
-    assert (row["baseline"], row["candidate"], row["delta"], row["n_baseline"], row["n_candidate"]) == (None, 5.0, None, 0, 20)
+    assert (row["baseline"], row["candidate"], row["delta"], row["n_baseline"], row["n_candidate"]) == (
+        None,
+        5.0,
+        None,
+        0,
+        20,
+    )
     lines = format_comparison(result).splitlines()
     assert lines[1] == "candidate: s / - (seed 0)"
     assert lines[-2] == "  FAIL intended  new_metric:+1                observed - (n 0/20) not measurable in both runs"
@@ -162,14 +226,26 @@ def test_a_metric_in_one_report_only_and_a_run_without_variant():
 
 def test_runs_of_another_model_hardware_or_workload_are_named_as_unlike():
     """SmolLM2 on this CPU against a simulated H100 printed -99.9% deltas without a word."""
-    local = {**report("a", output_tok_s=100.0), "versions": {"model": {"path": "/m/smollm2.gguf", "files": {"smollm2.gguf": "ab" * 32}},
-                                                              "device": "CPU (2 threads)"},
-             "scenario": {"name": "s", "engine": {"model": "smollm2-135m"}, "traffic": {"rate": 2.0}, "events": []}}
+    local = {
+        **report("a", output_tok_s=100.0),
+        "versions": {
+            "model": {"path": "/m/smollm2.gguf", "files": {"smollm2.gguf": "ab" * 32}},
+            "device": "CPU (2 threads)",
+        },
+        "scenario": {"name": "s", "engine": {"model": "smollm2-135m"}, "traffic": {"rate": 2.0}, "events": []},
+    }
     same = {**local, "variant": "b"}
     assert compare(local, same, [], [])["differences"] == []
-    simulated = {**report("b", output_tok_s=90_000.0), "versions": {"model": "simulated:llama-2-7b@h100-80gb"},
-                 "scenario": {"name": "s", "engine": {"model": "simulated:llama-2-7b@h100-80gb"}, "traffic": {"rate": 8.0},
-                              "events": []}}
+    simulated = {
+        **report("b", output_tok_s=90_000.0),
+        "versions": {"model": "simulated:llama-2-7b@h100-80gb"},
+        "scenario": {
+            "name": "s",
+            "engine": {"model": "simulated:llama-2-7b@h100-80gb"},
+            "traffic": {"rate": 8.0},
+            "events": [],
+        },
+    }
     result = compare(local, simulated, [], [])
     assert result["differences"] == [
         "model: smollm2.gguf abababab vs simulated:llama-2-7b@h100-80gb",

@@ -13,13 +13,13 @@ import shutil
 import pytest
 
 from engine.errors import ConfigError
+from tests.workbench.tiny_runs import tiny_scenario
 from workbench.cli import main
 from workbench.compare import load_report
 from workbench.headless import run_headless
 from workbench.report import build_report
 from workbench.run_log import read_run_log
 from workbench.run_recorder import RUN_LOG_NAME
-from tests.workbench.tiny_runs import tiny_scenario
 
 
 @pytest.fixture(scope="module")
@@ -52,23 +52,31 @@ def test_damage_in_the_middle_is_skipped_counted_and_reported(whole_run, tmp_pat
         requests[1]: b'{"type": "request", "half a line\n',
         requests[2]: json.dumps({**json.loads(lines[requests[2] - 1]), "token_times": "soon"}).encode() + b"\n",
         steps[3]: json.dumps({**json.loads(lines[steps[3] - 1]), "kv_blocks_total": "many"}).encode() + b"\n",
-        steps[4]: json.dumps({key: value for key, value in json.loads(lines[steps[4] - 1]).items() if key != "decode_tokens"}).encode() + b"\n",
+        steps[4]: json.dumps(
+            {key: value for key, value in json.loads(lines[steps[4] - 1]).items() if key != "decode_tokens"}
+        ).encode()
+        + b"\n",
     }
     folder, report, _ = damaged_copy(whole_run, tmp_path, lambda number, line: broken.get(number, line))
     log = read_run_log(folder / RUN_LOG_NAME)
-    assert log.skipped_lines == sorted([
-        (steps[3], "kv_blocks_total: expected <class 'int'>, got 'many'"),
-        (steps[4], "no 'decode_tokens'"),
-        (requests[0], "not UTF-8 (byte 1)"),
-        (requests[1], "not JSON"),
-        (requests[2], "token_times: expected list[float], got 'soon'"),
-    ])
+    assert log.skipped_lines == sorted(
+        [
+            (steps[3], "kv_blocks_total: expected <class 'int'>, got 'many'"),
+            (steps[4], "no 'decode_tokens'"),
+            (requests[0], "not UTF-8 (byte 1)"),
+            (requests[1], "not JSON"),
+            (requests[2], "token_times: expected list[float], got 'soon'"),
+        ]
+    )
     rebuilt = build_report(log)
     planned = report["requests_planned"]
     # Read to the end: the footer and every later request are there; nothing is called "never sent".
     assert log.complete and len(log.requests) == planned - 3
     assert rebuilt["metrics"]["requests_not_sent"]["value"] == 0
-    assert rebuilt["incomplete_because"] == [log.skipped_summary()] and "5 lines skipped" in rebuilt["incomplete_because"][0]
+    assert (
+        rebuilt["incomplete_because"] == [log.skipped_summary()]
+        and "5 lines skipped" in rebuilt["incomplete_because"][0]
+    )
 
 
 def test_trace_reads_past_damaged_lines_and_says_so(whole_run, tmp_path, capsys):
@@ -80,7 +88,10 @@ def test_trace_reads_past_damaged_lines_and_says_so(whole_run, tmp_path, capsys)
     assert main(["trace", str(folder), "--step", "3"]) == 0
     captured = capsys.readouterr()
     assert "step 3" in captured.out.lower()
-    assert f"line {traces[0]}: not UTF-8" in captured.err and f"line {traces[1]}: a trace entry of the wrong shape" in captured.err
+    assert (
+        f"line {traces[0]}: not UTF-8" in captured.err
+        and f"line {traces[1]}: a trace entry of the wrong shape" in captured.err
+    )
     request_id = read_run_log(folder / RUN_LOG_NAME).requests[-1]["request_id"]
     assert main(["trace", str(folder), "--request", request_id]) == 0
 
@@ -95,6 +106,8 @@ def test_a_log_without_a_usable_header_is_one_message(whole_run, tmp_path):
 def test_a_report_whose_metrics_are_not_metrics_is_one_message(whole_run, tmp_path):
     source, report = whole_run
     (tmp_path / "report.json").write_text(json.dumps({**report, "metrics": [1, 2]}))
-    with pytest.raises(ConfigError, match=r"metrics: expected an object of \{\"value\", \"unit\", \"n\"\} entries, got \[1, 2\]"):
+    with pytest.raises(
+        ConfigError, match=r"metrics: expected an object of \{\"value\", \"unit\", \"n\"\} entries, got \[1, 2\]"
+    ):
         load_report(tmp_path)
     assert main(["compare", str(source), str(tmp_path)]) == 2

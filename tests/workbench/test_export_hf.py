@@ -17,8 +17,13 @@ def test_the_exported_directory_is_the_same_model(tmp_path, smollm_source):
     directory = export_hf_directory(smollm_source, tmp_path / "smollm2-hf", dtype="float32")
     config = json.loads((directory / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and config["num_key_value_heads"] == 3
-    assert {path.name for path in directory.iterdir()} == {"config.json", "model.safetensors", "tokenizer.json",
-                                                          "tokenizer_config.json", "generation_config.json"}
+    assert {path.name for path in directory.iterdir()} == {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    }
     # The dequantized weights on both sides: "auto" would run the GGUF file as int4.
     settings = dict(dtype="float32", device="cpu", kv_cache_memory=32 << 20, max_model_len=512, quantization="none")
     original = LLMEngine(EngineConfig(**settings), source=smollm_source)

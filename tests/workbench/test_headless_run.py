@@ -9,17 +9,16 @@ import json
 
 import pytest
 
-
 from engine import EngineConfig, LLMEngine
+from tests.workbench.tiny_runs import tiny_scenario
+from workbench.backends.local import LocalBackend
 from workbench.headless import run_headless
-from workbench.run_recorder import RUN_LOG_NAME
 from workbench.report import build_report
 from workbench.run_log import read_run_log
-from workbench.backends.local import LocalBackend
+from workbench.run_recorder import RUN_LOG_NAME
 from workbench.runner import ScenarioRunner
 from workbench.scenario import Scenario, ScenarioEvent
 from workbench.traffic import LengthDistribution, TrafficProfile
-from tests.workbench.tiny_runs import tiny_scenario
 
 
 def test_a_run_writes_every_file_with_every_required_field(tmp_path, tiny_llama):
@@ -41,18 +40,33 @@ def test_a_run_writes_every_file_with_every_required_field(tmp_path, tiny_llama)
         for statistic in ("mean", "p50", "p90", "p99"):
             assert metrics[f"{latency}_{statistic}_ms"]["n"] == n, latency
     assert metrics["requests_finished"]["value"] == 14 and metrics["goodput_perc"]["value"] == 100.0
-    assert metrics["requests_rejected"]["value"] == metrics["requests_aborted"]["value"] == metrics["requests_unfinished"]["value"] == 0
+    assert (
+        metrics["requests_rejected"]["value"]
+        == metrics["requests_aborted"]["value"]
+        == metrics["requests_unfinished"]["value"]
+        == 0
+    )
     assert metrics["chat/ttft_p99_ms"]["n"] == 12 and metrics["burst/ttft_p99_ms"]["n"] == 2
     with (tmp_path / "requests.csv").open() as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 14 and {"ttft_ms", "tpot_ms", "e2e_ms", "queue_time_ms", "preemptions", "finish_reason", "token_times"} <= set(rows[0])
+    assert len(rows) == 14 and {
+        "ttft_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "queue_time_ms",
+        "preemptions",
+        "finish_reason",
+        "token_times",
+    } <= set(rows[0])
     ttfts = sorted(float(row["ttft_ms"]) for row in rows)
     assert metrics["ttft_p50_ms"]["value"] == pytest.approx((ttfts[6] + ttfts[7]) / 2)  # the median of 14, from the CSV
     log_lines = [json.loads(line) for line in (tmp_path / RUN_LOG_NAME).read_text().splitlines()]
     with (tmp_path / "steps.csv").open() as handle:
         steps = list(csv.DictReader(handle))
     assert len(steps) == sum(1 for line in log_lines if line["type"] == "step") > 0
-    assert sum(int(step["prefill_tokens"]) for step in steps) == pytest.approx(metrics["prefill_tok_s"]["value"] * duration)
+    assert sum(int(step["prefill_tokens"]) for step in steps) == pytest.approx(
+        metrics["prefill_tok_s"]["value"] * duration
+    )
 
 
 def test_an_interrupted_run_still_yields_a_partial_report(tmp_path, tiny_llama):
@@ -97,8 +111,15 @@ def mission_ttft(directory, long_prompt_threshold):
     """20 chats and one long prompt (scaled to the tiny model) arriving together."""
     scenario = Scenario(
         name="mission",
-        engine=EngineConfig(model=str(directory), device="cpu", num_kv_blocks=256, block_size=4,
-                            max_num_batched_tokens=64, max_num_seqs=32, long_prompt_threshold=long_prompt_threshold),
+        engine=EngineConfig(
+            model=str(directory),
+            device="cpu",
+            num_kv_blocks=256,
+            block_size=4,
+            max_num_batched_tokens=64,
+            max_num_seqs=32,
+            long_prompt_threshold=long_prompt_threshold,
+        ),
         events=[
             ScenarioEvent(at_s=0.0, action="inject", count=1, prompt_tokens=500, output_tokens=4, tag="long"),
             ScenarioEvent(at_s=0.0, action="inject", count=20, prompt_tokens=8, output_tokens=8, tag="chat"),
@@ -125,11 +146,20 @@ def test_the_long_prompt_queue_lowers_the_chats_p99_ttft(tiny_llama):
 def test_closed_loop_keeps_the_concurrency(tiny_llama):
     directory, _ = tiny_llama
     scenario = tiny_scenario(directory)
-    scenario.traffic = TrafficProfile(arrival="closed_loop", concurrency=3, num_requests=9, output_len=LengthDistribution(mean=5),
-                                      prompt_len=LengthDistribution(mean=6))
+    scenario.traffic = TrafficProfile(
+        arrival="closed_loop",
+        concurrency=3,
+        num_requests=9,
+        output_len=LengthDistribution(mean=5),
+        prompt_len=LengthDistribution(mean=6),
+    )
     scenario.events = []
     engine = LLMEngine(scenario.engine)
     running = []
-    runner = ScenarioRunner(LocalBackend(engine), scenario, on_step=lambda step: running.append(step.stats.num_running + step.stats.num_waiting))
+    runner = ScenarioRunner(
+        LocalBackend(engine),
+        scenario,
+        on_step=lambda step: running.append(step.stats.num_running + step.stats.num_waiting),
+    )
     result = runner.run()
     assert len(result.requests) == 9 and max(running) == 3

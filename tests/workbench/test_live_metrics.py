@@ -14,8 +14,13 @@ def add(store: MetricsStore, index: int) -> None:
     store.add_step(StepStats(index * 0.1 + 0.1, 0.1, index % 7, 3, 2, index % 5, 100, 0, 1, 0, 2, index // 9, 0, 0, 0))
     if index % 3 == 0:
         start = index * 0.1
-        store.add_request(RequestMetrics(start, 4, start, start + 0.05, start + 0.1, [start + 0.05, start + 0.1],
-                                         finish_reason="length"), "chat", f"chat-{index}")
+        store.add_request(
+            RequestMetrics(
+                start, 4, start, start + 0.05, start + 0.1, [start + 0.05, start + 0.1], finish_reason="length"
+            ),
+            "chat",
+            f"chat-{index}",
+        )
 
 
 def test_the_copy_holds_what_the_store_holds_read_in_any_chunks():
@@ -48,10 +53,10 @@ def test_past_the_stores_capacity_the_copy_keeps_the_newest_rows_in_order():
     copy, original = live.snapshot(), store.snapshot()
     times = copy.steps["time_s"]
     assert 100 <= times.size <= 200 and np.all(np.diff(times) > 0)
-    np.testing.assert_array_equal(times, original.steps["time_s"][-times.size:])
+    np.testing.assert_array_equal(times, original.steps["time_s"][-times.size :])
     ids = copy.request_ids
-    assert 25 <= len(ids) <= 50 and ids == original.request_ids[-len(ids):]
-    np.testing.assert_array_equal(copy.requests["finish_s"], original.requests["finish_s"][-len(ids):])
+    assert 25 <= len(ids) <= 50 and ids == original.request_ids[-len(ids) :]
+    np.testing.assert_array_equal(copy.requests["finish_s"], original.requests["finish_s"][-len(ids) :])
 
 
 def test_rows_since_copies_only_the_new_rows():

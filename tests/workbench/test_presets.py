@@ -26,7 +26,11 @@ def test_required_presets_ship_and_every_variant_loads():
                 assert getattr(applied.engine, key) == value, (name, variant_name, key)
             for key, value in variant.traffic.items():
                 actual = getattr(applied.traffic, key)
-                assert (dataclasses.asdict(actual) | value == dataclasses.asdict(actual)) if isinstance(value, dict) else actual == value
+                assert (
+                    (dataclasses.asdict(actual) | value == dataclasses.asdict(actual))
+                    if isinstance(value, dict)
+                    else actual == value
+                )
 
 
 def test_long_prompt_isolation_variants_differ_only_in_admission():
@@ -47,14 +51,35 @@ def write(tmp_path, text):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ('name = "x"\n[engine]\nmax_num_seqz = 4\n[traffic]\nrate = 1.0', r"my.toml: unknown key 'engine.max_num_seqz'; expected one of model, device"),
-        ('name = "x"\n[engine]\nmax_num_seqs = "many"\n[traffic]\nrate = 1.0', r"my.toml: engine.max_num_seqs: expected an integer, got 'many'"),
-        ('name = "x"\n[engine]\nblock_size = 0\n[traffic]\nrate = 1.0', r"my.toml: engine: block_size: expected at least 1, got 0"),
-        ('name = "x"\n[traffic]\nrate = -2.0', r"my.toml: traffic: rate: expected a positive number of requests/s, got -2.0"),
-        ('name = "x"\n[traffic]\nprompt_len = { kind = "zipf" }', r"my.toml: traffic.prompt_len: kind: expected one of fixed, uniform"),
-        ('name = "x"\n[slo]\nttft_ms = 0\n[traffic]\nrate = 1.0', r"my.toml: slo: ttft_ms: expected a positive number of milliseconds"),
+        (
+            'name = "x"\n[engine]\nmax_num_seqz = 4\n[traffic]\nrate = 1.0',
+            r"my.toml: unknown key 'engine.max_num_seqz'; expected one of model, device",
+        ),
+        (
+            'name = "x"\n[engine]\nmax_num_seqs = "many"\n[traffic]\nrate = 1.0',
+            r"my.toml: engine.max_num_seqs: expected an integer, got 'many'",
+        ),
+        (
+            'name = "x"\n[engine]\nblock_size = 0\n[traffic]\nrate = 1.0',
+            r"my.toml: engine: block_size: expected at least 1, got 0",
+        ),
+        (
+            'name = "x"\n[traffic]\nrate = -2.0',
+            r"my.toml: traffic: rate: expected a positive number of requests/s, got -2.0",
+        ),
+        (
+            'name = "x"\n[traffic]\nprompt_len = { kind = "zipf" }',
+            r"my.toml: traffic.prompt_len: kind: expected one of fixed, uniform",
+        ),
+        (
+            'name = "x"\n[slo]\nttft_ms = 0\n[traffic]\nrate = 1.0',
+            r"my.toml: slo: ttft_ms: expected a positive number of milliseconds",
+        ),
         ('name = "x"', r"my.toml: traffic, events: a scenario needs background traffic or an inject event"),
-        ('name = "x"\n[traffic]\nrate = 1.0\n[decision]\nbaseline = "a"\ncandidate = "b"', r"my.toml: decision.baseline: 'a' is not a variant"),
+        (
+            'name = "x"\n[traffic]\nrate = 1.0\n[decision]\nbaseline = "a"\ncandidate = "b"',
+            r"my.toml: decision.baseline: 'a' is not a variant",
+        ),
         ('name = = "x"', r"my.toml: not valid TOML"),
     ],
 )
@@ -68,15 +93,18 @@ def test_unknown_preset_names_the_known_ones():
         load_preset("chat-stedy")
 
 
-@pytest.mark.parametrize("override, message", [
-    ("traffic.rate=nan", "traffic.rate: expected a finite number, got nan"),
-    ("traffic.rate=inf", "traffic.rate: expected a finite number, got inf"),
-    ("traffic.duration_s=nan", "traffic.duration_s: expected a finite number"),
-    ("traffic.burstiness=nan", "traffic.burstiness: expected a finite number"),
-    ("slo.ttft_ms=nan", "slo.ttft_ms: expected a finite number"),
-    ("traffic.prompt_len.mean=nan", "traffic.prompt_len.mean: expected a finite number"),
-    ("engine.kv_cache_memory=nan", "engine.kv_cache_memory"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("traffic.rate=nan", "traffic.rate: expected a finite number, got nan"),
+        ("traffic.rate=inf", "traffic.rate: expected a finite number, got inf"),
+        ("traffic.duration_s=nan", "traffic.duration_s: expected a finite number"),
+        ("traffic.burstiness=nan", "traffic.burstiness: expected a finite number"),
+        ("slo.ttft_ms=nan", "slo.ttft_ms: expected a finite number"),
+        ("traffic.prompt_len.mean=nan", "traffic.prompt_len.mean: expected a finite number"),
+        ("engine.kv_cache_memory=nan", "engine.kv_cache_memory"),
+    ],
+)
 def test_nan_and_infinity_are_refused_before_anything_loads(override, message):
     """They passed the [traffic] and [slo] checks (every comparison with NaN is false), loaded the
     model, then failed with a traceback."""
@@ -108,7 +136,10 @@ def test_engine_defaults_fill_only_what_the_preset_and_the_overrides_leave_out(t
     """`workbench bench` compiles before a measured run unless the preset says otherwise."""
     defaults = {"compile_decode": "blocking"}
     assert load_preset("chat-steady", engine_defaults=defaults).engine.compile_decode == "blocking"
-    assert load_preset("chat-steady", ["engine.compile_decode=off"], engine_defaults=defaults).engine.compile_decode == "off"
+    assert (
+        load_preset("chat-steady", ["engine.compile_decode=off"], engine_defaults=defaults).engine.compile_decode
+        == "off"
+    )
     preset = tmp_path / "eager.toml"
     preset.write_text('[engine]\ncompile_decode = "background"\n[traffic]\nnum_requests = 2\n')
     assert load_preset(str(preset), engine_defaults=defaults).engine.compile_decode == "background"

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from workbench.quality_ledger import EXACT, configuration_key, quality_line, record
 
-FIGURES = {"perplexity_change_perc": 0.2123, "kl_divergence_mean_nats": 0.00195, "top1_agreement_perc": 97.4, "evaluated_tokens": 4082}
+FIGURES = {
+    "perplexity_change_perc": 0.2123,
+    "kl_divergence_mean_nats": 0.00195,
+    "top1_agreement_perc": 97.4,
+    "evaluated_tokens": 4082,
+}
 DEFAULT = "int4 g32 + int8 head, bf16 copy from 8 rows"
 
 
@@ -13,7 +18,10 @@ def test_a_recorded_configuration_is_quoted_with_its_n_and_date(tmp_path):
     model.write_bytes(b"weights")
     record(model, {configuration_key(DEFAULT, "float32", "bfloat16"): FIGURES}, ledger)
     line = quality_line(model, "auto", DEFAULT, "float32", "bfloat16", ledger)
-    assert line.startswith("vs the file's own weights: perplexity +0.21%, KL 0.00195 nats/token, top-1 agreement 97.40% (n = 4,082 tokens, measured 20")
+    assert line.startswith(
+        "vs the file's own weights: perplexity +0.21%, KL 0.00195 nats/token, top-1 agreement 97.40% (n = 4,082 "
+        "tokens, measured 20"
+    )
 
 
 def test_another_configuration_or_a_changed_file_is_not_measured_and_says_how_to_measure(tmp_path):

@@ -12,19 +12,37 @@ from workbench.run_log import RunLog
 
 def request(request_id, tag, arrival, scheduled, token_times, reason, prompt_tokens, finish=None):
     return {
-        "request_id": request_id, "tag": tag, "arrival_time": arrival, "num_prompt_tokens": prompt_tokens,
-        "first_scheduled_time": scheduled, "first_token_time": token_times[0] if token_times else None,
+        "request_id": request_id,
+        "tag": tag,
+        "arrival_time": arrival,
+        "num_prompt_tokens": prompt_tokens,
+        "first_scheduled_time": scheduled,
+        "first_token_time": token_times[0] if token_times else None,
         "finish_time": finish if finish is not None else (token_times[-1] if token_times else None),
-        "token_times": token_times, "preemptions": 0, "finish_reason": reason, "finish_detail": "",
+        "token_times": token_times,
+        "preemptions": 0,
+        "finish_reason": reason,
+        "finish_detail": "",
     }
 
 
 def step(time_s, prefill, decode, used, preemptions=0):
     return {
-        "time_s": time_s, "step_duration_s": 0.1, "prefill_tokens": prefill, "decode_tokens": decode, "num_seqs": 2,
-        "kv_blocks_used": used, "kv_blocks_total": 100, "kv_blocks_cached_free": 0, "num_waiting": 0,
-        "num_waiting_long": 0, "num_running": 2, "preemptions_total": preemptions, "rejections_total": 1,
-        "prefix_cache_hit_tokens_total": 30, "prefix_cache_query_tokens_total": 120,
+        "time_s": time_s,
+        "step_duration_s": 0.1,
+        "prefill_tokens": prefill,
+        "decode_tokens": decode,
+        "num_seqs": 2,
+        "kv_blocks_used": used,
+        "kv_blocks_total": 100,
+        "kv_blocks_cached_free": 0,
+        "num_waiting": 0,
+        "num_waiting_long": 0,
+        "num_running": 2,
+        "preemptions_total": preemptions,
+        "rejections_total": 1,
+        "prefix_cache_hit_tokens_total": 30,
+        "prefix_cache_query_tokens_total": 120,
     }
 
 
@@ -40,9 +58,21 @@ REQUESTS = [
     request("f", "chat", 9.0, None, [], "unfinished", 12),
 ]
 LOG = RunLog(
-    header={"start_time": 0.0, "scenario": {"name": "golden", "slo": {"ttft_ms": 1500, "tpot_ms": None, "e2e_ms": None}},
-            "variant": None, "seed": 0, "versions": {}, "engine": {}, "requests_planned": 7},
-    steps=[step(1.0, 130, 0, 20), step(2.0, 0, 2, 40, preemptions=1), step(3.0, 0, 2, 10, preemptions=3), step(4.0, 10, 1, 30, preemptions=3)],
+    header={
+        "start_time": 0.0,
+        "scenario": {"name": "golden", "slo": {"ttft_ms": 1500, "tpot_ms": None, "e2e_ms": None}},
+        "variant": None,
+        "seed": 0,
+        "versions": {},
+        "engine": {},
+        "requests_planned": 7,
+    },
+    steps=[
+        step(1.0, 130, 0, 20),
+        step(2.0, 0, 2, 40, preemptions=1),
+        step(3.0, 0, 2, 10, preemptions=3),
+        step(4.0, 10, 1, 30, preemptions=3),
+    ],
     requests=REQUESTS,
     footer={"duration_s": 10.0, "stopped_early": True, "requests_unfinished": 1, "requests_not_sent": 1},
 )
@@ -53,26 +83,49 @@ def metric(report, name):
     return entry["value"], entry["n"]
 
 
-@pytest.mark.parametrize("name, value, n", [
-    ("ttft_mean_ms", 1400.0, 3), ("ttft_p50_ms", 1000.0, 3), ("ttft_p90_ms", 2600.0, 3), ("ttft_p99_ms", 2960.0, 3),
-    ("e2e_mean_ms", 2400.0, 3), ("e2e_p50_ms", 3000.0, 3), ("e2e_p90_ms", 3800.0, 3), ("e2e_p99_ms", 3980.0, 3),
-    ("tpot_mean_ms", 2500 / 3, 2), ("tpot_p50_ms", 2500 / 3, 2), ("tpot_p90_ms", 2000 / 3 + 0.9 * 1000 / 3, 2),
-    ("itl_mean_ms", 750.0, 4), ("itl_p50_ms", 750.0, 4), ("itl_p90_ms", 1000.0, 4), ("itl_p99_ms", 1000.0, 4),
-    ("queue_time_mean_ms", 500.0, 3), ("queue_time_p50_ms", 500.0, 3), ("queue_time_p90_ms", 900.0, 3),
-    ("duration_s", 10.0, 4),
-    ("request_throughput_req_s", 0.3, 3),  # 3 finished in 10 s
-    ("output_tok_s", 0.9, 6),  # 4 + 1 + 2 + 2 (aborted) tokens in 10 s
-    ("prompt_tok_s", 13.0, 3),  # 10 + 20 + 100 prompt tokens of finished requests
-    ("prefill_tok_s", 14.0, 4),  # 140 prefilled tokens
-    ("goodput_perc", 100 * 2 / 6, 6),  # 2 of the 6 that arrived: rejected, aborted, unfinished are misses
-    ("goodput_req_s", 0.2, 6),
-    ("requests_finished", 3, 6), ("requests_rejected", 1, 6), ("requests_aborted", 1, 6),
-    ("requests_unfinished", 1, 6), ("requests_not_sent", 1, 7),
-    ("preemptions", 3, 4), ("kv_usage_peak_perc", 40.0, 4), ("kv_usage_mean_perc", 25.0, 4),
-    ("prefix_cache_hit_perc", 25.0, 120),
-    ("chat/ttft_p50_ms", 600.0, 2), ("chat/goodput_perc", 40.0, 5), ("long/ttft_p50_ms", 3000.0, 1),
-    ("long/goodput_perc", 0.0, 1),
-])
+@pytest.mark.parametrize(
+    "name, value, n",
+    [
+        ("ttft_mean_ms", 1400.0, 3),
+        ("ttft_p50_ms", 1000.0, 3),
+        ("ttft_p90_ms", 2600.0, 3),
+        ("ttft_p99_ms", 2960.0, 3),
+        ("e2e_mean_ms", 2400.0, 3),
+        ("e2e_p50_ms", 3000.0, 3),
+        ("e2e_p90_ms", 3800.0, 3),
+        ("e2e_p99_ms", 3980.0, 3),
+        ("tpot_mean_ms", 2500 / 3, 2),
+        ("tpot_p50_ms", 2500 / 3, 2),
+        ("tpot_p90_ms", 2000 / 3 + 0.9 * 1000 / 3, 2),
+        ("itl_mean_ms", 750.0, 4),
+        ("itl_p50_ms", 750.0, 4),
+        ("itl_p90_ms", 1000.0, 4),
+        ("itl_p99_ms", 1000.0, 4),
+        ("queue_time_mean_ms", 500.0, 3),
+        ("queue_time_p50_ms", 500.0, 3),
+        ("queue_time_p90_ms", 900.0, 3),
+        ("duration_s", 10.0, 4),
+        ("request_throughput_req_s", 0.3, 3),  # 3 finished in 10 s
+        ("output_tok_s", 0.9, 6),  # 4 + 1 + 2 + 2 (aborted) tokens in 10 s
+        ("prompt_tok_s", 13.0, 3),  # 10 + 20 + 100 prompt tokens of finished requests
+        ("prefill_tok_s", 14.0, 4),  # 140 prefilled tokens
+        ("goodput_perc", 100 * 2 / 6, 6),  # 2 of the 6 that arrived: rejected, aborted, unfinished are misses
+        ("goodput_req_s", 0.2, 6),
+        ("requests_finished", 3, 6),
+        ("requests_rejected", 1, 6),
+        ("requests_aborted", 1, 6),
+        ("requests_unfinished", 1, 6),
+        ("requests_not_sent", 1, 7),
+        ("preemptions", 3, 4),
+        ("kv_usage_peak_perc", 40.0, 4),
+        ("kv_usage_mean_perc", 25.0, 4),
+        ("prefix_cache_hit_perc", 25.0, 120),
+        ("chat/ttft_p50_ms", 600.0, 2),
+        ("chat/goodput_perc", 40.0, 5),
+        ("long/ttft_p50_ms", 3000.0, 1),
+        ("long/goodput_perc", 0.0, 1),
+    ],
+)
 def test_the_golden_run_log_gives_exact_figures(name, value, n):
     assert metric(build_report(LOG), name) == (pytest.approx(value), n)
 
@@ -80,7 +133,10 @@ def test_the_golden_run_log_gives_exact_figures(name, value, n):
 def test_the_golden_run_is_incomplete_for_both_reasons_and_says_so():
     report = build_report(LOG)
     assert not report["complete"]
-    assert report["incomplete_because"] == ["requests still in flight when the run ended: 1", "planned requests never sent: 1"]
+    assert report["incomplete_because"] == [
+        "requests still in flight when the run ended: 1",
+        "planned requests never sent: 1",
+    ]
     assert report["metrics"]["requests_meeting_slo"] == {"value": 2, "unit": "requests meeting every SLO", "n": 6}
 
 
@@ -93,14 +149,27 @@ def test_without_a_footer_the_requests_not_logged_count_as_not_sent():
 
 
 UNITS = {
-    "duration_s": "s", "request_throughput_req_s": "finished requests/s", "output_tok_s": "output tokens/s (all generated, see notes)",
-    "prompt_tok_s": "prompt tokens of finished requests/s", "prefill_tok_s": "prefilled tokens/s (recomputes included)",
-    "goodput_perc": "% of arrived requests meeting every SLO", "goodput_req_s": "requests meeting every SLO per second",
-    "requests_finished": "requests", "requests_rejected": "requests", "requests_aborted": "requests",
-    "requests_unfinished": "requests still waiting or running when the run ended", "requests_not_sent": "planned requests never sent",
-    "preemptions": "events", "kv_usage_peak_perc": "% of KV blocks", "kv_usage_mean_perc": "% of KV blocks",
+    "duration_s": "s",
+    "request_throughput_req_s": "finished requests/s",
+    "output_tok_s": "output tokens/s (all generated, see notes)",
+    "prompt_tok_s": "prompt tokens of finished requests/s",
+    "prefill_tok_s": "prefilled tokens/s (recomputes included)",
+    "goodput_perc": "% of arrived requests meeting every SLO",
+    "goodput_req_s": "requests meeting every SLO per second",
+    "requests_finished": "requests",
+    "requests_rejected": "requests",
+    "requests_aborted": "requests",
+    "requests_unfinished": "requests still waiting or running when the run ended",
+    "requests_not_sent": "planned requests never sent",
+    "preemptions": "events",
+    "kv_usage_peak_perc": "% of KV blocks",
+    "kv_usage_mean_perc": "% of KV blocks",
     "prefix_cache_hit_perc": "% of prompt tokens served from the prefix cache",
-    "ttft_p50_ms": "ms", "tpot_p50_ms": "ms/token", "itl_p99_ms": "ms", "e2e_mean_ms": "ms", "queue_time_p90_ms": "ms",
+    "ttft_p50_ms": "ms",
+    "tpot_p50_ms": "ms/token",
+    "itl_p99_ms": "ms",
+    "e2e_mean_ms": "ms",
+    "queue_time_p90_ms": "ms",
 }
 
 
@@ -111,7 +180,9 @@ def test_units_say_what_each_number_counts():
 
 def test_the_report_carries_its_identity_and_definitions():
     report = build_report(LOG)
-    assert report["schema"] == "workbench-report/3" and report["stopped_early"] is True and report["requests_planned"] == 7
+    assert (
+        report["schema"] == "workbench-report/3" and report["stopped_early"] is True and report["requests_planned"] == 7
+    )
     assert report["slo"] == {"ttft_ms": 1500, "tpot_ms": None, "e2e_ms": None} and report["variant"] is None
     assert "finished requests (stop or length) only" in report["notes"]["latency"]
     assert "rejected, aborted, failed and unfinished ones count as misses" in report["notes"]["goodput"]
@@ -133,7 +204,11 @@ def test_duration_counts_from_the_start_time_and_old_footers_mean_nothing_unsent
     crashed = build_report(RunLog(header, steps, finished, footer=None))
     assert metric(crashed, "duration_s") == (4.0, 2) and metric(crashed, "requests_not_sent") == (0, 1)
     old_footer = build_report(RunLog(header, steps, finished, footer={"duration_s": 5.0, "stopped_early": False}))
-    assert old_footer["complete"] and old_footer["incomplete_because"] == [] and metric(old_footer, "requests_not_sent") == (0, 1)
+    assert (
+        old_footer["complete"]
+        and old_footer["incomplete_because"] == []
+        and metric(old_footer, "requests_not_sent") == (0, 1)
+    )
     assert metric(old_footer, "output_tok_s") == (0.4, 1)  # 2 tokens in the footer's 5 s
 
 
@@ -144,12 +219,24 @@ def test_the_files_written_hold_the_report_and_every_request_and_step(tmp_path):
     from workbench.report import write_report_files
 
     report = write_report_files(LOG, tmp_path / "out")
-    assert json.loads((tmp_path / "out" / "report.json").read_text()) == json.loads(json.dumps(report)) == json.loads(json.dumps(build_report(LOG)))
+    assert (
+        json.loads((tmp_path / "out" / "report.json").read_text())
+        == json.loads(json.dumps(report))
+        == json.loads(json.dumps(build_report(LOG)))
+    )
     with (tmp_path / "out" / "requests.csv").open() as handle:
         rows = {row["request_id"]: row for row in csv.DictReader(handle)}
     assert list(rows) == ["a", "b", "c", "d", "e", "f"]
-    assert (rows["a"]["tag"], rows["a"]["finish_reason"], json.loads(rows["a"]["token_times"])) == ("chat", "stop", [1.0, 1.5, 2.0, 3.0])
-    assert (float(rows["a"]["queue_time_ms"]), float(rows["a"]["ttft_ms"]), float(rows["a"]["e2e_ms"])) == (500.0, 1000.0, 3000.0)
+    assert (rows["a"]["tag"], rows["a"]["finish_reason"], json.loads(rows["a"]["token_times"])) == (
+        "chat",
+        "stop",
+        [1.0, 1.5, 2.0, 3.0],
+    )
+    assert (float(rows["a"]["queue_time_ms"]), float(rows["a"]["ttft_ms"]), float(rows["a"]["e2e_ms"])) == (
+        500.0,
+        1000.0,
+        3000.0,
+    )
     assert float(rows["c"]["tpot_ms"]) == 1000.0 and rows["b"]["tpot_ms"] == "" and rows["d"]["ttft_ms"] == ""
     with (tmp_path / "out" / "steps.csv").open() as handle:
         steps = list(csv.DictReader(handle))
@@ -165,8 +252,12 @@ def test_identity_offsets_and_short_runs_in_the_report_and_its_files(tmp_path):
     header = {**LOG.header, "start_time": 100.0, "variant": "v1", "engine": {"kv_blocks": 7}, "requests_planned": 3}
     steps = [step(100.25, 10, 0, 5), step(100.5, 0, 1, 5)]
     finished = [request("a", "chat", 100.0, 100.1, [100.2, 100.3], "stop", 4)]
-    log = RunLog(header, steps, finished, footer={"duration_s": 0.5, "stopped_early": False, "requests_unfinished": 0,
-                                                  "requests_not_sent": 0})
+    log = RunLog(
+        header,
+        steps,
+        finished,
+        footer={"duration_s": 0.5, "stopped_early": False, "requests_unfinished": 0, "requests_not_sent": 0},
+    )
     report = write_report_files(log, tmp_path / "nested" / "run")  # folders are created as needed
     assert report["variant"] == "v1" and report["engine"] == {"kv_blocks": 7}
     assert metric(report, "requests_not_sent") == (0, 3)  # the footer's count, not planned minus logged
@@ -179,7 +270,10 @@ def test_failed_requests_and_a_count_known_only_at_the_end():
     """A remote backend's failed request is counted and misses goodput; traffic that ended by a
     duration logs requests_planned null, filled in from the footer (or unknown without one)."""
     header = {**LOG.header, "start_time": 0.0, "requests_planned": None}
-    requests = [request("a", "chat", 0.0, 0.1, [0.2, 0.3], "stop", 4), request("b", "chat", 0.0, None, [], "error", 4, finish=0.5)]
+    requests = [
+        request("a", "chat", 0.0, 0.1, [0.2, 0.3], "stop", 4),
+        request("b", "chat", 0.0, None, [], "error", 4, finish=0.5),
+    ]
     footer = {"duration_s": 1.0, "stopped_early": False, "requests_unfinished": 0, "requests_not_sent": 3}
     complete = build_report(RunLog(header, [step(0.5, 8, 1, 2)], requests, footer=footer))
     assert metric(complete, "requests_failed") == (1, 2) and metric(complete, "requests_finished") == (1, 2)

@@ -28,22 +28,52 @@ def assert_openai_error(response: httpx.Response, status: int, message: str) -> 
     assert message in error["message"], error["message"]
 
 
-@pytest.mark.parametrize("path, body, status, message", [
-    ("/v1/completions", {"prompt": "hi", "top_k": 2**63}, 400, "top_k: expected at most the vocabulary size (49152)"),
-    ("/v1/completions", {"prompt": "hi", "top_k": -2}, 400, "top_k: expected -1 or 0 (off) or a positive integer, got -2"),
-    ("/v1/completions", {"prompt": "hi", "min_p": 2}, 400, "min_p: expected a number in [0, 1]"),
-    ("/v1/completions", {"prompt": "hi", "logprobs": 1}, 400, "logprobs: not supported by workbench serve"),
-    ("/v1/completions", {"prompt": "hi", "echo": True}, 400, "echo: not supported by workbench serve"),
-    ("/v1/completions", {"prompt": "hi", "model": "gpt-4"}, 404, "The model `gpt-4` does not exist."),
-    ("/v1/completions", {"prompt": "hi", "max_tokens": 600}, 400,
-     "This model's maximum context length is 512 tokens. However, you requested 601 tokens (1 in the prompt, 600 in the completion)"),
-    ("/v1/completions", {"prompt": "a \ud800 b"}, 400, "prompt: not valid Unicode: a lone surrogate '\\ud800' at character 2"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "\udfff"}]}, 400, "messages[0].content: not valid Unicode"),
-    ("/v1/completions", {"prompt": "hi", "stop": ["\ud800"]}, 400, "stop: not valid Unicode"),
-])
+@pytest.mark.parametrize(
+    "path, body, status, message",
+    [
+        (
+            "/v1/completions",
+            {"prompt": "hi", "top_k": 2**63},
+            400,
+            "top_k: expected at most the vocabulary size (49152)",
+        ),
+        (
+            "/v1/completions",
+            {"prompt": "hi", "top_k": -2},
+            400,
+            "top_k: expected -1 or 0 (off) or a positive integer, got -2",
+        ),
+        ("/v1/completions", {"prompt": "hi", "min_p": 2}, 400, "min_p: expected a number in [0, 1]"),
+        ("/v1/completions", {"prompt": "hi", "logprobs": 1}, 400, "logprobs: not supported by workbench serve"),
+        ("/v1/completions", {"prompt": "hi", "echo": True}, 400, "echo: not supported by workbench serve"),
+        ("/v1/completions", {"prompt": "hi", "model": "gpt-4"}, 404, "The model `gpt-4` does not exist."),
+        (
+            "/v1/completions",
+            {"prompt": "hi", "max_tokens": 600},
+            400,
+            "This model's maximum context length is 512 tokens. However, you requested 601 tokens (1 in the prompt, "
+            "600 in the completion)",
+        ),
+        (
+            "/v1/completions",
+            {"prompt": "a \ud800 b"},
+            400,
+            "prompt: not valid Unicode: a lone surrogate '\\ud800' at character 2",
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "\udfff"}]},
+            400,
+            "messages[0].content: not valid Unicode",
+        ),
+        ("/v1/completions", {"prompt": "hi", "stop": ["\ud800"]}, 400, "stop: not valid Unicode"),
+    ],
+)
 def test_out_of_range_values_are_refused_as_vllm_refuses_them(server, path, body, status, message):
     # As JSON escapes (json.dumps' default): a lone surrogate cannot be sent as UTF-8.
-    answer = httpx.post(f"{server}{path}", content=json.dumps(body), headers={"content-type": "application/json"}, timeout=30)
+    answer = httpx.post(
+        f"{server}{path}", content=json.dumps(body), headers={"content-type": "application/json"}, timeout=30
+    )
     assert_openai_error(answer, status, message)
     served = httpx.post(f"{server}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30)
     assert served.status_code == 200 and httpx.get(f"{server}/health").status_code == 200  # the engine goes on
@@ -52,20 +82,29 @@ def test_out_of_range_values_are_refused_as_vllm_refuses_them(server, path, body
 def test_unknown_paths_methods_and_bodies_get_openai_error_bodies(server):
     assert_openai_error(httpx.get(f"{server}/v1/nothing-here"), 404, "Not Found")
     assert_openai_error(httpx.get(f"{server}/v1/completions"), 405, "Method Not Allowed")
-    not_utf8 = httpx.post(f"{server}/v1/completions", content=b'{"prompt": "\xff\xfe"}',
-                          headers={"content-type": "application/json"}, timeout=30)
+    not_utf8 = httpx.post(
+        f"{server}/v1/completions",
+        content=b'{"prompt": "\xff\xfe"}',
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
     assert_openai_error(not_utf8, 400, "error parsing the body")
 
 
 def test_a_body_over_the_limit_is_refused_before_it_is_read(server):
     huge = b'{"prompt": "' + b"a" * (9 << 20) + b'"}'
-    answer = httpx.post(f"{server}/v1/completions", content=huge, headers={"content-type": "application/json"}, timeout=60)
+    answer = httpx.post(
+        f"{server}/v1/completions", content=huge, headers={"content-type": "application/json"}, timeout=60
+    )
     assert_openai_error(answer, 413, "larger than this server's limit of 8,388,608 bytes (serve --max-request-bytes)")
 
 
 def test_rejected_requests_are_not_counted_as_successes(server):
-    assert_openai_error(httpx.post(f"{server}/v1/completions", json={"prompt": list(range(600)), "max_tokens": 4}, timeout=30),
-                        400, "max_model_len")
+    assert_openai_error(
+        httpx.post(f"{server}/v1/completions", json={"prompt": list(range(600)), "max_tokens": 4}, timeout=30),
+        400,
+        "max_model_len",
+    )
     assert 'finished_reason="rejected"' not in httpx.get(f"{server}/metrics").text
 
 
@@ -73,10 +112,17 @@ def test_a_client_that_leaves_a_non_streaming_request_aborts_it(server, tokenize
     """vLLM aborts on disconnect; ours kept generating (10 clients that left after 1 s still had
     15,000 tokens generated) and held shutdown for minutes."""
     generated_before = state(server).generation_tokens_total
-    body = {"prompt": tokenizer.encode("Tell me a long story."), "max_tokens": 400, "temperature": 0.0, "ignore_eos": True}
+    body = {
+        "prompt": tokenizer.encode("Tell me a long story."),
+        "max_tokens": 400,
+        "temperature": 0.0,
+        "ignore_eos": True,
+    }
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{server}/v1/completions", json=body, timeout=httpx.Timeout(30, read=1.0))
-    wait_until(lambda: state(server).num_running == 0 and state(server).kv_usage == 0.0, "the abandoned request to be aborted")
+    wait_until(
+        lambda: state(server).num_running == 0 and state(server).kv_usage == 0.0, "the abandoned request to be aborted"
+    )
     assert state(server).generation_tokens_total - generated_before < 400
 
 
@@ -93,8 +139,10 @@ def test_many_streams_that_leave_in_every_phase_leave_nothing_behind(server, tok
                 next(lines, None)
         for stream in streams:
             stream.__exit__(None, None, None)
-    wait_until(lambda: (lambda now: now.num_running == 0 and now.num_waiting == 0 and now.kv_usage == 0.0)(state(server)),
-               "every abandoned stream to be aborted")
+    wait_until(
+        lambda: (lambda now: now.num_running == 0 and now.num_waiting == 0 and now.kv_usage == 0.0)(state(server)),
+        "every abandoned stream to be aborted",
+    )
     assert httpx.post(f"{server}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30).status_code == 200
 
 
@@ -106,9 +154,14 @@ def test_a_slow_reader_holds_only_its_own_request(server, tokenizer):
     with httpx.stream("POST", f"{server}/v1/completions", json=body, timeout=60) as slow:
         lines = slow.iter_lines()
         next(lines)  # the first chunk: the request is running
-        whole = httpx.post(f"{server}/v1/completions", json={"prompt": "hi", "max_tokens": 8, "ignore_eos": True}, timeout=60)
+        whole = httpx.post(
+            f"{server}/v1/completions", json={"prompt": "hi", "max_tokens": 8, "ignore_eos": True}, timeout=60
+        )
         assert whole.status_code == 200 and whole.json()["usage"]["completion_tokens"] == 8
         for _ in range(3):
             next(lines)
             time.sleep(0.2)
-    wait_until(lambda: (lambda now: now.num_running == 0 and now.kv_usage == 0.0)(state(server)), "the slow reader's request to end")
+    wait_until(
+        lambda: (lambda now: now.num_running == 0 and now.kv_usage == 0.0)(state(server)),
+        "the slow reader's request to end",
+    )

@@ -55,8 +55,11 @@ def test_a_failing_step_ends_its_requests_with_an_error_and_the_server_goes_on(s
     planted_failure(engine)
     body = {"prompt": [1, 2, 3], "max_tokens": 5, "ignore_eos": True}
     answers = {}
-    streamed = threading.Thread(target=lambda: answers.update(
-        stream=httpx.post(f"{url}/v1/completions", json={**body, "stream": True}, timeout=30).text))
+    streamed = threading.Thread(
+        target=lambda: answers.update(
+            stream=httpx.post(f"{url}/v1/completions", json={**body, "stream": True}, timeout=30).text
+        )
+    )
     streamed.start()
     answers["whole"] = httpx.post(f"{url}/v1/completions", json=body, timeout=30)
     streamed.join()
@@ -106,8 +109,11 @@ def test_text_is_tokenized_off_the_event_loop(serving, monkeypatch):
 
     monkeypatch.setattr(engine.tokenizer, "encode", slow_encode)
     answers = []
-    sender = threading.Thread(target=lambda: answers.append(
-        httpx.post(f"{url}/v1/completions", json={"prompt": "Hello", "max_tokens": 2}, timeout=60)))
+    sender = threading.Thread(
+        target=lambda: answers.append(
+            httpx.post(f"{url}/v1/completions", json={"prompt": "Hello", "max_tokens": 2}, timeout=60)
+        )
+    )
     sender.start()
     assert entered.wait(timeout=30)
     try:

@@ -10,13 +10,13 @@ import time
 import httpx
 import pytest
 
+from benchmarks.server_processes import free_port, start_workbench_server, wait_until
 from engine import EngineConfig, EngineError, LLMEngine, SamplingParams
 from engine.loading.model_source import read_tokenizer
-from workbench.headless import run_headless
-from workbench.presets import load_preset
 from workbench.backends.remote import RemoteBackend
 from workbench.backends.server_state import parse_server_state
-from benchmarks.server_processes import free_port, start_workbench_server, wait_until
+from workbench.headless import run_headless
+from workbench.presets import load_preset
 
 pytestmark = pytest.mark.slow  # loads SmolLM2 in the server
 
@@ -41,7 +41,9 @@ def test_greedy_tokens_over_http_are_the_in_process_engines(server, tokenizer):
     for index, expected in enumerate(local):
         assert ended[f"r{index}"].token_ids == expected.token_ids and ended[f"r{index}"].finish_reason == "length"
         metrics = ended[f"r{index}"].metrics
-        assert metrics.num_output_tokens == 12 and metrics.ttft_ms > 0 and metrics.num_prompt_tokens == len(prompts[index])
+        assert (
+            metrics.num_output_tokens == 12 and metrics.ttft_ms > 0 and metrics.num_prompt_tokens == len(prompts[index])
+        )
 
 
 def test_a_chat_goes_to_the_chat_endpoint_and_the_server_applies_its_template(server, tokenizer):
@@ -63,8 +65,10 @@ def test_a_chat_goes_to_the_chat_endpoint_and_the_server_applies_its_template(se
 
 
 def test_a_sharegpt_preset_runs_as_chats_through_the_server(server, tmp_path):
-    scenario = load_preset("sharegpt-chat", ["traffic.num_requests=3", "traffic.rate=10", "traffic.output_len.low=4",
-                                              "traffic.output_len.high=8"])
+    scenario = load_preset(
+        "sharegpt-chat",
+        ["traffic.num_requests=3", "traffic.rate=10", "traffic.output_len.low=4", "traffic.output_len.high=8"],
+    )
     backend = RemoteBackend(server, read_tokenizer("smollm2-135m"))
     try:
         report = run_headless(scenario, tmp_path, backend=backend)
@@ -75,10 +79,20 @@ def test_a_sharegpt_preset_runs_as_chats_through_the_server(server, tmp_path):
 
 
 def test_a_preset_through_the_server_gives_a_full_report_and_live_server_state(server, tmp_path):
-    scenario = load_preset("chat-steady", ["traffic.num_requests=8", "traffic.rate=8", "traffic.prompt_len.high=64",
-                                           "traffic.output_len.mean=16", "traffic.output_len.high=24"])
-    local = run_headless(load_preset("chat-steady", ["engine.model=simulated:llama-2-7b@h100-80gb", "traffic.num_requests=2"]),
-                         tmp_path / "local")
+    scenario = load_preset(
+        "chat-steady",
+        [
+            "traffic.num_requests=8",
+            "traffic.rate=8",
+            "traffic.prompt_len.high=64",
+            "traffic.output_len.mean=16",
+            "traffic.output_len.high=24",
+        ],
+    )
+    local = run_headless(
+        load_preset("chat-steady", ["engine.model=simulated:llama-2-7b@h100-80gb", "traffic.num_requests=2"]),
+        tmp_path / "local",
+    )
     seen_usage = []
     watcher_done = threading.Event()
 
@@ -101,12 +115,19 @@ def test_a_preset_through_the_server_gives_a_full_report_and_live_server_state(s
     assert report["backend"]["not_exposed"] == ["batch_composition", "block_map", "scheduled_events", "step_trace"]
     assert report["metrics"]["kv_usage_peak_perc"]["value"] > 0 and report["metrics"]["kv_usage_peak_perc"]["n"] > 0
     assert max(seen_usage) > 0
-    wait_until(lambda: state(server).kv_usage == 0.0 and state(server).num_running == 0, "KV usage back to 0 after the run")
+    wait_until(
+        lambda: state(server).kv_usage == 0.0 and state(server).num_running == 0, "KV usage back to 0 after the run"
+    )
 
 
 def test_a_client_that_goes_away_frees_its_blocks(server, tokenizer):
-    body = {"prompt": tokenizer.encode("Tell me a long story about a dragon."), "max_tokens": 400, "temperature": 0.0,
-            "ignore_eos": True, "stream": True}
+    body = {
+        "prompt": tokenizer.encode("Tell me a long story about a dragon."),
+        "max_tokens": 400,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+    }
     generated_before = state(server).generation_tokens_total
     with httpx.stream("POST", f"{server}/v1/completions", json=body, timeout=60) as response:
         for line in response.iter_lines():
@@ -117,16 +138,22 @@ def test_a_client_that_goes_away_frees_its_blocks(server, tokenizer):
     # The stream is closed: the server aborts the request at its next step and frees its blocks.
     wait_until(lambda: state(server).kv_usage == 0.0 and state(server).num_running == 0, "the aborted request's blocks")
     assert state(server).generation_tokens_total - generated_before < 400  # stopped, not run to its end
-    assert 'vllm:request_success_total{finished_reason="abort",model_name="smollm2-135m"} 1.0' in httpx.get(f"{server}/metrics").text
+    assert (
+        'vllm:request_success_total{finished_reason="abort",model_name="smollm2-135m"} 1.0'
+        in httpx.get(f"{server}/metrics").text
+    )
 
 
-@pytest.mark.parametrize("body, message", [
-    ({"prompt": "hi", "max_tokens": 0}, "max_tokens: expected a positive integer, got 0"),
-    ({"max_tokens": 3}, "invalid request: prompt: Field required"),
-    ({"prompt": "hi", "temperature": -1}, "temperature: expected a finite number >= 0"),
-    ({"prompt": "hi", "n": 2}, "n: only 1 choice per request is served, got 2"),
-    ({"prompt": list(range(600)), "max_tokens": 4}, "max_model_len"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"prompt": "hi", "max_tokens": 0}, "max_tokens: expected a positive integer, got 0"),
+        ({"max_tokens": 3}, "invalid request: prompt: Field required"),
+        ({"prompt": "hi", "temperature": -1}, "temperature: expected a finite number >= 0"),
+        ({"prompt": "hi", "n": 2}, "n: only 1 choice per request is served, got 2"),
+        ({"prompt": list(range(600)), "max_tokens": 4}, "max_model_len"),
+    ],
+)
 def test_invalid_requests_get_400_with_an_openai_error_body(server, body, message):
     response = httpx.post(f"{server}/v1/completions", json=body, timeout=30)
     assert response.status_code == 400
@@ -138,9 +165,17 @@ def test_models_version_and_metrics_speak_vllms_dialect(server):
     models = httpx.get(f"{server}/v1/models").json()
     assert models["data"][0]["id"] == "smollm2-135m" and models["data"][0]["max_model_len"] == 512
     text = httpx.get(f"{server}/metrics").text
-    for name in ("vllm:kv_cache_usage_perc", "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:num_preemptions_total",
-                 "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
-                 "vllm:e2e_request_latency_seconds_bucket", "vllm:request_queue_time_seconds_bucket", "vllm:cache_config_info"):
+    for name in (
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_requests_waiting",
+        "vllm:num_requests_running",
+        "vllm:num_preemptions_total",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket",
+        "vllm:request_queue_time_seconds_bucket",
+        "vllm:cache_config_info",
+    ):
         assert name in text, name
     assert state(server).num_blocks > 0 and state(server).block_size == 16
 
@@ -151,8 +186,12 @@ def test_a_dropped_server_ends_each_request_with_an_error_and_the_run_goes_on(to
     backend = RemoteBackend(f"http://127.0.0.1:{port}", tokenizer)
     try:
         for index in range(3):
-            backend.submit(list(range(1, 30)), SamplingParams(max_tokens=2000, ignore_eos=True), request_id=f"r{index}",
-                           arrival_time=backend.clock())
+            backend.submit(
+                list(range(1, 30)),
+                SamplingParams(max_tokens=2000, ignore_eos=True),
+                request_id=f"r{index}",
+                arrival_time=backend.clock(),
+            )
         first = []
         wait_until(lambda: first.extend(backend.advance().outputs) or first, "the first tokens")
         process.kill()
@@ -173,7 +212,9 @@ def test_no_server_or_not_an_openai_server_is_one_clear_message(tokenizer, tmp_p
     plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=plain.serve_forever, daemon=True).start()
     try:
-        with pytest.raises(EngineError, match=r"/v1/models answered HTTP 404 without a model list: not an OpenAI-compatible server"):
+        with pytest.raises(
+            EngineError, match=r"/v1/models answered HTTP 404 without a model list: not an OpenAI-compatible server"
+        ):
             RemoteBackend(f"http://127.0.0.1:{plain.server_address[1]}", tokenizer)
     finally:
         plain.shutdown()
@@ -183,15 +224,25 @@ def test_256_concurrent_streams_and_an_abort_from_the_client(tokenizer):
     """A simulated 7B on an H100, served in real time: 256 streams at once all finish; one request
     aborted by the client ends with "abort" and its blocks are freed."""
     port = free_port()
-    process = start_workbench_server(port, "--set", "engine.model=simulated:llama-2-7b@h100-80gb", "--set", "engine.max_num_seqs=256")
+    process = start_workbench_server(
+        port, "--set", "engine.model=simulated:llama-2-7b@h100-80gb", "--set", "engine.max_num_seqs=256"
+    )
     url = f"http://127.0.0.1:{port}"
     backend = RemoteBackend(url, tokenizer)
     try:
         for index in range(256):
-            backend.submit(list(range(1, 40)), SamplingParams(max_tokens=8, ignore_eos=True), request_id=f"r{index}",
-                           arrival_time=backend.clock())
-        backend.submit(list(range(1, 40)), SamplingParams(max_tokens=4000, ignore_eos=True), request_id="long",
-                       arrival_time=backend.clock())
+            backend.submit(
+                list(range(1, 40)),
+                SamplingParams(max_tokens=8, ignore_eos=True),
+                request_id=f"r{index}",
+                arrival_time=backend.clock(),
+            )
+        backend.submit(
+            list(range(1, 40)),
+            SamplingParams(max_tokens=4000, ignore_eos=True),
+            request_id="long",
+            arrival_time=backend.clock(),
+        )
         ended = {}
         while len(ended) < 256:
             ended.update({output.request_id: output for output in backend.advance().outputs if output.finished})
@@ -203,7 +254,9 @@ def test_256_concurrent_streams_and_an_abort_from_the_client(tokenizer):
         backend.close()
         process.terminate()
         process.wait(timeout=30)
-    assert all(ended[f"r{index}"].finish_reason == "length" and len(ended[f"r{index}"].token_ids) == 8 for index in range(256))
+    assert all(
+        ended[f"r{index}"].finish_reason == "length" and len(ended[f"r{index}"].token_ids) == 8 for index in range(256)
+    )
     assert ended["long"].finish_reason == "abort" and 0 < len(ended["long"].token_ids) < 4000
 
 
@@ -211,18 +264,30 @@ def test_1500_streams_are_in_flight_at_the_server_at_once(tokenizer):
     """No cap on this side: every stream reaches the server (httpx's pool stopped at 1,024), and
     closing the backend ends them all there."""
     port = free_port()
-    process = start_workbench_server(port, "--set", "engine.model=simulated:llama-3-8b@h100-80gb", "--set", "engine.max_num_seqs=256")
+    process = start_workbench_server(
+        port, "--set", "engine.model=simulated:llama-3-8b@h100-80gb", "--set", "engine.max_num_seqs=256"
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         backend = RemoteBackend(url, tokenizer)
         try:
             for index in range(1500):
-                backend.submit(list(range(1, 40)), SamplingParams(max_tokens=1000, ignore_eos=True), request_id=f"r{index}",
-                               arrival_time=backend.clock())
-            wait_until(lambda: (lambda now: now.num_running + now.num_waiting)(state(url)) == 1500, "1,500 requests at the server", 60)
+                backend.submit(
+                    list(range(1, 40)),
+                    SamplingParams(max_tokens=1000, ignore_eos=True),
+                    request_id=f"r{index}",
+                    arrival_time=backend.clock(),
+                )
+            wait_until(
+                lambda: (lambda now: now.num_running + now.num_waiting)(state(url)) == 1500,
+                "1,500 requests at the server",
+                60,
+            )
         finally:
             backend.close()
-        wait_until(lambda: state(url).num_running == 0 and state(url).num_waiting == 0, "the server to drop the closed streams")
+        wait_until(
+            lambda: state(url).num_running == 0 and state(url).num_waiting == 0, "the server to drop the closed streams"
+        )
     finally:
         process.terminate()
         process.wait(timeout=30)

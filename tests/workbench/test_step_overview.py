@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from workbench.step_overview import IDLE_GAP_S, StepOverview
 
@@ -53,7 +54,7 @@ def test_a_line_is_each_bins_extremes_and_breaks_at_idle_gaps(data):
     begin = 0
     while begin < n:  # arrives in chunks, as frames read it
         size = data.draw(st.integers(1, 100))
-        overview.extend({name: column[begin: begin + size] for name, column in steps.items()})
+        overview.extend({name: column[begin : begin + size] for name, column in steps.items()})
         begin += size
     max_points = data.draw(st.integers(6, 80))
     times = steps["time_s"]
@@ -89,12 +90,14 @@ def test_counters_are_markers_where_they_rise_across_chunks():
 
 def test_past_its_capacity_the_older_half_is_dropped_and_lines_still_match():
     rng = np.random.default_rng(1)
-    steps = steps_with_gaps([0.1] * 5000, rng.choice([0.0, 1.0], 5000, p=[0.99, 0.01]).tolist(), rng.integers(0, 100, 5000).tolist())
+    steps = steps_with_gaps(
+        [0.1] * 5000, rng.choice([0.0, 1.0], 5000, p=[0.99, 0.01]).tolist(), rng.integers(0, 100, 5000).tolist()
+    )
     overview = StepOverview(("v",), capacity=3000)
     for begin in range(0, 5000, 250):
-        overview.extend({name: column[begin: begin + 250] for name, column in steps.items()})
+        overview.extend({name: column[begin : begin + 250] for name, column in steps.items()})
     assert 1500 <= overview.size <= 3000 and overview.column("time_s")[-1] == steps["time_s"][-1]
-    kept = {name: column[-overview.size:] for name, column in steps.items()}
+    kept = {name: column[-overview.size :] for name, column in steps.items()}
     fresh = StepOverview(("v",), capacity=3000)
     fresh.extend(kept)
     for max_points in (50, 400):

@@ -8,16 +8,16 @@ import json
 
 import pytest
 
-from workbench.traces.block_replay import BlockReplay
+from engine import SamplingParams
+from tests.tiny_models import tiny_engine
+from tests.workbench.tiny_runs import tiny_scenario
 from workbench.cli import main
 from workbench.headless import run_headless
 from workbench.run_log import read_run_log
 from workbench.run_recorder import RUN_LOG_NAME
+from workbench.traces.block_replay import BlockReplay
 from workbench.traces.log import read_trace, trace_record
 from workbench.traces.text import format_request, request_events
-from engine import SamplingParams
-from tests.tiny_models import tiny_engine
-from tests.workbench.tiny_runs import tiny_scenario
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,11 @@ def traced_run(tiny_llama, tmp_path_factory):
 
 def test_every_step_has_a_trace_that_reads_back_as_written(traced_run):
     out, log = traced_run
-    assert len(log.traces) == len(log.steps) > 0 and log.header["trace"] == "full" and log.footer["traces_full"] == len(log.traces)
+    assert (
+        len(log.traces) == len(log.steps) > 0
+        and log.header["trace"] == "full"
+        and log.footer["traces_full"] == len(log.traces)
+    )
     assert read_run_log(out / RUN_LOG_NAME).traces == []  # reports and plots skip them unparsed
     for record in log.traces:
         assert trace_record(read_trace(record), full=True) == record and record["full"]
@@ -53,9 +57,11 @@ def test_a_summary_counts_decode_rows_and_still_replays_the_block_map(traced_run
         assert shortened.decode_rows_omitted == sum(row.kind == "decode" for row in trace.rows)
         assert len(shortened.rows) + shortened.decode_rows_omitted == len(trace.rows)
         assert shortened.tokens_omitted + sum(map(len, (entry.token_ids for entry in shortened.emitted))) == sum(
-            map(len, (entry.token_ids for entry in trace.emitted)))
+            map(len, (entry.token_ids for entry in trace.emitted))
+        )
         assert [entry.request_id for entry in shortened.emitted if entry.finish_reason] == [
-            entry.request_id for entry in trace.emitted if entry.finish_reason]
+            entry.request_id for entry in trace.emitted if entry.finish_reason
+        ]
         full.apply(trace)
         summary.apply(shortened)
         assert full.holders == summary.holders and (full.findable == summary.findable).all()
@@ -106,8 +112,12 @@ def test_a_requests_history_counts_its_waits_after_a_preemption(tiny_llama):
     admission are."""
     directory, _ = tiny_llama
     engine = tiny_engine(directory, num_kv_blocks=14, block_size=4)  # six growing requests: preemptions
-    arrivals = {engine.add_request([1, 2, 3, 4, 5, 6, 7, 8], SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)):
-                engine.clock() for _ in range(6)}
+    arrivals = {
+        engine.add_request(
+            [1, 2, 3, 4, 5, 6, 7, 8], SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+        ): engine.clock()
+        for _ in range(6)
+    }
     traces = []
     while engine.has_unfinished():
         traces.append(engine.step().trace)
@@ -115,14 +125,17 @@ def test_a_requests_history_counts_its_waits_after_a_preemption(tiny_llama):
     for preempting in (trace for trace in traces if trace.preemptions):
         victim = preempting.preemptions[0].victim
         later = [trace for trace in traces if trace.step > preempting.step]
-        readmitted = next(trace.step for trace in later
-                          if any(row.request_id == victim and row.admitted_from for row in trace.rows))
+        readmitted = next(
+            trace.step for trace in later if any(row.request_id == victim and row.admitted_from for row in trace.rows)
+        )
         silent = sum(1 for trace in later if trace.step < readmitted and not request_events(trace, victim))
         history = format_request(traces, victim, arrivals[victim]).splitlines()
         start = next(number for number, line in enumerate(history) if f"step {preempting.step} (" in line)
         end = next(number for number, line in enumerate(history) if f"step {readmitted} (" in line)
-        counted = sum(int(line.split()[0]) for line in history[start + 1:end] if "waiting behind the head of its queue" in line)
-        assert counted == silent, (victim, history[start:end + 1])
+        counted = sum(
+            int(line.split()[0]) for line in history[start + 1 : end] if "waiting behind the head of its queue" in line
+        )
+        assert counted == silent, (victim, history[start : end + 1])
         checked += silent > 0
     assert checked  # some preemption was followed by silent waits
 
@@ -133,4 +146,6 @@ def test_a_log_recorded_with_step_trace_off_says_so(tiny_llama, tmp_path, capsys
     scenario = tiny_scenario(directory)
     run_headless(dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, step_trace=False)), tmp_path)
     assert main(["trace", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.endswith("has no step traces: recorded with engine.step_trace = false (set it true to record them)\n")
+    assert capsys.readouterr().err.endswith(
+        "has no step traces: recorded with engine.step_trace = false (set it true to record them)\n"
+    )

@@ -25,7 +25,9 @@ def test_the_block_map_at_any_kept_step_is_the_live_map_of_that_step_even_after_
         trace = engine.step().trace
         store.add(trace)
         if step % 37 == 0 or step > 2 * CHECKPOINT_STEPS + 100:
-            live_maps[step] = backend.block_owners({request_id: row for request_id, row in rows.items() if engine.sequence(request_id)})
+            live_maps[step] = backend.block_owners(
+                {request_id: row for request_id, row in rows.items() if engine.sequence(request_id)}
+            )
         step += 1
     first, last = store.step_range()
     assert first > 0 and last == step - 1  # the oldest steps were dropped a checkpoint at a time
@@ -42,7 +44,9 @@ def test_nearest_step_trace_and_the_steps_that_touched_a_request(tiny_llama):
     ticks = iter(range(100_000))
     engine.clock = lambda: float(next(ticks))
     store = TraceStore(engine.num_kv_blocks)
-    first = engine.add_request([1, 2, 3], SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True), request_id="a")
+    first = engine.add_request(
+        [1, 2, 3], SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True), request_id="a"
+    )
     traces = [engine.step().trace for _ in range(2)]
     engine.add_request([4, 5, 6], SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True), request_id="b")
     while engine.has_unfinished():

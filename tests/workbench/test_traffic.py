@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from engine import ConfigError
-from workbench.prompts import PromptMaker
 from engine.sharegpt import load_sharegpt
+from workbench.prompts import PromptMaker
 from workbench.traffic import LengthDistribution, PlannedTraffic, TrafficProfile, arrival_times, read_trace
 
 
@@ -42,14 +42,29 @@ def test_constant_rate_is_evenly_spaced():
 
 
 def test_ramp_rises_from_rate_to_end_rate():
-    times = np.array(list(arrival_times(TrafficProfile(arrival="ramp", rate=1.0, end_rate=9.0, duration_s=200, num_requests=0), np.random.default_rng(1))))
+    times = np.array(
+        list(
+            arrival_times(
+                TrafficProfile(arrival="ramp", rate=1.0, end_rate=9.0, duration_s=200, num_requests=0),
+                np.random.default_rng(1),
+            )
+        )
+    )
     first, second = np.sum(times < 100), np.sum(times >= 100)
     # Expected counts: integral of the rate over each half = 300 and 700.
     assert first == pytest.approx(300, rel=0.15) and second == pytest.approx(700, rel=0.15)
 
 
 def test_a_set_rate_event_changes_the_pace_from_then_on():
-    times = np.array(list(arrival_times(TrafficProfile(arrival="poisson", rate=2.0, duration_s=400, num_requests=0), np.random.default_rng(2), [(200.0, 8.0)])))
+    times = np.array(
+        list(
+            arrival_times(
+                TrafficProfile(arrival="poisson", rate=2.0, duration_s=400, num_requests=0),
+                np.random.default_rng(2),
+                [(200.0, 8.0)],
+            )
+        )
+    )
     assert np.sum(times < 200) == pytest.approx(400, rel=0.15)
     assert np.sum(times >= 200) == pytest.approx(1600, rel=0.1)
 
@@ -57,13 +72,18 @@ def test_a_set_rate_event_changes_the_pace_from_then_on():
 def test_same_seed_same_schedule_byte_for_byte():
     maker = PromptMaker(None, vocab_size=1000)
     profile = TrafficProfile(
-        arrival="gamma", burstiness=0.5, num_requests=50,
-        prompt_len=LengthDistribution(kind="lognormal", mean=40, std=0.6), output_len=LengthDistribution(kind="uniform", low=4, high=20),
+        arrival="gamma",
+        burstiness=0.5,
+        num_requests=50,
+        prompt_len=LengthDistribution(kind="lognormal", mean=40, std=0.6),
+        output_len=LengthDistribution(kind="uniform", low=4, high=20),
     )
 
     def schedule(seed):
         planned = plan_traffic(profile, maker, seed, max_model_len=512)
-        return json.dumps([[request.arrival_s, list(request.prompt_token_ids), request.max_tokens] for request in planned])
+        return json.dumps(
+            [[request.arrival_s, list(request.prompt_token_ids), request.max_tokens] for request in planned]
+        )
 
     assert schedule(7) == schedule(7)
     assert schedule(7) != schedule(8)
@@ -131,7 +151,10 @@ def test_trace_replay_from_csv_and_jsonl(tmp_path):
     csv_trace = tmp_path / "trace.csv"
     csv_trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.5,12,4\n0.1,30,8\n")
     planned = read_trace(csv_trace, maker, np.random.default_rng(0), tag="trace")
-    assert [(request.arrival_s, len(request.prompt_token_ids), request.max_tokens) for request in planned] == [(0.1, 30, 8), (0.5, 12, 4)]
+    assert [(request.arrival_s, len(request.prompt_token_ids), request.max_tokens) for request in planned] == [
+        (0.1, 30, 8),
+        (0.5, 12, 4),
+    ]
     jsonl_trace = tmp_path / "trace.jsonl"
     jsonl_trace.write_text('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 2}\n')
     assert len(read_trace(jsonl_trace, maker, np.random.default_rng(0), tag="trace")) == 1
@@ -151,22 +174,41 @@ def test_bad_trace_rows_name_file_and_line(tmp_path):
 
 def test_planned_traffic_from_a_trace_keeps_its_rows_and_tag(tmp_path):
     trace = tmp_path / "trace.jsonl"
-    trace.write_text('{"arrival_s": 0.25, "prompt_tokens": 7, "output_tokens": 3}\n\n{"arrival_s": 0.0, "prompt_tokens": 4, "output_tokens": 9}\n')
+    trace.write_text(
+        '{"arrival_s": 0.25, "prompt_tokens": 7, "output_tokens": 3}\n\n'
+        '{"arrival_s": 0.0, "prompt_tokens": 4, "output_tokens": 9}\n'
+    )
     profile = TrafficProfile(prompts="trace", trace_file=str(trace), num_requests=0, tag="replayed")
     planned = plan_traffic(profile, PromptMaker(None, vocab_size=100), 0, max_model_len=64)
-    assert [(request.arrival_s, len(request.prompt_token_ids), request.max_tokens, request.tag) for request in planned] == [
-        (0.0, 4, 9, "replayed"), (0.25, 7, 3, "replayed")]
+    assert [
+        (request.arrival_s, len(request.prompt_token_ids), request.max_tokens, request.tag) for request in planned
+    ] == [(0.0, 4, 9, "replayed"), (0.25, 7, 3, "replayed")]
 
 
-@pytest.mark.parametrize("content, suffix, message", [
-    (None, ".csv", "trace file not found"),
-    ("{not json\n", ".jsonl", r"trace.jsonl:1: not valid JSON"),
-    ("arrival_s,prompt_tokens,output_tokens\n", ".txt", r"trace.txt: expected a .csv or .jsonl trace"),
-    ('{"arrival_s": 0, "prompt": "hello", "output_tokens": 2}\n', ".jsonl", r"trace.jsonl:1: a text prompt needs a model with a tokenizer"),
-    ('{"arrival_s": -1, "prompt_tokens": 3, "output_tokens": 2}\n', ".jsonl", r"trace.jsonl:1: expected arrival_s >= 0, output_tokens >= 1"),
-    ('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 0}\n', ".jsonl", r"expected arrival_s >= 0, output_tokens >= 1"),
-    ("arrival_s,output_tokens\n0,2\n", ".csv", r"trace.csv:2: missing column 'prompt_tokens'"),
-])
+@pytest.mark.parametrize(
+    "content, suffix, message",
+    [
+        (None, ".csv", "trace file not found"),
+        ("{not json\n", ".jsonl", r"trace.jsonl:1: not valid JSON"),
+        ("arrival_s,prompt_tokens,output_tokens\n", ".txt", r"trace.txt: expected a .csv or .jsonl trace"),
+        (
+            '{"arrival_s": 0, "prompt": "hello", "output_tokens": 2}\n',
+            ".jsonl",
+            r"trace.jsonl:1: a text prompt needs a model with a tokenizer",
+        ),
+        (
+            '{"arrival_s": -1, "prompt_tokens": 3, "output_tokens": 2}\n',
+            ".jsonl",
+            r"trace.jsonl:1: expected arrival_s >= 0, output_tokens >= 1",
+        ),
+        (
+            '{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 0}\n',
+            ".jsonl",
+            r"expected arrival_s >= 0, output_tokens >= 1",
+        ),
+        ("arrival_s,output_tokens\n0,2\n", ".csv", r"trace.csv:2: missing column 'prompt_tokens'"),
+    ],
+)
 def test_every_bad_trace_names_what_is_wrong(tmp_path, content, suffix, message):
     trace = tmp_path / f"trace{suffix}"
     if content is not None:
@@ -190,7 +232,9 @@ def test_planned_traffic_follows_rate_changes_and_needs_a_count_for_closed_loop(
     planned = plan_traffic(profile, PromptMaker(None, 100), 0, 64, rate_changes=[(0.25, 1.0)])
     assert [request.arrival_s for request in planned] == pytest.approx([0.1, 0.2, 0.3, 1.3, 2.3, 3.3])
     with pytest.raises(ConfigError, match="^num_requests: closed_loop traffic needs a number of requests$"):
-        plan_traffic(TrafficProfile(arrival="closed_loop", num_requests=0, duration_s=5.0), PromptMaker(None, 100), 0, 64)
+        plan_traffic(
+            TrafficProfile(arrival="closed_loop", num_requests=0, duration_s=5.0), PromptMaker(None, 100), 0, 64
+        )
 
 
 class FixedConversations(PromptMaker):
@@ -222,12 +266,18 @@ def test_sharegpt_reply_lengths_are_clipped_to_the_output_length_bounds():
 
 
 def test_synthetic_lengths_are_clipped_to_the_context_around_the_shared_prefix():
-    profile = TrafficProfile(num_requests=2, shared_prefix_tokens=10, prompt_len=LengthDistribution(mean=1000),
-                             output_len=LengthDistribution(mean=1000))
+    profile = TrafficProfile(
+        num_requests=2,
+        shared_prefix_tokens=10,
+        prompt_len=LengthDistribution(mean=1000),
+        output_len=LengthDistribution(mean=1000),
+    )
     planned = plan_traffic(profile, PromptMaker(None, 100), 0, max_model_len=64)
     # prefix 10 + at most 64 - 10 - 2 = 52 prompt tokens, then the one output token that still fits
     assert [(len(request.prompt_token_ids), request.max_tokens) for request in planned] == [(62, 1), (62, 1)]
-    short = TrafficProfile(num_requests=1, prompt_len=LengthDistribution(mean=20), output_len=LengthDistribution(mean=1000))
+    short = TrafficProfile(
+        num_requests=1, prompt_len=LengthDistribution(mean=20), output_len=LengthDistribution(mean=1000)
+    )
     (request,) = plan_traffic(short, PromptMaker(None, 100), 0, max_model_len=64)
     assert (len(request.prompt_token_ids), request.max_tokens) == (20, 43)  # 64 - 20 - 1
 
@@ -235,11 +285,17 @@ def test_synthetic_lengths_are_clipped_to_the_context_around_the_shared_prefix()
 LENGTH_EXPECTED = "expected mean >= 1, std >= 0, low >= 1 and high 0 or >= low"
 
 
-@pytest.mark.parametrize("settings, message", [
-    (dict(kind="gaussian"), "kind: expected one of fixed, uniform, normal, lognormal, got 'gaussian'"),
-    (dict(mean=0.5), LENGTH_EXPECTED), (dict(std=-0.1), LENGTH_EXPECTED), (dict(low=0), LENGTH_EXPECTED),
-    (dict(low=5, high=4), LENGTH_EXPECTED), (dict(kind="uniform"), "high: a uniform length needs an upper bound"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(kind="gaussian"), "kind: expected one of fixed, uniform, normal, lognormal, got 'gaussian'"),
+        (dict(mean=0.5), LENGTH_EXPECTED),
+        (dict(std=-0.1), LENGTH_EXPECTED),
+        (dict(low=0), LENGTH_EXPECTED),
+        (dict(low=5, high=4), LENGTH_EXPECTED),
+        (dict(kind="uniform"), "high: a uniform length needs an upper bound"),
+    ],
+)
 def test_each_bad_length_setting_alone_is_refused(settings, message):
     with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
         LengthDistribution(**settings)
@@ -254,18 +310,27 @@ def test_length_settings_at_their_limits_are_accepted_and_kept():
     assert 25 < np.std(normal) < 35 and 95 < np.mean(normal) < 105
 
 
-@pytest.mark.parametrize("settings, message", [
-    (dict(prompts="reddit"), "prompts: expected one of synthetic, sharegpt, trace, got 'reddit'"),
-    (dict(rate=0.0), "rate: expected a positive number of requests/s, got 0.0"),
-    (dict(arrival="ramp", end_rate=0.0, duration_s=5.0), "end_rate, duration_s: a ramp needs a positive end_rate and duration_s"),
-    (dict(arrival="ramp", end_rate=5.0, duration_s=0.0), "end_rate, duration_s: a ramp needs a positive end_rate and duration_s"),
-    (dict(burstiness=0.0), "burstiness: expected > 0, got 0.0"),
-    (dict(concurrency=0), "concurrency: expected at least 1, got 0"),
-    (dict(num_requests=-1), "num_requests, duration_s, shared_prefix_tokens: expected values >= 0"),
-    (dict(duration_s=-1.0), "num_requests, duration_s, shared_prefix_tokens: expected values >= 0"),
-    (dict(shared_prefix_tokens=-1), "num_requests, duration_s, shared_prefix_tokens: expected values >= 0"),
-    (dict(prompts="trace"), "trace_file: prompts = 'trace' needs a trace file"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(prompts="reddit"), "prompts: expected one of synthetic, sharegpt, trace, got 'reddit'"),
+        (dict(rate=0.0), "rate: expected a positive number of requests/s, got 0.0"),
+        (
+            dict(arrival="ramp", end_rate=0.0, duration_s=5.0),
+            "end_rate, duration_s: a ramp needs a positive end_rate and duration_s",
+        ),
+        (
+            dict(arrival="ramp", end_rate=5.0, duration_s=0.0),
+            "end_rate, duration_s: a ramp needs a positive end_rate and duration_s",
+        ),
+        (dict(burstiness=0.0), "burstiness: expected > 0, got 0.0"),
+        (dict(concurrency=0), "concurrency: expected at least 1, got 0"),
+        (dict(num_requests=-1), "num_requests, duration_s, shared_prefix_tokens: expected values >= 0"),
+        (dict(duration_s=-1.0), "num_requests, duration_s, shared_prefix_tokens: expected values >= 0"),
+        (dict(shared_prefix_tokens=-1), "num_requests, duration_s, shared_prefix_tokens: expected values >= 0"),
+        (dict(prompts="trace"), "trace_file: prompts = 'trace' needs a trace file"),
+    ],
+)
 def test_each_bad_traffic_setting_alone_is_refused(settings, message):
     with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
         TrafficProfile(**settings)
@@ -280,9 +345,14 @@ def test_traffic_settings_at_their_limits_are_accepted():
 
 def test_a_zero_rate_pauses_arrivals_until_the_next_change_and_duration_includes_its_end():
     profile = TrafficProfile(arrival="constant", rate=10.0, num_requests=6)
-    assert list(arrival_times(profile, np.random.default_rng(0), [(0.35, 0.0), (1.0, 10.0)])) == pytest.approx([0.1, 0.2, 0.3, 0.4, 1.1, 1.2])
-    assert list(arrival_times(TrafficProfile(arrival="constant", rate=10.0, num_requests=6), np.random.default_rng(0), [(0.35, 0.0)])) == \
-        pytest.approx([0.1, 0.2, 0.3, 0.4])  # paused for good
+    assert list(arrival_times(profile, np.random.default_rng(0), [(0.35, 0.0), (1.0, 10.0)])) == pytest.approx(
+        [0.1, 0.2, 0.3, 0.4, 1.1, 1.2]
+    )
+    assert list(
+        arrival_times(
+            TrafficProfile(arrival="constant", rate=10.0, num_requests=6), np.random.default_rng(0), [(0.35, 0.0)]
+        )
+    ) == pytest.approx([0.1, 0.2, 0.3, 0.4])  # paused for good
     timed = TrafficProfile(arrival="constant", rate=4.0, num_requests=0, duration_s=0.5)
     assert list(arrival_times(timed, np.random.default_rng(0))) == [0.25, 0.5]  # an arrival exactly at the end counts
 
@@ -294,7 +364,7 @@ class CharacterTokenizer:
 
 def test_text_prompts_and_one_token_outputs_in_a_trace(tmp_path):
     trace = tmp_path / "trace.csv"
-    trace.write_text('arrival_s,prompt,output_tokens\n0,hello,1\n')
+    trace.write_text("arrival_s,prompt,output_tokens\n0,hello,1\n")
     maker = PromptMaker(None, vocab_size=100)
     maker.tokenizer = CharacterTokenizer()
     (request,) = read_trace(trace, maker, np.random.default_rng(0), tag="trace")
@@ -317,8 +387,12 @@ def huge_scenario(traffic):
     from engine import EngineConfig
     from workbench.scenario import Scenario, ScenarioEvent
 
-    return Scenario(name="huge", engine=EngineConfig(model="simulated:llama-2-7b@h100-80gb"), traffic=traffic,
-                    events=[ScenarioEvent(at_s=0.25, action="inject", count=10**9, prompt_tokens=3, output_tokens=2, tag="burst")])
+    return Scenario(
+        name="huge",
+        engine=EngineConfig(model="simulated:llama-2-7b@h100-80gb"),
+        traffic=traffic,
+        events=[ScenarioEvent(at_s=0.25, action="inject", count=10**9, prompt_tokens=3, output_tokens=2, tag="burst")],
+    )
 
 
 def test_a_plan_of_two_billion_requests_draws_only_those_sent():
@@ -332,7 +406,11 @@ def test_a_plan_of_two_billion_requests_draws_only_those_sent():
     sent = [plan.pop_timed() for _ in range(4)]
     # Traffic at 0.1 and 0.2 s, then the injected burst at 0.25 s, whose requests keep their own tag and length.
     assert [(request.arrival_s, request.tag, len(request.prompt_token_ids)) for request in sent] == [
-        (pytest.approx(0.1), "chat", 4), (pytest.approx(0.2), "chat", 4), (0.25, "burst", 3), (0.25, "burst", 3)]
+        (pytest.approx(0.1), "chat", 4),
+        (pytest.approx(0.2), "chat", 4),
+        (0.25, "burst", 3),
+        (0.25, "burst", 3),
+    ]
     assert maker.drawn == 4
     assert plan.count_rest() == 2 * 10**9 - 4 and not plan.has_timed and maker.drawn == 4
 
@@ -354,12 +432,20 @@ def test_a_trace_plan_knows_its_count_and_uniform_lengths_stay_within_their_boun
     from workbench.scenario import Scenario
 
     trace = tmp_path / "trace.jsonl"
-    trace.write_text("".join(f'{{"arrival_s": {index / 10}, "prompt_tokens": 5, "output_tokens": 2}}\n' for index in range(4)))
+    trace.write_text(
+        "".join(f'{{"arrival_s": {index / 10}, "prompt_tokens": 5, "output_tokens": 2}}\n' for index in range(4))
+    )
     profile = TrafficProfile(prompts="trace", trace_file=str(trace), num_requests=0)
-    plan = RequestPlan(Scenario(name="t", engine=EngineConfig(model="simulated:llama-2-7b@h100-80gb"), traffic=profile),
-                       max_model_len=64, prompt_maker=PromptMaker(None, 100))
+    plan = RequestPlan(
+        Scenario(name="t", engine=EngineConfig(model="simulated:llama-2-7b@h100-80gb"), traffic=profile),
+        max_model_len=64,
+        prompt_maker=PromptMaker(None, 100),
+    )
     assert plan.total == 4 and plan.count_rest() == 4
-    lengths = {LengthDistribution(kind="uniform", low=3, high=5).sample(np.random.default_rng(seed), limit=100) for seed in range(200)}
+    lengths = {
+        LengthDistribution(kind="uniform", low=3, high=5).sample(np.random.default_rng(seed), limit=100)
+        for seed in range(200)
+    }
     assert lengths == {3, 4, 5}  # both bounds included, nothing past high
     with pytest.raises(ConfigError, match="^num_requests, duration_s: set at least one, or the traffic never ends$"):
         TrafficProfile(num_requests=0, duration_s=0)

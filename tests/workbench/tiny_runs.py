@@ -15,14 +15,17 @@ def tiny_scenario(directory, **engine_settings) -> Scenario:
         name="tiny-chat",
         engine=EngineConfig(**settings),
         traffic=TrafficProfile(
-            arrival="poisson", rate=400.0, num_requests=12, tag="chat",
-            prompt_len=LengthDistribution(kind="uniform", low=4, high=24), output_len=LengthDistribution(kind="fixed", mean=6),
+            arrival="poisson",
+            rate=400.0,
+            num_requests=12,
+            tag="chat",
+            prompt_len=LengthDistribution(kind="uniform", low=4, high=24),
+            output_len=LengthDistribution(kind="fixed", mean=6),
         ),
         events=[ScenarioEvent(at_s=0.0, action="inject", count=2, prompt_tokens=40, output_tokens=3, tag="burst")],
         slo=SLO(ttft_ms=10_000, tpot_ms=10_000, e2e_ms=60_000),
         seed=3,
     )
-
 
 
 def arms_preset(tmp_path, directory) -> str:

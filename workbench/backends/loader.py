@@ -12,15 +12,15 @@ import torch
 from engine import EngineConfig, LLMEngine
 from engine.device import dtype_name
 from engine.errors import ConfigError
-from engine.model_config import ModelConfig
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.model_source import read_model, read_tokenizer
-from engine.simulation import is_simulated
 from engine.loading.tokenizer import Tokenizer
-from workbench.backends.protocol import Backend, BackendCapabilities
+from engine.model_config import ModelConfig
+from engine.simulation import is_simulated
 from workbench.backends.local import LocalBackend
-from workbench.quality_ledger import quality_line
+from workbench.backends.protocol import Backend, BackendCapabilities
 from workbench.backends.remote import DEFAULT_REQUEST_TIMEOUT_S, RemoteBackend
+from workbench.quality_ledger import quality_line
 
 SERVER_TOKENIZER = "smollm2-135m"  # prompts for a server are made with this tokenizer unless told otherwise
 
@@ -78,8 +78,12 @@ class BackendLoader:
     `served_model` (default: the first in /v1/models) and makes prompts with `server_tokenizer`
     (a bundled alias, a .gguf file or a Hugging Face folder)."""
 
-    def __init__(self, served_model: str | None = None, server_tokenizer: str = SERVER_TOKENIZER,
-                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S):
+    def __init__(
+        self,
+        served_model: str | None = None,
+        server_tokenizer: str = SERVER_TOKENIZER,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    ):
         self.served_model, self.server_tokenizer = served_model, server_tokenizer
         self.request_timeout_s = request_timeout_s
         self._source: ModelSource | None = None
@@ -88,10 +92,16 @@ class BackendLoader:
     def load(self, config: EngineConfig, progress: ProgressCallback) -> tuple[Backend, EngineInfo | ServerInfo]:
         if is_server_url(config.model):
             progress("connect", 0.0)
-            backend = RemoteBackend(config.model, server_tokenizer(self.server_tokenizer), model=self.served_model,
-                                    request_timeout_s=self.request_timeout_s)
+            backend = RemoteBackend(
+                config.model,
+                server_tokenizer(self.server_tokenizer),
+                model=self.served_model,
+                request_timeout_s=self.request_timeout_s,
+            )
             progress("connect", 1.0)
-            return backend, ServerInfo(config, backend.name, backend.max_model_len, backend.tokenizer, backend.capabilities)
+            return backend, ServerInfo(
+                config, backend.name, backend.max_model_len, backend.tokenizer, backend.capabilities
+            )
         if is_simulated(config.model):
             # The window watches a simulated engine in real time, unless a speed was chosen.
             config = dataclasses.replace(config, simulation_speed=config.simulation_speed or 1.0)
@@ -101,12 +111,21 @@ class BackendLoader:
         backend = LocalBackend(engine)
         dtype, kv_cache_dtype = dtype_name(engine.dtype), dtype_name(engine.kv_dtype)
         info = EngineInfo(
-            config=config, summary=backend.describe()["engine"], dtype=dtype, kv_cache_dtype=kv_cache_dtype,
-            bytes_per_element=torch.finfo(engine.dtype).bits // 8, device=str(engine.device),
-            model_path=str(engine.model_path), model_config=engine.model_config, tokenizer=engine.tokenizer,
-            decode_mode=lambda: engine.executor.decode_mode, capabilities=backend.capabilities,
-            quantization=engine.quantization, quantization_choice=engine.quantization_choice,
-            quality="" if is_simulated(config.model) else quality_line(
-                engine.model_path, config.quantization, engine.quantization, dtype, kv_cache_dtype),
+            config=config,
+            summary=backend.describe()["engine"],
+            dtype=dtype,
+            kv_cache_dtype=kv_cache_dtype,
+            bytes_per_element=torch.finfo(engine.dtype).bits // 8,
+            device=str(engine.device),
+            model_path=str(engine.model_path),
+            model_config=engine.model_config,
+            tokenizer=engine.tokenizer,
+            decode_mode=lambda: engine.executor.decode_mode,
+            capabilities=backend.capabilities,
+            quantization=engine.quantization,
+            quantization_choice=engine.quantization_choice,
+            quality=""
+            if is_simulated(config.model)
+            else quality_line(engine.model_path, config.quantization, engine.quantization, dtype, kv_cache_dtype),
         )
         return backend, info

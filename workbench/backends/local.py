@@ -12,7 +12,15 @@ import numpy as np
 
 from engine import LLMEngine
 from engine.sampling_params import SamplingParams
-from workbench.backends.protocol import BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED, IN_PROCESS, BackendUpdate, Chat, RequestProgress
+from workbench.backends.protocol import (
+    BLOCK_CACHED,
+    BLOCK_FREE,
+    BLOCK_SHARED,
+    IN_PROCESS,
+    BackendUpdate,
+    Chat,
+    RequestProgress,
+)
 from workbench.provenance import environment
 
 
@@ -20,7 +28,9 @@ class LocalBackend:
     def __init__(self, engine: LLMEngine):
         self.engine = engine
         # Everything, except step traces when the configuration turned them off.
-        self.capabilities = IN_PROCESS if engine.config.step_trace else dataclasses.replace(IN_PROCESS, step_trace=False)
+        self.capabilities = (
+            IN_PROCESS if engine.config.step_trace else dataclasses.replace(IN_PROCESS, step_trace=False)
+        )
         self.name = "in-process engine"  # how it runs is in the header's versions, and in each step
         self.max_model_len = engine.max_model_len
         self.vocab_size = engine.model_config.vocab_size
@@ -52,9 +62,19 @@ class LocalBackend:
             },
         }
 
-    def submit(self, prompt: str | list[int], params: SamplingParams, *, request_id: str, arrival_time: float,
-               priority: int = 0, messages: Chat | None = None) -> str:
-        return self.engine.add_request(prompt, params, arrival_time=arrival_time, priority=priority, request_id=request_id)
+    def submit(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        request_id: str,
+        arrival_time: float,
+        priority: int = 0,
+        messages: Chat | None = None,
+    ) -> str:
+        return self.engine.add_request(
+            prompt, params, arrival_time=arrival_time, priority=priority, request_id=request_id
+        )
 
     def abort(self, request_id: str) -> None:
         self.engine.abort(request_id)
@@ -91,4 +111,3 @@ class LocalBackend:
                 owners[block_id] = BLOCK_SHARED if manager.is_shared(block_id) else row
         owners[manager.cached_free_block_ids()] = BLOCK_CACHED
         return owners
-

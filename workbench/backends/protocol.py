@@ -20,11 +20,11 @@ from typing import Protocol
 
 import numpy as np
 
+from engine.loading.tokenizer import Tokenizer
 from engine.metrics import RequestMetrics, StepStats
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.step_trace import StepTrace
-from engine.loading.tokenizer import Tokenizer
 
 Chat = tuple[dict[str, str], ...]  # chat messages: {"role": "user", "content": "..."}, in order
 
@@ -87,8 +87,16 @@ class Backend(Protocol):
     def describe(self) -> dict:
         """Provenance for the run log: {"versions": ..., "engine": ...}."""
 
-    def submit(self, prompt: str | list[int], params: SamplingParams, *, request_id: str, arrival_time: float,
-               priority: int = 0, messages: Chat | None = None) -> str:
+    def submit(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        request_id: str,
+        arrival_time: float,
+        priority: int = 0,
+        messages: Chat | None = None,
+    ) -> str:
         """Queue a request; raises EngineError for what can never run (never later, mid-step).
         `messages`: the chat that `prompt` was templated from. A server gets the chat (and applies
         its own template); the in-process engine runs the templated prompt."""

@@ -39,14 +39,14 @@ import aiohttp
 from aiohttp.http_exceptions import LineTooLong
 
 from engine.errors import EngineError
+from engine.loading.tokenizer import Tokenizer
 from engine.metrics import RequestMetrics, StepStats
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
-from engine.loading.tokenizer import Tokenizer
 from workbench.backends.protocol import BackendCapabilities, BackendUpdate, Chat, RequestProgress
+from workbench.backends.server_state import ServerState, parse_server_state
 from workbench.process_tuning import allow_open_files
 from workbench.provenance import package_version
-from workbench.backends.server_state import ServerState, parse_server_state
 
 SCRAPE_INTERVAL_S = 0.25
 # A request whose server sends nothing for this long ends with an error (`--request-timeout`).
@@ -64,8 +64,15 @@ class _InFlight:
 
 
 class RemoteBackend:
-    def __init__(self, base_url: str, tokenizer: Tokenizer, *, model: str | None = None, max_concurrency: int | None = None,
-                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S):
+    def __init__(
+        self,
+        base_url: str,
+        tokenizer: Tokenizer,
+        *,
+        model: str | None = None,
+        max_concurrency: int | None = None,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    ):
         self.base_url = base_url.rstrip("/")
         self.tokenizer, self.vocab_size = tokenizer, tokenizer.vocab_size
         self.clock, self.sleep = time.perf_counter, time.sleep
@@ -103,26 +110,50 @@ class RemoteBackend:
 
     def describe(self) -> dict:
         return {
-            "versions": {"workbench": package_version("workbench"), "server": self.base_url, "server_version": self._server_version,
-                         "model": self.model},
-            "engine": {"server": self.base_url, "model": self.model, "max_model_len": self.max_model_len,
-                       "kv_blocks": self.num_kv_blocks, "kv_capacity_tokens": self.kv_capacity_tokens,
-                       # Why the server's state is missing, when /metrics answered but could not be read.
-                       "server_state_problem": self._scrape_problem if self._scraper is None else None},
+            "versions": {
+                "workbench": package_version("workbench"),
+                "server": self.base_url,
+                "server_version": self._server_version,
+                "model": self.model,
+            },
+            "engine": {
+                "server": self.base_url,
+                "model": self.model,
+                "max_model_len": self.max_model_len,
+                "kv_blocks": self.num_kv_blocks,
+                "kv_capacity_tokens": self.kv_capacity_tokens,
+                # Why the server's state is missing, when /metrics answered but could not be read.
+                "server_state_problem": self._scrape_problem if self._scraper is None else None,
+            },
         }
 
-    def submit(self, prompt: str | list[int], params: SamplingParams, *, request_id: str, arrival_time: float,
-               priority: int = 0, messages: Chat | None = None) -> str:
+    def submit(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        request_id: str,
+        arrival_time: float,
+        priority: int = 0,
+        messages: Chat | None = None,
+    ) -> str:
         prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if len(prompt_ids) + params.max_tokens > self.max_model_len:
-            raise EngineError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceed the server's "
-                              f"max_model_len ({self.max_model_len})")
+            raise EngineError(
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceed the server's "
+                f"max_model_len ({self.max_model_len})"
+            )
         request = _InFlight(prompt_ids, RequestMetrics(arrival_time=arrival_time, num_prompt_tokens=len(prompt_ids)))
         self._requests[request_id] = request
         body = {
-            "model": self.model, "max_tokens": params.max_tokens, "temperature": params.temperature,
-            "top_p": params.top_p, "ignore_eos": params.ignore_eos, "stream": True,
-            "stream_options": {"include_usage": True}, "return_token_ids": True,
+            "model": self.model,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "ignore_eos": params.ignore_eos,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "return_token_ids": True,
         }
         if messages:
             path, body["messages"] = "/v1/chat/completions", list(messages)
@@ -160,8 +191,12 @@ class RemoteBackend:
         if request is None:
             return None
         state = "running" if request.output_token_ids else "waiting"
-        return RequestProgress(state, request.metrics, len(request.prompt_token_ids),
-                               len(request.prompt_token_ids) + len(request.output_token_ids))
+        return RequestProgress(
+            state,
+            request.metrics,
+            len(request.prompt_token_ids),
+            len(request.prompt_token_ids) + len(request.output_token_ids),
+        )
 
     def block_owners(self, rows: dict[str, int]) -> None:
         return None
@@ -173,8 +208,10 @@ class RemoteBackend:
         if self._scraper_stopped is not None:
             found.append(f"server state: the /metrics scraper stopped: {self._scraper_stopped}")
         if self.scrapes_failed:
-            found.append(f"server state: {self.scrapes_failed} of {self.scrapes} /metrics scrapes failed, so the server's "
-                         f"state has gaps (last: {self._scrape_problem})")
+            found.append(
+                f"server state: {self.scrapes_failed} of {self.scrapes} /metrics scrapes failed, so the server's "
+                f"state has gaps (last: {self._scrape_problem})"
+            )
         return found
 
     def stop_background_work(self) -> None:
@@ -202,7 +239,9 @@ class RemoteBackend:
     async def _make_session(self, max_connections: int) -> aiohttp.ClientSession:
         # A stream may wait in the server's queue, then generate for long: only silence ends it.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=self.request_timeout_s)
-        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=max_connections, limit_per_host=0), timeout=timeout)
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=max_connections, limit_per_host=0), timeout=timeout
+        )
 
     async def _get(self, path: str) -> tuple[int, str]:
         async with self._session.get(self.base_url + path) as response:
@@ -216,8 +255,10 @@ class RemoteBackend:
             raise EngineError(f"{self.base_url}: no server answers ({_describe(error)})") from error
         served = _model_list(text)
         if served is None:
-            raise EngineError(f"{self.base_url}/v1/models answered HTTP {status} without a model list: not an "
-                              f"OpenAI-compatible server (expected {{\"data\": [{{\"id\": NAME, ...}}, ...]}}, got {text[:120]!r})")
+            raise EngineError(
+                f"{self.base_url}/v1/models answered HTTP {status} without a model list: not an "
+                f'OpenAI-compatible server (expected {{"data": [{{"id": NAME, ...}}, ...]}}, got {text[:120]!r})'
+            )
         names = [entry["id"] for entry in served]
         if model is None:
             if not names:
@@ -229,8 +270,10 @@ class RemoteBackend:
         if max_model_len is None:
             max_model_len = 2048  # llama.cpp and SGLang may not say
         elif isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1:
-            raise EngineError(f"{self.base_url}/v1/models: max_model_len of {model!r}: expected a positive integer, "
-                              f"got {max_model_len!r}")
+            raise EngineError(
+                f"{self.base_url}/v1/models: max_model_len of {model!r}: expected a positive integer, "
+                f"got {max_model_len!r}"
+            )
         version = None
         try:
             status, text = await self._get("/version")
@@ -276,12 +319,19 @@ class RemoteBackend:
         before_time, before = previous
         total = state.num_blocks or 10_000  # without a capacity: the fraction in 0.01% steps
         stats = StepStats(
-            time_s=now, step_duration_s=now - before_time,
+            time_s=now,
+            step_duration_s=now - before_time,
             prefill_tokens=_delta(state.prompt_tokens_total, before.prompt_tokens_total),
             decode_tokens=_delta(state.generation_tokens_total, before.generation_tokens_total),
-            num_seqs=state.num_running or 0, kv_blocks_used=round((state.kv_usage or 0.0) * total), kv_blocks_total=total,
-            kv_blocks_cached_free=0, num_waiting=state.num_waiting or 0, num_waiting_long=0, num_running=state.num_running or 0,
-            preemptions_total=state.preemptions_total or 0, rejections_total=0,
+            num_seqs=state.num_running or 0,
+            kv_blocks_used=round((state.kv_usage or 0.0) * total),
+            kv_blocks_total=total,
+            kv_blocks_cached_free=0,
+            num_waiting=state.num_waiting or 0,
+            num_waiting_long=0,
+            num_running=state.num_running or 0,
+            preemptions_total=state.preemptions_total or 0,
+            rejections_total=0,
             prefix_cache_hit_tokens_total=state.prefix_hits_total or 0,
             prefix_cache_query_tokens_total=state.prefix_queries_total or 0,
         )
@@ -305,10 +355,12 @@ class RemoteBackend:
                     line = raw_line.decode().strip()
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
-                    chunk = _chunk(line[len("data: "):])
+                    chunk = _chunk(line[len("data: ") :])
                     usage = chunk.get("usage")
                     if usage:
-                        request.metrics.num_prompt_tokens = _count_field(usage, "prompt_tokens", request.metrics.num_prompt_tokens)
+                        request.metrics.num_prompt_tokens = _count_field(
+                            usage, "prompt_tokens", request.metrics.num_prompt_tokens
+                        )
                     for choice in chunk.get("choices") or []:
                         self._tokens_arrived(request_id, request, choice)
                         if choice.get("finish_reason"):
@@ -318,7 +370,10 @@ class RemoteBackend:
         except asyncio.CancelledError:
             reason, detail = "abort", "aborted by the client"
         except TimeoutError:
-            reason, detail = ERROR, f"timed out: the server sent nothing for {self.request_timeout_s:g} s (--request-timeout)"
+            reason, detail = (
+                ERROR,
+                f"timed out: the server sent nothing for {self.request_timeout_s:g} s (--request-timeout)",
+            )
         except ServerDataError as error:
             reason, detail = ERROR, f"the server sent {error}"
         except LineTooLong:
@@ -398,7 +453,9 @@ def _model_list(text: str) -> list[dict] | None:
     except ValueError:
         return None
     served = served.get("data") if isinstance(served, dict) else None
-    if not isinstance(served, list) or not all(isinstance(entry, dict) and isinstance(entry.get("id"), str) for entry in served):
+    if not isinstance(served, list) or not all(
+        isinstance(entry, dict) and isinstance(entry.get("id"), str) for entry in served
+    ):
         return None
     return served
 
@@ -415,7 +472,9 @@ def _capabilities(state: ServerState | None) -> BackendCapabilities:
     if state is None:
         return BackendCapabilities(token_ids=True)
     return BackendCapabilities(
-        kv_cache=state.kv_usage is not None, queues=state.num_waiting is not None and state.num_running is not None,
-        preemptions=state.preemptions_total is not None, prefix_cache=state.prefix_queries_total is not None,
+        kv_cache=state.kv_usage is not None,
+        queues=state.num_waiting is not None and state.num_running is not None,
+        preemptions=state.preemptions_total is not None,
+        prefix_cache=state.prefix_queries_total is not None,
         token_ids=True,
     )

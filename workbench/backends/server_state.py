@@ -20,7 +20,12 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio", "sglang:token_usage")
+KV_USAGE = (
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",
+    "llamacpp:kv_cache_usage_ratio",
+    "sglang:token_usage",
+)
 WAITING = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs")
 RUNNING = ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs")
 PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
@@ -68,9 +73,14 @@ def parse_server_state(text: str) -> ServerState:
 
     usage = next((max(value for _, value in samples[name]) for name in KV_USAGE if name in samples), None)
     state = ServerState(
-        kv_usage=usage, num_waiting=count(WAITING), num_running=count(RUNNING), preemptions_total=count(PREEMPTIONS),
-        prefix_queries_total=count(PREFIX_QUERIES), prefix_hits_total=count(PREFIX_HITS),
-        prompt_tokens_total=count(PROMPT_TOKENS), generation_tokens_total=count(GENERATION_TOKENS),
+        kv_usage=usage,
+        num_waiting=count(WAITING),
+        num_running=count(RUNNING),
+        preemptions_total=count(PREEMPTIONS),
+        prefix_queries_total=count(PREFIX_QUERIES),
+        prefix_hits_total=count(PREFIX_HITS),
+        prompt_tokens_total=count(PROMPT_TOKENS),
+        generation_tokens_total=count(GENERATION_TOKENS),
     )
     for labels, _ in samples.get("vllm:cache_config_info", []):
         if labels.get("num_gpu_blocks", "").isdigit():

@@ -18,7 +18,18 @@ import sys
 from engine.errors import EngineError
 from workbench.cli import bench, calibrate, compare, estimate, export_hf, gui, presets_list, quality, serve, trace
 
-COMMANDS = (presets_list, gui, bench, compare, trace, quality, estimate, serve, export_hf, calibrate)  # in --help's order
+COMMANDS = (
+    presets_list,
+    gui,
+    bench,
+    compare,
+    trace,
+    quality,
+    estimate,
+    serve,
+    export_hf,
+    calibrate,
+)  # in --help's order
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,9 +13,13 @@ def at_least(kind: type, minimum: float, inclusive: bool = True):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
+            ) from None
         if value < minimum or (value == minimum and not inclusive) or value != value:
-            raise argparse.ArgumentTypeError(f"expected {'at least' if inclusive else 'more than'} {minimum:g}, got {text}")
+            raise argparse.ArgumentTypeError(
+                f"expected {'at least' if inclusive else 'more than'} {minimum:g}, got {text}"
+            )
         return value
 
     return parse
@@ -33,9 +37,20 @@ def add_server_model_options(command: argparse.ArgumentParser) -> None:
     from workbench.backends.loader import SERVER_TOKENIZER
     from workbench.backends.remote import DEFAULT_REQUEST_TIMEOUT_S
 
-    command.add_argument("--served-model", metavar="NAME", help="with --server: the model to ask for (default: the first in /v1/models)")
-    command.add_argument("--tokenizer", metavar="MODEL", default=SERVER_TOKENIZER,
-                         help="with --server: the served model's tokenizer (a .gguf file or Hugging Face folder), to make prompts")
-    command.add_argument("--request-timeout", type=at_least(float, 0.0, inclusive=False), default=DEFAULT_REQUEST_TIMEOUT_S,
-                         metavar="SECONDS", help="with --server: end a request with an error when the server sends nothing "
-                         f"for this long (default: {DEFAULT_REQUEST_TIMEOUT_S:g})")
+    command.add_argument(
+        "--served-model", metavar="NAME", help="with --server: the model to ask for (default: the first in /v1/models)"
+    )
+    command.add_argument(
+        "--tokenizer",
+        metavar="MODEL",
+        default=SERVER_TOKENIZER,
+        help="with --server: the served model's tokenizer (a .gguf file or Hugging Face folder), to make prompts",
+    )
+    command.add_argument(
+        "--request-timeout",
+        type=at_least(float, 0.0, inclusive=False),
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        metavar="SECONDS",
+        help="with --server: end a request with an error when the server sends nothing "
+        f"for this long (default: {DEFAULT_REQUEST_TIMEOUT_S:g})",
+    )

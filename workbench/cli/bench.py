@@ -13,13 +13,23 @@ def add_to(commands) -> None:
     bench = commands.add_parser("bench", help="run a preset headless and write its report")
     bench.add_argument("--preset", required=True, help="a preset name (see `workbench presets`) or a .toml file")
     bench.add_argument("--variant", help="run only this variant (default: every variant, then compare)")
-    bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
-                       help="override a preset setting, e.g. engine.max_num_seqs=16 or traffic.rate=4")
+    bench.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="TABLE.KEY=VALUE",
+        help="override a preset setting, e.g. engine.max_num_seqs=16 or traffic.rate=4",
+    )
     bench.add_argument("--seed", type=at_least(int, 0), help="override the preset's seed")
     bench.add_argument("--out", required=True, type=Path, help="folder for report.json, CSVs, PNGs and the run log")
     bench.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    bench.add_argument("--server", metavar="URL", help="drive this OpenAI-compatible server (vLLM, SGLang, llama.cpp, "
-                       "workbench serve) instead of the in-process engine; the preset's [engine] table is then not used")
+    bench.add_argument(
+        "--server",
+        metavar="URL",
+        help="drive this OpenAI-compatible server (vLLM, SGLang, llama.cpp, "
+        "workbench serve) instead of the in-process engine; the preset's [engine] table is then not used",
+    )
     add_server_model_options(bench)
     bench.set_defaults(handler=run)
 
@@ -30,11 +40,11 @@ def run(args) -> int:
     from engine.loading.model_source import read_model
     from engine.simulation import is_simulated
     from workbench.backends.loader import server_tokenizer
-    from workbench.compare import compare, format_comparison
     from workbench.backends.local import LocalBackend
+    from workbench.backends.remote import RemoteBackend
+    from workbench.compare import compare, format_comparison
     from workbench.presets import load_preset
     from workbench.process_tuning import freeze_loaded_heap
-    from workbench.backends.remote import RemoteBackend
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
     # A measured run compiles its decode step before the first request unless the preset says
@@ -42,12 +52,17 @@ def run(args) -> int:
     defaults = {"compile_decode": default_compile_decode(otherwise="blocking")}
     base = load_preset(args.preset, overrides, engine_defaults=defaults)
     variants = [args.variant] if args.variant else list(base.variants) or [None]
-    scenarios = {variant: load_preset(args.preset, overrides, variant, engine_defaults=defaults)
-                 for variant in variants}  # validate all first
+    scenarios = {
+        variant: load_preset(args.preset, overrides, variant, engine_defaults=defaults) for variant in variants
+    }  # validate all first
     if args.server:
         tokenizer = server_tokenizer(args.tokenizer)
-        make_backend = lambda scenario: RemoteBackend(args.server, tokenizer, model=args.served_model,  # noqa: E731
-                                                      request_timeout_s=args.request_timeout)
+        make_backend = lambda scenario: RemoteBackend(
+            args.server,
+            tokenizer,
+            model=args.served_model,  # noqa: E731
+            request_timeout_s=args.request_timeout,
+        )
     else:
         source = None if is_simulated(base.engine.model) else read_model(base.engine.model)
         make_backend = lambda scenario: LocalBackend(LLMEngine(scenario.engine, source=source))  # noqa: E731
@@ -60,8 +75,11 @@ def run(args) -> int:
         try:
             reports[variant] = _run_one(scenario, variant, out_dir, backend, plots=not args.no_plots)
         except KeyboardInterrupt:  # Ctrl+C ends the bench, not just this variant
-            print(f"workbench: interrupted; the partial report of {scenario.name}{' / ' + variant if variant else ''} "
-                  f"is in {out_dir}", file=sys.stderr)
+            print(
+                f"workbench: interrupted; the partial report of {scenario.name}{' / ' + variant if variant else ''} "
+                f"is in {out_dir}",
+                file=sys.stderr,
+            )
             return 130
         finally:
             backend.close()
@@ -80,8 +98,8 @@ def _run_one(scenario, variant, out_dir: Path, backend, plots: bool) -> dict:
     from tqdm import tqdm
 
     from workbench.headless import run_headless
-    from workbench.run_recorder import RUN_LOG_NAME
     from workbench.run_log import read_run_log
+    from workbench.run_recorder import RUN_LOG_NAME
 
     with tqdm(desc="requests", unit="req", file=sys.stderr, dynamic_ncols=True) as bar:
         output_tokens = 0
@@ -110,8 +128,19 @@ def _print_summary(report: dict) -> None:
         value = "-" if entry["value"] is None else f"{entry['value']:,.1f}"
         return f"  {name:<28} {value:>10} {entry['unit']} (n={entry['n']})"
 
-    names = ["output_tok_s", "request_throughput_req_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
-             "e2e_p99_ms", "goodput_perc", "preemptions", "kv_usage_peak_perc", "prefix_cache_hit_perc"]
+    names = [
+        "output_tok_s",
+        "request_throughput_req_s",
+        "ttft_p50_ms",
+        "ttft_p99_ms",
+        "tpot_p50_ms",
+        "tpot_p99_ms",
+        "e2e_p99_ms",
+        "goodput_perc",
+        "preemptions",
+        "kv_usage_peak_perc",
+        "prefix_cache_hit_perc",
+    ]
     status = "complete" if report["complete"] else "INCOMPLETE (built from the run log)"
     print(f"{report['scenario']['name']} / {report['variant'] or '-'}: {status}")
     print("\n".join(line(name) for name in names))

@@ -1,4 +1,5 @@
-"""`workbench estimate`: memory arithmetic (weights, KV cache, how many requests fit), optionally against the loaded model."""
+"""`workbench estimate`: memory arithmetic (weights, KV cache, how many requests fit), optionally
+against the loaded model."""
 
 from __future__ import annotations
 
@@ -8,23 +9,36 @@ from workbench.cli.arguments import at_least
 
 def add_to(commands) -> None:
     estimate = commands.add_parser("estimate", help="memory arithmetic: weights, KV cache, how many requests fit")
-    estimate.add_argument("--params", type=at_least(float, 0.0, inclusive=False), help="parameter count, e.g. 7e9 (weights only)")
+    estimate.add_argument(
+        "--params", type=at_least(float, 0.0, inclusive=False), help="parameter count, e.g. 7e9 (weights only)"
+    )
     estimate.add_argument("--model", help="a catalogued model (see presets/catalogue/models.toml)")
     estimate.add_argument("--hardware", help="a catalogued GPU, or this-machine")
     estimate.add_argument("--bits", type=int, choices=(16, 8, 4), default=16, help="weight bits: 16, 8 or 4")
-    estimate.add_argument("--group-size", type=int, choices=all_group_sizes(), help="int4 group size (adds a scale and a minimum per group)")
+    estimate.add_argument(
+        "--group-size",
+        type=int,
+        choices=all_group_sizes(),
+        help="int4 group size (adds a scale and a minimum per group)",
+    )
     estimate.add_argument("--kv-bits", type=int, choices=(16, 8), default=16, help="KV cache bits: 16 or 8")
-    estimate.add_argument("--context", type=at_least(int, 1), help="tokens per request, prompt + output (default: the model's maximum)")
-    estimate.add_argument("--concurrent", type=at_least(int, 1), default=16, help="requests whose KV cache to add up (without --hardware)")
+    estimate.add_argument(
+        "--context", type=at_least(int, 1), help="tokens per request, prompt + output (default: the model's maximum)"
+    )
+    estimate.add_argument(
+        "--concurrent", type=at_least(int, 1), default=16, help="requests whose KV cache to add up (without --hardware)"
+    )
     estimate.add_argument("--max-num-batched-tokens", type=at_least(int, 1), default=2048)
-    estimate.add_argument("--loaded", action="store_true", help="also load the bundled model and compare with measured bytes")
+    estimate.add_argument(
+        "--loaded", action="store_true", help="also load the bundled model and compare with measured bytes"
+    )
     estimate.set_defaults(handler=run)
 
 
 def run(args) -> int:
-    from engine.simulation.catalogue import hardware_profile, model_shape
     from engine.errors import ConfigError
     from engine.memory import concurrency_lines, model_memory_lines, params_only_line
+    from engine.simulation.catalogue import hardware_profile, model_shape
 
     if args.params is None and args.model is None:
         raise ConfigError("estimate: give --params N (weights only) or --model NAME [--hardware NAME]")
@@ -36,20 +50,40 @@ def run(args) -> int:
         context = args.context or shape.max_position_embeddings
         print(f"{args.model}: {shape.num_parameters / 1e9:.2f} × 10⁹ parameters ({source})")
         if args.hardware is None:
-            for line in model_memory_lines(shape, args.bits, args.kv_bits // 8, context, args.concurrent, args.group_size):
+            for line in model_memory_lines(
+                shape, args.bits, args.kv_bits // 8, context, args.concurrent, args.group_size
+            ):
                 print(f"  {line.name:<17} {_size(line.bytes)}  {line.arithmetic}")
             print("  (add --hardware NAME, or this-machine, for how many requests fit on a device)")
         else:
-            profile = hardware_profile(args.hardware, on_measured=lambda path: print(
-                f"measured this machine and saved the profile to {path} (delete it there to measure again)"))
-            lines, fits = concurrency_lines(shape, profile.memory_bytes, args.bits, args.kv_bits // 8, context,
-                                            args.max_num_batched_tokens, 256, args.group_size)
+            profile = hardware_profile(
+                args.hardware,
+                on_measured=lambda path: print(
+                    f"measured this machine and saved the profile to {path} (delete it there to measure again)"
+                ),
+            )
+            lines, fits = concurrency_lines(
+                shape,
+                profile.memory_bytes,
+                args.bits,
+                args.kv_bits // 8,
+                context,
+                args.max_num_batched_tokens,
+                256,
+                args.group_size,
+            )
             print(f"{args.hardware}: {profile.memory_bytes / 1e9:.1f} GB ({profile.source})")
             for line in lines:
-                print(f"  {line.name:<17} {line.bytes / 1e9:>8.2f} GB  {'measured' if line.measured else 'estimate'}  {line.arithmetic}")
+                print(
+                    f"  {line.name:<17} {line.bytes / 1e9:>8.2f} GB  {'measured' if line.measured else 'estimate'}  "
+                    f"{line.arithmetic}"
+                )
             weights = lines[0].bytes
             if weights >= profile.memory_bytes:
-                print(f"=> impossible: the weights alone ({weights / 1e9:.2f} GB) exceed the device's {profile.memory_bytes / 1e9:.1f} GB")
+                print(
+                    f"=> impossible: the weights alone ({weights / 1e9:.2f} GB) exceed the device's "
+                    f"{profile.memory_bytes / 1e9:.1f} GB"
+                )
             else:
                 print(f"=> {fits:,} concurrent {context:,}-token requests fit")
     if args.loaded:
@@ -67,12 +101,23 @@ def _compare_with_loaded() -> int:
     from engine.memory import weight_bytes_estimate
 
     # Unquantized float32 weights and cache, as the estimate below assumes (not the default's auto choice).
-    engine = LLMEngine(EngineConfig(device="cpu", dtype="float32", kv_cache_memory=64 << 20, compile_decode="off",
-                                    quantization="none", kv_cache_dtype="float32"))
+    engine = LLMEngine(
+        EngineConfig(
+            device="cpu",
+            dtype="float32",
+            kv_cache_memory=64 << 20,
+            compile_decode="off",
+            quantization="none",
+            kv_cache_dtype="float32",
+        )
+    )
     estimate = weight_bytes_estimate(engine.model_config, 32)
     # The scheduler's blocks, plus the one scratch block the executor keeps for warm-up and compiling.
     kv_estimate = (engine.num_kv_blocks + 1) * engine.config.block_size * engine.model_config.kv_bytes_per_token(4)
-    print(f"loaded {engine.model_path.name} (float32): weights estimated {estimate / 1e6:.2f} MB, measured {engine.weight_bytes / 1e6:.2f} MB "
-          f"({100 * (estimate / engine.weight_bytes - 1):+.2f}%); KV cache estimated {kv_estimate / 1e6:.2f} MB, "
-          f"measured {engine.kv_cache_bytes / 1e6:.2f} MB ({100 * (kv_estimate / engine.kv_cache_bytes - 1):+.2f}%)")
+    print(
+        f"loaded {engine.model_path.name} (float32): weights estimated {estimate / 1e6:.2f} MB, measured "
+        f"{engine.weight_bytes / 1e6:.2f} MB "
+        f"({100 * (estimate / engine.weight_bytes - 1):+.2f}%); KV cache estimated {kv_estimate / 1e6:.2f} MB, "
+        f"measured {engine.kv_cache_bytes / 1e6:.2f} MB ({100 * (kv_estimate / engine.kv_cache_bytes - 1):+.2f}%)"
+    )
     return 0

@@ -13,7 +13,9 @@ def run(args) -> int:
     from workbench.presets import PRESET_DIR, load_preset, preset_names
 
     if not preset_names():
-        print(f"workbench: no presets found in {PRESET_DIR} (the package data of an incomplete install)", file=sys.stderr)
+        print(
+            f"workbench: no presets found in {PRESET_DIR} (the package data of an incomplete install)", file=sys.stderr
+        )
         return 1
     for name in preset_names():
         scenario = load_preset(name)

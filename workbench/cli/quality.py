@@ -12,8 +12,14 @@ from workbench.cli.arguments import at_least
 
 def add_to(commands) -> None:
     quality = commands.add_parser("quality", help="quantization quality, memory and speed on the bundled model")
-    quality.add_argument("--quant", default="none,int8,int4", help=f"comma-separated options: auto (the default configuration),{','.join(METHODS)}")
-    quality.add_argument("--group-size", default="32", help="group sizes of grouped formats (int4), comma-separated (32,64,128)")
+    quality.add_argument(
+        "--quant",
+        default="none,int8,int4",
+        help=f"comma-separated options: auto (the default configuration),{','.join(METHODS)}",
+    )
+    quality.add_argument(
+        "--group-size", default="32", help="group sizes of grouped formats (int4), comma-separated (32,64,128)"
+    )
     quality.add_argument("--tokens", type=at_least(int, 2), default=4096, help="evaluated tokens (at least 2)")
     quality.add_argument("--model", default="smollm2-135m")
     quality.add_argument("--dtype", default="auto")
@@ -43,8 +49,9 @@ def run(args) -> int:
         else:
             options.append((method, None))
     source = read_model(args.model)
-    results, context = evaluate(source, options, args.tokens, dtype=args.dtype,
-                                progress=lambda message: print(message, file=sys.stderr))
+    results, context = evaluate(
+        source, options, args.tokens, dtype=args.dtype, progress=lambda message: print(message, file=sys.stderr)
+    )
     print(format_results(results, context))
     ledger = record(source.path, {result.configuration: asdict(result) for result in results})
     print(f"recorded in {ledger}: the window shows a loaded configuration's figures from there", file=sys.stderr)

@@ -9,13 +9,24 @@ from workbench.server import DEFAULT_MAX_REQUEST_BYTES
 def add_to(commands) -> None:
     serve = commands.add_parser("serve", help="serve the engine over an OpenAI-compatible HTTP API with vLLM's metrics")
     serve.add_argument("--preset", help="take the engine settings from this preset")
-    serve.add_argument("--set", dest="overrides", action="append", default=[], metavar="engine.KEY=VALUE",
-                       help="an engine setting, e.g. engine.model=simulated:llama-2-7b@h100-80gb")
+    serve.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="engine.KEY=VALUE",
+        help="an engine setting, e.g. engine.model=simulated:llama-2-7b@h100-80gb",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     serve.add_argument("--port", type=port_number, default=8000)
     serve.add_argument("--served-model-name", help="the model's name in /v1/models (default: from engine.model)")
-    serve.add_argument("--max-request-bytes", type=at_least(int, 1), default=DEFAULT_MAX_REQUEST_BYTES, metavar="BYTES",
-                       help=f"refuse request bodies larger than this with 413 (default: {DEFAULT_MAX_REQUEST_BYTES:,})")
+    serve.add_argument(
+        "--max-request-bytes",
+        type=at_least(int, 1),
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        metavar="BYTES",
+        help=f"refuse request bodies larger than this with 413 (default: {DEFAULT_MAX_REQUEST_BYTES:,})",
+    )
     serve.set_defaults(handler=run)
 
 
@@ -33,7 +44,9 @@ def run(args) -> int:
         for assignment in args.overrides:
             apply_override(raw, assignment)
         if set(raw) - {"engine"}:
-            raise ConfigError(f"--set: serve takes engine.KEY=VALUE settings only, got {', '.join(sorted(set(raw) - {'engine'}))}")
+            raise ConfigError(
+                f"--set: serve takes engine.KEY=VALUE settings only, got {', '.join(sorted(set(raw) - {'engine'}))}"
+            )
         config = build(EngineConfig, raw.get("engine", {}), "--set", "engine")
     serve(config, args.host, args.port, args.served_model_name, args.max_request_bytes)
     return 0

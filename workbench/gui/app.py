@@ -16,7 +16,9 @@ from workbench.backends.remote import DEFAULT_REQUEST_TIMEOUT_S
 
 def has_display() -> bool:
     platform = os.environ.get("QT_QPA_PLATFORM", "")
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or platform in ("offscreen", "minimal", "vnc"))
+    return bool(
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or platform in ("offscreen", "minimal", "vnc")
+    )
 
 
 def baseline_problem(baseline: str | None) -> str | None:
@@ -43,10 +45,18 @@ def screenshot_problem(screenshot: str | None, run_for_s: float | None) -> str |
     return None
 
 
-def run_gui(preset: str | None = None, run_for_s: float | None = None, screenshot: str | None = None,
-            server: str | None = None, served_model: str | None = None, tokenizer: str = SERVER_TOKENIZER,
-            baseline: str | None = None, inspect_s: float | None = None,
-            request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, variant: str | None = None) -> int:
+def run_gui(
+    preset: str | None = None,
+    run_for_s: float | None = None,
+    screenshot: str | None = None,
+    server: str | None = None,
+    served_model: str | None = None,
+    tokenizer: str = SERVER_TOKENIZER,
+    baseline: str | None = None,
+    inspect_s: float | None = None,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    variant: str | None = None,
+) -> int:
     """The window; with `preset` ("name", or "name / variant" as the window lists it), that
     preset run, or for a preset with variants and none chosen, both arms side by side in the Arms
     tab; with `server` (a URL), driving that server instead of an in-process engine: its model
@@ -60,8 +70,11 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
         print(f"workbench: {problem}", file=sys.stderr)
         return 2
     if not has_display():
-        print("workbench: no display found (DISPLAY is unset); run it on a desktop, under xvfb-run, "
-              "or with QT_QPA_PLATFORM=offscreen for automation", file=sys.stderr)
+        print(
+            "workbench: no display found (DISPLAY is unset); run it on a desktop, under xvfb-run, "
+            "or with QT_QPA_PLATFORM=offscreen for automation",
+            file=sys.stderr,
+        )
         return 2
     from workbench.gui.system_libraries import xcb_problem
 
@@ -71,10 +84,10 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from workbench.presets import load_preset
     from workbench.gui.engine_worker import EngineWorker
     from workbench.gui.main_window import MainWindow
     from workbench.gui.theme import apply_theme
+    from workbench.presets import load_preset
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Workbench")
@@ -88,8 +101,11 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
         return 2
     run_arms = scenario is not None and variant is None and len(scenario.variants) >= 2
     if run_arms and server:
-        print(f"workbench: --server with {name}, a preset of variants: choose one with --variant "
-              f"({', '.join(scenario.variants)}), or run workbench bench --preset {name} --server URL", file=sys.stderr)
+        print(
+            f"workbench: --server with {name}, a preset of variants: choose one with --variant "
+            f"({', '.join(scenario.variants)}), or run workbench bench --preset {name} --server URL",
+            file=sys.stderr,
+        )
         return 2
     window = MainWindow(EngineWorker(loader=BackendLoader(served_model, tokenizer, request_timeout_s)))
     window.show()
@@ -109,6 +125,7 @@ def run_gui(preset: str | None = None, run_for_s: float | None = None, screensho
         window.load(window.engine_panel.config() if run_for_s is None else EngineConfig())
 
     if run_for_s is not None:
+
         def fail(message: str) -> None:
             print(f"workbench: {message}", file=sys.stderr)
             outcome["code"] = 1

@@ -15,7 +15,16 @@ from pathlib import Path
 
 from PySide6.QtCore import QProcess, Signal
 from PySide6.QtWidgets import (
-    QAbstractScrollArea, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+    QAbstractScrollArea,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
 )
 
 from engine.errors import EngineError
@@ -32,14 +41,17 @@ class ArmsView(QWidget):
 
     def __init__(self):
         super().__init__()
-        self.preset = choice_box([name for name in preset_names() if len(load_preset(name).variants) >= 2],
-                                 "A preset with variants: each variant is one arm.")
+        self.preset = choice_box(
+            [name for name in preset_names() if len(load_preset(name).variants) >= 2],
+            "A preset with variants: each variant is one arm.",
+        )
         # Narrow enough that the window still fits an 800-pixel-wide screen; the list shows whole names.
         self.preset.setSizeAdjustPolicy(self.preset.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.preset.setMinimumContentsLength(12)
         self.run_button = QPushButton("Run both arms")
-        self.run_button.setToolTip("workbench bench --preset P, in a process of its own: each arm on a fresh engine, "
-                                   "one after the other")
+        self.run_button.setToolTip(
+            "workbench bench --preset P, in a process of its own: each arm on a fresh engine, one after the other"
+        )
         self.run_button.clicked.connect(lambda: self.run_requested.emit(self.preset.currentText()))
         self.open_button = QPushButton("Open arms…")
         self.open_button.setToolTip("A folder written by workbench bench --preset P (one sub-folder per variant)")
@@ -50,8 +62,14 @@ class ArmsView(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         header = self.table.horizontalHeader()
-        for column, mode in enumerate((QHeaderView.ResizeMode.ResizeToContents, QHeaderView.ResizeMode.Stretch,
-                                       QHeaderView.ResizeMode.Stretch, QHeaderView.ResizeMode.ResizeToContents)):
+        for column, mode in enumerate(
+            (
+                QHeaderView.ResizeMode.ResizeToContents,
+                QHeaderView.ResizeMode.Stretch,
+                QHeaderView.ResizeMode.Stretch,
+                QHeaderView.ResizeMode.ResizeToContents,
+            )
+        ):
             header.setSectionResizeMode(column, mode)  # both arms' columns share what the names leave
         self.table.setWordWrap(True)
         self.kv_why, self.checks, self.verdict = QLabel(""), QLabel(""), QLabel("")
@@ -119,11 +137,17 @@ class ArmsView(QWidget):
         try:
             arms = read_arms(folder)
         except (EngineError, OSError, KeyError, TypeError) as error:  # KeyError, TypeError: a report of another shape
-            self.status.setText(f"{folder}: {error if isinstance(error, EngineError) else 'not the reports of workbench bench'}")
+            self.status.setText(
+                f"{folder}: {error if isinstance(error, EngineError) else 'not the reports of workbench bench'}"
+            )
             return None
-        self.status.setText(f"{folder}: baseline {arms.baseline!r}, candidate {arms.candidate!r}"
-                            + ("".join(f"\nwarning: {difference}" for difference in arms.differences)))
-        self.table.setHorizontalHeaderLabels(["", f"baseline: {arms.baseline}", f"candidate: {arms.candidate}", "change"])
+        self.status.setText(
+            f"{folder}: baseline {arms.baseline!r}, candidate {arms.candidate!r}"
+            + ("".join(f"\nwarning: {difference}" for difference in arms.differences))
+        )
+        self.table.setHorizontalHeaderLabels(
+            ["", f"baseline: {arms.baseline}", f"candidate: {arms.candidate}", "change"]
+        )
         self.table.setRowCount(len(arms.rows))
         for row, entry in enumerate(arms.rows):
             for column, text in enumerate((entry.what, entry.baseline, entry.candidate, entry.change)):

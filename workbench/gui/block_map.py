@@ -23,8 +23,10 @@ class BlockMapView(QWidget):
         self.owners = np.empty(0, dtype=np.int64)
         self.highlighted: set[int] = set()  # the selected request's blocks, outlined
         self.caption = ""  # what the map shows: the live cache, or the cache at a selected step
-        self.setToolTip("One cell per KV block. Grey: free; purple: free but holding a reusable prefix; "
-                        "gold: shared by several requests; other colours: the request holding it.")
+        self.setToolTip(
+            "One cell per KV block. Grey: free; purple: free but holding a reusable prefix; "
+            "gold: shared by several requests; other colours: the request holding it."
+        )
 
     def set_owners(self, owners: np.ndarray, highlighted: list[int] = (), caption: str = "") -> None:
         self.owners, self.highlighted, self.caption = owners, set(highlighted), caption
@@ -42,7 +44,9 @@ class BlockMapView(QWidget):
             cell = max(1, min(self.width() // columns, height // max(rows, 1)))
             for index, owner in enumerate(self.owners.tolist()):
                 colour = _SPECIAL.get(owner) or _OWNER_COLOURS[owner % len(_OWNER_COLOURS)]
-                cell_rect = QRect((index % columns) * cell, top + (index // columns) * cell, cell - (cell > 3), cell - (cell > 3))
+                cell_rect = QRect(
+                    (index % columns) * cell, top + (index // columns) * cell, cell - (cell > 3), cell - (cell > 3)
+                )
                 painter.fillRect(cell_rect, colour)
                 if index in self.highlighted:
                     painter.setPen(QPen(Qt.GlobalColor.white, 2))

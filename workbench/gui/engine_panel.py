@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QMenu, QPushButton, QToolButton, QVBoxLayout,
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
 )
 
 from engine.config import COMPILE_DECODE_CHOICES, DTYPES, SCHEDULING_POLICIES, EngineConfig
@@ -27,12 +37,23 @@ class EnginePanel(QGroupBox):
         self.model.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.model.setMinimumContentsLength(len("smollm2-135m") + 2)
         self.model.addItems(list(BUNDLED_MODELS))
-        self.model.addItems([f"simulated:{name}@{gpu}" for name, gpu in (("llama-2-7b", "h100-80gb"), ("llama-3-8b", "h100-80gb"),
-                                                                         ("llama-3-70b", "h200"), ("mistral-7b", "a100-80gb"))])
-        self.model.setToolTip("The bundled SmolLM2-135M (Q4_1 GGUF), a .gguf file, a Hugging Face folder (safetensors), "
-                              "simulated:MODEL@HARDWARE: the same scheduler on a GPU you describe, timed by a cost model; "
-                              "or a server's URL (http://HOST:PORT): drive that OpenAI-compatible server (vLLM, SGLang, "
-                              "llama.cpp, workbench serve); the other engine settings are then the server's own.")
+        self.model.addItems(
+            [
+                f"simulated:{name}@{gpu}"
+                for name, gpu in (
+                    ("llama-2-7b", "h100-80gb"),
+                    ("llama-3-8b", "h100-80gb"),
+                    ("llama-3-70b", "h200"),
+                    ("mistral-7b", "a100-80gb"),
+                )
+            ]
+        )
+        self.model.setToolTip(
+            "The bundled SmolLM2-135M (Q4_1 GGUF), a .gguf file, a Hugging Face folder (safetensors), "
+            "simulated:MODEL@HARDWARE: the same scheduler on a GPU you describe, timed by a cost model; "
+            "or a server's URL (http://HOST:PORT): drive that OpenAI-compatible server (vLLM, SGLang, "
+            "llama.cpp, workbench serve); the other engine settings are then the server's own."
+        )
         # One narrow button with a menu keeps the controls column narrow.
         self.browse = QToolButton()
         self.browse.setText("…")
@@ -50,38 +71,56 @@ class EnginePanel(QGroupBox):
         self.dtype.setToolTip("Compute dtype. float32 is exact on CPU; bfloat16 halves weight and KV memory.")
         self.kv_cache_dtype = ChoiceBox()
         self.kv_cache_dtype.addItems(list(DTYPES))
-        self.kv_cache_dtype.setToolTip("The KV cache's dtype. auto: the compute dtype, except that auto quantization keeps a "
-                                       "quantized file's cache in bfloat16 on the CPU. bfloat16 on a float32 engine: half the "
-                                       "bytes per token, twice the tokens in the same memory, faster batched attention.")
+        self.kv_cache_dtype.setToolTip(
+            "The KV cache's dtype. auto: the compute dtype, except that auto quantization keeps a "
+            "quantized file's cache in bfloat16 on the CPU. bfloat16 on a float32 engine: half the "
+            "bytes per token, twice the tokens in the same memory, faster batched attention."
+        )
         self.quantization = ChoiceBox()
         self.quantization.addItems([AUTO, *METHODS])
-        self.quantization.setToolTip("Quantization of the projections, at some quality cost (see workbench quality). auto: the "
-                                     "file's own precision where a method reproduces it (a Q4_1 GGUF runs as int4 g32 + int8 "
-                                     "head), else none; the status line says what runs. int8/int4/"
-                                     "bnb: weight-only, less memory and faster single-stream decode. w8a8: int8 weights and "
-                                     "per-token int8 activations, integer products that speed up large batches and prefill.")
+        self.quantization.setToolTip(
+            "Quantization of the projections, at some quality cost (see workbench quality). auto: the "
+            "file's own precision where a method reproduces it (a Q4_1 GGUF runs as int4 g32 + int8 "
+            "head), else none; the status line says what runs. int8/int4/"
+            "bnb: weight-only, less memory and faster single-stream decode. w8a8: int8 weights and "
+            "per-token int8 activations, integer products that speed up large batches and prefill."
+        )
         self.group_size = ChoiceBox()
         self.group_size.addItems([str(size) for size in all_group_sizes()])
-        self.group_size.setToolTip("Group size of grouped formats (int4): smaller groups keep more quality and cost more "
-                                   "scale/zero bytes. Only the sizes the chosen method accepts are enabled.")
+        self.group_size.setToolTip(
+            "Group size of grouped formats (int4): smaller groups keep more quality and cost more "
+            "scale/zero bytes. Only the sizes the chosen method accepts are enabled."
+        )
         self.quantize_head = QCheckBox("quantize LM head")
-        self.quantize_head.setToolTip("Quantize the vocabulary projection too, to int8 (W8A8 with w8a8): in fp32 it is a fifth "
-                                      "of SmolLM2's weights and read in full every decode step. auto decides it from the file.")
+        self.quantize_head.setToolTip(
+            "Quantize the vocabulary projection too, to int8 (W8A8 with w8a8): in fp32 it is a fifth "
+            "of SmolLM2's weights and read in full every decode step. auto decides it from the file."
+        )
         self.batched_copy = QCheckBox("bf16 copy for batches")
-        self.batched_copy.setToolTip(f"int4 and int8 on the CPU: keep every quantized layer's weights in bf16 too (2 bytes per "
-                                     f"weight more) and use them in steps of {BATCHED_ROWS} rows or more, where the packed "
-                                     "kernels are 2-3x slower. auto keeps it when it takes at most a quarter of memory.")
+        self.batched_copy.setToolTip(
+            f"int4 and int8 on the CPU: keep every quantized layer's weights in bf16 too (2 bytes per "
+            f"weight more) and use them in steps of {BATCHED_ROWS} rows or more, where the packed "
+            "kernels are 2-3x slower. auto keeps it when it takes at most a quarter of memory."
+        )
         self.quantization.currentTextChanged.connect(self._offer_group_sizes)
         self._offer_group_sizes(self.quantization.currentText())
         self.compile_decode = ChoiceBox()
         self.compile_decode.addItems(COMPILE_DECODE_CHOICES)
-        self.compile_decode.setToolTip("Run decode-only steps as one torch.compile graph: fewer, fused operators and less Python "
-                                       "per step. Compiling takes minutes on a 2-core CPU, seconds once cached.\n"
-                                       "background: serve eagerly while a thread compiles, then switch (the status line says "
-                                       "which runs). blocking: compile before loading ends. off: stay eager.")
-        self.kv_cache_mib = int_box(0, 1 << 20, 0, "KV cache size. More blocks admit more concurrent tokens before preemption.\n"
-                                    "auto: what 90% of a GPU's memory leaves after the weights (vLLM's convention; "
-                                    "simulated GPUs too), 1 GiB on the CPU.", 64)
+        self.compile_decode.setToolTip(
+            "Run decode-only steps as one torch.compile graph: fewer, fused operators and less Python "
+            "per step. Compiling takes minutes on a 2-core CPU, seconds once cached.\n"
+            "background: serve eagerly while a thread compiles, then switch (the status line says "
+            "which runs). blocking: compile before loading ends. off: stay eager."
+        )
+        self.kv_cache_mib = int_box(
+            0,
+            1 << 20,
+            0,
+            "KV cache size. More blocks admit more concurrent tokens before preemption.\n"
+            "auto: what 90% of a GPU's memory leaves after the weights (vLLM's convention; "
+            "simulated GPUs too), 1 GiB on the CPU.",
+            64,
+        )
         self.kv_cache_mib.setSpecialValueText("auto")
         # A preset may size the cache by block count (kv-pressure) or as a fraction of free
         # memory, which a MiB box cannot show: both are kept, and named below the box, until the
@@ -90,16 +129,47 @@ class EnginePanel(QGroupBox):
         self._kv_cache_fraction: float | None = None
         self.kv_cache_source = QLabel()
         self.kv_cache_mib.valueChanged.connect(lambda _: self._set_preset_cache_size(None, None))
-        self.block_size = int_box(1, 256, defaults.block_size, "Tokens per KV block: small blocks waste less at sequence ends, large ones mean shorter block tables.")
-        self.max_num_seqs = int_box(1, 4096, defaults.max_num_seqs, "Most sequences in one step: more raise tokens/s and per-user latency together.")
-        self.max_tokens = int_box(1, 1 << 20, defaults.max_num_batched_tokens, "Token budget per step (prefill + decode): larger prefill chunks, longer steps.", 64)
+        self.block_size = int_box(
+            1,
+            256,
+            defaults.block_size,
+            "Tokens per KV block: small blocks waste less at sequence ends, large ones mean shorter block tables.",
+        )
+        self.max_num_seqs = int_box(
+            1,
+            4096,
+            defaults.max_num_seqs,
+            "Most sequences in one step: more raise tokens/s and per-user latency together.",
+        )
+        self.max_tokens = int_box(
+            1,
+            1 << 20,
+            defaults.max_num_batched_tokens,
+            "Token budget per step (prefill + decode): larger prefill chunks, longer steps.",
+            64,
+        )
         self.chunked = QCheckBox("chunked prefill")
         self.chunked.setChecked(defaults.enable_chunked_prefill)
         self.chunked.setToolTip("Split long prompts over steps that also carry decodes, instead of one huge step.")
-        self.long_threshold = int_box(0, 1 << 20, defaults.long_prompt_threshold, "Prompts of at least this many tokens wait in the long-prompt queue (0 = off), and prefill in chunks of at most this size.", 64)
-        self.long_prefills = int_box(1, 64, defaults.max_long_prefills, "At most this many long prompts prefill at once.")
-        self.long_max_wait = float_box(0, 1e6, defaults.long_prompt_max_wait_s, "The long queue's guarantee: a long prompt that "
-                                       "has waited this many seconds is admitted before anyone else (0 = no guarantee).", 1)
+        self.long_threshold = int_box(
+            0,
+            1 << 20,
+            defaults.long_prompt_threshold,
+            "Prompts of at least this many tokens wait in the long-prompt queue (0 = off), and prefill in chunks of at "
+            "most this size.",
+            64,
+        )
+        self.long_prefills = int_box(
+            1, 64, defaults.max_long_prefills, "At most this many long prompts prefill at once."
+        )
+        self.long_max_wait = float_box(
+            0,
+            1e6,
+            defaults.long_prompt_max_wait_s,
+            "The long queue's guarantee: a long prompt that "
+            "has waited this many seconds is admitted before anyone else (0 = no guarantee).",
+            1,
+        )
         self.policy = ChoiceBox()
         self.policy.addItems(list(SCHEDULING_POLICIES))
         self.policy.setToolTip("fcfs: arrival order; priority: lower priority values first (and preempted last).")
@@ -107,8 +177,12 @@ class EnginePanel(QGroupBox):
         self.prefix_caching.setChecked(defaults.enable_prefix_caching)
         self.prefix_caching.setToolTip("Reuse KV blocks of identical prompt prefixes instead of recomputing them.")
         self.apply_button = QPushButton("Apply and load")
-        self.apply_button.setToolTip("Reload the engine with these settings (requests in flight are dropped after confirmation).")
-        self.apply_button.clicked.connect(lambda: emit_validated(self.config, self.apply_requested, self.invalid, "engine", self))
+        self.apply_button.setToolTip(
+            "Reload the engine with these settings (requests in flight are dropped after confirmation)."
+        )
+        self.apply_button.clicked.connect(
+            lambda: emit_validated(self.config, self.apply_requested, self.invalid, "engine", self)
+        )
 
         model_row = QHBoxLayout()
         model_row.addWidget(self.model, 1)

@@ -24,16 +24,16 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from engine import EngineConfig, EngineError
-from workbench.backends.protocol import Backend
 from workbench.backends.loader import BackendLoader
+from workbench.backends.protocol import Backend
 from workbench.metrics_store import MetricsStore
 from workbench.prompts import text_stream
 from workbench.request_rows import RequestRow, RequestRows
 from workbench.run_log import RunLogWriter
 from workbench.run_recorder import RUN_LOG_NAME, RunRecorder, run_header
-from workbench.traces.store import TraceStore
 from workbench.runner import EndedRequest, ScenarioRunner
 from workbench.scenario import SLO, Scenario
+from workbench.traces.store import TraceStore
 
 _REFRESH_S = 0.1  # how often waiting rows and the block map are refreshed
 
@@ -286,12 +286,22 @@ class EngineWorker(QObject):
         self._backend, self._requests = backend, RequestRows(backend, backend.num_kv_blocks or 0)
         self.traces = TraceStore(backend.num_kv_blocks) if backend.capabilities.step_trace else None
         self._runner = ScenarioRunner(
-            backend, None, on_step=self._on_update, on_request_end=self._on_end, on_output=self._on_output,
+            backend,
+            None,
+            on_step=self._on_update,
+            on_request_end=self._on_end,
+            on_output=self._on_output,
             on_send=self._on_send,
         )
         self.store = self._new_store()
-        self._open_log({"name": "interactive", "engine": dataclasses.asdict(info.config), "slo": dataclasses.asdict(self.slo),
-                        "events": []})
+        self._open_log(
+            {
+                "name": "interactive",
+                "engine": dataclasses.asdict(info.config),
+                "slo": dataclasses.asdict(self.slo),
+                "events": [],
+            }
+        )
         self.loading.emit("ready", 1.0)
         self.traffic_state.emit("idle")
         self.loaded.emit(info)
@@ -306,9 +316,16 @@ class EngineWorker(QObject):
         for ended in in_flight:
             writer.request(ended.request_id, ended.tag, ended.metrics)
         mid_run = bool(in_flight) or runner.traffic_pending
-        writer.write("footer", {"duration_s": self._seconds(), "stopped_early": mid_run, "saved_mid_run": mid_run,
-                                "requests_unfinished": len(in_flight),
-                                "requests_not_sent": runner.not_sent_yet() if runner.traffic_pending else 0})
+        writer.write(
+            "footer",
+            {
+                "duration_s": self._seconds(),
+                "stopped_early": mid_run,
+                "saved_mid_run": mid_run,
+                "requests_unfinished": len(in_flight),
+                "requests_not_sent": runner.not_sent_yet() if runner.traffic_pending else 0,
+            },
+        )
         writer.close()
 
     def _close_backend(self) -> None:
@@ -321,17 +338,29 @@ class EngineWorker(QObject):
 
     def _new_store(self) -> MetricsStore:
         backend = self._backend
-        return MetricsStore(self._runner.start_time, kv_capacity_tokens=backend.kv_capacity_tokens or 0,
-                            kv_cache_bytes=backend.kv_cache_bytes or 0, slo=self.slo)
+        return MetricsStore(
+            self._runner.start_time,
+            kv_capacity_tokens=backend.kv_capacity_tokens or 0,
+            kv_cache_bytes=backend.kv_cache_bytes or 0,
+            slo=self.slo,
+        )
 
     def _open_log(self, scenario: dict) -> None:
         """Each traffic run (and each load) starts a fresh run log, ready for "save run"."""
         self._close_log()
         scenario.setdefault("slo", dataclasses.asdict(self.slo))
-        self._recorder = RunRecorder(self.run_log_path, run_header(
-            self._backend, scenario, variant=None, seed=scenario.get("seed", 0),
-            requests_planned=self._runner.total_requests, start_time=self._runner.start_time,
-        ), trace=scenario.get("trace", "auto"))
+        self._recorder = RunRecorder(
+            self.run_log_path,
+            run_header(
+                self._backend,
+                scenario,
+                variant=None,
+                seed=scenario.get("seed", 0),
+                requests_planned=self._runner.total_requests,
+                start_time=self._runner.start_time,
+            ),
+            trace=scenario.get("trace", "auto"),
+        )
 
     def _close_log(self) -> None:
         if self._recorder is not None:

@@ -109,14 +109,21 @@ def refused_typing(panel: QWidget) -> str:
                 label = form.labelForField(box)
                 kind = "whole number" if isinstance(box, QSpinBox) else "number"
                 text, box.refused_text = box.refused_text, ""
-                return (f"{label.text() if label else 'a field'}: {text!r} is not a {kind} from "
-                        f"{box.textFromValue(box.minimum())} to {box.textFromValue(box.maximum())}; the field went back "
-                        f"to {box.text()}: check it and press again")
+                return (
+                    f"{label.text() if label else 'a field'}: {text!r} is not a {kind} from "
+                    f"{box.textFromValue(box.minimum())} to {box.textFromValue(box.maximum())}; the field went back "
+                    f"to {box.text()}: check it and press again"
+                )
     return ""
 
 
-def emit_validated(build: Callable[[], object], accepted: SignalInstance, invalid: SignalInstance, what: str,
-                   panel: QWidget | None = None) -> None:
+def emit_validated(
+    build: Callable[[], object],
+    accepted: SignalInstance,
+    invalid: SignalInstance,
+    what: str,
+    panel: QWidget | None = None,
+) -> None:
     """Emit `accepted` with what `build` makes of the fields, or `invalid` with the ConfigError it
     raised or the typing a field of `panel` refused: a slot must never raise, and a bad field is a
     message in the window."""

@@ -14,31 +14,32 @@ import torch
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import (
-    QApplication, QFileDialog, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QScrollArea, QSplitter,
-    QTabWidget, QVBoxLayout, QWidget,
+    QApplication,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
 )
 
 from engine import ConfigError, EngineConfig, EngineError
-from engine.simulation.catalogue import hardware_profile
-from workbench.compare import compare, format_comparison, load_report
 from engine.device import total_memory_bytes
 from engine.executor import DecodeGraph
 from engine.memory import memory_lines, process_resident_bytes
-from workbench.request_rows import ENDED_STATES
-from workbench.run_recorder import RUN_LOG_NAME
-from workbench.scenario import Scenario
-from workbench.run_files import PastTraces, open_run, past_traces, save_run
-from workbench.traces.store import TraceStore
-from workbench.traces.text import format_request
 from engine.simulation import is_simulated, parse
-from workbench.kv_capacity import kv_cache_note
+from engine.simulation.catalogue import hardware_profile
+from workbench.backends.loader import EngineInfo, ServerInfo
+from workbench.compare import compare, format_comparison, load_report
 from workbench.gui.arms_view import ArmsView
 from workbench.gui.block_map import BlockMapView
 from workbench.gui.engine_panel import EnginePanel
 from workbench.gui.engine_worker import EngineWorker
-from workbench.backends.loader import EngineInfo, ServerInfo
-from workbench.live_metrics import LiveMetrics
-from workbench.process_tuning import freeze_loaded_heap
 from workbench.gui.memory_panel import MemoryPanel
 from workbench.gui.plots_view import PlotsView
 from workbench.gui.report_images import export_plot_images
@@ -46,14 +47,31 @@ from workbench.gui.requests_view import RequestsView
 from workbench.gui.runs_panel import RunsPanel
 from workbench.gui.step_panel import StepPanel, step_keys
 from workbench.gui.traffic_panel import TrafficPanel
+from workbench.kv_capacity import kv_cache_note
+from workbench.live_metrics import LiveMetrics
+from workbench.process_tuning import freeze_loaded_heap
+from workbench.request_rows import ENDED_STATES
+from workbench.run_files import PastTraces, open_run, past_traces, save_run
+from workbench.run_recorder import RUN_LOG_NAME
+from workbench.scenario import Scenario
+from workbench.traces.store import TraceStore
+from workbench.traces.text import format_request
 
 ICON = Path(__file__).resolve().parents[2] / "assets" / "icon.svg"
 PLOT_INTERVAL_MS = 50  # about 20 Hz, slower when frames are expensive (see refresh_plots)
 PLOT_BUDGET = 0.2  # share of the time the GUI thread may spend drawing plots
 TABLE_INTERVAL_MS = 500
 # The stages a load reports, in order (engine/*_loader.py, engine/llm_engine.py, the worker).
-LOAD_STAGES = ("connect", "read file", "dequantize", "quantize", "calibrate activation smoothing", "allocate KV cache", "warm up",
-               "prompt text")
+LOAD_STAGES = (
+    "connect",
+    "read file",
+    "dequantize",
+    "quantize",
+    "calibrate activation smoothing",
+    "allocate KV cache",
+    "warm up",
+    "prompt text",
+)
 PLOTS_MIN_HEIGHT = 440  # pixels: three rows of plots with their titles, axes and legends
 
 
@@ -80,7 +98,9 @@ class MainWindow(QMainWindow):
         self.engine_panel = EnginePanel()
         self.traffic_panel = TrafficPanel()
         self.plots = PlotsView()
-        self.requests = RequestsView(decode=lambda ids: self.tokenizer_decode(ids) if self.tokenizer_decode else str(ids))
+        self.requests = RequestsView(
+            decode=lambda ids: self.tokenizer_decode(ids) if self.tokenizer_decode else str(ids)
+        )
         self.block_map = BlockMapView()
         self.step_panel = StepPanel()
         self.selected_step: int | None = None  # pinned by a click on a plot; None: the block map follows the run
@@ -89,12 +109,21 @@ class MainWindow(QMainWindow):
         self.memory = MemoryPanel()
         self.arms = ArmsView()
         self.arms.run_requested.connect(self.run_arms)
-        self.runs = RunsPanel([("Save run…", self.save_run), ("Open run…", self.open_run),
-                               ("Compare runs…", self.compare_runs), ("Back to live", self.back_to_live),
-                               ("Baseline…", self.open_baseline), ("Clear baseline", self.clear_baseline),
-                               ("Export plots…", self.export_plots)])
-        self.runs.say(f"The current run's log is written to {self.worker.run_log_path}; that folder is "
-                      "removed when the window closes (Save run… keeps a copy).")
+        self.runs = RunsPanel(
+            [
+                ("Save run…", self.save_run),
+                ("Open run…", self.open_run),
+                ("Compare runs…", self.compare_runs),
+                ("Back to live", self.back_to_live),
+                ("Baseline…", self.open_baseline),
+                ("Clear baseline", self.clear_baseline),
+                ("Export plots…", self.export_plots),
+            ]
+        )
+        self.runs.say(
+            f"The current run's log is written to {self.worker.run_log_path}; that folder is "
+            "removed when the window closes (Save run… keeps a copy)."
+        )
         self._build_layout()
         self._build_status_bar()
         self._connect()
@@ -125,7 +154,9 @@ class MainWindow(QMainWindow):
         # As wide as the widest row (never cut, never a sideways scrollbar), with room for the
         # vertical scrollbar a 1280x800 screen needs.
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        controls_width = controls.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth()
+        controls_width = (
+            controls.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth()
+        )
         scroll.setMinimumWidth(controls_width)
 
         self.tabs = QTabWidget()
@@ -219,7 +250,9 @@ class MainWindow(QMainWindow):
 
     def confirm_reload(self) -> bool:
         """Ask before dropping requests in flight (tests replace this)."""
-        answer = QMessageBox.question(self, "Reload the engine?", "Requests are in flight; reloading drops them. Reload?")
+        answer = QMessageBox.question(
+            self, "Reload the engine?", "Requests are in flight; reloading drops them. Reload?"
+        )
         return answer == QMessageBox.StandardButton.Yes
 
     def apply_config(self, config: EngineConfig) -> None:
@@ -229,8 +262,12 @@ class MainWindow(QMainWindow):
 
     def confirm_new_run(self, in_flight: int) -> bool:
         """Ask before a new run aborts the last run's requests in flight (tests replace this)."""
-        answer = QMessageBox.question(self, "Start a new run?", f"{in_flight} requests of the current run are in flight. "
-                                      "A new run aborts them (they end in the current run's log). Start?")
+        answer = QMessageBox.question(
+            self,
+            "Start a new run?",
+            f"{in_flight} requests of the current run are in flight. "
+            "A new run aborts them (they end in the current run's log). Start?",
+        )
         return answer == QMessageBox.StandardButton.Yes
 
     def start_traffic(self, scenario: Scenario) -> None:
@@ -243,8 +280,12 @@ class MainWindow(QMainWindow):
     def confirm_drop_waiting(self, waiting: int) -> bool | None:
         """Stop with requests waiting: True drops them, False lets them run, None cancels the
         Stop (tests replace this)."""
-        box = QMessageBox(QMessageBox.Icon.Question, "Stop the traffic", f"{waiting:,} requests sent are waiting for a "
-                          "step. Drop them too, or let them run to the end?", parent=self)
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Stop the traffic",
+            f"{waiting:,} requests sent are waiting for a step. Drop them too, or let them run to the end?",
+            parent=self,
+        )
         drop = box.addButton("Drop the waiting", QMessageBox.ButtonRole.DestructiveRole)
         keep = box.addButton("Let them run", QMessageBox.ButtonRole.AcceptRole)
         box.addButton(QMessageBox.StandardButton.Cancel)
@@ -274,8 +315,10 @@ class MainWindow(QMainWindow):
             return
         busy = self.warming_up() or ("its traffic is running" if not self.worker.at_rest() else "")
         if busy:
-            self.arms.status.setText(f"waiting for the window's engine before running {self._arms_waiting}'s arms "
-                                     f"({busy}; Stop ends the traffic)")
+            self.arms.status.setText(
+                f"waiting for the window's engine before running {self._arms_waiting}'s arms "
+                f"({busy}; Stop ends the traffic)"
+            )
             QTimer.singleShot(1000, self._start_arms_when_quiet)
             return
         preset, self._arms_waiting = self._arms_waiting, None
@@ -300,8 +343,10 @@ class MainWindow(QMainWindow):
             self.progress.setValue(max(self.progress.value(), int(done * 100)))
             self.cancel_button.setVisible(True)
         elif stage == "load cancelled":
-            self.on_failed("load cancelled: " + ("the engine loaded before keeps serving" if self.worker.has_backend()
-                                                 else "no engine is loaded"))
+            self.on_failed(
+                "load cancelled: "
+                + ("the engine loaded before keeps serving" if self.worker.has_backend() else "no engine is loaded")
+            )
         else:  # "ready", or the previous engine's compile being stopped
             self.cancel_button.setVisible(stage != "ready")
             if stage == "ready":
@@ -323,13 +368,17 @@ class MainWindow(QMainWindow):
         if isinstance(info, ServerInfo):
             self.stage.setText(f"connected: {info.name}")
             self.memory.show_not_exposed(info.name)
-            self.step_panel.show_not_exposed(f"{info.name}: a server keeps no record of what each step scheduled, "
-                                             "allocated and freed (the in-process engine does)")
+            self.step_panel.show_not_exposed(
+                f"{info.name}: a server keeps no record of what each step scheduled, "
+                "allocated and freed (the in-process engine does)"
+            )
             return
         if not info.capabilities.step_trace:
             self.step_panel.show_not_exposed("engine.step_trace is false in this configuration")
         self._show_engine_stage()
-        self.stage.setToolTip(f"quantization: {info.quantization} ({info.quantization_choice})\nquality: {info.quality}")
+        self.stage.setToolTip(
+            f"quantization: {info.quantization} ({info.quantization_choice})\nquality: {info.quality}"
+        )
         self._show_memory(info)
 
     def _show_engine_stage(self) -> None:
@@ -339,8 +388,10 @@ class MainWindow(QMainWindow):
         self._decode_mode_shown = info.decode_mode()
         kv = f", KV {info.kv_cache_dtype}" if info.kv_cache_dtype != info.dtype else ""
         warming = self.warming_up()
-        self.stage.setText(f"ready: {Path(info.model_path).name} ({info.dtype}{kv}, {info.device}, {info.quantization}, "
-                           f"decode {self._decode_mode_shown})" + (f" — {warming}" if warming else ""))
+        self.stage.setText(
+            f"ready: {Path(info.model_path).name} ({info.dtype}{kv}, {info.device}, {info.quantization}, "
+            f"decode {self._decode_mode_shown})" + (f" — {warming}" if warming else "")
+        )
 
     def warming_up(self) -> str:
         """While the decode graph compiles in the background the first steps run eagerly on cores
@@ -348,7 +399,8 @@ class MainWindow(QMainWindow):
         long, rather than look frozen. "" once the compile has ended (or for a server)."""
         if not isinstance(self.info, EngineInfo) or DecodeGraph.COMPILING not in self.info.decode_mode():
             return ""
-        return f"warming up for {time.monotonic() - self._loaded_at:.0f} s: steps run eagerly (slower) until the graph is compiled"
+        seconds = time.monotonic() - self._loaded_at
+        return f"warming up for {seconds:.0f} s: steps run eagerly (slower) until the graph is compiled"
 
     def on_traffic_state(self, state: str) -> None:
         self.traffic_label.setText(f"traffic: {state}")
@@ -378,10 +430,16 @@ class MainWindow(QMainWindow):
         simulated = is_simulated(config.model)
         device = torch.device(info.device)
         lines = memory_lines(
-            info.model_config, weight_bytes=summary["weight_bytes"], kv_cache_bytes=summary["kv_cache_bytes"],
-            kv_blocks=summary["kv_blocks"], block_size=config.block_size, kv_bytes_per_token=summary["kv_bytes_per_token"],
-            bytes_per_element=info.bytes_per_element, step_tokens=config.max_num_batched_tokens,
-            max_seqs=config.max_num_seqs, resident_bytes=process_resident_bytes() if device.type == "cpu" and not simulated else None,
+            info.model_config,
+            weight_bytes=summary["weight_bytes"],
+            kv_cache_bytes=summary["kv_cache_bytes"],
+            kv_blocks=summary["kv_blocks"],
+            block_size=config.block_size,
+            kv_bytes_per_token=summary["kv_bytes_per_token"],
+            bytes_per_element=info.bytes_per_element,
+            step_tokens=config.max_num_batched_tokens,
+            max_seqs=config.max_num_seqs,
+            resident_bytes=process_resident_bytes() if device.type == "cpu" and not simulated else None,
             weight_parts=summary.get("weight_parts"),
         )
         if simulated:
@@ -389,8 +447,13 @@ class MainWindow(QMainWindow):
             lines = [dataclasses.replace(line, measured=False) for line in lines]
             self.memory.show_lines(lines, hardware_profile(hardware).memory_bytes, f"{hardware} (simulated)")
         else:
-            self.memory.show_lines(lines, total_memory_bytes(device), info.device, f"{info.quantization} — {info.quality}",
-                                   kv_cache_note(info))
+            self.memory.show_lines(
+                lines,
+                total_memory_bytes(device),
+                info.device,
+                f"{info.quantization} — {info.quality}",
+                kv_cache_note(info),
+            )
 
     # ----- refresh -------------------------------------------------------------------------------
 
@@ -425,7 +488,9 @@ class MainWindow(QMainWindow):
     def refresh_tables(self) -> None:
         if self.viewing_past_run:
             return
-        if isinstance(self.info, EngineInfo) and (self.info.decode_mode() != self._decode_mode_shown or self.warming_up()):
+        if isinstance(self.info, EngineInfo) and (
+            self.info.decode_mode() != self._decode_mode_shown or self.warming_up()
+        ):
             self._show_engine_stage()  # while warming up, its seconds move
         self.requests.set_rows(self.worker.rows())
         if self.tabs.currentWidget() is self.block_map and self.selected_step is None:
@@ -461,7 +526,11 @@ class MainWindow(QMainWindow):
         trace = traces.trace(step) if traces is not None else None
         if trace is None:
             kept = traces.step_range() if traces is not None else None
-            self.statusBar().showMessage(f"step {step} is not kept" + (f" (steps {kept[0]}..{kept[1]} are; the run log has all)" if kept else ""), 5000)
+            self.statusBar().showMessage(
+                f"step {step} is not kept"
+                + (f" (steps {kept[0]}..{kept[1]} are; the run log has all)" if kept else ""),
+                5000,
+            )
             return
         self.selected_step = step
         self.step_panel.show_trace(trace, origin, traces.step_range())
@@ -471,10 +540,15 @@ class MainWindow(QMainWindow):
     def _show_block_map_at_step(self) -> None:
         traces, _ = self._trace_source()
         replay = traces.replay_at(self.selected_step)
-        rows = {row.request_id: index for index, row in enumerate(self.worker.rows())} if not self.viewing_past_run \
+        rows = (
+            {row.request_id: index for index, row in enumerate(self.worker.rows())}
+            if not self.viewing_past_run
             else self._past.rows
+        )
         highlighted = replay.blocks_of(self.selected_request) if self.selected_request else []
-        self.block_map.set_owners(replay.owners(rows), highlighted, f"at step {self.selected_step} (Live returns to the run)")
+        self.block_map.set_owners(
+            replay.owners(rows), highlighted, f"at step {self.selected_step} (Live returns to the run)"
+        )
 
     def select_request(self, request_id: str | None) -> None:
         """Show the request's row, timeline and causal history; mark its steps on the plots, its
@@ -496,7 +570,9 @@ class MainWindow(QMainWindow):
         if traces is None or self.viewing_past_run or not row.timeline:
             return ""
         arrival = origin + row.timeline[0][0]
-        end = origin + row.timeline[-1][0] + 1.0 if row.state in ENDED_STATES else float("inf")  # the ending step ends just before it is logged
+        end = (
+            origin + row.timeline[-1][0] + 1.0 if row.state in ENDED_STATES else float("inf")
+        )  # the ending step ends just before it is logged
         return format_request(traces.traces_between(arrival, end), row.request_id, arrival, origin)
 
     def follow_live(self) -> None:
@@ -571,8 +647,10 @@ class MainWindow(QMainWindow):
         if self._past.store is None:
             self.step_panel.show_not_exposed(self._past.note)
         note = "\n".join(filter(None, [log.skipped_summary(Path(folder) / RUN_LOG_NAME), self._past.note]))
-        self.runs.say(f"viewing {folder} ({'complete' if log.complete else 'incomplete'}); 'Back to live' returns"
-                      + (f"\n{note}" if note else ""))
+        self.runs.say(
+            f"viewing {folder} ({'complete' if log.complete else 'incomplete'}); 'Back to live' returns"
+            + (f"\n{note}" if note else "")
+        )
 
     def back_to_live(self) -> None:
         self.follow_live()

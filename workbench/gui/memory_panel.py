@@ -51,7 +51,9 @@ class MemoryPanel(QWidget):
         layout.addWidget(self.bar)
         layout.addWidget(scroll, 1)
 
-    def show_lines(self, lines: list[MemoryLine], device_total: int, device: str, quality: str = "", kv_note: str = "") -> None:
+    def show_lines(
+        self, lines: list[MemoryLine], device_total: int, device: str, quality: str = "", kv_note: str = ""
+    ) -> None:
         """`quality`: what the weights' format costs against the file's own weights (the quality
         ledger's line), shown under the lines because memory and quality are one trade; `kv_note`:
         what the KV cache holds its tokens in, and why."""
@@ -59,7 +61,8 @@ class MemoryPanel(QWidget):
         self.bar.update()
         rows = "".join(
             f"<tr><td><span style='color:{_COLOURS.get(line.name, '#999')}'>■</span> {line.name}</td>"
-            f"<td align='right'>{line.bytes / 2**20:,.1f} MiB</td><td>{'measured' if line.measured else 'estimate'}</td>"
+            f"<td align='right'>{line.bytes / 2**20:,.1f} "
+            f"MiB</td><td>{'measured' if line.measured else 'estimate'}</td>"
             f"<td>{line.arithmetic}</td></tr>"
             for line in lines
         )
@@ -75,5 +78,7 @@ class MemoryPanel(QWidget):
         """A server does not say where its memory goes."""
         self.bar.lines, self.bar.total = [], 1
         self.bar.update()
-        self.text.setText(f"<b>{server}</b>: memory not exposed by this backend (a server reports KV usage only; "
-                          "see the KV-cache plot)")
+        self.text.setText(
+            f"<b>{server}</b>: memory not exposed by this backend (a server reports KV usage only; "
+            "see the KV-cache plot)"
+        )

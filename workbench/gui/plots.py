@@ -19,10 +19,22 @@ RECENT_POINTS = 500  # newest requests drawn one by one between two redraws of t
 
 
 COLORS = {
-    "used": "#4C9BE8", "cached": "#9B59B6", "waiting": "#E67E22", "waiting_long": "#C0392B",
-    "running": "#27AE60", "prefill": "#E67E22", "decode": "#4C9BE8", "ttft": "#4C9BE8",
-    "e2e": "#E67E22", "tpot": "#27AE60", "p50": "#2ECC71", "p90": "#F1C40F", "p99": "#E74C3C",
-    "slo": "#E74C3C", "preempt": "#C0392B", "reject": "#7F8C8D",
+    "used": "#4C9BE8",
+    "cached": "#9B59B6",
+    "waiting": "#E67E22",
+    "waiting_long": "#C0392B",
+    "running": "#27AE60",
+    "prefill": "#E67E22",
+    "decode": "#4C9BE8",
+    "ttft": "#4C9BE8",
+    "e2e": "#E67E22",
+    "tpot": "#27AE60",
+    "p50": "#2ECC71",
+    "p90": "#F1C40F",
+    "p99": "#E74C3C",
+    "slo": "#E74C3C",
+    "preempt": "#C0392B",
+    "reject": "#7F8C8D",
 }
 
 
@@ -74,8 +86,12 @@ class KvOccupancyPlot:
     def update(self, snapshot: MetricsSnapshot, x_range: XRange = None) -> None:
         self.used.setData(*snapshot.overview.line("kv_used_perc", x_range))
         self.cached.setData(*snapshot.overview.line("kv_used_plus_cached_perc", x_range))
-        size = f", {snapshot.kv_cache_bytes / 2**20:,.0f} MiB" if snapshot.kv_cache_bytes else ""  # a server may not say
-        capacity = f"{snapshot.kv_capacity_tokens:,} tokens{size}" if snapshot.kv_capacity_tokens else "capacity not exposed"
+        size = (
+            f", {snapshot.kv_cache_bytes / 2**20:,.0f} MiB" if snapshot.kv_cache_bytes else ""
+        )  # a server may not say
+        capacity = (
+            f"{snapshot.kv_capacity_tokens:,} tokens{size}" if snapshot.kv_capacity_tokens else "capacity not exposed"
+        )
         set_title(self.plot, f"KV-cache occupancy: {capacity}")
 
 
@@ -86,8 +102,12 @@ class QueueDepthPlot:
             key: _line(self.plot, COLORS[key], label)
             for key, label in (("waiting", "waiting"), ("waiting_long", "waiting (long)"), ("running", "running"))
         }
-        self.preemptions = self.plot.plot(pen=None, symbol="t", symbolBrush=COLORS["preempt"], symbolSize=9, name="preempted")
-        self.rejections = self.plot.plot(pen=None, symbol="x", symbolBrush=COLORS["reject"], symbolSize=9, name="rejected")
+        self.preemptions = self.plot.plot(
+            pen=None, symbol="t", symbolBrush=COLORS["preempt"], symbolSize=9, name="preempted"
+        )
+        self.rejections = self.plot.plot(
+            pen=None, symbol="x", symbolBrush=COLORS["reject"], symbolSize=9, name="rejected"
+        )
 
     def update(self, snapshot: MetricsSnapshot, x_range: XRange = None) -> None:
         """Markers at y = 0 where a cumulative counter went up."""
@@ -107,7 +127,9 @@ class _LatencyPoints:
     Each point's data is its index into the snapshot's requests."""
 
     def __init__(self, plot: pg.PlotItem, color: str, name: str, tip):
-        self.item = pg.ScatterPlotItem(symbol="o", size=5, pen=None, brush=pg.mkBrush(color), name=name, hoverable=True, tip=tip)
+        self.item = pg.ScatterPlotItem(
+            symbol="o", size=5, pen=None, brush=pg.mkBrush(color), name=name, hoverable=True, tip=tip
+        )
         plot.addItem(self.item)
         self._drawn: tuple[int, int] | None = None  # (first request, first one drawn one by one) at the last redraw
         self._end = 0  # requests drawn up to here
@@ -121,14 +143,20 @@ class _LatencyPoints:
 
     def update(self, finish: np.ndarray, values: np.ndarray, start: int, stop: int) -> None:
         """Draw requests [start, stop) (indices into the snapshot's requests)."""
-        if self._drawn is not None and self._drawn[0] == start and self._end <= stop <= self._drawn[1] + 2 * RECENT_POINTS:
+        if (
+            self._drawn is not None
+            and self._drawn[0] == start
+            and self._end <= stop <= self._drawn[1] + 2 * RECENT_POINTS
+        ):
             self._add(finish, values, np.arange(self._end, stop))
         else:
             dense_from = max(start, stop - RECENT_POINTS)
             stride = 1 << int(np.ceil(np.log2(max((dense_from - start) / (MAX_SCATTER_POINTS - 2 * RECENT_POINTS), 1))))
             self.item.setData([], [])
             self._drawn = (start, dense_from)
-            self._add(finish, values, np.concatenate([np.arange(start, dense_from, stride), np.arange(dense_from, stop)]))
+            self._add(
+                finish, values, np.concatenate([np.arange(start, dense_from, stride), np.arange(dense_from, stop)])
+            )
         self._end = stop
 
     def _add(self, finish: np.ndarray, values: np.ndarray, indices: np.ndarray) -> None:
@@ -146,14 +174,24 @@ class LatencyPlot:
     MODES = ("ttft+e2e", "tpot")
 
     def __init__(self, mode: str = "ttft+e2e"):
-        self.plot = _new_plot("Per-request latency", "latency", "ms", bottom="finish time since start", legend_columns=3)
-        self.points = {key: _LatencyPoints(self.plot, COLORS[key], key.upper(), self._tip) for key in ("ttft", "e2e", "tpot")}
+        self.plot = _new_plot(
+            "Per-request latency", "latency", "ms", bottom="finish time since start", legend_columns=3
+        )
+        self.points = {
+            key: _LatencyPoints(self.plot, COLORS[key], key.upper(), self._tip) for key in ("ttft", "e2e", "tpot")
+        }
         self.snapshot: MetricsSnapshot | None = None
         self._drawn: tuple | None = None
-        self.rolling = {key: _line(self.plot, COLORS[key], f"{key} of last {ROLLING_WINDOW}") for key in ("p50", "p90", "p99")}
-        self.slo_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(COLORS["slo"], width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine), label="SLO",
-                                        # at the right end, above the line: at the left it covered the axis's ticks
-                                        labelOpts={"position": 0.98, "anchors": [(1, 1), (1, 1)]})
+        self.rolling = {
+            key: _line(self.plot, COLORS[key], f"{key} of last {ROLLING_WINDOW}") for key in ("p50", "p90", "p99")
+        }
+        self.slo_line = pg.InfiniteLine(
+            angle=0,
+            pen=pg.mkPen(COLORS["slo"], width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine),
+            label="SLO",
+            # at the right end, above the line: at the left it covered the axis's ticks
+            labelOpts={"position": 0.98, "anchors": [(1, 1), (1, 1)]},
+        )
         self.plot.addItem(self.slo_line)
         self.mode = mode
 
@@ -171,10 +209,14 @@ class LatencyPlot:
             value = requests[key][index]
             return "-" if np.isnan(value) else f"{value:,.1f}"
 
-        return (f"{self.snapshot.request_ids[index]} ({self.snapshot.request_tags[index]})\n"
-                f"prompt {requests['prompt_tokens'][index]:,.0f} tokens, output {requests['output_tokens'][index]:,.0f} tokens\n"
-                f"queue {ms('queue_ms')} ms, TTFT {ms('ttft_ms')} ms, TPOT {ms('tpot_ms')} ms/token, e2e {ms('e2e_ms')} ms\n"
-                f"finished at {x:,.2f} s (click: its row and timeline)")
+        return (
+            f"{self.snapshot.request_ids[index]} ({self.snapshot.request_tags[index]})\n"
+            f"prompt {requests['prompt_tokens'][index]:,.0f} tokens, output {requests['output_tokens'][index]:,.0f} "
+            "tokens\n"
+            f"queue {ms('queue_ms')} ms, TTFT {ms('ttft_ms')} ms, TPOT {ms('tpot_ms')} ms/token, e2e {ms('e2e_ms')} "
+            "ms\n"
+            f"finished at {x:,.2f} s (click: its row and timeline)"
+        )
 
     def update(self, snapshot: MetricsSnapshot, x_range: XRange = None) -> None:
         requests = snapshot.requests
@@ -208,7 +250,11 @@ class LatencyPlot:
         thinned = "" if drawn_points >= len(shown) * finish.size else f", {drawn_points:,} points drawn"
         if n:
             summary = np.percentile(every, [50, 90, 99])
-            set_title(self.plot, f"{shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} (n={n}{thinned})")
+            set_title(
+                self.plot,
+                f"{shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} "
+                f"(n={n}{thinned})",
+            )
         else:
             set_title(self.plot, f"{shown[0].upper()}: no request finished yet (n=0)")
         threshold = snapshot.slo.tpot_ms if shown[0] == "tpot" else snapshot.slo.ttft_ms
@@ -216,7 +262,9 @@ class LatencyPlot:
         if threshold is not None:
             self.slo_line.setValue(threshold)
             self.slo_line.label.setFormat(f"SLO {shown[0].upper()} {threshold:g} {unit}")
-        if self.plot.getAxis("left").labelUnits != unit:  # set on a mode change only: each setLabel lays the plot out again
+        if (
+            self.plot.getAxis("left").labelUnits != unit
+        ):  # set on a mode change only: each setLabel lays the plot out again
             self.plot.setLabel("left", "TPOT" if shown[0] == "tpot" else "latency", units=unit)
         self._fix_range_if_flat([requests[f"{key}_ms"][start:stop] for key in shown], threshold)
 
@@ -287,13 +335,20 @@ def draw_ghost(live: pg.PlotItem, baseline: pg.PlotItem) -> list[pg.PlotDataItem
         if x is None or len(x) == 0:
             continue
         if isinstance(item, pg.ScatterPlotItem):
-            symbol, size, pen, brush = item.opts["symbol"], item.opts["size"], None, _faded(pg.mkBrush(item.opts["brush"]))
+            symbol, size, pen, brush = (
+                item.opts["symbol"],
+                item.opts["size"],
+                None,
+                _faded(pg.mkBrush(item.opts["brush"])),
+            )
         else:
             options = item.opts
             symbol, size = options["symbol"], options["symbolSize"]
             pen = _faded(pg.mkPen(options["pen"])) if options["pen"] is not None else None
             brush = _faded(pg.mkBrush(options["symbolBrush"])) if symbol else None
-        ghost = pg.PlotDataItem(x, y, pen=pen, connect="finite", symbol=symbol, symbolSize=size, symbolPen=None, symbolBrush=brush)
+        ghost = pg.PlotDataItem(
+            x, y, pen=pen, connect="finite", symbol=symbol, symbolSize=size, symbolPen=None, symbolBrush=brush
+        )
         ghost.setZValue(-10)
         live.vb.addItem(ghost)  # the view box, not the plot: ghosts stay out of the legend
         ghosts.append(ghost)
@@ -320,8 +375,12 @@ def percentile_summary(snapshot: MetricsSnapshot, key: str) -> str:
 
 # The plots drawn from engine steps, by their titles' first words: until the first step they say
 # why none has come (the engine warming up).
-PER_STEP_PLOTS = {"kv_occupancy": "KV-cache occupancy", "queue_depth": "Queue depth", "throughput": "Throughput",
-                  "batch_composition": "Batch composition"}
+PER_STEP_PLOTS = {
+    "kv_occupancy": "KV-cache occupancy",
+    "queue_depth": "Queue depth",
+    "throughput": "Throughput",
+    "batch_composition": "Batch composition",
+}
 
 # The backend capability each plot needs (workbench/backends/protocol.py); latency and throughput are
 # measured on the client or from the server's token counters, so every backend has them.

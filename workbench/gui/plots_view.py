@@ -13,11 +13,19 @@ from PySide6.QtGui import QPainter
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
-from workbench.metrics_store import MetricsSnapshot
 from workbench.backends.protocol import IN_PROCESS, BackendCapabilities
-from workbench.gui.plots import (PER_STEP_PLOTS, PLOT_NEEDS, LatencyPlot, all_plots, draw_ghost, percentile_summary,
-                                 set_title, show_not_exposed)
+from workbench.gui.plots import (
+    PER_STEP_PLOTS,
+    PLOT_NEEDS,
+    LatencyPlot,
+    all_plots,
+    draw_ghost,
+    percentile_summary,
+    set_title,
+    show_not_exposed,
+)
 from workbench.gui.step_panel import step_keys
+from workbench.metrics_store import MetricsSnapshot
 
 
 def axis_end(latest: float) -> float:
@@ -48,8 +56,10 @@ def _export_svg(plot: pg.PlotItem, path: Path) -> None:
     painter.end()
 
 
-GOODPUT_MEANING = ("Goodput: the share of ended requests meeting every SLO set before the run, with n; rejected and "
-                   "aborted requests count as misses.")
+GOODPUT_MEANING = (
+    "Goodput: the share of ended requests meeting every SLO set before the run, with n; rejected and "
+    "aborted requests count as misses."
+)
 
 
 class PlotsView(QWidget):
@@ -63,9 +73,17 @@ class PlotsView(QWidget):
         for points in self.latency.points.values():
             points.item.sigClicked.connect(self._point_clicked)
         self.layout_widget = pg.GraphicsLayoutWidget()
-        positions = {"kv_occupancy": (0, 0), "queue_depth": (0, 1), "latency": (1, 0), "throughput": (1, 1), "batch_composition": (2, 0)}
+        positions = {
+            "kv_occupancy": (0, 0),
+            "queue_depth": (0, 1),
+            "latency": (1, 0),
+            "throughput": (1, 1),
+            "batch_composition": (2, 0),
+        }
         for name, (row, column) in positions.items():
-            self.layout_widget.addItem(self.plots[name].plot, row=row, col=column, colspan=2 if name == "batch_composition" else 1)
+            self.layout_widget.addItem(
+                self.plots[name].plot, row=row, col=column, colspan=2 if name == "batch_composition" else 1
+            )
         # One time range for all: zooming into a moment in one plot shows it in every plot. Not
         # pyqtgraph's setXLink: it aligns linked views by pixel, and the batch plot is twice as wide.
         for plot in self.plots.values():
@@ -76,7 +94,9 @@ class PlotsView(QWidget):
         # marks along the batch plot's time axis.
         self.cursors = {}
         for name, plot in self.plots.items():
-            cursor = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#ecf0f1", width=1, style=Qt.PenStyle.DashLine))
+            cursor = pg.InfiniteLine(
+                angle=90, movable=False, pen=pg.mkPen("#ecf0f1", width=1, style=Qt.PenStyle.DashLine)
+            )
             cursor.setZValue(50)
             cursor.setVisible(False)
             plot.plot.addItem(cursor, ignoreBounds=True)
@@ -88,7 +108,9 @@ class PlotsView(QWidget):
         self._axis_end: float | None = None
         self.latency_mode = QComboBox()
         self.latency_mode.addItems(["TTFT and e2e", "TPOT"])
-        self.latency_mode.setToolTip("What the per-request latency plot shows; rolling percentiles follow TTFT or TPOT.")
+        self.latency_mode.setToolTip(
+            "What the per-request latency plot shows; rolling percentiles follow TTFT or TPOT."
+        )
         self.latency_mode.currentIndexChanged.connect(self._mode_changed)
         self.snapshot: MetricsSnapshot | None = None  # the last data drawn
         self.baseline: MetricsSnapshot | None = None  # a past run drawn faded under the live one
@@ -232,9 +254,11 @@ class PlotsView(QWidget):
             raise FileNotFoundError(2, "no such folder", str(folder))
         written = []
         for name, plot in self.plots.items():
-            for suffix, export in (("png", lambda item, path: pg.exporters.ImageExporter(item).export(str(path))),
-                                   ("svg", _export_svg),
-                                   ("csv", lambda item, path: pg.exporters.CSVExporter(item).export(str(path)))):
+            for suffix, export in (
+                ("png", lambda item, path: pg.exporters.ImageExporter(item).export(str(path))),
+                ("svg", _export_svg),
+                ("csv", lambda item, path: pg.exporters.CSVExporter(item).export(str(path))),
+            ):
                 path = folder / f"{name}.{suffix}"
                 export(plot.plot, path)
                 written.append(path)

@@ -19,7 +19,9 @@ def export_plot_images(log: RunLog, out_dir: Path, width: int = 1200, height: in
     from workbench.gui.plots import all_plots
 
     QApplication.instance() or QApplication([])
-    pg.setConfigOptions(background="w", foreground="k", antialias=False)  # antialiased grids and fills cost most of a frame
+    pg.setConfigOptions(
+        background="w", foreground="k", antialias=False
+    )  # antialiased grids and fills cost most of a frame
     snapshot = MetricsStore.from_run_log(log).snapshot()
     written = []
     for name, plot in all_plots().items():

@@ -10,8 +10,16 @@ from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QPushButton, QSplitte
 from workbench.request_rows import RequestRow
 
 COLUMNS = [
-    ("id", "request_id"), ("tag", "tag"), ("state", "state"), ("prompt tok", "prompt_tokens"), ("output tok", "output_tokens"),
-    ("queue ms", "queue_ms"), ("TTFT ms", "ttft_ms"), ("TPOT ms/tok", "tpot_ms"), ("e2e ms", "e2e_ms"), ("preempt.", "preemptions"),
+    ("id", "request_id"),
+    ("tag", "tag"),
+    ("state", "state"),
+    ("prompt tok", "prompt_tokens"),
+    ("output tok", "output_tokens"),
+    ("queue ms", "queue_ms"),
+    ("TTFT ms", "ttft_ms"),
+    ("TPOT ms/tok", "tpot_ms"),
+    ("e2e ms", "e2e_ms"),
+    ("preempt.", "preemptions"),
 ]
 
 
@@ -56,13 +64,16 @@ class RequestsModel(QAbstractTableModel):
         self.rows = self._sorted(before)
         position = {row.request_id: number for number, row in enumerate(self.rows)}
         moved = self.persistentIndexList()
-        self.changePersistentIndexList(moved, [self.index(position[before[index.row()].request_id], index.column())
-                                               for index in moved])
+        self.changePersistentIndexList(
+            moved, [self.index(position[before[index.row()].request_id], index.column()) for index in moved]
+        )
         self.layoutChanged.emit()
 
     def _sorted(self, rows: list[RequestRow]) -> list[RequestRow]:
         attribute = COLUMNS[self.sort_column][1]
-        return sorted(rows, key=lambda row: _sort_key(row, attribute), reverse=self.sort_order == Qt.SortOrder.DescendingOrder)
+        return sorted(
+            rows, key=lambda row: _sort_key(row, attribute), reverse=self.sort_order == Qt.SortOrder.DescendingOrder
+        )
 
     def rowCount(self, parent=QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self.rows)
@@ -150,7 +161,8 @@ class RequestsView(QWidget):
         self.detail.setPlainText(
             f"{row.request_id} ({row.tag}) — {row.state}\n\ntimeline (seconds since the run started):\n{timeline}\n\n"
             + (f"step by step (the step traces):\n{history}\n\n" if history else "")
-            + f"prompt ({len(row.prompt_token_ids)} tokens):\n{prompt}\n\noutput ({len(row.output_token_ids)} tokens):\n{output}"
+            + f"prompt ({len(row.prompt_token_ids)} tokens):\n{prompt}\n\noutput ({len(row.output_token_ids)} "
+            f"tokens):\n{output}"
         )
 
     def _abort_selected(self) -> None:

@@ -9,22 +9,54 @@ from collections.abc import Callable
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QAbstractItemView, QFrame, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel, QPushButton, QScrollArea,
-    QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+    QAbstractItemView,
+    QFrame,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
 )
 
 from engine.step_trace import ALLOCATE, RELEASE, REUSE, StepTrace
 from workbench.traces.text import block_ranges, row_tokens
 
 PARTS = {  # table: (title, what it holds, columns)
-    "before": ("before", "what the scheduler saw: queues, KV blocks, the token budget, blocks released since the last step",
-               ["waiting", "waiting_long", "running", "token budget", "KV used", "KV free", "free, holding a prefix",
-                "released before the step (aborts)"]),
-    "computation": ("computation", "the batch's rows, and why each waiting queue's head was not admitted",
-                    ["request", "work", "queue", "why"]),
-    "persisted": ("persisted", "KV blocks allocated, reused and released, and preemptions with their reason",
-                  ["request", "change", "blocks", "free list", "why"]),
-    "caller": ("to the caller", "tokens emitted, and requests finished with their reason", ["request", "tokens", "finished"]),
+    "before": (
+        "before",
+        "what the scheduler saw: queues, KV blocks, the token budget, blocks released since the last step",
+        [
+            "waiting",
+            "waiting_long",
+            "running",
+            "token budget",
+            "KV used",
+            "KV free",
+            "free, holding a prefix",
+            "released before the step (aborts)",
+        ],
+    ),
+    "computation": (
+        "computation",
+        "the batch's rows, and why each waiting queue's head was not admitted",
+        ["request", "work", "queue", "why"],
+    ),
+    "persisted": (
+        "persisted",
+        "KV blocks allocated, reused and released, and preemptions with their reason",
+        ["request", "change", "blocks", "free list", "why"],
+    ),
+    "caller": (
+        "to the caller",
+        "tokens emitted, and requests finished with their reason",
+        ["request", "tokens", "finished"],
+    ),
 }
 _HIGHLIGHT = QBrush(QColor("#3d5a80"))
 
@@ -50,8 +82,11 @@ class StepPanel(QWidget):
         self.previous = QPushButton("◀")
         self.next = QPushButton("▶")
         self.live = QPushButton("Live")
-        for button, tip in ((self.previous, "The step before (←)"), (self.next, "The step after (→)"),
-                            (self.live, "Leave this step: the block map follows the run again")):
+        for button, tip in (
+            (self.previous, "The step before (←)"),
+            (self.next, "The step after (→)"),
+            (self.live, "Leave this step: the block map follows the run again"),
+        ):
             button.setToolTip(tip)
         self.previous.clicked.connect(lambda: self.move(-1))
         self.next.clicked.connect(lambda: self.move(+1))
@@ -75,7 +110,9 @@ class StepPanel(QWidget):
             box.setToolTip(holds)
             QVBoxLayout(box).addWidget(table)
             if index == 0:  # one row of numbers across the top, the three lists side by side below it
-                table.setMaximumHeight(table.horizontalHeader().sizeHint().height() + table.verticalHeader().defaultSectionSize() + 6)
+                table.setMaximumHeight(
+                    table.horizontalHeader().sizeHint().height() + table.verticalHeader().defaultSectionSize() + 6
+                )
                 grid.addWidget(box, 0, 0, 1, 3)
             else:
                 grid.addWidget(box, 1, index - 1)
@@ -110,35 +147,118 @@ class StepPanel(QWidget):
             self.title.setText("Click a plot to inspect the step at that time.")
             return
         kept_text = f" (steps {kept[0]}..{kept[1]} kept)" if kept else ""
-        self.title.setText(f"step {trace.step}{kept_text}, ends {trace.time_s - origin:.3f} s into the run: "
-                           f"{1000 * trace.execute_s:.1f} ms executor (forward and sampling), "
-                           f"{1000 * trace.other_s:.1f} ms other (scheduling, bookkeeping)")
+        self.title.setText(
+            f"step {trace.step}{kept_text}, ends {trace.time_s - origin:.3f} s into the run: "
+            f"{1000 * trace.execute_s:.1f} ms executor (forward and sampling), "
+            f"{1000 * trace.other_s:.1f} ms other (scheduling, bookkeeping)"
+        )
         self.previous.setEnabled(kept is None or trace.step > kept[0])
         self.next.setEnabled(kept is None or trace.step < kept[1])
         kv = trace.kv_before
-        released = "; ".join(f"{change.request_id} {change.cause}: [{block_ranges(change.block_ids)}]" for change in trace.released_before)
-        before = [(None, [str(value) for value in (trace.waiting, trace.waiting_long, trace.running, trace.token_budget,
-                                                   kv.used_blocks, kv.free_blocks, kv.cached_free_blocks)] + [released or "none"])]
-        computation = [(row.request_id, [row.request_id, row_tokens(row), row.admitted_from or "running",
-                                         "admitted" if row.admitted_from else ""]) for row in trace.rows]
+        released = "; ".join(
+            f"{change.request_id} {change.cause}: [{block_ranges(change.block_ids)}]"
+            for change in trace.released_before
+        )
+        before = [
+            (
+                None,
+                [
+                    str(value)
+                    for value in (
+                        trace.waiting,
+                        trace.waiting_long,
+                        trace.running,
+                        trace.token_budget,
+                        kv.used_blocks,
+                        kv.free_blocks,
+                        kv.cached_free_blocks,
+                    )
+                ]
+                + [released or "none"],
+            )
+        ]
+        computation = [
+            (
+                row.request_id,
+                [
+                    row.request_id,
+                    row_tokens(row),
+                    row.admitted_from or "running",
+                    "admitted" if row.admitted_from else "",
+                ],
+            )
+            for row in trace.rows
+        ]
         if trace.decode_rows_omitted:
-            computation.append((None, ["…", f"{trace.decode_rows_omitted} decode rows", "running", "counted in a summary trace"]))
-        computation += [(held.request_id, [held.request_id, "waits (head of its queue)", held.queue, held.reason])
-                        for held in trace.held]
-        persisted = [(change.request_id, [change.request_id, _change_name(change.action),
-                                          f"{len(change.block_ids)}: [{block_ranges(change.block_ids)}]",
-                                          _free_list(change), change.cause]) for change in trace.block_changes]
-        persisted += [(preemption.victim, [preemption.victim, "preempted", "", "", preemption.reason])
-                      for preemption in trace.preemptions]
+            computation.append(
+                (None, ["…", f"{trace.decode_rows_omitted} decode rows", "running", "counted in a summary trace"])
+            )
+        computation += [
+            (held.request_id, [held.request_id, "waits (head of its queue)", held.queue, held.reason])
+            for held in trace.held
+        ]
+        persisted = [
+            (
+                change.request_id,
+                [
+                    change.request_id,
+                    _change_name(change.action),
+                    f"{len(change.block_ids)}: [{block_ranges(change.block_ids)}]",
+                    _free_list(change),
+                    change.cause,
+                ],
+            )
+            for change in trace.block_changes
+        ]
+        persisted += [
+            (preemption.victim, [preemption.victim, "preempted", "", "", preemption.reason])
+            for preemption in trace.preemptions
+        ]
         if trace.registered:
-            persisted.append((None, ["", "findable by prefix", f"{len(trace.registered)}: [{block_ranges(sorted(trace.registered))}]",
-                                     "", "their content can be reused by a new prompt"]))
-        persisted.append((None, ["", "KV after", f"{trace.kv_after.used_blocks} used", f"{trace.kv_after.free_blocks} free",
-                                 f"{trace.kv_before.used_blocks} + {trace.blocks_taken()} taken - {trace.blocks_returned()} returned"]))
-        caller = [(entry.request_id, [entry.request_id, str(entry.token_ids),
-                                      f"{entry.finish_reason}" + (f": {entry.finish_detail}" if entry.finish_detail else "")
-                                      if entry.finish_reason else ""]) for entry in trace.emitted]
-        for name, rows in (("before", before), ("computation", computation), ("persisted", persisted), ("caller", caller)):
+            persisted.append(
+                (
+                    None,
+                    [
+                        "",
+                        "findable by prefix",
+                        f"{len(trace.registered)}: [{block_ranges(sorted(trace.registered))}]",
+                        "",
+                        "their content can be reused by a new prompt",
+                    ],
+                )
+            )
+        persisted.append(
+            (
+                None,
+                [
+                    "",
+                    "KV after",
+                    f"{trace.kv_after.used_blocks} used",
+                    f"{trace.kv_after.free_blocks} free",
+                    f"{trace.kv_before.used_blocks} + {trace.blocks_taken()} taken"
+                    f" - {trace.blocks_returned()} returned",
+                ],
+            )
+        )
+        caller = [
+            (
+                entry.request_id,
+                [
+                    entry.request_id,
+                    str(entry.token_ids),
+                    f"{entry.finish_reason}" + (f": {entry.finish_detail}" if entry.finish_detail else "")
+                    if entry.finish_reason
+                    else "",
+                ],
+            )
+            for entry in trace.emitted
+        ]
+        for name, rows in (
+            ("before", before),
+            ("computation", computation),
+            ("persisted", persisted),
+            ("caller", caller),
+        ):
             self._fill(self.tables[name], rows)
 
     def highlight(self, request_id: str | None) -> None:

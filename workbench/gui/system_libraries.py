@@ -21,7 +21,9 @@ def xcb_plugin() -> Path | None:
 def uses_xcb() -> bool:
     """Qt will pick its X11 plugin: asked for, or an X display without Wayland."""
     platform = os.environ.get("QT_QPA_PLATFORM", "")
-    return platform == "xcb" or (not platform and bool(os.environ.get("DISPLAY")) and not os.environ.get("WAYLAND_DISPLAY"))
+    return platform == "xcb" or (
+        not platform and bool(os.environ.get("DISPLAY")) and not os.environ.get("WAYLAND_DISPLAY")
+    )
 
 
 def missing_packages(library: Path) -> list[str]:
@@ -50,5 +52,7 @@ def xcb_problem() -> str | None:
     missing = missing_packages(plugin)
     if not missing:
         return None
-    return (f"the window cannot start: Qt's X11 platform plugin needs system libraries that are missing; "
-            f"install them with: sudo apt-get install {' '.join(missing)}")
+    return (
+        f"the window cannot start: Qt's X11 platform plugin needs system libraries that are missing; "
+        f"install them with: sudo apt-get install {' '.join(missing)}"
+    )

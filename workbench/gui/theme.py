@@ -23,13 +23,20 @@ def apply_theme() -> None:
     if dark:
         palette = QPalette()
         for role, colour in (
-            (QPalette.ColorRole.Window, "#1f2226"), (QPalette.ColorRole.WindowText, "#e6e6e6"),
-            (QPalette.ColorRole.Base, "#16181b"), (QPalette.ColorRole.AlternateBase, "#24272c"),
-            (QPalette.ColorRole.Text, "#e6e6e6"), (QPalette.ColorRole.Button, "#2a2e33"),
-            (QPalette.ColorRole.ButtonText, "#e6e6e6"), (QPalette.ColorRole.Highlight, "#3d7bd9"),
-            (QPalette.ColorRole.HighlightedText, "#ffffff"), (QPalette.ColorRole.ToolTipBase, "#2a2e33"),
+            (QPalette.ColorRole.Window, "#1f2226"),
+            (QPalette.ColorRole.WindowText, "#e6e6e6"),
+            (QPalette.ColorRole.Base, "#16181b"),
+            (QPalette.ColorRole.AlternateBase, "#24272c"),
+            (QPalette.ColorRole.Text, "#e6e6e6"),
+            (QPalette.ColorRole.Button, "#2a2e33"),
+            (QPalette.ColorRole.ButtonText, "#e6e6e6"),
+            (QPalette.ColorRole.Highlight, "#3d7bd9"),
+            (QPalette.ColorRole.HighlightedText, "#ffffff"),
+            (QPalette.ColorRole.ToolTipBase, "#2a2e33"),
             (QPalette.ColorRole.ToolTipText, "#e6e6e6"),
         ):
             palette.setColor(role, QColor(colour))
         app.setPalette(palette)
-    pg.setConfigOptions(background="#16181b" if dark else "w", foreground="#d0d0d0" if dark else "#202020", antialias=False)  # antialiased grids and fills cost most of a frame
+    pg.setConfigOptions(
+        background="#16181b" if dark else "w", foreground="#d0d0d0" if dark else "#202020", antialias=False
+    )  # antialiased grids and fills cost most of a frame

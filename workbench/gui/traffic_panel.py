@@ -7,15 +7,24 @@ import dataclasses
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QTableWidget,
-    QTableWidgetItem, QVBoxLayout, QWidget,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
 )
 
 from engine.errors import ConfigError
+from workbench.gui.form_widgets import choice_box, emit_validated, float_box, int_box
 from workbench.presets import load_preset, preset_names
 from workbench.scenario import SLO, Scenario, ScenarioEvent
 from workbench.traffic import ARRIVAL_KINDS, LENGTH_KINDS, LengthDistribution, TrafficProfile
-from workbench.gui.form_widgets import choice_box, emit_validated, float_box, int_box
 
 
 class LengthFields:
@@ -28,15 +37,25 @@ class LengthFields:
         self.kind = choice_box(list(LENGTH_KINDS), f"How {what} lengths are drawn.")
         self.kind.setCurrentText(kind)
         self.mean = int_box(1, 1 << 20, mean, f"{what.capitalize()} tokens: the fixed value, or the mean.")
-        self.spread = float_box(0, 10_000, spread, "normal: standard deviation in tokens; lognormal: sigma of the underlying normal.")
-        self.low = int_box(1, 1 << 20, 1, f"The shortest {what} (every kind is clipped to it; uniform: the range's start).")
-        self.high = int_box(0, 1 << 20, 0, f"The longest {what} (0 = the model's limit; uniform: the range's end, needed).")
+        self.spread = float_box(
+            0, 10_000, spread, "normal: standard deviation in tokens; lognormal: sigma of the underlying normal."
+        )
+        self.low = int_box(
+            1, 1 << 20, 1, f"The shortest {what} (every kind is clipped to it; uniform: the range's start)."
+        )
+        self.high = int_box(
+            0, 1 << 20, 0, f"The longest {what} (0 = the model's limit; uniform: the range's end, needed)."
+        )
         self.high.setSpecialValueText("model limit")
 
     def add_rows(self, form: QFormLayout) -> None:
-        for label, widget in ((f"{self.what} length", self.kind), (f"{self.what} tokens", self.mean),
-                              (f"{self.what} spread", self.spread), (f"{self.what} at least", self.low),
-                              (f"{self.what} at most", self.high)):
+        for label, widget in (
+            (f"{self.what} length", self.kind),
+            (f"{self.what} tokens", self.mean),
+            (f"{self.what} spread", self.spread),
+            (f"{self.what} at least", self.low),
+            (f"{self.what} at most", self.high),
+        ):
             form.addRow(label, widget)
         self.kind.currentTextChanged.connect(lambda kind: self._show_parameters(form, kind))
         self._show_parameters(form, self.kind.currentText())
@@ -48,8 +67,13 @@ class LengthFields:
     def distribution(self) -> LengthDistribution:
         # Uniform reads no mean, fixed and uniform no spread: hidden, they keep their values, so a
         # preset round-trips. Every kind is clipped to [at least, at most].
-        return LengthDistribution(kind=self.kind.currentText(), mean=self.mean.value(), std=self.spread.value(), low=self.low.value(),
-                                  high=self.high.value())
+        return LengthDistribution(
+            kind=self.kind.currentText(),
+            mean=self.mean.value(),
+            std=self.spread.value(),
+            low=self.low.value(),
+            high=self.high.value(),
+        )
 
     def show(self, distribution: LengthDistribution) -> None:
         self.kind.setCurrentText(distribution.kind)
@@ -70,22 +94,42 @@ class TrafficPanel(QWidget):
 
     def __init__(self):
         super().__init__()
-        self.arrival = choice_box(list(ARRIVAL_KINDS), "poisson: random; gamma: burstiness sets the clumping; closed_loop: keep N in flight.")
+        self.arrival = choice_box(
+            list(ARRIVAL_KINDS), "poisson: random; gamma: burstiness sets the clumping; closed_loop: keep N in flight."
+        )
         self.rate = float_box(0.01, 10_000, 2.0, "Mean arrival rate, requests per second (a ramp's starting rate).")
-        self.end_rate = float_box(0.01, 10_000, 10.0, "ramp: the rate reached at the end of the duration, requests per second.")
-        self.duration = float_box(0, 1e6, 0, "ramp: how long the rate takes to move from rate to end rate (needed).\n"
-                                  "Every arrival: stop sending after this many seconds (0 = the request count decides).", 1)
-        self.burstiness = float_box(0.01, 100, 1.0, "Gamma shape: 1 is Poisson, below 1 burstier (CV = 1/sqrt(burstiness)).")
+        self.end_rate = float_box(
+            0.01, 10_000, 10.0, "ramp: the rate reached at the end of the duration, requests per second."
+        )
+        self.duration = float_box(
+            0,
+            1e6,
+            0,
+            "ramp: how long the rate takes to move from rate to end rate (needed).\n"
+            "Every arrival: stop sending after this many seconds (0 = the request count decides).",
+            1,
+        )
+        self.burstiness = float_box(
+            0.01, 100, 1.0, "Gamma shape: 1 is Poisson, below 1 burstier (CV = 1/sqrt(burstiness))."
+        )
         self.concurrency = int_box(1, 4096, 8, "closed_loop: requests kept in flight.")
         self.num_requests = int_box(1, 1_000_000, 100, "Requests to send before the traffic ends.")
-        self.prompts = choice_box(["synthetic", "sharegpt"], "synthetic: real text cut to the chosen lengths; sharegpt: real "
-                                  "questions with their reply lengths.")
-        self.shared_prefix = int_box(0, 1 << 20, 0, "Tokens of a common system prompt before every synthetic prompt "
-                                     "(what prefix caching can serve from the cache).")
+        self.prompts = choice_box(
+            ["synthetic", "sharegpt"],
+            "synthetic: real text cut to the chosen lengths; sharegpt: real questions with their reply lengths.",
+        )
+        self.shared_prefix = int_box(
+            0,
+            1 << 20,
+            0,
+            "Tokens of a common system prompt before every synthetic prompt "
+            "(what prefix caching can serve from the cache).",
+        )
         self.prompt_len = LengthFields("prompt", "lognormal", 128, 0.5)
         self.output_len = LengthFields("output", "fixed", 64, 0.0)
-        self.output_len.mean.setToolTip("Output tokens per request (end-of-sequence is ignored unless the preset says "
-                                        "otherwise, so runs compare).")
+        self.output_len.mean.setToolTip(
+            "Output tokens per request (end-of-sequence is ignored unless the preset says otherwise, so runs compare)."
+        )
         # The preset the fields came from: Start keeps what they do not show (temperature, tag,
         # end-of-sequence, a trace file) and names the run after it.
         self._preset: tuple[str, TrafficProfile | None] | None = None
@@ -94,18 +138,30 @@ class TrafficPanel(QWidget):
         self.tpot_slo = float_box(0, 1e7, 250, "TPOT threshold in ms/token (0 = none).", 0)
         self.e2e_slo = float_box(0, 1e8, 0, "End-to-end threshold in ms (0 = none).", 0)
 
-        self.start_button, self.pause_button, self.stop_button = QPushButton("Start"), QPushButton("Pause"), QPushButton("Stop")
-        self.start_button.clicked.connect(lambda: emit_validated(self.scenario, self.start_requested, self.invalid, "traffic", self))
+        self.start_button, self.pause_button, self.stop_button = (
+            QPushButton("Start"),
+            QPushButton("Pause"),
+            QPushButton("Stop"),
+        )
+        self.start_button.clicked.connect(
+            lambda: emit_validated(self.scenario, self.start_requested, self.invalid, "traffic", self)
+        )
         self.start_button.clicked.connect(self._hide_preset)  # Start runs the fields, not the preset
         self.pause_button.setCheckable(True)
-        self.pause_button.toggled.connect(lambda paused: (self.pause_requested if paused else self.resume_requested).emit())
+        self.pause_button.toggled.connect(
+            lambda paused: (self.pause_requested if paused else self.resume_requested).emit()
+        )
         self.stop_button.clicked.connect(self.stop_requested.emit)
 
         self.burst_count = int_box(1, 10_000, 20, "How many short chats to inject at once.")
         self.burst_prompt = int_box(1, 1 << 20, 64, "Prompt tokens of each injected chat.")
         burst = QPushButton("Inject burst of chats")
-        burst.clicked.connect(lambda: self.inject_requested.emit(self.burst_count.value(), self.burst_prompt.value(), 32, "chat"))
-        self.long_tokens = int_box(1, 1 << 20, 6000, "Prompt tokens of the long request (clipped to the model's context).")
+        burst.clicked.connect(
+            lambda: self.inject_requested.emit(self.burst_count.value(), self.burst_prompt.value(), 32, "chat")
+        )
+        self.long_tokens = int_box(
+            1, 1 << 20, 6000, "Prompt tokens of the long request (clipped to the model's context)."
+        )
         long_prompt = QPushButton("Inject one long prompt")
         long_prompt.clicked.connect(lambda: self.inject_requested.emit(1, self.long_tokens.value(), 16, "long"))
 
@@ -129,9 +185,14 @@ class TrafficPanel(QWidget):
         self.events.setVisible(False)
         self.shape = shape = QFormLayout()
         for label, widget in (
-            ("arrival", self.arrival), ("rate (req/s)", self.rate), ("end rate (req/s)", self.end_rate),
-            ("duration (s)", self.duration), ("burstiness", self.burstiness),
-            ("concurrency", self.concurrency), ("requests", self.num_requests), ("prompts", self.prompts),
+            ("arrival", self.arrival),
+            ("rate (req/s)", self.rate),
+            ("end rate (req/s)", self.end_rate),
+            ("duration (s)", self.duration),
+            ("burstiness", self.burstiness),
+            ("concurrency", self.concurrency),
+            ("requests", self.num_requests),
+            ("prompts", self.prompts),
             ("shared prefix tokens", self.shared_prefix),
         ):
             shape.addRow(label, widget)
@@ -166,7 +227,9 @@ class TrafficPanel(QWidget):
         # under the 45 fields only 4 of 13 showed); every entry shows without scrolling.
         self.presets_box = QGroupBox("Presets (double-click to run)")
         QVBoxLayout(self.presets_box).addWidget(self.presets)
-        self.presets.setMinimumHeight(self.presets.sizeHintForRow(0) * self.presets.count() + 2 * self.presets.frameWidth())
+        self.presets.setMinimumHeight(
+            self.presets.sizeHintForRow(0) * self.presets.count() + 2 * self.presets.frameWidth()
+        )
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -190,8 +253,12 @@ class TrafficPanel(QWidget):
 
     def _arrival_parameters(self, arrival: str) -> dict:
         """The fields an arrival process reads, by TrafficProfile field."""
-        used = {"rate": arrival != "closed_loop", "end_rate": arrival == "ramp", "burstiness": arrival == "gamma",
-                "concurrency": arrival == "closed_loop"}
+        used = {
+            "rate": arrival != "closed_loop",
+            "end_rate": arrival == "ramp",
+            "burstiness": arrival == "gamma",
+            "concurrency": arrival == "closed_loop",
+        }
         return {name: getattr(self, name) for name, reads in used.items() if reads}
 
     def _show_arrival_parameters(self, arrival: str) -> None:
@@ -202,7 +269,7 @@ class TrafficPanel(QWidget):
 
     @staticmethod
     def preset_scenario(entry: str) -> Scenario:
-        """"name" or "name / variant", as listed."""
+        """ "name" or "name / variant", as listed."""
         name, _, variant = entry.partition(" / ")
         return load_preset(name, variant=variant or None)
 
@@ -219,9 +286,14 @@ class TrafficPanel(QWidget):
         arrival = self.arrival.currentText()
         read = {name: box.value() for name, box in self._arrival_parameters(arrival).items()}  # the rest: as they were
         traffic = dataclasses.replace(
-            preset_traffic or TrafficProfile(), arrival=arrival, **read, duration_s=self.duration.value(),
-            num_requests=self.num_requests.value(), prompts=self.prompts.currentText(),
-            shared_prefix_tokens=self.shared_prefix.value(), prompt_len=self.prompt_len.distribution(),
+            preset_traffic or TrafficProfile(),
+            arrival=arrival,
+            **read,
+            duration_s=self.duration.value(),
+            num_requests=self.num_requests.value(),
+            prompts=self.prompts.currentText(),
+            shared_prefix_tokens=self.shared_prefix.value(),
+            prompt_len=self.prompt_len.distribution(),
             output_len=self.output_len.distribution(),
         )
         if self._preset is not None and traffic != preset_traffic:
@@ -236,7 +308,8 @@ class TrafficPanel(QWidget):
         label = label or scenario.name
         timeline = " and the timeline below" if scenario.events else ""
         if traffic is None:
-            what = f"no background traffic{', only the timeline below' if timeline else ''}. The fields below are for Start."
+            only = ", only the timeline below" if timeline else ""
+            what = f"no background traffic{only}. The fields below are for Start."
         else:
             what = f"the fields below show its traffic{timeline}"
         name, _, variant = label.partition(" / ")

@@ -30,8 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from engine import EngineError, SamplingParams
-from engine.outputs import RequestOutput
 from engine.loading.tokenizer import Tokenizer
+from engine.outputs import RequestOutput
 from workbench.provenance import package_version
 from workbench.server import DEFAULT_MAX_REQUEST_BYTES
 from workbench.server.engine_loop import EngineFailure, EngineLoop
@@ -70,8 +70,13 @@ class _Sampling(BaseModel):
         for text in stop:
             check_unicode("stop", text)
         return SamplingParams(
-            temperature=self.temperature, top_p=self.top_p, top_k=max(self.top_k, 0), min_p=self.min_p, seed=self.seed,
-            max_tokens=self.max_tokens if self.max_tokens is not None else default_max_tokens, stop=stop,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=max(self.top_k, 0),
+            min_p=self.min_p,
+            seed=self.seed,
+            max_tokens=self.max_tokens if self.max_tokens is not None else default_max_tokens,
+            stop=stop,
             ignore_eos=self.ignore_eos,
         )
 
@@ -102,13 +107,20 @@ class BadRequest(Exception):
         self.status = status
 
 
-_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError", 413: "RequestTooLargeError",
-                503: "ServiceUnavailableError"}
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    405: "MethodNotAllowedError",
+    413: "RequestTooLargeError",
+    503: "ServiceUnavailableError",
+}
 
 
 def error_response(message: str, status: int = 400) -> JSONResponse:
     kind = _ERROR_TYPES.get(status, "InternalServerError" if status >= 500 else "BadRequestError")
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status_code=status)
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": None, "code": status}}, status_code=status
+    )
 
 
 def check_unicode(name: str, text: str) -> None:
@@ -116,7 +128,9 @@ def check_unicode(name: str, text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise BadRequest(f"{name}: not valid Unicode: a lone surrogate {text[error.start]!r} at character {error.start}") from None
+        raise BadRequest(
+            f"{name}: not valid Unicode: a lone surrogate {text[error.start]!r} at character {error.start}"
+        ) from None
 
 
 def create_app(loop: EngineLoop, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
@@ -129,13 +143,18 @@ def create_app(loop: EngineLoop, max_request_bytes: int = DEFAULT_MAX_REQUEST_BY
     async def refuse_large_bodies(request: Request, call_next):
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_request_bytes:
-            return error_response(f"request body of {int(declared):,} bytes is larger than this server's limit of "
-                                  f"{max_request_bytes:,} bytes (serve --max-request-bytes)", 413)
+            return error_response(
+                f"request body of {int(declared):,} bytes is larger than this server's limit of "
+                f"{max_request_bytes:,} bytes (serve --max-request-bytes)",
+                413,
+            )
         return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(f"{'.'.join(str(part) for part in item['loc'][1:]) or 'body'}: {item['msg']}" for item in error.errors())
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in item['loc'][1:]) or 'body'}: {item['msg']}" for item in error.errors()
+        )
         return error_response(f"invalid request: {problems}")
 
     @app.exception_handler(BadRequest)
@@ -166,8 +185,18 @@ def create_app(loop: EngineLoop, max_request_bytes: int = DEFAULT_MAX_REQUEST_BY
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": loop.model_name, "object": "model", "created": created,
-                                            "owned_by": "workbench", "max_model_len": engine.max_model_len}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": loop.model_name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "workbench",
+                    "max_model_len": engine.max_model_len,
+                }
+            ],
+        }
 
     def check_model(body: _Sampling) -> None:
         if body.model is not None and body.model != loop.model_name:
@@ -211,9 +240,11 @@ async def _encode(tokenizer: Tokenizer | None, text: str) -> list[int]:
 def _check_context(engine, prompt_tokens: int, max_tokens: int | None) -> None:
     """As vLLM: a request whose prompt and max_tokens do not fit the context is refused, not cut."""
     if max_tokens is not None and prompt_tokens + max_tokens > engine.max_model_len:
-        raise BadRequest(f"This model's maximum context length is {engine.max_model_len} tokens. However, you requested "
-                         f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, {max_tokens} in the "
-                         f"completion). Please reduce the length of the prompt or completion.")
+        raise BadRequest(
+            f"This model's maximum context length is {engine.max_model_len} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, {max_tokens} in the "
+            f"completion). Please reduce the length of the prompt or completion."
+        )
 
 
 async def _serve(loop: EngineLoop, request: Request, body: _Sampling, prompt_ids: list[int], *, chat: bool):
@@ -245,7 +276,9 @@ async def _serve(loop: EngineLoop, request: Request, body: _Sampling, prompt_ids
             return Response(status_code=499)
         _raise_if_failed(last)
         return response.whole(last)
-    return StreamingResponse(_stream(loop, response, first, outputs, body.include_usage), media_type="text/event-stream")
+    return StreamingResponse(
+        _stream(loop, response, first, outputs, body.include_usage), media_type="text/event-stream"
+    )
 
 
 async def _last_output(first: RequestOutput, outputs: asyncio.Queue) -> RequestOutput | EngineFailure:
@@ -280,7 +313,9 @@ def _raise_if_failed(output) -> None:
         raise BadRequest(str(output), 500)
 
 
-async def _stream(loop: EngineLoop, response: _Response, first: RequestOutput, outputs, include_usage: bool) -> AsyncIterator[str]:
+async def _stream(
+    loop: EngineLoop, response: _Response, first: RequestOutput, outputs, include_usage: bool
+) -> AsyncIterator[str]:
     output = first
     try:
         while True:
@@ -289,7 +324,9 @@ async def _stream(loop: EngineLoop, response: _Response, first: RequestOutput, o
                 break
             output = await outputs.get()
             if isinstance(output, EngineFailure):
-                yield _event({"error": {"message": str(output), "type": "InternalServerError", "param": None, "code": 500}})
+                yield _event(
+                    {"error": {"message": str(output), "type": "InternalServerError", "param": None, "code": 500}}
+                )
                 return
         if include_usage:
             yield _event(response.usage_chunk(output))
@@ -306,8 +343,15 @@ def _event(payload: dict) -> str:
 class _Response:
     """The OpenAI shapes of one request's answer: whole, or chunk by chunk with text deltas."""
 
-    def __init__(self, request_id: str, model: str, prompt_tokens: int, tokenizer: Tokenizer | None, chat: bool,
-                 return_token_ids: bool):
+    def __init__(
+        self,
+        request_id: str,
+        model: str,
+        prompt_tokens: int,
+        tokenizer: Tokenizer | None,
+        chat: bool,
+        return_token_ids: bool,
+    ):
         self.request_id, self.model, self.prompt_tokens = request_id, model, prompt_tokens
         self.tokenizer, self.chat, self.return_token_ids = tokenizer, chat, return_token_ids
         self.created = int(time.time())
@@ -325,12 +369,16 @@ class _Response:
         text = self._text(output.token_ids)
         if text.endswith("\ufffd") and not output.finished:
             return ""
-        delta, self._text_sent = text[len(self._text_sent):], text
+        delta, self._text_sent = text[len(self._text_sent) :], text
         return delta
 
     def _usage(self, output: RequestOutput) -> dict:
         completion = len(output.token_ids)
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion, "total_tokens": self.prompt_tokens + completion}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+        }
 
     def _choice(self, text: str, token_ids: list[int], finish_reason: str | None, streaming: bool) -> dict:
         if self.chat:
@@ -353,4 +401,3 @@ class _Response:
 
     def usage_chunk(self, output: RequestOutput) -> dict:
         return {**self._head(streaming=True), "choices": [], "usage": self._usage(output)}
-

@@ -47,8 +47,13 @@ def _raise_stop(signum: int, frame) -> None:
     raise _StopSignal(signal.Signals(signum).name)
 
 
-def serve(config: EngineConfig, host: str, port: int, model_name: str | None = None,
-          max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+def serve(
+    config: EngineConfig,
+    host: str,
+    port: int,
+    model_name: str | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+) -> None:
     listener = listening_socket(host, port)
     loop = None
     previous = {number: signal.signal(number, _raise_stop) for number in (signal.SIGINT, signal.SIGTERM)}
@@ -56,14 +61,21 @@ def serve(config: EngineConfig, host: str, port: int, model_name: str | None = N
         if is_simulated(config.model):
             # Served in real time (a laptop stands in for the simulated GPU), unless a speed was chosen.
             config = dataclasses.replace(config, simulation_speed=config.simulation_speed or 1.0)
-        engine = LLMEngine(config, progress=lambda stage, fraction: print(f"loading: {stage} {fraction:.0%}", file=sys.stderr)
-                           if fraction in (0.0, 1.0) else None)
+        engine = LLMEngine(
+            config,
+            progress=lambda stage, fraction: (
+                print(f"loading: {stage} {fraction:.0%}", file=sys.stderr) if fraction in (0.0, 1.0) else None
+            ),
+        )
         loop = EngineLoop(engine, model_name or served_name(config.model))
         allow_open_files()  # one socket per client stream
         freeze_loaded_heap()  # no full collection walks the model again while requests run
         loop.start()
-        print(f"serving {loop.model_name} on http://{host}:{port} (OpenAI API under /v1, Prometheus metrics at /metrics)",
-              file=sys.stderr, flush=True)
+        print(
+            f"serving {loop.model_name} on http://{host}:{port} (OpenAI API under /v1, Prometheus metrics at /metrics)",
+            file=sys.stderr,
+            flush=True,
+        )
         server = uvicorn.Server(uvicorn.Config(create_app(loop, max_request_bytes), log_level="warning"))
         server.run(sockets=[listener])
     except _StopSignal as stop:

@@ -49,17 +49,27 @@ def trace_record(trace: StepTrace, full: bool) -> dict:
         decodes_omitted += len(trace.rows) - len(rows)
         decoded = {row.request_id for row in trace.rows if row.kind == "decode"}
         emitted = [entry for entry in trace.emitted if entry.finish_reason or entry.request_id not in decoded]
-        tokens_omitted += sum(len(entry.token_ids) for entry in trace.emitted) - sum(len(entry.token_ids) for entry in emitted)
+        tokens_omitted += sum(len(entry.token_ids) for entry in trace.emitted) - sum(
+            len(entry.token_ids) for entry in emitted
+        )
     return {
-        "step": trace.step, "time_s": trace.time_s, "full": full and not trace.decode_rows_omitted and not trace.tokens_omitted,
-        "waiting": trace.waiting, "waiting_long": trace.waiting_long, "running": trace.running,
-        "token_budget": trace.token_budget, "kv_before": _kv(trace.kv_before),
+        "step": trace.step,
+        "time_s": trace.time_s,
+        "full": full and not trace.decode_rows_omitted and not trace.tokens_omitted,
+        "waiting": trace.waiting,
+        "waiting_long": trace.waiting_long,
+        "running": trace.running,
+        "token_budget": trace.token_budget,
+        "kv_before": _kv(trace.kv_before),
         "released_before": [_change(change) for change in trace.released_before],
-        "rows": [[row.request_id, row.kind, row.start, row.end, row.num_prompt_tokens, row.admitted_from, row.recompute]
-                 for row in rows],
+        "rows": [
+            [row.request_id, row.kind, row.start, row.end, row.num_prompt_tokens, row.admitted_from, row.recompute]
+            for row in rows
+        ],
         "decode_rows_omitted": decodes_omitted,
         "held": [[held.request_id, held.queue, held.reason] for held in trace.held],
-        "execute_s": trace.execute_s, "other_s": trace.other_s,
+        "execute_s": trace.execute_s,
+        "other_s": trace.other_s,
         "block_changes": [_change(change) for change in trace.block_changes],
         "registered": trace.registered,
         "preemptions": [[preemption.victim, preemption.reason] for preemption in trace.preemptions],
@@ -73,15 +83,25 @@ def read_trace(record: dict) -> StepTrace:
     """A logged trace line back as a `StepTrace` (a summary line lists only what it kept; its
     `decode_rows_omitted` and `tokens_omitted` say how much it counted instead)."""
     return StepTrace(
-        step=record["step"], time_s=record["time_s"], waiting=record["waiting"], waiting_long=record["waiting_long"],
-        running=record["running"], token_budget=record["token_budget"], kv_before=KvState(*record["kv_before"]),
+        step=record["step"],
+        time_s=record["time_s"],
+        waiting=record["waiting"],
+        waiting_long=record["waiting_long"],
+        running=record["running"],
+        token_budget=record["token_budget"],
+        kv_before=KvState(*record["kv_before"]),
         released_before=[BlockChange(*change) for change in record["released_before"]],
-        rows=[ScheduledRow(*row) for row in record["rows"]], held=[Held(*held) for held in record["held"]],
-        execute_s=record["execute_s"], other_s=record["other_s"],
-        block_changes=[BlockChange(*change) for change in record["block_changes"]], registered=record["registered"],
-        preemptions=[Preemption(*preemption) for preemption in record["preemptions"]], kv_after=KvState(*record["kv_after"]),
+        rows=[ScheduledRow(*row) for row in record["rows"]],
+        held=[Held(*held) for held in record["held"]],
+        execute_s=record["execute_s"],
+        other_s=record["other_s"],
+        block_changes=[BlockChange(*change) for change in record["block_changes"]],
+        registered=record["registered"],
+        preemptions=[Preemption(*preemption) for preemption in record["preemptions"]],
+        kv_after=KvState(*record["kv_after"]),
         emitted=[Emitted(*entry) for entry in record["emitted"]],
-        decode_rows_omitted=record["decode_rows_omitted"], tokens_omitted=record["tokens_omitted"],
+        decode_rows_omitted=record["decode_rows_omitted"],
+        tokens_omitted=record["tokens_omitted"],
     )
 
 
@@ -97,7 +117,9 @@ def why_no_traces(header: dict) -> str:
     """Why a run log holds no step traces, from its header: the configuration turned them off, the
     backend keeps none (a server), or the log predates them."""
     backend = header.get("backend", {})
-    if (header.get("scenario") or {}).get("engine", {}).get("step_trace") is False and backend.get("name") == "in-process engine":
+    if (header.get("scenario") or {}).get("engine", {}).get("step_trace") is False and backend.get(
+        "name"
+    ) == "in-process engine":
         return "recorded with engine.step_trace = false (set it true to record them)"
     if "step_trace" in backend.get("not_exposed", []):
         return f"recorded by {backend.get('name', 'a backend')}, which keeps no record of its steps"

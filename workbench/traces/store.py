@@ -97,8 +97,14 @@ class TraceStore:
             index = self._index(step)
             if index is None:
                 return None
-            checkpoint = max((kept for kept in self._checkpoints if kept <= step), default=None)  # the nearest at or before it
-            start, replay = (0, self._base) if checkpoint is None else (checkpoint - self._first_step + 1, self._checkpoints[checkpoint])
+            checkpoint = max(
+                (kept for kept in self._checkpoints if kept <= step), default=None
+            )  # the nearest at or before it
+            start, replay = (
+                (0, self._base)
+                if checkpoint is None
+                else (checkpoint - self._first_step + 1, self._checkpoints[checkpoint])
+            )
             replay = copy.deepcopy(replay)
             for changes in self._changes[start : index + 1]:
                 replay.apply_changes(*changes)
@@ -117,8 +123,11 @@ class TraceStore:
         with self._lock:
             first, kept = self._first_step, list(zip(self._end_times, self._records))
         # The cheap substring test first; then what the step did to or for the request, not only a mention in a reason.
-        return [(first + index, end) for index, (end, record) in enumerate(kept)
-                if needle in record and request_events(read_trace(json.loads(record)), request_id)]
+        return [
+            (first + index, end)
+            for index, (end, record) in enumerate(kept)
+            if needle in record and request_events(read_trace(json.loads(record)), request_id)
+        ]
 
     def _index(self, step: int) -> int | None:
         if not self._first_step <= step < self._first_step + len(self._records):

@@ -23,7 +23,8 @@ def block_ranges(block_ids: list[int]) -> str:
 
 
 def kv_text(state: KvState) -> str:
-    return f"{state.used_blocks} used, {state.free_blocks} free ({state.cached_free_blocks} of them holding a reusable prefix)"
+    holding = f"{state.cached_free_blocks} of them holding a reusable prefix"
+    return f"{state.used_blocks} used, {state.free_blocks} free ({holding})"
 
 
 def row_tokens(row: ScheduledRow) -> str:
@@ -48,30 +49,45 @@ def change_text(change: BlockChange) -> str:
 def format_step(trace: StepTrace, origin: float = 0.0) -> str:
     """`origin`: the engine-clock time the run started; times print as seconds into the run."""
     lines = [f"step {trace.step}, ends {trace.time_s - origin:.3f} s into the run"]
-    lines += ["before:",
-              f"  queues: {trace.waiting} waiting, {trace.waiting_long} waiting_long, {trace.running} running; "
-              f"token budget {trace.token_budget}",
-              f"  KV blocks: {kv_text(trace.kv_before)}"]
-    lines += [f"  request {change.request_id} {change_text(change)} before the step" for change in trace.released_before]
-    lines.append(f"computation: {len(trace.rows) + trace.decode_rows_omitted} rows, {1000 * trace.execute_s:.1f} ms in the "
-                 f"executor (forward and sampling), {1000 * trace.other_s:.1f} ms other (scheduling, bookkeeping)")
+    lines += [
+        "before:",
+        f"  queues: {trace.waiting} waiting, {trace.waiting_long} waiting_long, {trace.running} running; "
+        f"token budget {trace.token_budget}",
+        f"  KV blocks: {kv_text(trace.kv_before)}",
+    ]
+    lines += [
+        f"  request {change.request_id} {change_text(change)} before the step" for change in trace.released_before
+    ]
+    lines.append(
+        f"computation: {len(trace.rows) + trace.decode_rows_omitted} rows, {1000 * trace.execute_s:.1f} ms in the "
+        f"executor (forward and sampling), {1000 * trace.other_s:.1f} ms other (scheduling, bookkeeping)"
+    )
     for row in trace.rows:
         admitted = f", admitted from {row.admitted_from}" if row.admitted_from else ""
         lines.append(f"  request {row.request_id}: {row_tokens(row)}{admitted}")
     if trace.decode_rows_omitted:
-        lines.append(f"  and {trace.decode_rows_omitted} decode rows (a summary trace counts them without listing them)")
+        lines.append(
+            f"  and {trace.decode_rows_omitted} decode rows (a summary trace counts them without listing them)"
+        )
     lines += [f"  not admitted: request {held.request_id}, head of {held.queue}: {held.reason}" for held in trace.held]
     lines.append("persisted:")
     lines += [f"  request {change.request_id} {change_text(change)}" for change in trace.block_changes]
     lines += [f"  preempted request {preemption.victim}: {preemption.reason}" for preemption in trace.preemptions]
     if trace.registered:
-        lines.append(f"  findable by prefix now: {len(trace.registered)} blocks [{block_ranges(sorted(trace.registered))}]")
-    lines.append(f"  KV blocks after: {kv_text(trace.kv_after)} = {trace.kv_before.used_blocks} used before "
-                 f"+ {trace.blocks_taken()} taken - {trace.blocks_returned()} returned")
+        lines.append(
+            f"  findable by prefix now: {len(trace.registered)} blocks [{block_ranges(sorted(trace.registered))}]"
+        )
+    lines.append(
+        f"  KV blocks after: {kv_text(trace.kv_after)} = {trace.kv_before.used_blocks} used before "
+        f"+ {trace.blocks_taken()} taken - {trace.blocks_returned()} returned"
+    )
     lines.append("to the caller:")
     for emitted in trace.emitted:
-        finished = f", finished: {emitted.finish_reason}" + (f" ({emitted.finish_detail})" if emitted.finish_detail else "") \
-            if emitted.finish_reason else ""
+        finished = (
+            f", finished: {emitted.finish_reason}" + (f" ({emitted.finish_detail})" if emitted.finish_detail else "")
+            if emitted.finish_reason
+            else ""
+        )
         lines.append(f"  request {emitted.request_id}: tokens {emitted.token_ids}{finished}")
     if trace.tokens_omitted:
         lines.append(f"  and {trace.tokens_omitted} tokens from decode rows (counted, not listed)")
@@ -82,8 +98,12 @@ def format_step(trace: StepTrace, origin: float = 0.0) -> str:
 
 def request_events(trace: StepTrace, request_id: str) -> list[str]:
     """What one step did to or for one request, in the order of the four parts."""
-    events = [f"{change_text(change)} before the step" for change in trace.released_before if change.request_id == request_id]
-    events += [f"waited at the head of {held.queue}: {held.reason}" for held in trace.held if held.request_id == request_id]
+    events = [
+        f"{change_text(change)} before the step" for change in trace.released_before if change.request_id == request_id
+    ]
+    events += [
+        f"waited at the head of {held.queue}: {held.reason}" for held in trace.held if held.request_id == request_id
+    ]
     for row in trace.rows:
         if row.request_id == request_id:
             events.append(row_tokens(row) + (f", admitted from {row.admitted_from}" if row.admitted_from else ""))
@@ -94,15 +114,23 @@ def request_events(trace: StepTrace, request_id: str) -> list[str]:
             if emitted.token_ids:
                 events.append(f"emitted {emitted.token_ids}")
             if emitted.finish_reason:
-                events.append(f"finished: {emitted.finish_reason}" + (f" ({emitted.finish_detail})" if emitted.finish_detail else ""))
+                events.append(
+                    f"finished: {emitted.finish_reason}"
+                    + (f" ({emitted.finish_detail})" if emitted.finish_detail else "")
+                )
     return events
 
 
-def format_request(traces: list[StepTrace], request_id: str, arrival_time: float | None = None, origin: float = 0.0) -> str:
+def format_request(
+    traces: list[StepTrace], request_id: str, arrival_time: float | None = None, origin: float = 0.0
+) -> str:
     """Every step that touched the request: queued, admitted from which queue, chunks, blocks,
     preemptions, tokens. Runs of plain decode steps fold into one line; steps where it waited
     behind another queue head are counted. Times on the engine clock, printed as seconds since `origin`."""
-    lines = [f"request {request_id}" + (f", arrived {arrival_time - origin:.3f} s into the run" if arrival_time is not None else "")]
+    lines = [
+        f"request {request_id}"
+        + (f", arrived {arrival_time - origin:.3f} s into the run" if arrival_time is not None else "")
+    ]
     queued, ever_admitted, waited_behind = False, False, 0
     decodes: list[tuple[StepTrace, ScheduledRow, list[int]]] = []  # a run of plain decode steps
 
@@ -115,8 +143,10 @@ def format_request(traces: list[StepTrace], request_id: str, arrival_time: float
             (first, first_row, _), (last, last_row, _) = decodes[0], decodes[-1]
             tokens = [token for _, _, emitted in decodes for token in emitted]
             steps = f"step {first.step}" if first is last else f"steps {first.step}-{last.step}"
-            lines.append(f"  {steps} ({first.time_s - origin:.3f}-{last.time_s - origin:.3f} s): decode at "
-                         f"{first_row.start}..{last_row.start}; emitted {tokens}")
+            lines.append(
+                f"  {steps} ({first.time_s - origin:.3f}-{last.time_s - origin:.3f} s): decode at "
+                f"{first_row.start}..{last_row.start}; emitted {tokens}"
+            )
             decodes.clear()
 
     for trace in traces:
@@ -129,7 +159,9 @@ def format_request(traces: list[StepTrace], request_id: str, arrival_time: float
             continue
         row = next((row for row in trace.rows if row.request_id == request_id), None)
         if row is not None and row.kind == "decode" and len(events) == 2 and events[1].startswith("emitted"):
-            decodes.append((trace, row, next(entry.token_ids for entry in trace.emitted if entry.request_id == request_id)))
+            decodes.append(
+                (trace, row, next(entry.token_ids for entry in trace.emitted if entry.request_id == request_id))
+            )
             continue
         flush()
         lines.append(f"  step {trace.step} ({trace.time_s - origin:.3f} s): " + "; ".join(events))

@@ -27,5 +27,3 @@ def window(qtbot, tmp_path, monkeypatch):
     main_window.show()
     yield main_window
     main_window.close()
-
-

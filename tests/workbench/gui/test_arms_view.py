@@ -16,10 +16,15 @@ def test_run_both_arms_shows_them_side_by_side_with_the_verdict(window, qtbot, t
     table = arms.table
     header = [table.horizontalHeaderItem(column).text() for column in range(table.columnCount())]
     assert header == ["", "baseline: plain", "candidate: int8", "change"]
-    rows = {table.item(row, 0).text(): [table.item(row, column).text() for column in (1, 2, 3)] for row in range(table.rowCount())}
+    rows = {
+        table.item(row, 0).text(): [table.item(row, column).text() for column in (1, 2, 3)]
+        for row in range(table.rowCount())
+    }
     assert rows["TPOT p50 (ms/token)"][0].endswith("(n=6)") and rows["KV capacity (tokens)"][2] == "+100.0%"
     assert arms.kv_why.text().startswith("KV capacity: ") and "bfloat16 (engine.kv_cache_dtype)" in arms.kv_why.text()
-    assert arms.verdict.text() == "verdict: reject: not met: tpot_p50_ms:-99%" and "#e74c3c" in arms.verdict.styleSheet()
+    assert (
+        arms.verdict.text() == "verdict: reject: not met: tpot_p50_ms:-99%" and "#e74c3c" in arms.verdict.styleSheet()
+    )
     assert arms.run_button.isEnabled()
 
 

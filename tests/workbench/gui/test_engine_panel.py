@@ -40,4 +40,8 @@ def test_the_default_quantization_is_auto_and_the_file_decides_group_size_and_he
     assert not panel.quantize_head.isEnabled() and not panel.group_size.isEnabled()
     panel.set_config(EngineConfig(quantization="int4", group_size=64, quantize_lm_head=True))
     assert panel.quantize_head.isEnabled() and panel.group_size.isEnabled()
-    assert (panel.config().quantization, panel.config().group_size, panel.config().quantize_lm_head) == ("int4", 64, True)
+    assert (panel.config().quantization, panel.config().group_size, panel.config().quantize_lm_head) == (
+        "int4",
+        64,
+        True,
+    )

@@ -14,8 +14,16 @@ def turn_wheel(widget, notches: int = -3) -> bool:
     """Whether `widget` took the wheel event. One it leaves goes on to the scroll area when the
     window system sends it; a test's event stops at the widget."""
     centre = QPointF(widget.width() / 2, widget.height() / 2)
-    event = QWheelEvent(centre, QPointF(widget.mapToGlobal(QPoint(0, 0))) + centre, QPoint(0, 0), QPoint(0, 120 * notches),
-                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    event = QWheelEvent(
+        centre,
+        QPointF(widget.mapToGlobal(QPoint(0, 0))) + centre,
+        QPoint(0, 0),
+        QPoint(0, 120 * notches),
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+        Qt.ScrollPhase.NoScrollPhase,
+        False,
+    )
     QApplication.sendEvent(widget, event)
     return event.isAccepted()
 
@@ -55,8 +63,14 @@ def test_typed_text_a_field_cannot_take_is_refused_by_name_and_the_next_start_go
         type_into(qtbot, panel.prompt_len.mean, text, panel.start_button)
         assert panel.prompt_len.mean.value() == 128  # it used to become 112, or 5
         panel.start_button.click()
-        assert refused[-1] == (f"traffic: prompt tokens: {text!r} is not a whole number from 1 to 1048576; the field went "
-                               "back to 128: check it and press again") and not started
+        assert (
+            refused[-1]
+            == (
+                f"traffic: prompt tokens: {text!r} is not a whole number from 1 to 1048576; the field went "
+                "back to 128: check it and press again"
+            )
+            and not started
+        )
     panel.start_button.click()  # the value shown, as the message says
     assert len(started) == 1 and started[0].traffic.prompt_len.mean == 128
     type_into(qtbot, panel.rate, "3.5", panel.start_button)  # what it can take, it takes

@@ -47,8 +47,19 @@ def test_gui_under_xvfb_writes_a_screenshot_of_the_main_window(tmp_path, tiny_ll
     environment = {key: value for key, value in os.environ.items() if key not in ("QT_QPA_PLATFORM", "DISPLAY")}
     environment["WORKBENCH_SETTINGS"] = str(tmp_path / "settings.ini")
     result = subprocess.run(
-        ["xvfb-run", "-a", "-s", "-screen 0 1600x1000x24", *workbench_command("gui", "--preset", str(preset), "--run-for", "3", "--screenshot", str(screenshot), "--inspect", "1")],
-        env=environment, capture_output=True, text=True, timeout=180,
+        [
+            "xvfb-run",
+            "-a",
+            "-s",
+            "-screen 0 1600x1000x24",
+            *workbench_command(
+                "gui", "--preset", str(preset), "--run-for", "3", "--screenshot", str(screenshot), "--inspect", "1"
+            ),
+        ],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     width, colours = distinct_colours(screenshot)
@@ -56,7 +67,9 @@ def test_gui_under_xvfb_writes_a_screenshot_of_the_main_window(tmp_path, tiny_ll
 
 
 def test_no_display_gives_a_one_line_hint(tmp_path):
-    environment = {key: value for key, value in os.environ.items() if key not in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")}
+    environment = {
+        key: value for key, value in os.environ.items() if key not in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")
+    }
     result = subprocess.run(workbench_command("gui"), env=environment, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "no display found" in result.stderr
@@ -88,21 +101,34 @@ def test_closing_in_the_middle_of_a_long_step_exits_cleanly(tmp_path):
     preset = tmp_path / "long-step.toml"
     preset.write_text(LONG_STEP_PRESET)
     environment = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "WORKBENCH_SETTINGS": str(tmp_path / "settings.ini")}
-    result = subprocess.run(workbench_command("gui", "--preset", str(preset), "--run-for", "0.5"),
-                            env=environment, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        workbench_command("gui", "--preset", str(preset), "--run-for", "0.5"),
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "terminate called" not in result.stderr
 
 
 @pytest.mark.slow  # serves SmolLM2
-@pytest.mark.parametrize("served_model, code, said", [
-    ("smollm2-135m", 0, ""),
-    ("llama-70b", 1, "does not serve 'llama-70b'; it serves smollm2-135m"),
-])
+@pytest.mark.parametrize(
+    "served_model, code, said",
+    [
+        ("smollm2-135m", 0, ""),
+        ("llama-70b", 1, "does not serve 'llama-70b'; it serves smollm2-135m"),
+    ],
+)
 def test_gui_on_a_server_asks_for_the_served_model_it_is_given(tmp_path, server, served_model, code, said):
     environment = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "WORKBENCH_SETTINGS": str(tmp_path / "settings.ini")}
-    result = subprocess.run(workbench_command("gui", "--server", server, "--served-model", served_model, "--run-for", "0.5"),
-                            env=environment, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        workbench_command("gui", "--server", server, "--served-model", served_model, "--run-for", "0.5"),
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == code, result.stderr[-2000:]
     assert said in result.stderr
 

@@ -12,16 +12,15 @@ import pytest
 import torch
 
 from engine import EngineConfig
+from tests.workbench.gui.window_helpers import all_ended, load
+from tests.workbench.tiny_runs import tiny_scenario
 from workbench.headless import run_headless
 from workbench.quality_ledger import configuration_key, record
-from workbench.run_recorder import RUN_LOG_NAME
 from workbench.report import build_report
 from workbench.run_log import read_run_log
+from workbench.run_recorder import RUN_LOG_NAME
 from workbench.scenario import SLO, Scenario
 from workbench.traffic import LengthDistribution, TrafficProfile
-from tests.workbench.gui.window_helpers import load
-from tests.workbench.tiny_runs import tiny_scenario
-from tests.workbench.gui.window_helpers import all_ended
 
 
 def test_loading_drives_the_progress_bar_and_shows_memory(window, qtbot, tiny_config):
@@ -33,13 +32,22 @@ def test_loading_drives_the_progress_bar_and_shows_memory(window, qtbot, tiny_co
     # What quantization runs, and why: "auto" leaves a float safetensors model unquantized.
     assert ", none, " in window.stage.text() and "auto: float weights" in window.stage.toolTip()
     memory_text = window.memory.text.text()
-    assert "weights" in memory_text and "KV cache" in memory_text and "estimate" in memory_text and "measured" in memory_text
+    assert (
+        "weights" in memory_text
+        and "KV cache" in memory_text
+        and "estimate" in memory_text
+        and "measured" in memory_text
+    )
     assert "exact: the file's weights in float32" in memory_text  # what the configuration costs in quality
     # Why the cache holds float32, and what bfloat16 would hold (an explicit int8 or int4 halved
     # the capacity against auto without a word).
-    assert (f"KV cache</b>: {window.info.summary['kv_capacity_tokens']:,} tokens in float32 (kv_cache_dtype auto: the compute "
-            "dtype); in bfloat16 (quantization auto on a CPU, or engine.kv_cache_dtype = bfloat16) the same bytes hold twice "
-            "the tokens") in memory_text
+    assert (
+        f"KV cache</b>: {window.info.summary['kv_capacity_tokens']:,} tokens in float32 (kv_cache_dtype auto: the "
+        "compute "
+        "dtype); in bfloat16 (quantization auto on a CPU, or engine.kv_cache_dtype = bfloat16) the same bytes hold "
+        "twice "
+        "the tokens"
+    ) in memory_text
 
 
 def test_the_memory_tab_quotes_the_measured_quality_cost_of_a_quantized_configuration(window, qtbot, tiny_config):
@@ -50,8 +58,17 @@ def test_the_memory_tab_quotes_the_measured_quality_cost_of_a_quantized_configur
     assert f"int8 (weights and scales) {parts['int8 (weights and scales)'] / 1e6:,.1f} MB" in window.memory.text.text()
     assert f"float32 unquantized {parts['float32 unquantized'] / 1e6:,.1f} MB" in window.memory.text.text()
     assert f"= {window.info.summary['weight_bytes'] / 1e6:,.1f} MB" in window.memory.text.text()
-    record(tiny_config.model, {configuration_key("int8", "float32", "float32"): {
-        "perplexity_change_perc": 1.5, "kl_divergence_mean_nats": 0.01, "top1_agreement_perc": 93.0, "evaluated_tokens": 500}})
+    record(
+        tiny_config.model,
+        {
+            configuration_key("int8", "float32", "float32"): {
+                "perplexity_change_perc": 1.5,
+                "kl_divergence_mean_nats": 0.01,
+                "top1_agreement_perc": 93.0,
+                "evaluated_tokens": 500,
+            }
+        },
+    )
     load(window, qtbot, dataclasses.replace(config, block_size=8))  # a reload looks the ledger up again
     assert "int8 — vs the file's own weights: perplexity +1.50%" in window.memory.text.text()
     assert "(n = 500 tokens" in window.stage.toolTip()
@@ -77,7 +94,9 @@ def compile_threads() -> list:
     return [thread for thread in threading.enumerate() if thread.name == "decode graph compile"]
 
 
-def test_reloading_and_closing_while_the_graph_compiles_stop_each_compile_first(window, qtbot, tiny_config, held_compile):
+def test_reloading_and_closing_while_the_graph_compiles_stop_each_compile_first(
+    window, qtbot, tiny_config, held_compile
+):
     """Each reload closes the engine before building the next (a compile left running beside the
     next engine's construction corrupted the heap once), says so while it waits, and closing the
     window stops the last compile (it used to abort the process at exit)."""
@@ -125,7 +144,13 @@ def test_injected_traffic_fills_the_plots_and_the_table(window, qtbot, tiny_conf
 
 def test_stopping_traffic_lets_every_request_finish(window, qtbot, tiny_config):
     load(window, qtbot, tiny_config)
-    traffic = TrafficProfile(arrival="poisson", rate=50.0, num_requests=400, prompt_len=LengthDistribution(mean=12), output_len=LengthDistribution(mean=20))
+    traffic = TrafficProfile(
+        arrival="poisson",
+        rate=50.0,
+        num_requests=400,
+        prompt_len=LengthDistribution(mean=12),
+        output_len=LengthDistribution(mean=20),
+    )
     window.start_traffic(Scenario(name="t", traffic=traffic, slo=SLO(ttft_ms=1000)))
     qtbot.waitUntil(lambda: len(window.worker.rows()) >= 5, timeout=30_000)
     window.traffic_panel.stop_requested.emit()
@@ -180,10 +205,13 @@ def test_an_engine_error_is_shown_and_a_new_configuration_still_loads(window, qt
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
 
 
-@pytest.mark.parametrize("broken", [
-    {"model": "/nowhere/model.gguf"},  # a mistyped path
-    {"num_kv_blocks": 1 << 40},  # a cache this machine cannot hold
-])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"model": "/nowhere/model.gguf"},  # a mistyped path
+        {"num_kv_blocks": 1 << 40},  # a cache this machine cannot hold
+    ],
+)
 def test_a_failed_apply_keeps_the_working_engine(window, qtbot, tiny_config, broken):
     """It used to unload it: Start then said "no model is loaded yet" while the plots still
     showed the old engine as live."""
@@ -221,7 +249,13 @@ def test_reloading_the_same_configuration_does_not_grow_the_process(window, qtbo
 
 def test_closing_during_a_run_stops_the_worker_thread(window, qtbot, tiny_config):
     load(window, qtbot, tiny_config)
-    traffic = TrafficProfile(arrival="poisson", rate=100.0, num_requests=10_000, prompt_len=LengthDistribution(mean=30), output_len=LengthDistribution(mean=50))
+    traffic = TrafficProfile(
+        arrival="poisson",
+        rate=100.0,
+        num_requests=10_000,
+        prompt_len=LengthDistribution(mean=30),
+        output_len=LengthDistribution(mean=50),
+    )
     window.start_traffic(Scenario(name="t", traffic=traffic))
     qtbot.waitUntil(lambda: len(window.worker.rows()) >= 10, timeout=30_000)
     window.close()
@@ -230,25 +264,40 @@ def test_closing_during_a_run_stops_the_worker_thread(window, qtbot, tiny_config
 
 def test_saved_run_can_be_opened_and_compared(window, qtbot, tiny_config, tmp_path):
     load(window, qtbot, tiny_config)
-    traffic = TrafficProfile(arrival="poisson", rate=200.0, num_requests=8, prompt_len=LengthDistribution(mean=12), output_len=LengthDistribution(mean=6))
+    traffic = TrafficProfile(
+        arrival="poisson",
+        rate=200.0,
+        num_requests=8,
+        prompt_len=LengthDistribution(mean=12),
+        output_len=LengthDistribution(mean=6),
+    )
     window.start_traffic(Scenario(name="t", traffic=traffic, slo=SLO(ttft_ms=5000)))
     qtbot.waitUntil(lambda: len(window.worker.rows()) == 8 and all_ended(window), timeout=30_000)
     first = window.save_run(str(tmp_path / "first"))
     assert (first / "latency.png").exists()
     report = json.loads((first / "report.json").read_text())
-    assert report["complete"] and report["metrics"]["requests_finished"]["value"] == 8  # every request ended: a whole run
+    assert (
+        report["complete"] and report["metrics"]["requests_finished"]["value"] == 8
+    )  # every request ended: a whole run
     assert read_run_log(first / "run.jsonl").complete
     window.open_run(str(first))
     assert window.viewing_past_run and "viewing" in window.runs.text.toPlainText()
     window.compare_runs(str(first), str(first))
-    assert "verdict: no decision: no intended gain or tolerated regression was declared" in window.runs.text.toPlainText()
+    assert (
+        "verdict: no decision: no intended gain or tolerated regression was declared" in window.runs.text.toPlainText()
+    )
 
 
 def test_a_run_saved_mid_run_says_what_was_in_flight_and_what_was_still_to_send(window, qtbot, tiny_config, tmp_path):
     """It reported every planned request as "never sent", none unfinished, and a crash."""
     load(window, qtbot, tiny_config)
-    traffic = TrafficProfile(arrival="constant", rate=20.0, num_requests=40, prompt_len=LengthDistribution(mean=12),
-                             output_len=LengthDistribution(kind="fixed", mean=400))  # long outputs: still running when saved
+    traffic = TrafficProfile(
+        arrival="constant",
+        rate=20.0,
+        num_requests=40,
+        prompt_len=LengthDistribution(mean=12),
+        output_len=LengthDistribution(kind="fixed", mean=400),
+    )  # long outputs: still running when saved
     window.start_traffic(Scenario(name="t", traffic=traffic))
     qtbot.waitUntil(lambda: window.worker.requests_in_flight() >= 3, timeout=30_000)
     saved = window.save_run(str(tmp_path / "mid"))
@@ -259,7 +308,9 @@ def test_a_run_saved_mid_run_says_what_was_in_flight_and_what_was_still_to_send(
     assert sent + metrics["requests_not_sent"]["value"] == 40 and report["requests_planned"] == 40
     assert "the run log was not closed (crash or interruption)" not in report["incomplete_because"]
     assert "saved while the run was going (requests in flight or still to send)" in report["incomplete_because"]
-    assert any(reason.startswith("requests still in flight when the run ended: ") for reason in report["incomplete_because"])
+    assert any(
+        reason.startswith("requests still in flight when the run ended: ") for reason in report["incomplete_because"]
+    )
     window.worker.stop_traffic()
 
 
@@ -267,8 +318,11 @@ def test_runs_tab_errors_are_messages(window, qtbot, tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "garbage").mkdir()
     (tmp_path / "garbage" / "run.jsonl").write_text("not json at all\n")
-    for folder, message in ((tmp_path / "empty", "no run log here"), (tmp_path / "missing", "no run log here"),
-                            (tmp_path / "garbage", "not a workbench run log")):
+    for folder, message in (
+        (tmp_path / "empty", "no run log here"),
+        (tmp_path / "missing", "no run log here"),
+        (tmp_path / "garbage", "not a workbench run log"),
+    ):
         window.open_run(str(folder))
         assert window.error_label.text().startswith("open run: ") and message in window.error_label.text(), folder
     assert not window.viewing_past_run
@@ -305,7 +359,11 @@ def test_ramp_traffic_takes_its_end_rate_and_duration_from_the_panel(window, qtb
     panel.num_requests.setValue(12)
     panel.output_len.mean.setValue(4)
     panel.start_button.click()
-    assert started[-1].traffic.arrival == "ramp" and started[-1].traffic.end_rate == 200 and started[-1].traffic.duration_s == 0.5
+    assert (
+        started[-1].traffic.arrival == "ramp"
+        and started[-1].traffic.end_rate == 200
+        and started[-1].traffic.duration_s == 0.5
+    )
     qtbot.waitUntil(lambda: len(window.worker.rows()) == 12 and all_ended(window), timeout=30_000)
 
 
@@ -321,7 +379,13 @@ def test_controls_follow_the_traffic_state(window, qtbot, tiny_config):
     load(window, qtbot, tiny_config)
     assert window.traffic_label.text() == "traffic: idle"
     window.traffic_panel.pause_button.setChecked(True)
-    traffic = TrafficProfile(arrival="poisson", rate=200.0, num_requests=6, prompt_len=LengthDistribution(mean=8), output_len=LengthDistribution(mean=4))
+    traffic = TrafficProfile(
+        arrival="poisson",
+        rate=200.0,
+        num_requests=6,
+        prompt_len=LengthDistribution(mean=8),
+        output_len=LengthDistribution(mean=4),
+    )
     window.start_traffic(Scenario(name="t", traffic=traffic))
     qtbot.waitUntil(lambda: not window.traffic_panel.pause_button.isChecked(), timeout=10_000)  # a Start is not paused
     qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished", timeout=30_000)
@@ -353,21 +417,34 @@ def test_the_memory_tab_shows_a_simulated_gpu_as_estimates(window, qtbot):
     from engine import EngineConfig
 
     window.load(EngineConfig(model="simulated:llama-2-7b@h100-80gb"))  # the window runs it at real-time speed
-    qtbot.waitUntil(lambda: window.info is not None and window.info.config.model.startswith("simulated:"), timeout=30_000)
+    qtbot.waitUntil(
+        lambda: window.info is not None and window.info.config.model.startswith("simulated:"), timeout=30_000
+    )
     text = window.memory.text.text()
     assert "h100-80gb (simulated)" in text and "of 74.5 GiB" in text and "measured" not in text
 
 
 def test_a_second_start_is_a_new_run_with_its_own_time_axis(window, qtbot, tiny_config):
     load(window, qtbot, tiny_config)
-    traffic = TrafficProfile(arrival="poisson", rate=100.0, num_requests=40, prompt_len=LengthDistribution(mean=12), output_len=LengthDistribution(mean=30))
+    traffic = TrafficProfile(
+        arrival="poisson",
+        rate=100.0,
+        num_requests=40,
+        prompt_len=LengthDistribution(mean=12),
+        output_len=LengthDistribution(mean=30),
+    )
     window.start_traffic(Scenario(name="first", traffic=traffic))
-    qtbot.waitUntil(lambda: window.worker.store is not None and window.worker.store.snapshot().steps["time_s"].size > 20, timeout=30_000)
+    qtbot.waitUntil(
+        lambda: window.worker.store is not None and window.worker.store.snapshot().steps["time_s"].size > 20,
+        timeout=30_000,
+    )
     first_store = window.worker.store
     assert window.worker.requests_in_flight() > 0
     window.start_traffic(Scenario(name="second", traffic=dataclasses.replace(traffic, num_requests=2)))
-    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished" and window.worker.store is not first_store,
-                    timeout=30_000)
+    qtbot.waitUntil(
+        lambda: window.traffic_label.text() == "traffic: finished" and window.worker.store is not first_store,
+        timeout=30_000,
+    )
     times = window.worker.store.snapshot().steps["time_s"]
     assert times.min() >= 0 and (times[1:] >= times[:-1]).all()  # from zero, never backwards
     second_log = read_run_log(window.worker.run_log_path)
@@ -379,7 +456,9 @@ def test_a_second_start_is_a_new_run_with_its_own_time_axis(window, qtbot, tiny_
     assert (first_store.snapshot().requests["finished"] == 0).any()  # the first run's in flight ended there, aborted
 
 
-def test_start_after_opening_a_run_shows_the_new_run_and_says_which_run_the_plots_show(window, qtbot, tiny_config, tmp_path, tiny_llama):
+def test_start_after_opening_a_run_shows_the_new_run_and_says_which_run_the_plots_show(
+    window, qtbot, tiny_config, tmp_path, tiny_llama
+):
     directory, _ = tiny_llama
     run_headless(tiny_scenario(directory), tmp_path)
     load(window, qtbot, tiny_config)
@@ -425,8 +504,12 @@ def test_every_control_is_whole_and_inside_its_column_at_1280_by_800(window, qtb
     scroll = window.main_splitter.widget(0)
     assert isinstance(scroll, QScrollArea)
     viewport = scroll.viewport()
-    controls = [widget for kind in (QAbstractButton, QComboBox, QLineEdit, QAbstractSpinBox)
-                for widget in scroll.widget().findChildren(kind) if widget.isVisibleTo(scroll.widget())]
+    controls = [
+        widget
+        for kind in (QAbstractButton, QComboBox, QLineEdit, QAbstractSpinBox)
+        for widget in scroll.widget().findChildren(kind)
+        if widget.isVisibleTo(scroll.widget())
+    ]
     assert len(controls) > 20
     for widget in controls:
         left = widget.mapTo(viewport, QPoint(0, 0)).x()
@@ -456,10 +539,13 @@ def test_an_events_only_preset_says_it_sends_no_background_traffic(window):
     panel.show_scenario(load_preset("long-prompt-isolation"))
     assert panel.preset_label.isVisibleTo(panel)
     assert panel.preset_label.text() == (
-        "Preset 'long-prompt-isolation': no background traffic, only the timeline below. The fields below are for Start.")
+        "Preset 'long-prompt-isolation': no background traffic, only the timeline below. The fields below are for "
+        "Start."
+    )
     assert panel.events.isVisibleTo(panel)
-    assert [(panel.events.item(row, 0).text(), panel.events.item(row, 1).text()) for row in range(panel.events.rowCount())] == [
-        ("0", "inject 1 × 6000+16-token 'long'"), ("0", "inject 20 × 64+32-token 'chat'")]
+    assert [
+        (panel.events.item(row, 0).text(), panel.events.item(row, 1).text()) for row in range(panel.events.rowCount())
+    ] == [("0", "inject 1 × 6000+16-token 'long'"), ("0", "inject 20 × 64+32-token 'chat'")]
     panel.show_scenario(load_preset("chat-steady"))
     assert panel.preset_label.text() == "Preset 'chat-steady': the fields below show its traffic"
     assert not panel.events.isVisibleTo(panel)
@@ -468,13 +554,24 @@ def test_an_events_only_preset_says_it_sends_no_background_traffic(window):
     assert not panel.preset_label.isVisibleTo(panel) and not panel.events.isVisibleTo(panel)
 
 
-@pytest.mark.parametrize("arrival, shown", [
-    ("poisson", {"rate"}), ("gamma", {"rate", "burstiness"}), ("ramp", {"rate", "end_rate"}), ("closed_loop", {"concurrency"}),
-])
+@pytest.mark.parametrize(
+    "arrival, shown",
+    [
+        ("poisson", {"rate"}),
+        ("gamma", {"rate", "burstiness"}),
+        ("ramp", {"rate", "end_rate"}),
+        ("closed_loop", {"concurrency"}),
+    ],
+)
 def test_the_traffic_panel_shows_only_what_the_arrival_process_reads(window, arrival, shown):
     panel = window.traffic_panel
     panel.arrival.setCurrentText(arrival)
-    fields = {"rate": panel.rate, "end_rate": panel.end_rate, "burstiness": panel.burstiness, "concurrency": panel.concurrency}
+    fields = {
+        "rate": panel.rate,
+        "end_rate": panel.end_rate,
+        "burstiness": panel.burstiness,
+        "concurrency": panel.concurrency,
+    }
     assert {name for name, widget in fields.items() if widget.isVisibleTo(panel)} == shown
 
 
@@ -503,15 +600,21 @@ def test_the_window_drives_a_server_and_says_what_it_does_not_expose(window, qtb
     assert plots["batch_composition"].plot.titleLabel.text == "Batch composition per step: not exposed by this backend"
     assert "not exposed by this backend" in window.memory.text.text()
     assert window.step_panel.title.text().startswith(f"step traces not exposed: {server}")
-    traffic = TrafficProfile(arrival="poisson", rate=20.0, num_requests=6, prompt_len=LengthDistribution(mean=12),
-                             output_len=LengthDistribution(mean=8))
+    traffic = TrafficProfile(
+        arrival="poisson",
+        rate=20.0,
+        num_requests=6,
+        prompt_len=LengthDistribution(mean=12),
+        output_len=LengthDistribution(mean=8),
+    )
     window.start_traffic(Scenario(name="remote", traffic=traffic))
     qtbot.waitUntil(lambda: window.worker.at_rest() and len(window.worker.rows()) == 6, timeout=120_000)
     window.refresh_plots()
     assert "n=6" in plots["latency"].plot.titleLabel.text
     assert plots["kv_occupancy"].used.getData()[0].size > 0  # scrapes of vllm:kv_cache_usage_perc
-    assert all(row.state == "finished" and len(row.output_token_ids) == 8 for row in window.worker.rows()), \
-        [(row.state, len(row.output_token_ids)) for row in window.worker.rows()]
+    assert all(row.state == "finished" and len(row.output_token_ids) == 8 for row in window.worker.rows()), [
+        (row.state, len(row.output_token_ids)) for row in window.worker.rows()
+    ]
 
 
 def test_hovering_a_latency_point_names_its_request_and_clicking_selects_its_row(window, qtbot, tiny_config):
@@ -533,7 +636,11 @@ def test_hovering_a_latency_point_names_its_request_and_clicking_selects_its_row
     def on_screen():  # where the point is drawn, once the plot has ranged its axes to the data
         return view.mapFromScene(latency.plot.vb.mapViewToScene(QPointF(x[target], y[target])))
 
-    qtbot.waitUntil(lambda: view.viewport().rect().contains(on_screen()) and latency.plot.vb.viewRect().contains(x[target], y[target]))
+    qtbot.waitUntil(
+        lambda: (
+            view.viewport().rect().contains(on_screen()) and latency.plot.vb.viewRect().contains(x[target], y[target])
+        )
+    )
     where = on_screen()
     QTest.mouseMove(view.viewport(), where)
     qtbot.waitUntil(lambda: latency.plot.vb.toolTip().startswith("long-3 (long)"), timeout=5_000)
@@ -574,14 +681,20 @@ ttft_ms = 1000
     ghost_points = [item for item in ghosts if item.opts["symbol"] and len(item.getData()[0]) == 5]
     assert len(ghost_points) == 2  # TTFT and e2e of the 5 baseline requests
     assert all(item not in [entry[0] for entry in latency.legend.items] for item in ghosts)
-    assert window.plots.baseline_label.text().startswith("baseline (faded): run, TTFT p50") and "(n=5)" in window.plots.baseline_label.text()
+    assert (
+        window.plots.baseline_label.text().startswith("baseline (faded): run, TTFT p50")
+        and "(n=5)" in window.plots.baseline_label.text()
+    )
     assert any(item.zValue() == -10 for item in window.plots.plots["kv_occupancy"].plot.vb.addedItems)
     window.traffic_panel.inject_requested.emit(3, 8, 4, "chat")  # live requests draw over it
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 3, timeout=30_000)
     window.refresh_plots()
     assert window.plots.latency.points["ttft"].getData()[0].size == 3 and "(n=3)" in latency.titleLabel.text
     window.clear_baseline()
-    assert not [item for item in latency.vb.addedItems if item.zValue() == -10] and window.plots.baseline_label.text() == ""
+    assert (
+        not [item for item in latency.vb.addedItems if item.zValue() == -10]
+        and window.plots.baseline_label.text() == ""
+    )
 
 
 def test_each_plot_exports_to_png_svg_and_csv(window, qtbot, tiny_config, tmp_path):
@@ -615,7 +728,9 @@ def test_time_axes_show_the_whole_run_or_follow_its_last_seconds(qtbot):
     for index in range(600):  # a 60-second run
         store.add_step(StepStats(index * 0.1 + 0.1, 0.1, 8, 4, 4, 10, 100, 0, 0, 0, 4, 0, 0, 0, 0))
     store.add_request(RequestMetrics(1.0, 10, 1.0, 1.2, 2.0, [1.2, 2.0], finish_reason="length"), "chat", "chat-0")
-    store.add_request(RequestMetrics(58.0, 10, 58.0, 58.5, 59.0, [58.5, 59.0], finish_reason="length"), "chat", "chat-1")
+    store.add_request(
+        RequestMetrics(58.0, 10, 58.0, 58.5, 59.0, [58.5, 59.0], finish_reason="length"), "chat", "chat-1"
+    )
     view = PlotsView()
     qtbot.addWidget(view)
     view.resize(1200, 800)
@@ -629,7 +744,9 @@ def test_time_axes_show_the_whole_run_or_follow_its_last_seconds(qtbot):
     view.follow.setChecked(True)
     assert all(np.allclose(plot.plot.vb.viewRange()[0], [50.0, 60.0]) for plot in view.plots.values())
     view.follow.setChecked(False)
-    assert all(np.allclose(plot.plot.vb.viewRange()[0], [0.0, 65.0]) for plot in view.plots.values())  # a step past 60 s
+    assert all(
+        np.allclose(plot.plot.vb.viewRange()[0], [0.0, 65.0]) for plot in view.plots.values()
+    )  # a step past 60 s
     # Zooming one plot zooms them all, and the lines are drawn at full resolution within it.
     throughput = view.plots["throughput"].plot.vb
     throughput.setXRange(10.05, 12.05, padding=0)
@@ -686,7 +803,9 @@ def test_of_several_loads_the_latest_wins_and_only_its_traffic_runs(window, qtbo
     configs = [dataclasses.replace(tiny_config, max_num_seqs=count) for count in (5, 6, 7)]
     for number, config in enumerate(configs):
         window.load(config)
-        window.start_traffic(Scenario(name=f"run {number}", traffic=TrafficProfile(arrival="constant", rate=50.0, num_requests=2)))
+        window.start_traffic(
+            Scenario(name=f"run {number}", traffic=TrafficProfile(arrival="constant", rate=50.0, num_requests=2))
+        )
     qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished", timeout=60_000)
     assert loaded == [configs[-1]]
     assert read_run_log(window.worker.run_log_path).header["scenario"]["name"] == "run 2"
@@ -705,7 +824,9 @@ def test_cancel_stops_a_load_and_keeps_the_engine_loaded_before(window, qtbot, t
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
 
 
-def test_closing_during_a_load_stops_it_and_removes_the_run_folder_it_announced(qtbot, tmp_path, monkeypatch, tiny_config):
+def test_closing_during_a_load_stops_it_and_removes_the_run_folder_it_announced(
+    qtbot, tmp_path, monkeypatch, tiny_config
+):
     monkeypatch.setenv("WORKBENCH_SETTINGS", str(tmp_path / "settings.ini"))
     from workbench.gui.main_window import MainWindow
 
@@ -713,7 +834,10 @@ def test_closing_during_a_load_stops_it_and_removes_the_run_folder_it_announced(
     qtbot.addWidget(window)
     window.show()
     runs_dir = window.worker.runs_dir
-    assert str(window.worker.run_log_path) in window.runs.text.toPlainText() and "removed when the window closes" in window.runs.text.toPlainText()
+    assert (
+        str(window.worker.run_log_path) in window.runs.text.toPlainText()
+        and "removed when the window closes" in window.runs.text.toPlainText()
+    )
     window.load(tiny_config)
     window.close()
     assert not window.worker._thread.is_alive() and not window.worker.has_backend()  # stopped at its next stage
@@ -738,4 +862,7 @@ def test_gui_names_a_variant_either_way_and_refuses_an_unknown_one(capsys):
     assert main(["gui", "--preset", "int4-vs-none", "--variant", "int2"]) == 2
     assert "no variant 'int2'; variants are none, int4" in capsys.readouterr().err
     assert main(["gui", "--preset", "int4-vs-none", "--server", "http://127.0.0.1:9"]) == 2
-    assert "--server with int4-vs-none, a preset of variants: choose one with --variant (none, int4)" in capsys.readouterr().err
+    assert (
+        "--server with int4-vs-none, a preset of variants: choose one with --variant (none, int4)"
+        in capsys.readouterr().err
+    )

@@ -9,10 +9,10 @@ import numpy as np
 import pyqtgraph as pg
 
 from engine.metrics import RequestMetrics, StepStats
+from tests.workbench.gui.window_helpers import filled_store
+from workbench.gui.plots import all_plots
 from workbench.metrics_store import MetricsStore
 from workbench.scenario import SLO
-from workbench.gui.plots import all_plots
-from tests.workbench.gui.window_helpers import filled_store
 
 
 def plots_in_a_view(qtbot) -> tuple[pg.GraphicsLayoutWidget, dict]:
@@ -85,7 +85,8 @@ def test_lines_break_where_the_engine_sat_idle(qtbot):
     _view, plots = plots_in_a_view(qtbot)
     plots["batch_composition"].update(store.snapshot())
     times, prefill = plots["batch_composition"].prefill.getData()
-    # One break, between 0.2 and 5.2; none before the 3.5 s step (busy, not idle: 9.0 - 3.5 - 5.3 = 0.2 s <= IDLE_GAP_S).
+    # One break, between 0.2 and 5.2; none before the 3.5 s step (busy, not idle: 9.0 - 3.5 - 5.3 = 0.2 s <=
+    # IDLE_GAP_S).
     assert 9.0 - 3.5 - 5.3 <= IDLE_GAP_S
     np.testing.assert_array_equal(times, [0.1, 0.2, np.nan, 5.3, 9.0])
     np.testing.assert_array_equal(prefill, [8, 4, np.nan, 6, 2])
@@ -104,7 +105,9 @@ def test_legends_sit_under_the_plot_and_decode_has_its_own_axis(qtbot):
     for name, plot in plots.items():
         legend, data_area = plot.plot.legend, plot.plot.vb
         assert legend.parentItem() is plot.plot and legend.items, name
-        assert legend.sceneBoundingRect().top() >= data_area.sceneBoundingRect().bottom(), f"{name}: the legend overlaps the data"
+        assert legend.sceneBoundingRect().top() >= data_area.sceneBoundingRect().bottom(), (
+            f"{name}: the legend overlaps the data"
+        )
     batch = plots["batch_composition"]
     assert batch.decode.getViewBox() is batch.decode_view and batch.decode_view is not batch.plot.vb
     assert batch.plot.getAxis("right").labelText == "decode" and batch.plot.getAxis("right").isVisible()
@@ -139,11 +142,33 @@ def test_a_frame_hands_pyqtgraph_bounded_work_whatever_the_store_holds(qtbot):
     rng = np.random.default_rng(0)
     store = MetricsStore(0.0, kv_capacity_tokens=23_296, step_capacity=60_000, request_capacity=11_000)
     for index in range(50_000):
-        store.add_step(StepStats(index * 0.07, 0.07, int(rng.integers(0, 512)), 32, 40, int(rng.integers(0, 1456)), 1456, 10, 5, 0, 32, 0, 0, 0, 0))
+        store.add_step(
+            StepStats(
+                index * 0.07,
+                0.07,
+                int(rng.integers(0, 512)),
+                32,
+                40,
+                int(rng.integers(0, 1456)),
+                1456,
+                10,
+                5,
+                0,
+                32,
+                0,
+                0,
+                0,
+                0,
+            )
+        )
 
     def finish(index: int) -> None:
         end = index * 0.35 + 3
-        store.add_request(RequestMetrics(end - 3, 100, end - 3, end - 2.7, end, [end - 2.7, end], finish_reason="length"), "chat", f"chat-{index}")
+        store.add_request(
+            RequestMetrics(end - 3, 100, end - 3, end - 2.7, end, [end - 2.7, end], finish_reason="length"),
+            "chat",
+            f"chat-{index}",
+        )
 
     for index in range(10_000):
         finish(index)
@@ -162,7 +187,14 @@ def test_a_frame_hands_pyqtgraph_bounded_work_whatever_the_store_holds(qtbot):
     handed = []
     for method in ("setData", "addPoints"):
         original = getattr(scatter, method)
-        setattr(scatter, method, lambda *args, original=original, method=method, **kwargs: (handed.append((method, kwargs.get("x", args[0] if args else []))), original(*args, **kwargs))[1])
+        setattr(
+            scatter,
+            method,
+            lambda *args, original=original, method=method, **kwargs: (
+                handed.append((method, kwargs.get("x", args[0] if args else []))),
+                original(*args, **kwargs),
+            )[1],
+        )
     store.add_step(StepStats(50_000 * 0.07, 0.07, 10, 32, 40, 700, 1456, 10, 5, 0, 32, 0, 0, 0, 0))
     live.refresh()
     view.update_from(live.snapshot())
@@ -186,9 +218,19 @@ def test_snapshots_taken_while_the_engine_adds_steps_are_whole():
         for index in range(200_000):
             store.add_step(StepStats(index * 0.01 + 0.01, 0.01, 5, 3, 2, 7, 100, 0, 1, 0, 2, 0, 0, 0, 0))
             if index % 10 == 0:
-                store.add_request(RequestMetrics(index * 0.01, 4, index * 0.01, index * 0.01 + 0.005, index * 0.01 + 0.01,
-                                                 [index * 0.01 + 0.005, index * 0.01 + 0.01], finish_reason="length"),
-                                  "chat", f"chat-{index}")
+                store.add_request(
+                    RequestMetrics(
+                        index * 0.01,
+                        4,
+                        index * 0.01,
+                        index * 0.01 + 0.005,
+                        index * 0.01 + 0.01,
+                        [index * 0.01 + 0.005, index * 0.01 + 0.01],
+                        finish_reason="length",
+                    ),
+                    "chat",
+                    f"chat-{index}",
+                )
         done.set()
 
     writer = threading.Thread(target=engine)
@@ -216,7 +258,9 @@ def test_an_empty_or_flat_latency_plot_runs_from_zero_to_above_its_highest_value
     assert latency.plot.viewRange()[1] == [0.0, 1875.0]
     flat = MetricsStore(0.0, slo=SLO(ttft_ms=1500.0))
     for index in range(5):
-        flat.add_request(RequestMetrics(index, 5, index, index + 1.5, index + 1.5, [index + 1.5], finish_reason="length"), "chat")
+        flat.add_request(
+            RequestMetrics(index, 5, index, index + 1.5, index + 1.5, [index + 1.5], finish_reason="length"), "chat"
+        )
     latency.update(flat.snapshot())
     assert latency.plot.viewRange()[1] == [0.0, 1875.0]
     latency.update(filled_store().snapshot())  # spread values: the plot ranges itself again
@@ -247,6 +291,8 @@ def test_a_click_in_any_plot_selects_the_time_under_it(qtbot):
         where = view.layout_widget.mapFromScene(box.center())
         expected = float(plot.plot.vb.mapSceneToView(box.center()).x())
         QTest.mouseMove(view.layout_widget.viewport(), where)
-        QTest.mouseClick(view.layout_widget.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, where)
+        QTest.mouseClick(
+            view.layout_widget.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, where
+        )
         assert clicked and abs(clicked[-1] - expected) < 1.0, name
         clicked.clear()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from workbench.request_rows import RequestRow
 from workbench.gui.requests_view import RequestsView
+from workbench.request_rows import RequestRow
 
 
 def view_with_rows(qtbot, ids):
@@ -36,7 +36,9 @@ def test_abort_takes_the_selected_row_through_the_sort(qtbot):
         view.table.selectRow(row)
         view.abort_button.click()
         assert aborted[-1] == expected
-    view.set_rows([RequestRow(request_id, "chat", "finished", [1]) for request_id in ("chat-0", "chat-1", "chat-2", "chat-3")])
+    view.set_rows(
+        [RequestRow(request_id, "chat", "finished", [1]) for request_id in ("chat-0", "chat-1", "chat-2", "chat-3")]
+    )
     assert view.selected_id() == "chat-1"  # the selection follows its request across a refresh
 
 
@@ -57,6 +59,10 @@ def test_sorting_keeps_the_selected_request_selected(qtbot):
 def test_a_refresh_keeps_the_chosen_sort_numbers_as_numbers_and_missing_values_last(qtbot):
     view = view_with_rows(qtbot, [])
     view.table.sortByColumn(6, Qt.SortOrder.AscendingOrder)  # TTFT ms
-    view.set_rows([RequestRow(request_id, "chat", "finished", [1], ttft_ms=ttft)
-                   for request_id, ttft in (("a", 100.0), ("b", None), ("c", 9.5), ("d", 20.0))])
+    view.set_rows(
+        [
+            RequestRow(request_id, "chat", "finished", [1], ttft_ms=ttft)
+            for request_id, ttft in (("a", 100.0), ("b", None), ("c", 9.5), ("d", 20.0))
+        ]
+    )
     assert visible_ids(view) == ["c", "d", "a", "b"]

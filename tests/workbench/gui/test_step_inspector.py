@@ -9,8 +9,7 @@ import dataclasses
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtTest import QTest
 
-from tests.workbench.gui.window_helpers import load
-from tests.workbench.gui.window_helpers import all_ended
+from tests.workbench.gui.window_helpers import all_ended, load
 
 
 def click_plot_at(window, qtbot, name: str, seconds: float) -> None:
@@ -46,7 +45,10 @@ def test_clicking_a_plot_selects_a_step_and_the_arrows_and_block_map_follow(wind
     computation = window.step_panel.tables["computation"]
     assert computation.rowCount() == len(trace.rows) + len(trace.held)
     assert {computation.item(row, 0).text() for row in range(len(trace.rows))} == {row.request_id for row in trace.rows}
-    assert all(cursor.isVisible() and abs(cursor.value() - (trace.time_s - origin)) < 1e-9 for cursor in window.plots.cursors.values())
+    assert all(
+        cursor.isVisible() and abs(cursor.value() - (trace.time_s - origin)) < 1e-9
+        for cursor in window.plots.cursors.values()
+    )
 
     window.activateWindow()
     window.step_panel.tables["caller"].setFocus()  # arrows in a table move the step, not the table's cell
@@ -82,8 +84,14 @@ def shared(owners) -> int:
 def test_selecting_a_request_marks_its_steps_its_rows_and_its_blocks(window, qtbot, tiny_config):
     load(window, qtbot, tiny_config)
     window.traffic_panel.inject_requested.emit(3, 16, 20, "chat")
-    qtbot.waitUntil(lambda: len(window.worker.rows()) == 3 and window.worker.traces.step_range() is not None
-                    and window.worker.traces.step_range()[1] >= 6, timeout=30_000)
+    qtbot.waitUntil(
+        lambda: (
+            len(window.worker.rows()) == 3
+            and window.worker.traces.step_range() is not None
+            and window.worker.traces.step_range()[1] >= 6
+        ),
+        timeout=30_000,
+    )
     window.worker.pause_traffic()
     qtbot.waitUntil(lambda: all_ended(window), timeout=30_000)
     window.refresh_tables()
@@ -97,16 +105,19 @@ def test_selecting_a_request_marks_its_steps_its_rows_and_its_blocks(window, qtb
     assert len(window.plots.request_steps.getData()[0]) == len(touched)
     window.select_step(touched[0][0])  # its prefill: its rows highlighted, its blocks outlined
     computation = window.step_panel.tables["computation"]
-    marked = [computation.item(row, 0).text() for row in range(computation.rowCount())
-              if computation.item(row, 0).background().color().name() == "#3d5a80"]
+    marked = [
+        computation.item(row, 0).text()
+        for row in range(computation.rowCount())
+        if computation.item(row, 0).background().color().name() == "#3d5a80"
+    ]
     assert marked == [request_id]
     assert window.block_map.highlighted == set(window.worker.traces.replay_at(touched[0][0]).blocks_of(request_id))
     assert len(window.block_map.highlighted) == 4  # 16 prompt tokens in blocks of 4
 
 
 def test_an_opened_run_is_inspected_from_its_log(window, qtbot, tiny_llama, tmp_path):
-    from workbench.headless import run_headless
     from tests.workbench.tiny_runs import tiny_scenario
+    from workbench.headless import run_headless
 
     directory, _ = tiny_llama
     run_headless(tiny_scenario(directory, num_kv_blocks=24), tmp_path)  # small enough to preempt

@@ -10,14 +10,15 @@ from workbench.scenario import SLO
 
 def load(window, qtbot, config) -> None:
     window.load(config)
-    qtbot.waitUntil(lambda: window.info is not None and window.info.config == config and window.progress.value() == 100, timeout=30_000)
-
+    qtbot.waitUntil(
+        lambda: window.info is not None and window.info.config == config and window.progress.value() == 100,
+        timeout=30_000,
+    )
 
 
 def all_ended(window) -> bool:
     rows = window.worker.rows()
     return bool(rows) and all(row.state in ("finished", "aborted", "rejected") for row in rows)
-
 
 
 def filled_store(steps: int = 300, requests: int = 200) -> MetricsStore:
@@ -26,6 +27,16 @@ def filled_store(steps: int = 300, requests: int = 200) -> MetricsStore:
         store.add_step(StepStats(index * 0.1, 0.1, 10, 5, 5, 30, 64, 2, 4, 0, 3, index // 50, 0, 0, 0))
     for index in range(requests):
         start = index * 0.1
-        store.add_request(RequestMetrics(start, 5, start, start + 0.05 + 0.0005 * index, start + 0.3,
-                                         [start + 0.05 + 0.0005 * index, start + 0.2, start + 0.3], finish_reason="length"), "chat")
+        store.add_request(
+            RequestMetrics(
+                start,
+                5,
+                start,
+                start + 0.05 + 0.0005 * index,
+                start + 0.3,
+                [start + 0.05 + 0.0005 * index, start + 0.2, start + 0.3],
+                finish_reason="length",
+            ),
+            "chat",
+        )
     return store
