@@ -7,10 +7,10 @@ that an engineer who knows vLLM can read a preset without a glossary.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 
 from engine.errors import ConfigError
-from engine.quantization import get_method
+from engine.quantization import BATCHED_ROWS, get_method
 from engine.quantization.auto import AUTO
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
@@ -27,87 +27,117 @@ def default_compile_decode(otherwise: str = "background") -> str:
     return os.environ.get(COMPILE_DECODE_ENVIRONMENT, otherwise)
 
 
+def knob(default=MISSING, *, help: str, default_factory=MISSING):
+    """A configuration field with its help, written once: the window's tooltips, the knob table in
+    docs/knobs.md and the `--set` help are made from it (`knob_help`, `knobs_markdown`)."""
+    return field(default=default, default_factory=default_factory, metadata={"help": help})
+
+
 @dataclass
 class EngineConfig:
-    # Model: the alias "smollm2-135m" (the bundled GGUF), a .gguf file, a Hugging Face directory,
-    # or "simulated:MODEL@HARDWARE" (a catalogued shape on a catalogued GPU, see engine.simulation).
-    model: str = "smollm2-135m"
-    # "auto" picks CUDA when available, else CPU.
-    device: str = "auto"
-    # "auto" is float32 on CPU and bfloat16 on CUDA.
-    dtype: str = "auto"
-    # The KV cache's dtype (vLLM's name): "auto" is the compute dtype. bfloat16 on a float32 CPU
-    # engine halves the cache's bytes and the bytes every decode step's attention reads (keys and
-    # values are rounded to bf16 as written; attention runs in bf16 with float32 accumulation).
-    kv_cache_dtype: str = "auto"
-    # Longest prompt + output a request may have; None means the model's own context length.
-    max_model_len: int | None = None
+    model: str = knob(
+        "smollm2-135m",
+        help="The bundled alias smollm2-135m (SmolLM2-135M, Q4_1 GGUF), a .gguf file, a Hugging Face folder "
+        "(safetensors), simulated:MODEL@HARDWARE (the same scheduler on a catalogued GPU, timed by a cost "
+        "model), or in the window a server's URL (http://HOST:PORT), whose own settings then apply.",
+    )
+    device: str = knob("auto", help="auto: CUDA when available, else CPU; or cpu, cuda, cuda:N.")
+    dtype: str = knob("auto", help="Compute dtype. auto: float32 on a CPU (exact), bfloat16 on CUDA.")
+    kv_cache_dtype: str = knob(
+        "auto",
+        help="The KV cache's dtype (vLLM's name). auto: the compute dtype, except that quantization auto keeps "
+        "a quantized file's cache in bfloat16 on a CPU. bfloat16 on a float32 engine: half the bytes per "
+        "token, twice the tokens in the same memory (K/V rounded to bf16 as written, attention accumulates "
+        "in float32).",
+    )
+    max_model_len: int | None = knob(
+        None, help="Longest prompt + output a request may have; none: the model's own context length."
+    )
 
-    # Paged KV cache. Tokens per block: smaller blocks waste less memory at the end of each
-    # sequence but make block tables longer.
-    block_size: int = 16
-    # KV cache size: an int is bytes; a float in (0, 1] is a fraction of the device's free memory
-    # once the weights are loaded. None (the default) is vLLM's convention on GPUs, real or
-    # simulated: whatever is left of 90% of the device's memory after the weights and a step's
-    # activations; on the CPU, 1 GiB.
-    kv_cache_memory: int | float | None = None
-    # Exact number of KV blocks, overriding kv_cache_memory (for experiments and tests).
-    num_kv_blocks: int | None = None
-    enable_prefix_caching: bool = True
+    block_size: int = knob(
+        16,
+        help="Tokens per KV block: small blocks waste less at sequence ends, large ones mean shorter block tables.",
+    )
+    kv_cache_memory: int | float | None = knob(
+        None,
+        help="KV cache size: bytes (an integer), or a fraction in (0, 1] of the memory free after the weights. "
+        "None: on a GPU, real or simulated, what 90% of its memory leaves after the weights and a step's "
+        "activations (vLLM's convention); on a CPU, 1 GiB.",
+    )
+    num_kv_blocks: int | None = knob(
+        None, help="An exact number of KV blocks, overriding kv_cache_memory (experiments and tests)."
+    )
+    enable_prefix_caching: bool = knob(
+        True, help="Reuse the KV blocks of identical prompt prefixes instead of recomputing them."
+    )
 
-    # Continuous batching: at most this many sequences and this many tokens in one step.
-    # More sequences raise tokens/s and per-user latency together.
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 1024
-    # Split long prompts over several steps that also carry decodes, instead of one huge step.
-    enable_chunked_prefill: bool = True
-    # Admission control: prompts of at least this many tokens wait in their own queue, and at most
-    # max_long_prefills of them prefill at once, each in chunks of at most this many tokens.
-    # 0 turns the long-prompt queue off (one FIFO queue for everyone).
-    long_prompt_threshold: int = 512
-    max_long_prefills: int = 1
-    # The long queue's guarantee: a long prompt that has waited this long (seconds since arrival)
-    # is admitted before anyone else, so steady short traffic cannot starve it. 0 = no guarantee.
-    long_prompt_max_wait_s: float = 5.0
-    # "fcfs" serves in arrival order; "priority" serves lower `priority` values first.
-    scheduling_policy: str = "fcfs"
+    max_num_seqs: int = knob(
+        64, help="Most sequences in one step: more raise tokens/s and each user's latency together."
+    )
+    max_num_batched_tokens: int = knob(
+        1024, help="Token budget per step (prefill + decode): larger prefill chunks, longer steps."
+    )
+    enable_chunked_prefill: bool = knob(
+        True, help="Split long prompts over steps that also carry decodes, instead of one huge step."
+    )
+    long_prompt_threshold: int = knob(
+        512,
+        help="Admission control: prompts of at least this many tokens wait in their own queue and prefill in "
+        "chunks of at most this size, beside the short ones (0 = one queue for everyone).",
+    )
+    max_long_prefills: int = knob(1, help="At most this many long prompts prefill at once.")
+    long_prompt_max_wait_s: float = knob(
+        5.0,
+        help="The long queue's guarantee: a long prompt that has waited this many seconds is admitted before "
+        "anyone else, so steady short traffic cannot starve it (0 = no guarantee).",
+    )
+    scheduling_policy: str = knob(
+        "fcfs", help="fcfs: arrival order; priority: lower priority values first (and preempted last)."
+    )
 
-    # Quantization of the attention and MLP projections (see engine/quantization/): weight-only
-    # none, int8, int4 (group_size 32, 64 or 128), bnb-int8, bnb-nf4 (less memory and, with the
-    # packed kernels, faster single-stream decode), or w8a8, int8 weights and per-token int8
-    # activations (integer products: faster batched steps; smoothed at load, engine/smoothing.py),
-    # at some quality cost. "auto" (the default) runs a GGUF file in its own precision where a
-    # method reproduces it, and sets group_size and quantize_lm_head too (engine/quantization/auto.py);
-    # the engine's config then holds the choice.
-    quantization: str = "auto"
-    group_size: int = 32
-    # Quantize the LM head too, to int8 per channel (for int8, int4, w8a8): in fp32 it is a fifth of
-    # SmolLM2's weights, read in full every decode step.
-    quantize_lm_head: bool = False
-    # CPU, int4 and int8 only: every quantized layer also keeps its weights as a dense bf16 copy
-    # (2 bytes per weight more) and multiplies by it in steps of 8 rows or more, where torch's
-    # packed kernels are 2-3x slower than a bf16 product (engine.quantization.base.BATCHED_ROWS).
-    # "auto" sets it when the copy takes at most a quarter of the machine's memory.
-    batched_bf16_copy: bool = False
+    quantization: str = knob(
+        "auto",
+        help="Quantization of the attention and MLP projections, at some quality cost (workbench quality). "
+        "auto: the file's own precision where a method reproduces it (a Q4_1 GGUF runs as int4 g32 + int8 "
+        "head), else none. int8, int4, bnb-int8, bnb-nf4: weight-only, less memory and faster single-stream "
+        "decode. w8a8: int8 weights and per-token int8 activations, integer products that speed up large "
+        "batches and prefill.",
+    )
+    group_size: int = knob(
+        32,
+        help="Group size of grouped formats (int4): smaller groups keep more quality and cost more scale and "
+        "minimum bytes.",
+    )
+    quantize_lm_head: bool = knob(
+        False,
+        help="Quantize the vocabulary projection too, to int8 (for int8, int4, w8a8): in float32 it is a fifth "
+        "of SmolLM2's weights, read in full every decode step. auto decides it from the file.",
+    )
+    batched_bf16_copy: bool = knob(
+        False,
+        help=f"int4 and int8 on a CPU: keep every quantized layer's weights as a bf16 copy too (2 bytes per "
+        f"weight more) and use it in steps of {BATCHED_ROWS} rows or more, where the packed kernels are 2-3x "
+        "slower. auto keeps it when it takes at most a quarter of the machine's memory.",
+    )
 
-    # Run decode-only steps as one torch.compile graph (engine.executor.DecodeGraph): fewer, fused
-    # operators and less Python per step (docs/compiled-decode.md). The first compile takes
-    # minutes on a small CPU (later runs reuse the on-disk cache), so by default ("background") the
-    # engine serves eagerly while a thread compiles, and switches once the graph is ready;
-    # "blocking" compiles before loading ends; "off" stays eager. On failure decode stays eager.
-    # true and false (older presets) mean "blocking" and "off".
-    compile_decode: str = field(default_factory=default_compile_decode)
+    compile_decode: str = knob(
+        default_factory=default_compile_decode,
+        help="Run decode-only steps as one torch.compile graph: fewer, fused operators and less Python per "
+        "step (docs/compiled-decode.md). Compiling takes minutes on a 2-core CPU, seconds once cached. "
+        "background: serve eagerly while a thread compiles, then switch; blocking: compile before loading "
+        "ends; off: stay eager.",
+    )
 
-    # Simulated models only ("simulated:MODEL@HARDWARE"): simulated seconds per wall-clock
-    # second; 0 runs as fast as the host allows.
-    simulation_speed: float = 0.0
-
-    # Seed for requests that carry none of their own.
-    seed: int = 0
-
-    # Build each step's causal record (engine/step_trace.py: what the scheduler saw, scheduled,
-    # allocated, freed and emitted), returned in StepResult.trace. Off only to measure its cost.
-    step_trace: bool = True
+    simulation_speed: float = knob(
+        0.0,
+        help="Simulated models only: simulated seconds per wall-clock second (0 = as fast as the host allows).",
+    )
+    seed: int = knob(0, help="Seed for requests that carry none of their own.")
+    step_trace: bool = knob(
+        True,
+        help="Record each step's causal record (what the scheduler saw, scheduled, allocated, freed and "
+        "emitted) for the Step panel and workbench trace; off only to measure its cost.",
+    )
 
     def __post_init__(self) -> None:
         for name, minimum in (
@@ -185,3 +215,8 @@ def _require_int(name: str, value: object, minimum: int) -> None:
         raise ConfigError(f"{name}: expected an integer, got {value!r}")
     if value < minimum:
         raise ConfigError(f"{name}: expected at least {minimum}, got {value}")
+
+
+def knob_help(name: str) -> str:
+    """An EngineConfig field's help (KeyError for a name that is none)."""
+    return {knob.name: knob.metadata["help"] for knob in fields(EngineConfig)}[name]

@@ -41,3 +41,11 @@ def test_every_module_the_docs_run_exists():
         if not module.startswith(PEER_MODULES) and importlib.util.find_spec(module) is None
     ]
     assert missing == []
+
+
+def test_the_knob_table_is_made_from_the_fields_help():
+    from engine.knob_table import knobs_markdown
+
+    assert (ROOT / "docs" / "knobs.md").read_text() == knobs_markdown(), (
+        "run: python -m engine.knob_table > docs/knobs.md"
+    )

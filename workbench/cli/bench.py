@@ -19,7 +19,7 @@ def add_to(commands) -> None:
         action="append",
         default=[],
         metavar="TABLE.KEY=VALUE",
-        help="override a preset setting, e.g. engine.max_num_seqs=16 or traffic.rate=4",
+        help="override a preset setting, e.g. engine.max_num_seqs=16 or traffic.rate=4 (engine keys: docs/knobs.md)",
     )
     bench.add_argument("--seed", type=at_least(int, 0), help="override the preset's seed")
     bench.add_argument("--out", required=True, type=Path, help="folder for report.json, CSVs, PNGs and the run log")

@@ -15,7 +15,7 @@ def add_to(commands) -> None:
         action="append",
         default=[],
         metavar="engine.KEY=VALUE",
-        help="an engine setting, e.g. engine.model=simulated:llama-2-7b@h100-80gb",
+        help="an engine setting, e.g. engine.model=simulated:llama-2-7b@h100-80gb (every key: docs/knobs.md)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     serve.add_argument("--port", type=port_number, default=8000)

@@ -17,9 +17,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from engine.config import COMPILE_DECODE_CHOICES, DTYPES, SCHEDULING_POLICIES, EngineConfig
+from engine.config import COMPILE_DECODE_CHOICES, DTYPES, SCHEDULING_POLICIES, EngineConfig, knob_help
 from engine.loading.model_source import BUNDLED_MODELS
-from engine.quantization import BATCHED_ROWS, METHODS, all_group_sizes
+from engine.quantization import METHODS, all_group_sizes
 from engine.quantization.auto import AUTO
 from workbench.gui.form_widgets import ChoiceBox, emit_validated, float_box, int_box
 
@@ -48,12 +48,7 @@ class EnginePanel(QGroupBox):
                 )
             ]
         )
-        self.model.setToolTip(
-            "The bundled SmolLM2-135M (Q4_1 GGUF), a .gguf file, a Hugging Face folder (safetensors), "
-            "simulated:MODEL@HARDWARE: the same scheduler on a GPU you describe, timed by a cost model; "
-            "or a server's URL (http://HOST:PORT): drive that OpenAI-compatible server (vLLM, SGLang, "
-            "llama.cpp, workbench serve); the other engine settings are then the server's own."
-        )
+        self.model.setToolTip(knob_help("model"))
         # One narrow button with a menu keeps the controls column narrow.
         self.browse = QToolButton()
         self.browse.setText("…")
@@ -65,60 +60,33 @@ class EnginePanel(QGroupBox):
         self.browse.setMenu(browse_menu)
         self.device = ChoiceBox()
         self.device.addItems(["auto", "cpu", "cuda"])
-        self.device.setToolTip("auto: CUDA when available, else CPU.")
+        self.device.setToolTip(knob_help("device"))
         self.dtype = ChoiceBox()
         self.dtype.addItems(list(DTYPES))
-        self.dtype.setToolTip("Compute dtype. float32 is exact on CPU; bfloat16 halves weight and KV memory.")
+        self.dtype.setToolTip(knob_help("dtype"))
         self.kv_cache_dtype = ChoiceBox()
         self.kv_cache_dtype.addItems(list(DTYPES))
-        self.kv_cache_dtype.setToolTip(
-            "The KV cache's dtype. auto: the compute dtype, except that auto quantization keeps a "
-            "quantized file's cache in bfloat16 on the CPU. bfloat16 on a float32 engine: half the "
-            "bytes per token, twice the tokens in the same memory, faster batched attention."
-        )
+        self.kv_cache_dtype.setToolTip(knob_help("kv_cache_dtype"))
         self.quantization = ChoiceBox()
         self.quantization.addItems([AUTO, *METHODS])
-        self.quantization.setToolTip(
-            "Quantization of the projections, at some quality cost (see workbench quality). auto: the "
-            "file's own precision where a method reproduces it (a Q4_1 GGUF runs as int4 g32 + int8 "
-            "head), else none; the status line says what runs. int8/int4/"
-            "bnb: weight-only, less memory and faster single-stream decode. w8a8: int8 weights and "
-            "per-token int8 activations, integer products that speed up large batches and prefill."
-        )
+        self.quantization.setToolTip(knob_help("quantization"))
         self.group_size = ChoiceBox()
         self.group_size.addItems([str(size) for size in all_group_sizes()])
-        self.group_size.setToolTip(
-            "Group size of grouped formats (int4): smaller groups keep more quality and cost more "
-            "scale/zero bytes. Only the sizes the chosen method accepts are enabled."
-        )
+        self.group_size.setToolTip(knob_help("group_size"))
         self.quantize_head = QCheckBox("quantize LM head")
-        self.quantize_head.setToolTip(
-            "Quantize the vocabulary projection too, to int8 (W8A8 with w8a8): in fp32 it is a fifth "
-            "of SmolLM2's weights and read in full every decode step. auto decides it from the file."
-        )
+        self.quantize_head.setToolTip(knob_help("quantize_lm_head"))
         self.batched_copy = QCheckBox("bf16 copy for batches")
-        self.batched_copy.setToolTip(
-            f"int4 and int8 on the CPU: keep every quantized layer's weights in bf16 too (2 bytes per "
-            f"weight more) and use them in steps of {BATCHED_ROWS} rows or more, where the packed "
-            "kernels are 2-3x slower. auto keeps it when it takes at most a quarter of memory."
-        )
+        self.batched_copy.setToolTip(knob_help("batched_bf16_copy"))
         self.quantization.currentTextChanged.connect(self._offer_group_sizes)
         self._offer_group_sizes(self.quantization.currentText())
         self.compile_decode = ChoiceBox()
         self.compile_decode.addItems(COMPILE_DECODE_CHOICES)
-        self.compile_decode.setToolTip(
-            "Run decode-only steps as one torch.compile graph: fewer, fused operators and less Python "
-            "per step. Compiling takes minutes on a 2-core CPU, seconds once cached.\n"
-            "background: serve eagerly while a thread compiles, then switch (the status line says "
-            "which runs). blocking: compile before loading ends. off: stay eager."
-        )
+        self.compile_decode.setToolTip(knob_help("compile_decode"))
         self.kv_cache_mib = int_box(
             0,
             1 << 20,
             0,
-            "KV cache size. More blocks admit more concurrent tokens before preemption.\n"
-            "auto: what 90% of a GPU's memory leaves after the weights (vLLM's convention; "
-            "simulated GPUs too), 1 GiB on the CPU.",
+            knob_help("kv_cache_memory"),
             64,
         )
         self.kv_cache_mib.setSpecialValueText("auto")
@@ -133,49 +101,45 @@ class EnginePanel(QGroupBox):
             1,
             256,
             defaults.block_size,
-            "Tokens per KV block: small blocks waste less at sequence ends, large ones mean shorter block tables.",
+            knob_help("block_size"),
         )
         self.max_num_seqs = int_box(
             1,
             4096,
             defaults.max_num_seqs,
-            "Most sequences in one step: more raise tokens/s and per-user latency together.",
+            knob_help("max_num_seqs"),
         )
         self.max_tokens = int_box(
             1,
             1 << 20,
             defaults.max_num_batched_tokens,
-            "Token budget per step (prefill + decode): larger prefill chunks, longer steps.",
+            knob_help("max_num_batched_tokens"),
             64,
         )
         self.chunked = QCheckBox("chunked prefill")
         self.chunked.setChecked(defaults.enable_chunked_prefill)
-        self.chunked.setToolTip("Split long prompts over steps that also carry decodes, instead of one huge step.")
+        self.chunked.setToolTip(knob_help("enable_chunked_prefill"))
         self.long_threshold = int_box(
             0,
             1 << 20,
             defaults.long_prompt_threshold,
-            "Prompts of at least this many tokens wait in the long-prompt queue (0 = off), and prefill in chunks of at "
-            "most this size.",
+            knob_help("long_prompt_threshold"),
             64,
         )
-        self.long_prefills = int_box(
-            1, 64, defaults.max_long_prefills, "At most this many long prompts prefill at once."
-        )
+        self.long_prefills = int_box(1, 64, defaults.max_long_prefills, knob_help("max_long_prefills"))
         self.long_max_wait = float_box(
             0,
             1e6,
             defaults.long_prompt_max_wait_s,
-            "The long queue's guarantee: a long prompt that "
-            "has waited this many seconds is admitted before anyone else (0 = no guarantee).",
+            knob_help("long_prompt_max_wait_s"),
             1,
         )
         self.policy = ChoiceBox()
         self.policy.addItems(list(SCHEDULING_POLICIES))
-        self.policy.setToolTip("fcfs: arrival order; priority: lower priority values first (and preempted last).")
+        self.policy.setToolTip(knob_help("scheduling_policy"))
         self.prefix_caching = QCheckBox("prefix caching")
         self.prefix_caching.setChecked(defaults.enable_prefix_caching)
-        self.prefix_caching.setToolTip("Reuse KV blocks of identical prompt prefixes instead of recomputing them.")
+        self.prefix_caching.setToolTip(knob_help("enable_prefix_caching"))
         self.apply_button = QPushButton("Apply and load")
         self.apply_button.setToolTip(
             "Reload the engine with these settings (requests in flight are dropped after confirmation)."

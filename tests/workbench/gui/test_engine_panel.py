@@ -45,3 +45,20 @@ def test_the_default_quantization_is_auto_and_the_file_decides_group_size_and_he
         64,
         True,
     )
+
+
+def test_each_setting_the_panel_shows_is_explained_by_its_fields_help(qtbot):
+    """Each knob's help is written once, in engine/config.py: the tooltips, docs/knobs.md and the
+    --set help come from it (they were three texts that drifted apart)."""
+    from dataclasses import fields
+
+    from PySide6.QtWidgets import QWidget
+
+    from engine.config import knob_help
+
+    panel = EnginePanel()
+    qtbot.addWidget(panel)
+    tooltips = {widget.toolTip() for widget in panel.findChildren(QWidget)}
+    shown = {knob.name for knob in fields(EngineConfig) if knob_help(knob.name) in tooltips}
+    not_in_the_panel = {"max_model_len", "num_kv_blocks", "simulation_speed", "seed", "step_trace"}
+    assert shown == {knob.name for knob in fields(EngineConfig)} - not_in_the_panel
