@@ -90,9 +90,10 @@ class ArmsView(QWidget):
             layout.addWidget(label)
         layout.addStretch(1)
         self.process: QProcess | None = None
-        self._out: Path | None = None
+        self._out: Path | None = None  # where the arms being run are written
+        self._output = ""  # what that bench process has said so far
 
-    def run_arms(self, preset: str, out: Path | None = None, overrides: list[str] = ()) -> None:
+    def run_arms(self, preset: str, out: Path | None = None) -> None:
         """Run the preset's arms in a `workbench bench` process writing into `out` (default: a new
         temporary folder, named in the status line), then show them."""
         if self.process is not None:
@@ -100,8 +101,6 @@ class ArmsView(QWidget):
             return
         self._out = out or Path(tempfile.mkdtemp(prefix="workbench-arms-"))
         arguments = ["-m", "workbench", "bench", "--preset", preset, "--out", str(self._out), "--no-plots"]
-        for override in overrides:
-            arguments += ["--set", override]
         self.process = process = QProcess(self)
         process.setProcessChannelMode(QProcess.ProcessChannelMode.MergedChannels)
         process.readyReadStandardOutput.connect(self._show_progress)
