@@ -13,8 +13,8 @@ class WaitQueue:
     back ahead of everything that arrived after it, the front of the line under fcfs.
 
     A removed sequence (an abort) stays in the heap, marked, until it reaches the top: removing
-    from the middle of a heap costs a scan and a re-heapify, and dropping a queue of 37,000
-    requests one abort at a time took minutes."""
+    from the middle of a heap costs a scan and a re-heapify per abort, quadratic for the window's
+    Stop that drops tens of thousands (docs/measurements.md, "Dropping a queue")."""
 
     def __init__(self, by_priority: bool):
         self.by_priority = by_priority
