@@ -15,7 +15,7 @@ from workbench.backends.local import LocalBackend
 from workbench.backends.protocol import Backend
 from workbench.report import write_report_files
 from workbench.run_log import read_run_log
-from workbench.run_recorder import RUN_LOG_NAME, RunRecorder, run_header
+from workbench.run_recorder import RUN_LOG_NAME, RunRecorder
 from workbench.runner import EndedRequest, ScenarioRunner
 from workbench.scenario import Scenario
 
@@ -36,20 +36,8 @@ def run_headless(
     several variants stops, rather than starting the next)."""
     backend = backend or LocalBackend(LLMEngine(scenario.engine, source=source))
     runner = ScenarioRunner(backend, scenario)
-    start_time = backend.clock()
     log_path = out_dir / RUN_LOG_NAME
-    recorder = RunRecorder(
-        log_path,
-        run_header(
-            backend,
-            dataclasses.asdict(scenario),
-            variant=variant,
-            seed=scenario.seed,
-            requests_planned=runner.total_requests,
-            start_time=start_time,
-        ),
-        trace=scenario.trace,
-    )
+    recorder = RunRecorder.for_run(log_path, backend, runner, dataclasses.asdict(scenario), variant)
 
     def request_ended(ended: EndedRequest) -> None:
         recorder.request_ended(ended)
@@ -59,7 +47,7 @@ def run_headless(
     runner.on_request_end = request_ended
     interrupted = False
     try:
-        recorder.finish(runner.run(start_time))
+        recorder.finish(runner.run(runner.start_time))
     except KeyboardInterrupt:
         interrupted = True
     finally:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from workbench.backends.protocol import Backend, BackendUpdate
 from workbench.run_log import RunLogWriter
-from workbench.runner import EndedRequest, RunResult
+from workbench.runner import EndedRequest, RunResult, ScenarioRunner
 from workbench.traces.log import FULL_TRACE_STEPS, TRACE_COLUMNS, check_trace_level, trace_record
 
 RUN_LOG_NAME = "run.jsonl"
 
 
-def run_header(
+def _run_header(
     backend: Backend, scenario: dict, *, variant: str | None, seed: int, requests_planned: int | None, start_time: float
 ) -> dict:
     """The run log's first line: everything needed to read and reproduce the run."""
@@ -43,6 +43,24 @@ class RunRecorder:
         self._traces_written = self._full_traces = 0
         self._writer: RunLogWriter | None = RunLogWriter(path)
         self._writer.write("header", {**header, "trace": trace})
+
+    @classmethod
+    def for_run(
+        cls, path: Path, backend: Backend, runner: ScenarioRunner, scenario: dict, variant: str | None = None
+    ) -> RunRecorder:
+        """The run log of the run `runner` is about to make on `backend`: the one way `workbench
+        bench` (workbench/headless.py) and the window (workbench/gui/engine_worker.py) start one,
+        so their logs carry the same header. `scenario` is the scenario as a dict (its seed, trace
+        level and SLO are read from it)."""
+        header = _run_header(
+            backend,
+            scenario,
+            variant=variant,
+            seed=scenario.get("seed", 0),
+            requests_planned=runner.total_requests,
+            start_time=runner.start_time,
+        )
+        return cls(path, header, trace=scenario.get("trace", "auto"))
 
     def update(self, update: BackendUpdate) -> None:
         if self._writer is None:

@@ -10,7 +10,7 @@ from workbench.backends.local import LocalBackend
 from workbench.backends.protocol import BLOCK_FREE, BackendCapabilities, BackendUpdate
 from workbench.report import NOT_EXPOSED, build_report
 from workbench.run_log import read_run_log
-from workbench.run_recorder import RunRecorder, run_header
+from workbench.run_recorder import RunRecorder
 from workbench.runner import ScenarioRunner
 from workbench.scenario import Scenario
 from workbench.traffic import LengthDistribution, TrafficProfile
@@ -65,20 +65,9 @@ class TokensOnlyBackend:
 def record(backend, tmp_path):
     scenario = Scenario(name="any backend", engine=SIMULATED, traffic=TRAFFIC, seed=1)
     runner = ScenarioRunner(backend, scenario)
-    start = backend.clock()
-    recorder = RunRecorder(
-        tmp_path / "run.jsonl",
-        run_header(
-            backend,
-            dataclasses.asdict(scenario),
-            variant=None,
-            seed=1,
-            requests_planned=runner.total_requests,
-            start_time=start,
-        ),
-    )
+    recorder = RunRecorder.for_run(tmp_path / "run.jsonl", backend, runner, dataclasses.asdict(scenario))
     runner.on_step, runner.on_request_end = recorder.update, recorder.request_ended
-    recorder.finish(runner.run(start))
+    recorder.finish(runner.run(runner.start_time))
     return build_report(read_run_log(tmp_path / "run.jsonl"))
 
 

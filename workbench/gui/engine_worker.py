@@ -30,7 +30,7 @@ from workbench.metrics_store import MetricsStore
 from workbench.prompts import text_stream
 from workbench.request_rows import RequestRow, RequestRows
 from workbench.run_log import RunLogWriter
-from workbench.run_recorder import RUN_LOG_NAME, RunRecorder, run_header
+from workbench.run_recorder import RUN_LOG_NAME, RunRecorder
 from workbench.runner import EndedRequest, ScenarioRunner
 from workbench.scenario import SLO, Scenario
 from workbench.traces.store import TraceStore
@@ -349,18 +349,7 @@ class EngineWorker(QObject):
         """Each traffic run (and each load) starts a fresh run log, ready for "save run"."""
         self._close_log()
         scenario.setdefault("slo", dataclasses.asdict(self.slo))
-        self._recorder = RunRecorder(
-            self.run_log_path,
-            run_header(
-                self._backend,
-                scenario,
-                variant=None,
-                seed=scenario.get("seed", 0),
-                requests_planned=self._runner.total_requests,
-                start_time=self._runner.start_time,
-            ),
-            trace=scenario.get("trace", "auto"),
-        )
+        self._recorder = RunRecorder.for_run(self.run_log_path, self._backend, self._runner, scenario)
 
     def _close_log(self) -> None:
         if self._recorder is not None:
