@@ -1,6 +1,13 @@
 """Text <-> token ids, built with the `tokenizers` library from a GGUF file's vocabulary or from a
 Hugging Face `tokenizer.json`, plus the model's chat template (rendered with sandboxed Jinja, the
-same way transformers does)."""
+same way transformers does).
+
+A GGUF holds one of two kinds: byte-level BPE ("gpt2": SmolLM2, Llama 3, Qwen2) with its merges,
+or SentencePiece BPE ("llama": Gemma, Llama 2, Mistral) with a scored vocabulary and no merges.
+SentencePiece merges the adjacent pair whose joined piece ranks best; the `tokenizers` BPE model
+does the same once the merges are listed best first, so they are derived from the vocabulary as
+transformers does: every split of every piece into two pieces of the vocabulary, ranked by the
+joined piece (by score; for Gemma, whose scores do not follow its merge order, by position)."""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ from pathlib import Path
 
 import jinja2
 import jinja2.sandbox
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as BackendTokenizer
 
 from engine.errors import ModelLoadError
@@ -24,7 +31,17 @@ _LLAMA3_REGEX = (
 _QWEN2_REGEX = _LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
 _REGEX_PRE = {"llama-bpe": _LLAMA3_REGEX, "llama3": _LLAMA3_REGEX, "qwen2": _QWEN2_REGEX}
 # GGUF token types (gguf.TokenType): CONTROL and USER_DEFINED tokens are matched whole in text.
-_SPECIAL_TOKEN_TYPES = {3, 4}
+_CONTROL, _USER_DEFINED = 3, 4
+# Chat templates for architectures whose GGUF files may carry none (Gemma 3 270M's does not): the
+# turn format of the model's own template.
+_KNOWN_CHAT_TEMPLATES = {
+    "gemma3": (
+        "{{ bos_token }}{% for message in messages %}"
+        "{% set role = 'model' if message['role'] == 'assistant' else 'user' %}"
+        "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+    ),
+}
 
 
 class Tokenizer:
@@ -49,7 +66,13 @@ class Tokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         ids = self.backend.encode(text, add_special_tokens=False).ids
-        if add_special_tokens and self.add_bos_token and self.bos_token_id is not None:
+        # A text that starts with BOS already (a chat template wrote it) gets no second one.
+        if (
+            add_special_tokens
+            and self.add_bos_token
+            and self.bos_token_id is not None
+            and ids[:1] != [self.bos_token_id]
+        ):
             ids = [self.bos_token_id, *ids]
         return ids
 
@@ -77,27 +100,39 @@ class Tokenizer:
 
     @classmethod
     def from_gguf_metadata(cls, metadata: dict, source: Path) -> Tokenizer:
-        """Byte-level BPE from `tokenizer.ggml.*` keys (llama.cpp's "gpt2" tokenizer model)."""
+        """From `tokenizer.ggml.*` keys: llama.cpp's "gpt2" (byte-level BPE) or "llama"
+        (SentencePiece BPE) tokenizer model."""
         kind = metadata.get("tokenizer.ggml.model")
-        if kind != "gpt2":
+        if kind == "gpt2":
+            backend = _byte_level_bpe(metadata)
+        elif kind == "llama":
+            backend = _sentencepiece_bpe(metadata)
+        else:
             raise ModelLoadError(
-                f"{source}: tokenizer.ggml.model is {kind!r}; only byte-level BPE ('gpt2') tokenizers are supported"
+                f"{source}: tokenizer.ggml.model is {kind!r}; supported: 'gpt2' (byte-level BPE) "
+                "and 'llama' (SentencePiece BPE)"
             )
         tokens: list[str] = metadata["tokenizer.ggml.tokens"]
-        merges = [tuple(merge.split(" ", 1)) for merge in metadata["tokenizer.ggml.merges"]]
-        backend = BackendTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
-        backend.pre_tokenizer = _gguf_pre_tokenizer(metadata.get("tokenizer.ggml.pre", "default"))
-        backend.decoder = decoders.ByteLevel()
         token_types = metadata.get("tokenizer.ggml.token_type", [])
-        specials = [tokens[i] for i, kind in enumerate(token_types) if kind in _SPECIAL_TOKEN_TYPES]
-        backend.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in specials])
+        # Control tokens are special (skipped when decoding without them); user-defined ones
+        # (Gemma's "\n", tabs, HTML tags) are plain text that is matched whole. Only tokens of the
+        # vocabulary as built: Gemma's runs of spaces were respelled, not added.
+        backend.add_tokens(
+            [
+                AddedToken(tokens[i], special=kind == _CONTROL, normalized=False)
+                for i, kind in enumerate(token_types)
+                if kind in (_CONTROL, _USER_DEFINED) and backend.token_to_id(tokens[i]) == i
+            ]
+        )
         eos = metadata.get("tokenizer.ggml.eos_token_id")
+        architecture = metadata.get("general.architecture")
         return cls(
             backend,
             bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=() if eos is None else (int(eos),),
-            add_bos_token=bool(metadata.get("tokenizer.ggml.add_bos_token", False)),
-            chat_template=metadata.get("tokenizer.chat_template"),
+            # llama.cpp adds BOS to a SentencePiece vocabulary whose file does not say otherwise.
+            add_bos_token=bool(metadata.get("tokenizer.ggml.add_bos_token", kind == "llama")),
+            chat_template=metadata.get("tokenizer.chat_template") or _KNOWN_CHAT_TEMPLATES.get(architecture),
         )
 
     @classmethod
@@ -120,6 +155,58 @@ class Tokenizer:
             add_bos_token=bool(settings.get("add_bos_token", False)),
             chat_template=settings.get("chat_template"),
         )
+
+
+def _byte_level_bpe(metadata: dict) -> BackendTokenizer:
+    tokens: list[str] = metadata["tokenizer.ggml.tokens"]
+    merges = [tuple(merge.split(" ", 1)) for merge in metadata["tokenizer.ggml.merges"]]
+    backend = BackendTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+    backend.pre_tokenizer = _gguf_pre_tokenizer(metadata.get("tokenizer.ggml.pre", "default"))
+    backend.decoder = decoders.ByteLevel()
+    return backend
+
+
+def _sentencepiece_bpe(metadata: dict) -> BackendTokenizer:
+    """Spaces become "▁" (with one in front of the text where the file asks, Llama 2's way),
+    text is split after each of them, and unknown characters fall back to their UTF-8 bytes
+    (<0x..> tokens)."""
+    tokens: list[str] = list(metadata["tokenizer.ggml.tokens"])
+    gemma = str(metadata.get("general.architecture", "")).startswith("gemma")
+    if gemma:
+        # Gemma's files spell its runs-of-spaces tokens with real spaces; the text they must match
+        # has them as "▁".
+        tokens = ["▁" * len(token) if " " in token and not token.strip() else token for token in tokens]
+        ranks = range(len(tokens))
+    else:
+        scores = metadata["tokenizer.ggml.scores"]
+        ranks = sorted(range(len(tokens)), key=lambda index: -scores[index])
+    vocab = {token: index for index, token in enumerate(tokens)}
+    merges = []
+    for index in ranks:
+        piece = tokens[index]
+        # Longest left part first, as transformers orders a piece's splits.
+        merges.extend(
+            (piece[:cut], piece[cut:])
+            for cut in range(len(piece) - 1, 0, -1)
+            if piece[:cut] in vocab and piece[cut:] in vocab
+        )
+    unknown = metadata.get("tokenizer.ggml.unknown_token_id")
+    backend = BackendTokenizer(
+        models.BPE(
+            vocab=vocab,
+            merges=merges,
+            fuse_unk=True,
+            unk_token=tokens[unknown] if unknown is not None else None,
+            byte_fallback=True,
+        )
+    )
+    replace_spaces = normalizers.Replace(" ", "▁")
+    if metadata.get("tokenizer.ggml.add_space_prefix", not gemma):
+        backend.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), replace_spaces])
+    else:
+        backend.normalizer = replace_spaces
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    return backend
 
 
 def _gguf_pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
