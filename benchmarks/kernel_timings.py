@@ -92,7 +92,9 @@ def attention_rows(device: torch.device) -> list[str]:
         kernel = median_ms(
             lambda: paged_decode_attention(query, key_cache, value_cache, tables, lengths, head_dim**-0.5)
         )
-        reference = median_ms(lambda: _decode_bucket(query, key_cache, value_cache, tables, lengths, head_dim**-0.5))
+        reference = median_ms(
+            lambda: _decode_bucket(query, key_cache, value_cache, tables, lengths, head_dim**-0.5, None)
+        )
         lines.append(f"{'':<16} {seqs:>4} {context:>8} {kernel:>10.3f} {reference:>13.3f} {reference / kernel:>5.2f}x")
     return lines
 

@@ -37,7 +37,8 @@ def knob(default=MISSING, *, help: str, default_factory=MISSING):
 class EngineConfig:
     model: str = knob(
         "smollm2-135m",
-        help="The bundled alias smollm2-135m (SmolLM2-135M, Q4_1 GGUF), a .gguf file, a Hugging Face folder "
+        help="A bundled alias: smollm2-135m (SmolLM2-135M, Q4_1 GGUF) or gemma3-270m (Gemma 3 270M, Q4_K_M GGUF, "
+        "32k context, sliding-window layers); a .gguf file, a Hugging Face folder "
         "(safetensors), simulated:MODEL@HARDWARE (the same scheduler on a catalogued GPU, timed by a cost "
         "model), or in the window a server's URL (http://HOST:PORT), whose own settings then apply.",
     )

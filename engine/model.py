@@ -1,4 +1,8 @@
-"""A Llama-family decoder (Llama, Mistral, Qwen2) over a flat batch of tokens and a paged KV cache.
+"""A decoder (Llama, Mistral, Qwen2, Gemma 3) over a flat batch of tokens and a paged KV cache.
+
+Gemma 3 departs from the Llama shape in ways `ModelConfig` names: (1 + weight) norms, q/k norms,
+norms after attention and the MLP as well as before, a GELU gate, scaled embeddings, and
+sliding-window layers with their own RoPE base between the global ones.
 
 Parameter names follow Hugging Face (`model.layers.N.self_attn.q_proj.weight`, ...), so both
 loaders hand over one state dict. The batch is flat ([num_tokens, hidden]): decode tokens first,
@@ -42,16 +46,24 @@ class AttentionMetadata:
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, size: int, eps: float):
+    """`offset` 0: Llama's norm (normalised in float32, cast, times the weight). `offset` 1: Gemma's
+    (times 1 + weight, in float32, then cast), each as its reference implementation computes it."""
+
+    def __init__(self, size: int, eps: float, offset: float = 0.0):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
+        self.eps, self.offset = eps, offset
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        # Normalise in float32 whatever the compute dtype, as the reference implementation does.
         as_float = hidden.float()
         normalised = as_float * torch.rsqrt(as_float.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.offset:
+            return (normalised * (self.offset + self.weight.float())).to(hidden.dtype)
         return self.weight * normalised.to(hidden.dtype)
+
+    def weight_dividing_output_by(self, factors: torch.Tensor) -> torch.Tensor:
+        """The weight that makes this norm's output `factors` times smaller (activation smoothing)."""
+        return (self.offset + self.weight) / factors - self.offset
 
 
 class RotaryEmbedding(nn.Module):
@@ -82,10 +94,15 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, layer: int):
         super().__init__()
         self.num_heads, self.kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
-        self.scale = self.head_dim**-0.5
+        self.scale = config.attention_scale or self.head_dim**-0.5
+        self.window = config.sliding_window if config.is_sliding(layer) else None
+        if config.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, config.norm_weight_offset)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, config.norm_weight_offset)
+        self.qk_norm = config.qk_norm
         hidden, bias = config.hidden_size, config.attention_bias
         self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
@@ -100,9 +117,13 @@ class Attention(nn.Module):
     def forward(self, hidden, rotary_tables, kv_cache, metadata: AttentionMetadata):
         num_tokens = hidden.shape[0]
         heads = self.qkv_proj(hidden).view(num_tokens, self.num_heads + 2 * self.kv_heads, self.head_dim)
-        rotated = apply_rotary(heads[:, : self.num_heads + self.kv_heads], *rotary_tables)
-        query, key = rotated[:, : self.num_heads], rotated[:, self.num_heads :]
         value = heads[:, self.num_heads + self.kv_heads :]
+        if self.qk_norm:
+            query = apply_rotary(self.q_norm(heads[:, : self.num_heads]), *rotary_tables)
+            key = apply_rotary(self.k_norm(heads[:, self.num_heads : self.num_heads + self.kv_heads]), *rotary_tables)
+        else:
+            rotated = apply_rotary(heads[:, : self.num_heads + self.kv_heads], *rotary_tables)
+            query, key = rotated[:, : self.num_heads], rotated[:, self.num_heads :]
         key_cache, value_cache = kv_cache
         write_kv_cache(key, value, key_cache, value_cache, metadata.slot_mapping)
 
@@ -115,6 +136,7 @@ class Attention(nn.Module):
             context_lens=metadata.decode_context_lens,
             scale=self.scale,
             buckets=metadata.decode_buckets,
+            window=self.window,
         )
         if not metadata.prefills:  # decode only: no slicing, so no size for a compiled graph to specialise on
             out = decode_attention(query)
@@ -133,6 +155,7 @@ class Attention(nn.Module):
                     chunk.block_table,
                     chunk.context_len,
                     self.scale,
+                    self.window,
                 )
         return self.o_proj(out.view(num_tokens, self.num_heads * self.head_dim))
 
@@ -140,6 +163,11 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
+        if config.hidden_activation not in _ACTIVATIONS:
+            raise ValueError(
+                f"hidden_activation {config.hidden_activation!r}: expected one of {', '.join(_ACTIVATIONS)}"
+            )
+        self.activation = _ACTIVATIONS[config.hidden_activation]
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
@@ -150,7 +178,10 @@ class MLP(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(hidden).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.activation(gate) * up)
+
+
+_ACTIVATIONS = {"silu": F.silu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh")}
 
 
 def _concatenated(*linears: nn.Linear) -> nn.Linear:
@@ -171,16 +202,35 @@ def _concatenated(*linears: nn.Linear) -> nn.Linear:
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig):
+    """Llama: x + attn(norm(x)), then x + mlp(post_attention_layernorm(x)). With sandwich norms
+    (Gemma): x + post_attention_layernorm(attn(norm(x))), then
+    x + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(x)))."""
+
+    def __init__(self, config: ModelConfig, layer: int):
         super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = Attention(config)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        size, eps, offset = config.hidden_size, config.rms_norm_eps, config.norm_weight_offset
+        self.is_sliding = config.is_sliding(layer)
+        self.input_layernorm = RMSNorm(size, eps, offset)
+        self.self_attn = Attention(config, layer)
+        self.post_attention_layernorm = RMSNorm(size, eps, offset)
         self.mlp = MLP(config)
+        self.sandwich_norms = config.sandwich_norms
+        if config.sandwich_norms:
+            self.pre_feedforward_layernorm = RMSNorm(size, eps, offset)
+            self.post_feedforward_layernorm = RMSNorm(size, eps, offset)
+
+    @property
+    def mlp_input_norm(self) -> RMSNorm:
+        """The norm whose output the MLP reads (activation smoothing folds into it)."""
+        return self.pre_feedforward_layernorm if self.sandwich_norms else self.post_attention_layernorm
 
     def forward(self, hidden, rotary_tables, kv_cache, metadata):
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), rotary_tables, kv_cache, metadata)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        attended = self.self_attn(self.input_layernorm(hidden), rotary_tables, kv_cache, metadata)
+        if not self.sandwich_norms:
+            hidden = hidden + attended
+            return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        hidden = hidden + self.post_attention_layernorm(attended)
+        return hidden + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(hidden)))
 
 
 class DecoderBody(nn.Module):
@@ -189,8 +239,8 @@ class DecoderBody(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.layers = nn.ModuleList(DecoderLayer(config, layer) for layer in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.norm_weight_offset)
 
 
 class CausalLM(nn.Module):
@@ -198,17 +248,34 @@ class CausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = DecoderBody(config)
-        self.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta)
+        self.build_rotary()
+        # The embedding scale as a buffer, so that it takes the compute dtype with the weights, as
+        # the reference's does (in bf16, sqrt(640) is 25.25, not 25.298).
+        self.register_buffer("embedding_scale", torch.tensor(config.embedding_scale), persistent=False)
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.quantized_head: nn.Module | None = None  # set by quantize_model(quantize_lm_head=True)
 
+    def build_rotary(self) -> None:
+        """The RoPE tables (computed, never loaded): one set, or a second for the sliding-window
+        layers where their base differs."""
+        config = self.config
+        self.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta)
+        self.local_rotary = None
+        if config.local_rope_theta and config.local_rope_theta != config.rope_theta:
+            self.local_rotary = RotaryEmbedding(
+                config.head_dim, config.max_position_embeddings, config.local_rope_theta
+            )
+
     def forward(self, token_ids, positions, kv_caches, metadata: AttentionMetadata) -> torch.Tensor:
         """Hidden states [num_tokens, hidden] before the final norm."""
         hidden = self.model.embed_tokens(token_ids)
+        if self.config.embedding_scale != 1.0:
+            hidden = hidden * self.embedding_scale
         rotary_tables = self.rotary.tables(positions, hidden.dtype)
+        local_tables = rotary_tables if self.local_rotary is None else self.local_rotary.tables(positions, hidden.dtype)
         for layer, kv_cache in zip(self.model.layers, kv_caches):
-            hidden = layer(hidden, rotary_tables, kv_cache, metadata)
+            hidden = layer(hidden, local_tables if layer.is_sliding else rotary_tables, kv_cache, metadata)
         return hidden
 
     def forward_logits(self, token_ids, positions, kv_caches, metadata: AttentionMetadata) -> torch.Tensor:

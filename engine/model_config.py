@@ -1,12 +1,15 @@
-"""`ModelConfig`: the shape of a Llama-family decoder, whichever file format it came from."""
+"""`ModelConfig`: the shape of a decoder, whichever file format it came from.
+
+The defaults describe the Llama family (RMSNorm, RoPE, grouped-query attention, SwiGLU); the fields
+after `eos_token_ids` describe how Gemma 3 departs from it (docs/models.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Architectures the decoder in engine/model.py implements: all are Llama-shaped (RMSNorm, RoPE,
-# grouped-query attention, SwiGLU); Qwen2 adds a bias to the q/k/v projections.
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
+# Architectures the decoder in engine/model.py implements: Llama-shaped (Qwen2 adds a bias to the
+# q/k/v projections) and Gemma 3 (its text decoder).
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "gemma3")
 
 
 @dataclass(frozen=True)
@@ -26,13 +29,29 @@ class ModelConfig:
     attention_bias: bool
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    # RMSNorms multiply by (offset + weight), in float32 before the cast back: Gemma's 1.0.
+    norm_weight_offset: float = 0.0
+    qk_norm: bool = False  # an RMSNorm over each query and key head before RoPE
+    sandwich_norms: bool = False  # norms after attention and after the MLP too, before the residual add
+    hidden_activation: str = "silu"  # the MLP gate's: "silu" or "gelu_tanh"
+    embedding_scale: float = 1.0  # token embeddings are multiplied by it (Gemma: sqrt(hidden_size))
+    attention_scale: float | None = None  # the query scaling; None: head_dim ** -0.5
+    sliding_window: int | None = None  # tokens a sliding-window layer attends to, its own included
+    sliding_layers: tuple[int, ...] = ()  # the layers that attend through the window
+    local_rope_theta: float | None = None  # the sliding-window layers' RoPE base, where it differs
+
+    def is_sliding(self, layer: int) -> bool:
+        return self.sliding_window is not None and layer in self.sliding_layers
+
+    def rope_theta_of(self, layer: int) -> float:
+        return self.local_rope_theta if self.is_sliding(layer) and self.local_rope_theta else self.rope_theta
 
     @property
     def num_parameters(self) -> int:
         """Parameter count from the shapes (embeddings counted once when tied)."""
         hidden = self.hidden_size
         biases = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim if self.attention_bias else 0
-        norms = 2 * hidden
+        norms = (4 if self.sandwich_norms else 2) * hidden + (2 * self.head_dim if self.qk_norm else 0)
         embeddings = self.vocab_size * hidden * (1 if self.tie_word_embeddings else 2)
         return self.num_projection_parameters + self.num_layers * (biases + norms) + embeddings + hidden
 

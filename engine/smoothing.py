@@ -85,19 +85,19 @@ def smooth_for_w8a8(
             attention, mlp = layer.self_attn, layer.mlp
             qkv = _factors(maxima[attention.qkv_proj], attention.qkv_proj.weight)
             _set_weight(attention.qkv_proj, attention.qkv_proj.weight * qkv)
-            _set_weight(layer.input_layernorm, layer.input_layernorm.weight / qkv)
+            _set_weight(layer.input_layernorm, layer.input_layernorm.weight_dividing_output_by(qkv))
             gate_up = _factors(maxima[mlp.gate_up_proj], mlp.gate_up_proj.weight)
             down = _factors(maxima[mlp.down_proj], mlp.down_proj.weight)
             up_rows_only = torch.cat([torch.ones_like(down), down])[:, None]  # gate_up is [gate; up]
             _set_weight(mlp.gate_up_proj, mlp.gate_up_proj.weight * gate_up / up_rows_only)
-            _set_weight(layer.post_attention_layernorm, layer.post_attention_layernorm.weight / gate_up)
+            _set_weight(layer.mlp_input_norm, layer.mlp_input_norm.weight_dividing_output_by(gate_up))
             _set_weight(mlp.down_proj, mlp.down_proj.weight * down)
         if smooth_head:
             # A copy: a tied head is also the embedding table, which must keep its values.
             head = model.model.embed_tokens.weight if model.config.tie_word_embeddings else model.lm_head.weight
             final = _factors(maxima[model.model.norm], head)
             head_weight = (head * final).to(head.dtype)
-            _set_weight(model.model.norm, model.model.norm.weight / final)
+            _set_weight(model.model.norm, model.model.norm.weight_dividing_output_by(final))
     return Smoothing(sum(map(len, prompts)), source), head_weight
 
 

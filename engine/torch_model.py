@@ -16,7 +16,7 @@ from engine.executor import TorchExecutor
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.model_source import read_model
 from engine.memory import CPU_DEFAULT_KV_CACHE_BYTES, GPU_MEMORY_UTILIZATION, activation_bytes_estimate
-from engine.model import CausalLM, RotaryEmbedding
+from engine.model import CausalLM
 from engine.prepared_model import KvMemoryLimits, PreparedModel
 from engine.quantization import UNQUANTIZED, check_quantization, get_method, quantize_model, weight_bytes, weight_parts
 from engine.quantization.auto import AUTO, CONFIGURED, choose_quantization
@@ -152,8 +152,10 @@ def _build_model(source: ModelSource, device: torch.device, dtype: torch.dtype) 
         model.load_state_dict({name: tensors[name] for name in expected}, assign=True)
     except RuntimeError as exc:
         raise ModelLoadError(f"{source.path}: a tensor has the wrong shape for the model's config ({exc})") from exc
-    # The rotary tables are computed, not loaded: build them for real outside the meta device.
-    model.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta)
+    # The rotary tables and the embedding scale are computed, not loaded: build them for real
+    # outside the meta device.
+    model.build_rotary()
+    model.embedding_scale = torch.tensor(config.embedding_scale)
     model = model.to(device=device, dtype=dtype).eval()
     model.fuse_projections()
     return model

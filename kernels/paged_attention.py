@@ -4,6 +4,9 @@ Cache layout, per layer: key_cache and value_cache of shape [num_blocks, block_s
 A sequence's tokens live in the blocks its block table lists, in order; token at position p sits in
 block block_table[p // block_size], slot p % block_size.
 
+Sliding-window layers pass `window`: a query at position p sees keys at positions p - window + 1
+to p (Gemma 3's and Mistral's rule, as transformers and llama.cpp apply it).
+
 Grouped-query attention: query head h reads kv head h // (num_heads // kv_heads), the Hugging Face
 layout. Decode views queries as [kv_heads, group, ...] and prefill passes enable_gqa to SDPA, so
 K/V are never materialised per query head.
@@ -35,6 +38,7 @@ def paged_decode_attention(
     context_lens: torch.Tensor,  # [num_seqs], tokens in each sequence's context, the new one included
     scale: float,
     buckets: list | None = None,  # length_buckets(...), computed once per step rather than per layer
+    window: int | None = None,
 ) -> torch.Tensor:
     """On CUDA, the Triton kernel reads K/V in place through the block tables. The torch path
     gathers sequences of similar length together (`buckets`), so one long context does not make
@@ -42,22 +46,29 @@ def paged_decode_attention(
     buckets it attends over every slot of the block tables with a mask: one fixed sequence of
     operators whatever the lengths, which is what a compiled decode graph needs (see
     engine.executor)."""
-    if query.is_cuda:
+    if query.is_cuda and window is None:  # the Triton kernel has no window yet: the torch path below
         from kernels.triton_paged_attention import paged_decode_attention_triton, supports
 
         if supports(key_cache.shape[1], query.shape[2]):
             return paged_decode_attention_triton(query, key_cache, value_cache, block_tables, context_lens, scale)
     if buckets is None:
-        return _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, scale)
+        return _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, scale, window)
     if len(buckets) == 1:
         _, num_blocks, same_length = buckets[0]
         return _decode_bucket(
-            query, key_cache, value_cache, block_tables[:, :num_blocks], context_lens, scale, same_length
+            query, key_cache, value_cache, block_tables[:, :num_blocks], context_lens, scale, window, same_length
         )
     out = torch.empty_like(query)
     for rows, num_blocks, same_length in buckets:
         out[rows] = _decode_bucket(
-            query[rows], key_cache, value_cache, block_tables[rows, :num_blocks], context_lens[rows], scale, same_length
+            query[rows],
+            key_cache,
+            value_cache,
+            block_tables[rows, :num_blocks],
+            context_lens[rows],
+            scale,
+            window,
+            same_length,
         )
     return out
 
@@ -95,20 +106,25 @@ def gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor) -> torch.Tens
     return gathered.view(*block_tables.shape[:-1], -1, *cache.shape[2:])
 
 
-def _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, scale, same_length: int | None = None):
+def _decode_bucket(
+    query, key_cache, value_cache, block_tables, context_lens, scale, window: int | None, same_length: int | None = None
+):
     num_seqs, num_heads, head_dim = query.shape
     kv_heads = key_cache.shape[2]
     keys = gather_blocks(key_cache, block_tables).transpose(1, 2)  # [num_seqs, kv_heads, max_len, head_dim]
     values = gather_blocks(value_cache, block_tables).transpose(1, 2)
     # Attention runs in the cache's dtype (a bf16 cache on a float32 engine: kv_cache_dtype).
     grouped_query = query.view(num_seqs, kv_heads, num_heads // kv_heads, head_dim).to(key_cache.dtype)
-    if same_length is not None:  # every sequence sees exactly its first same_length slots
+    if same_length is not None:  # every sequence sees exactly the same slots
+        first = 0 if window is None else max(same_length - window, 0)
         out = F.scaled_dot_product_attention(
-            grouped_query, keys[:, :, :same_length], values[:, :, :same_length], scale=scale
+            grouped_query, keys[:, :, first:same_length], values[:, :, first:same_length], scale=scale
         )
     else:
         positions = torch.arange(keys.shape[2], device=query.device)
         visible = positions[None, :] < context_lens[:, None]  # [num_seqs, max_len]
+        if window is not None:
+            visible &= positions[None, :] >= context_lens[:, None] - window
         out = F.scaled_dot_product_attention(
             grouped_query, keys, values, attn_mask=visible[:, None, None, :], scale=scale
         )
@@ -124,6 +140,7 @@ def paged_prefill_attention(
     block_table: torch.Tensor,  # [num_blocks_of_this_sequence]
     context_len: int,
     scale: float,
+    window: int | None = None,
 ) -> torch.Tensor:
     num_new = query.shape[0]
     if context_len == num_new:
@@ -133,7 +150,10 @@ def paged_prefill_attention(
         keys = gather_blocks(key_cache, block_table)[:context_len]
         values = gather_blocks(value_cache, block_table)[:context_len]
     query_positions = torch.arange(context_len - num_new, context_len, device=query.device)
-    causal = torch.arange(context_len, device=query.device)[None, :] <= query_positions[:, None]
+    key_positions = torch.arange(context_len, device=query.device)[None, :]
+    causal = key_positions <= query_positions[:, None]
+    if window is not None:
+        causal &= key_positions > query_positions[:, None] - window
     # Heads first, with a batch of one: 4-D inputs with enable_gqa take PyTorch's fused CPU kernel;
     # a 3-D grouped-query form runs the slower unfused math path (docs/measurements.md, "Measured reasons behind the
     # code").

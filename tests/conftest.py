@@ -65,6 +65,25 @@ def make_smollm_engine(smollm_source):
     return make
 
 
+@pytest.fixture(scope="session")
+def gemma_source():
+    return read_model("gemma3-270m")
+
+
+@pytest.fixture
+def make_gemma_engine(gemma_source):
+    """Engines on Gemma 3 270M, the file read once per session; unquantized float32 unless asked."""
+
+    def make(**overrides) -> LLMEngine:
+        settings = dict(
+            model="gemma3-270m", device="cpu", dtype="float32", kv_cache_memory=256 << 20, quantization="none"
+        )
+        settings.update(overrides)
+        return LLMEngine(EngineConfig(**settings), source=gemma_source)
+
+    return make
+
+
 @pytest.fixture
 def held_compile(monkeypatch):
     """An event that a background compile waits for before it starts: with a warm inductor cache

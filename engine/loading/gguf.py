@@ -1,11 +1,14 @@
 """Read a llama.cpp GGUF file: shape from metadata, tensors dequantized to float32, tokenizer.
 
-Dequantization (Q4_0, Q4_1, Q8_0, K-quants, ...) is the `gguf` package's own numpy code, the
-reference implementation maintained with llama.cpp.
+The container is read by engine/loading/gguf_file.py; dequantization (Q4_0, Q4_1, Q8_0, K-quants,
+...) is the `gguf` package's own numpy code, the reference implementation maintained with llama.cpp.
+Tensor names become Hugging Face's, and values their conventions: Llama's q/k rows un-permuted,
+Gemma's norms back to the weight that (1 + weight) multiplies (llama.cpp's converter adds the 1).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from pathlib import Path
@@ -15,6 +18,7 @@ import numpy as np
 import torch
 
 from engine.errors import ModelLoadError
+from engine.loading.gguf_file import GGUFTensor, read_gguf_file
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.tokenizer import Tokenizer
 from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
@@ -35,20 +39,35 @@ _LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+# Gemma 3 names its norms differently: "ffn_norm" is the norm before the MLP, and the norms after
+# attention and the MLP, and over each query and key head, have names of their own.
+_GEMMA3_LAYER_NAMES = {
+    **_LAYER_NAMES,
+    "post_attention_norm": "post_attention_layernorm",
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+}
 _PROJECTIONS = tuple(name for name in _LAYER_NAMES if not name.endswith("_norm"))
+# Gemma 3's local layers: all but every sixth (llama.cpp's swa pattern, transformers' layer_types).
+_GEMMA3_GLOBAL_EVERY = 6
+_GEMMA3_LOCAL_ROPE_THETA = 10_000.0
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 
 
 def read_gguf(path: Path, progress: ProgressCallback) -> ModelSource:
     progress("read file", 0.0)
-    reader = _open_reader(path)
-    metadata = _metadata(reader)
-    config = _model_config(metadata, reader, path)
+    file = read_gguf_file(path)
+    metadata = file.metadata
+    config = _model_config(metadata, file.tensors, path)
     tokenizer = Tokenizer.from_gguf_metadata(metadata, path)
     tensors: dict[str, torch.Tensor] = {}
-    for index, tensor in enumerate(reader.tensors):
-        name = _hf_name(tensor.name, path)
+    for index, tensor in enumerate(file.tensors):
+        name = _hf_name(tensor.name, config.architecture, path)
         values = _dequantize(tensor, path)
+        if config.norm_weight_offset and name.endswith("norm.weight"):
+            values = values - config.norm_weight_offset
         # llama.cpp's converter permutes Llama's q/k rows to interleave rotary pairs; undo it so
         # the weights match the Hugging Face rotate-half layout our decoder uses.
         if config.architecture == "llama" and tensor.name.endswith(("attn_q.weight", "attn_q.bias")):
@@ -56,9 +75,9 @@ def read_gguf(path: Path, progress: ProgressCallback) -> ModelSource:
         elif config.architecture == "llama" and tensor.name.endswith(("attn_k.weight", "attn_k.bias")):
             values = _unpermute_rotary_rows(values, config.num_kv_heads)
         tensors[name] = torch.from_numpy(np.array(values, dtype=np.float32))  # a copy: the file is mapped read-only
-        progress("dequantize", (index + 1) / len(reader.tensors))
-    stored = Counter(tensor.tensor_type.name for tensor in reader.tensors)
-    types = {tensor.name: tensor.tensor_type.name for tensor in reader.tensors}
+        progress("dequantize", (index + 1) / len(file.tensors))
+    stored = Counter(tensor.tensor_type.name for tensor in file.tensors)
+    types = {tensor.name: tensor.tensor_type.name for tensor in file.tensors}
     projections = Counter(
         kind
         for name, kind in types.items()
@@ -79,34 +98,10 @@ def read_gguf(path: Path, progress: ProgressCallback) -> ModelSource:
 
 def read_gguf_tokenizer(path: Path) -> Tokenizer:
     """The file's tokenizer alone, from its metadata (no tensor is read)."""
-    return Tokenizer.from_gguf_metadata(_metadata(_open_reader(path)), path)
+    return Tokenizer.from_gguf_metadata(read_gguf_file(path, with_tensors=False).metadata, path)
 
 
-def _open_reader(path: Path) -> gguf.GGUFReader:
-    try:
-        reader = gguf.GGUFReader(path)
-    except Exception as exc:  # the reader raises ValueError, IndexError, struct errors... on bad files
-        raise ModelLoadError(f"{path}: not a readable GGUF file, perhaps truncated or corrupt ({exc})") from exc
-    for tensor in reader.tensors:
-        if tensor.data.nbytes != tensor.n_bytes:
-            raise ModelLoadError(
-                f"{path}: tensor {tensor.name} has {tensor.data.nbytes} of its {tensor.n_bytes} bytes; "
-                "the file is truncated"
-            )
-    return reader
-
-
-def _metadata(reader: gguf.GGUFReader) -> dict:
-    values = {}
-    for key, field in reader.fields.items():
-        try:
-            values[key] = field.contents()
-        except Exception:  # a field type this gguf version cannot decode; we only need known keys
-            continue
-    return values
-
-
-def _model_config(metadata: dict, reader: gguf.GGUFReader, path: Path) -> ModelConfig:
+def _model_config(metadata: dict, tensors: list[GGUFTensor], path: Path) -> ModelConfig:
     architecture = metadata.get("general.architecture")
     if architecture not in SUPPORTED_ARCHITECTURES:
         raise ModelLoadError(
@@ -122,14 +117,21 @@ def _model_config(metadata: dict, reader: gguf.GGUFReader, path: Path) -> ModelC
 
     hidden = int(key("embedding_length"))
     heads = int(key("attention.head_count"))
-    tensor_names = {tensor.name for tensor in reader.tensors}
+    tensor_names = {tensor.name for tensor in tensors}
+    layers = int(key("block_count"))
     eos = metadata.get("tokenizer.ggml.eos_token_id")
-    return ModelConfig(
+    scaling = metadata.get(f"{architecture}.rope.scaling.type", "none")
+    if scaling != "none":
+        raise ModelLoadError(
+            f"{path}: metadata {architecture}.rope.scaling.type is {scaling!r}; "
+            "only unscaled RoPE ('none') is supported"
+        )
+    config = ModelConfig(
         architecture=architecture,
         vocab_size=len(metadata.get("tokenizer.ggml.tokens", [])) or int(key("vocab_size")),
         hidden_size=hidden,
         intermediate_size=int(key("feed_forward_length")),
-        num_layers=int(key("block_count")),
+        num_layers=layers,
         num_heads=heads,
         num_kv_heads=int(key("attention.head_count_kv", heads)),
         head_dim=int(key("attention.key_length", hidden // heads)),
@@ -141,19 +143,36 @@ def _model_config(metadata: dict, reader: gguf.GGUFReader, path: Path) -> ModelC
         bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
         eos_token_ids=() if eos is None else (int(eos),),
     )
+    if architecture != "gemma3":
+        return config
+    return dataclasses.replace(
+        config,
+        norm_weight_offset=1.0,
+        qk_norm=True,
+        sandwich_norms=True,
+        hidden_activation="gelu_tanh",
+        embedding_scale=hidden**0.5,
+        # The file does not store query_pre_attn_scalar; llama.cpp's rule: head_dim, except for the
+        # 27B model (62 layers), which scales by hidden / heads.
+        attention_scale=(hidden / heads if layers == 62 else config.head_dim) ** -0.5,
+        sliding_window=int(key("attention.sliding_window")),
+        sliding_layers=tuple(layer for layer in range(layers) if (layer + 1) % _GEMMA3_GLOBAL_EVERY),
+        local_rope_theta=_GEMMA3_LOCAL_ROPE_THETA,
+    )
 
 
-def _hf_name(gguf_name: str, path: Path) -> str:
+def _hf_name(gguf_name: str, architecture: str, path: Path) -> str:
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
+    names = _GEMMA3_LAYER_NAMES if architecture == "gemma3" else _LAYER_NAMES
     match = _LAYER_TENSOR.fullmatch(gguf_name)
-    if match is None or match.group(2) not in _LAYER_NAMES:
-        raise ModelLoadError(f"{path}: unexpected tensor {gguf_name!r} for a Llama-family model")
+    if match is None or match.group(2) not in names:
+        raise ModelLoadError(f"{path}: unexpected tensor {gguf_name!r} for a {architecture} model")
     layer, part, kind = match.groups()
-    return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{kind}"
+    return f"model.layers.{layer}.{names[part]}.{kind}"
 
 
-def _dequantize(tensor, path: Path) -> np.ndarray:
+def _dequantize(tensor: GGUFTensor, path: Path) -> np.ndarray:
     try:
         return gguf.quants.dequantize(tensor.data, tensor.tensor_type)
     except NotImplementedError as exc:

@@ -1,5 +1,5 @@
 """Paged attention equals plain causal attention on contiguous K/V, for uneven lengths, scattered
-blocks and GQA ratios 1 and 3."""
+blocks, GQA ratios 1 and 3, and with a sliding window (shorter and longer than the contexts)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,23 @@ from kernels.paged_attention import length_buckets, paged_decode_attention, page
 from tests.kernels.references import BLOCK_SIZE, HEAD_DIM, scattered_cache
 
 
-def dense_attention(query, keys, values, query_positions):
-    """query [n, heads, d] at the given positions; keys/values [context, kv_heads, d]."""
+def dense_attention(query, keys, values, query_positions, window=None):
+    """query [n, heads, d] at the given positions; keys/values [context, kv_heads, d]; with a
+    window, each query sees only the `window` positions ending at its own."""
     group = query.shape[1] // keys.shape[1]
     keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
     scores = torch.einsum("qhd,khd->hqk", query, keys) / HEAD_DIM**0.5
     visible = torch.arange(keys.shape[0])[None, :] <= query_positions[:, None]
+    if window is not None:
+        visible &= torch.arange(keys.shape[0])[None, :] > query_positions[:, None] - window
     scores = scores.masked_fill(~visible, float("-inf"))
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), values)
 
 
+@pytest.mark.parametrize("window", [None, 16, 512])
 @pytest.mark.parametrize("kv_heads, group", [(2, 1), (2, 3), (1, 3)])
-@pytest.mark.parametrize("lengths", [[1], [5, 1, 17, 8, 4], [33], [3, 1500, 7, 700, 2900, 40]])
-def test_decode_matches_dense(kv_heads, group, lengths):
+@pytest.mark.parametrize("lengths", [[1], [5, 1, 17, 8, 4], [33], [33, 33], [3, 1500, 7, 700, 2900, 40]])
+def test_decode_matches_dense(kv_heads, group, lengths, window):
     generator = torch.Generator().manual_seed(len(lengths) * 10 + group)
     key_cache, value_cache, tables, contents = scattered_cache(lengths, kv_heads, generator)
     query = torch.randn(len(lengths), kv_heads * group, HEAD_DIM, generator=generator)
@@ -31,16 +35,17 @@ def test_decode_matches_dense(kv_heads, group, lengths):
     # Grouped by length (the eager path) and as one masked group (the compiled path).
     for buckets in (length_buckets(lengths, BLOCK_SIZE, query.device), None):
         out = paged_decode_attention(
-            query, key_cache, value_cache, block_tables, torch.tensor(lengths), HEAD_DIM**-0.5, buckets
+            query, key_cache, value_cache, block_tables, torch.tensor(lengths), HEAD_DIM**-0.5, buckets, window
         )
         for index, (length, (keys, values)) in enumerate(zip(lengths, contents)):
-            expected = dense_attention(query[index : index + 1], keys, values, torch.tensor([length - 1]))
+            expected = dense_attention(query[index : index + 1], keys, values, torch.tensor([length - 1]), window)
             torch.testing.assert_close(out[index : index + 1], expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("window", [None, 4])
 @pytest.mark.parametrize("kv_heads, group", [(2, 1), (1, 3)])
 @pytest.mark.parametrize("context_len, num_new", [(7, 7), (13, 5), (16, 1), (9, 8)])
-def test_prefill_chunk_matches_dense(kv_heads, group, context_len, num_new):
+def test_prefill_chunk_matches_dense(kv_heads, group, context_len, num_new, window):
     generator = torch.Generator().manual_seed(context_len * 100 + num_new)
     key_cache, value_cache, tables, contents = scattered_cache([context_len], kv_heads, generator)
     keys, values = contents[0]
@@ -54,6 +59,7 @@ def test_prefill_chunk_matches_dense(kv_heads, group, context_len, num_new):
         torch.tensor(tables[0]),
         context_len,
         HEAD_DIM**-0.5,
+        window,
     )
-    expected = dense_attention(query, keys, values, torch.arange(context_len - num_new, context_len))
+    expected = dense_attention(query, keys, values, torch.arange(context_len - num_new, context_len), window)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

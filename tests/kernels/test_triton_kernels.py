@@ -58,7 +58,7 @@ def test_paged_decode_attention_matches_reference(kv_heads, group, lengths):
     widest = max(len(table) for table in tables)
     block_tables = torch.tensor([table + [0] * (widest - len(table)) for table in tables])
     context_lens = torch.tensor(lengths)
-    expected = _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, HEAD_DIM**-0.5)
+    expected = _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, HEAD_DIM**-0.5, None)
     actual = paged_decode_attention_triton(
         query.to(DEVICE),
         key_cache.to(DEVICE),

@@ -1,0 +1,97 @@
+"""On the bundled Gemma 3 270M GGUF: the engine's greedy continuations equal transformers'
+Gemma3ForCausalLM (loaded from the same file, dequantized to float32) token for token, within and
+past the 512-token sliding window, in one batch and through chunked prefill; its SentencePiece
+tokenizer gives transformers' ids on a varied text set."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import SamplingParams
+from engine.loading.model_source import resolve_model_path
+from engine.sharegpt import load_sharegpt
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):\n    ",
+    "Once upon a time, in a small village,",
+    "The three primary colors are",
+    "Question: What is 17 times 23?\nAnswer:",
+    "<start_of_turn>user\nWhat is a KV cache?<end_of_turn>\n<start_of_turn>model\n",
+    "Translate to French: The weather is nice today.\n",
+    "SELECT name, COUNT(*) FROM users",
+]
+
+TEXTS = [
+    "Hello world",
+    "  two spaces\tand a tab\n\nnewlines\r\n",
+    "def f(x):\n    return x**2  # squared\n\t\tpass",
+    "12345 3.14159 1,000,000 0x1F",
+    "naïve café 日本語 😀 Ünïcödé ß ﬁ",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math 🤖🧠 ٣٤٥ العربية",
+    " leading space",
+    "trailing   ",
+    "      ",
+    "<start_of_turn>user\nhi<end_of_turn>",
+    "\x00\x01 control characters",
+    "a" * 300,
+    '{"key": [1, 2, {"nested": null}]}',
+]
+
+
+@pytest.fixture(scope="module")
+def transformers_gemma():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path("gemma3-270m")
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    return model.eval(), tokenizer
+
+
+def reference_continuation(model, prompt: list[int], max_tokens: int) -> list[int]:
+    with torch.no_grad():
+        generated = model.generate(torch.tensor([prompt]), max_new_tokens=max_tokens, do_sample=False)
+    return generated[0, len(prompt) :].tolist()
+
+
+def test_greedy_continuations_match_transformers(make_gemma_engine, transformers_gemma):
+    model, _ = transformers_gemma
+    engine = make_gemma_engine()
+    prompts = [engine.tokenizer.encode(text) for text in PROMPTS]
+    outputs = engine.generate(prompts, SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True))
+    for prompt, output in zip(prompts, outputs):
+        assert output.token_ids == reference_continuation(model, prompt, 32), engine.tokenizer.decode(prompt)
+
+
+def test_past_the_sliding_window_through_chunked_prefill(make_gemma_engine, transformers_gemma):
+    """A 1,300-token prompt: the local layers see only its last 512 tokens, the global ones all of
+    it; prefilled in 256-token chunks, so each chunk reads keys from the cache across the window."""
+    model, _ = transformers_gemma
+    engine = make_gemma_engine(max_num_batched_tokens=256)
+    text = "\n\n".join(conversation.reply for conversation in load_sharegpt().conversations[:40])
+    prompt = engine.tokenizer.encode(text)[:1300]
+    (output,) = engine.generate([prompt], SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))
+    assert output.token_ids == reference_continuation(model, prompt, 12)
+
+
+def test_tokenizer_matches_transformers(make_gemma_engine, transformers_gemma):
+    _, reference = transformers_gemma
+    tokenizer = make_gemma_engine().tokenizer
+    for text in TEXTS:
+        ids = tokenizer.encode(text)
+        assert ids == reference.encode(text), repr(text)
+        assert tokenizer.decode(ids, skip_special_tokens=False) == reference.decode(ids), repr(text)
+
+
+def test_bos_once_and_the_gemma_turn_format(make_gemma_engine):
+    tokenizer = make_gemma_engine().tokenizer
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Hi there"}])
+    assert prompt == "<bos><start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n"
+    ids = tokenizer.encode(prompt)
+    assert ids[:2] == [2, tokenizer.backend.token_to_id("<start_of_turn>")]  # one BOS, the template's
+    assert tokenizer.encode("Hi")[0] == 2
+    assert tokenizer.decode(tokenizer.encode("a\nb\tc")) == "a\nb\tc"  # "\n" is user-defined, not special
