@@ -1,5 +1,6 @@
-"""Tiny random Llama and Qwen2 checkpoints written as safetensors, and engines on them: the real
-engine and loaders at a size that runs in milliseconds (the fixtures in conftest.py use these)."""
+"""Tiny random Llama, Qwen2, Mistral (sliding window) and Gemma 3 checkpoints written as
+safetensors, and engines on them: the real engine and loaders at a size that runs in milliseconds
+(the fixtures in conftest.py use these)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,30 @@ def save_tiny_model(directory, architecture: str, num_kv_heads: int, tie: bool =
     import transformers
 
     torch.manual_seed(0)
-    if architecture == "qwen2":
+    if architecture == "mistral":  # a window shorter than the test prompts
+        config = transformers.MistralConfig(
+            **TINY_SHAPE, num_key_value_heads=num_kv_heads, tie_word_embeddings=tie, sliding_window=5
+        )
+        model = transformers.MistralForCausalLM(config)
+    elif architecture == "gemma3":
+        # Local layers with a 5-token window and their own RoPE base around a global one; a query
+        # scale that is not head_dim's.
+        config = transformers.Gemma3TextConfig(
+            **TINY_SHAPE,
+            num_key_value_heads=num_kv_heads,
+            head_dim=16,
+            tie_word_embeddings=tie,
+            sliding_window=5,
+            layer_types=["sliding_attention", "full_attention"],
+            query_pre_attn_scalar=20,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
+            },
+            pad_token_id=0,
+        )
+        model = transformers.Gemma3ForCausalLM(config)
+    elif architecture == "qwen2":
         config = transformers.Qwen2Config(
             **TINY_SHAPE, num_key_value_heads=num_kv_heads, tie_word_embeddings=tie, rope_theta=10000.0
         )
@@ -33,10 +57,11 @@ def save_tiny_model(directory, architecture: str, num_kv_heads: int, tie: bool =
             **TINY_SHAPE, num_key_value_heads=num_kv_heads, tie_word_embeddings=tie, rope_theta=50000.0
         )
         model = transformers.LlamaForCausalLM(config)
-    # Random init leaves Qwen2's q/k/v biases at zero; give them values so the bias path is tested.
+    # Random init leaves Qwen2's q/k/v biases and Gemma's norms at zero; give them values so the
+    # bias and (1 + weight) paths are tested.
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if name.endswith("bias"):
+            if name.endswith(("bias", "norm.weight")):
                 parameter.normal_(0, 0.5)
     model.eval()
     model.save_pretrained(directory, safe_serialization=True)

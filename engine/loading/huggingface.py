@@ -6,6 +6,7 @@ refused with a message rather than unpickled.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
@@ -18,6 +19,19 @@ from engine.errors import ModelLoadError
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.tokenizer import Tokenizer
 from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
+
+# config.json's model_type -> the architecture's name here.
+_HF_MODEL_TYPES = {"gemma3_text": "gemma3"}
+# Settings whose effect the decoder does not implement: refused by name rather than ignored.
+_UNSUPPORTED_WHEN_SET = (
+    "final_logit_softcapping",
+    "attn_logit_softcapping",
+    "use_bidirectional_attention",
+    "use_sliding_window",  # Qwen2's window over its upper layers
+    "num_experts",
+    "num_local_experts",
+    "kv_lora_rank",  # multi-head latent attention (DeepSeek)
+)
 
 
 def read_hf_directory(directory: Path, progress: ProgressCallback) -> ModelSource:
@@ -55,17 +69,15 @@ def _model_config(directory: Path) -> ModelConfig:
         raw = json.loads(config_file.read_text())
     except json.JSONDecodeError as exc:
         raise ModelLoadError(f"{config_file}: not valid JSON ({exc})") from exc
-    architecture = raw.get("model_type")
+    architecture = _HF_MODEL_TYPES.get(raw.get("model_type"), raw.get("model_type"))
     if architecture not in SUPPORTED_ARCHITECTURES:
         raise ModelLoadError(
-            f"{config_file}: model_type {architecture!r} is not supported; expected one of "
-            f"{', '.join(SUPPORTED_ARCHITECTURES)}"
+            f"{config_file}: model_type {raw.get('model_type')!r} is not supported; expected one of "
+            f"{', '.join(SUPPORTED_ARCHITECTURES)} (gemma3 as gemma3_text)"
         )
-    # transformers 5 nests rope settings under "rope_parameters"; older files use top-level keys.
-    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type != "default":
-        raise ModelLoadError(f"{config_file}: rope type {rope_type!r} is not supported; only default RoPE is")
+    for name in _UNSUPPORTED_WHEN_SET:
+        if raw.get(name):
+            raise ModelLoadError(f"{config_file}: {name} = {raw[name]!r} is not supported")
 
     def key(name: str) -> object:
         if name not in raw:
@@ -74,24 +86,63 @@ def _model_config(directory: Path) -> ModelConfig:
 
     heads = int(key("num_attention_heads"))
     hidden = int(key("hidden_size"))
+    layers = int(key("num_hidden_layers"))
     eos = raw.get("eos_token_id")
     eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
-    return ModelConfig(
+    # transformers 5 nests rope settings under "rope_parameters" (per layer type for Gemma 3);
+    # older files use "rope_scaling" and top-level keys, which transformers folds into it.
+    rope = {**(raw.get("rope_parameters") or {}), **(raw.get("rope_scaling") or {})}
+    global_rope = rope.get("full_attention", rope) if architecture == "gemma3" else rope
+    local_rope = rope.get("sliding_attention", {}) if architecture == "gemma3" else {}
+    for where, settings in (("", global_rope), ("sliding_attention.", local_rope)):
+        rope_type = settings.get("rope_type", settings.get("type", "default"))
+        if rope_type != "default":
+            raise ModelLoadError(
+                f"{config_file}: rope {where}rope_type {rope_type!r} is not supported; only default RoPE is"
+            )
+    config = ModelConfig(
         architecture=architecture,
         vocab_size=int(key("vocab_size")),
         hidden_size=hidden,
         intermediate_size=int(key("intermediate_size")),
-        num_layers=int(key("num_hidden_layers")),
+        num_layers=layers,
         num_heads=heads,
         num_kv_heads=int(raw.get("num_key_value_heads") or heads),
         head_dim=int(raw.get("head_dim") or hidden // heads),
-        rope_theta=float(rope.get("rope_theta", raw.get("rope_theta", 10000.0))),
+        rope_theta=float(global_rope.get("rope_theta", raw.get("rope_theta", 10000.0))),
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
         max_position_embeddings=int(key("max_position_embeddings")),
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", architecture == "gemma3")),
         attention_bias=architecture == "qwen2" or bool(raw.get("attention_bias", False)),
         bos_token_id=raw.get("bos_token_id"),
         eos_token_ids=eos_ids,
+    )
+    if architecture == "mistral" and raw.get("sliding_window"):
+        return dataclasses.replace(
+            config, sliding_window=int(raw["sliding_window"]), sliding_layers=tuple(range(layers))
+        )
+    if architecture != "gemma3":
+        return config
+    activation = raw.get("hidden_activation", "gelu_pytorch_tanh")
+    if activation != "gelu_pytorch_tanh":
+        raise ModelLoadError(
+            f"{config_file}: hidden_activation {activation!r} is not supported; expected gelu_pytorch_tanh"
+        )
+    pattern = raw.get("sliding_window_pattern", 6)
+    layer_types = raw.get("layer_types") or [
+        "full_attention" if (layer + 1) % pattern == 0 else "sliding_attention" for layer in range(layers)
+    ]
+    return dataclasses.replace(
+        config,
+        norm_weight_offset=1.0,
+        qk_norm=True,
+        sandwich_norms=True,
+        hidden_activation="gelu_tanh",
+        embedding_scale=hidden**0.5,
+        attention_scale=float(raw.get("query_pre_attn_scalar", 256)) ** -0.5,
+        sliding_window=int(raw.get("sliding_window") or 4096),
+        sliding_layers=tuple(layer for layer, kind in enumerate(layer_types) if kind == "sliding_attention"),
+        local_rope_theta=float(local_rope.get("rope_theta", raw.get("rope_local_base_freq", 10_000.0))),
     )
 
 

@@ -61,6 +61,26 @@ def test_unknown_architecture_lists_the_supported_ones(tmp_path, tiny_llama):
         load(other)
 
 
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_type 'yarn' is not supported"),
+        ({"final_logit_softcapping": 30.0}, "final_logit_softcapping = 30.0 is not supported"),
+        ({"num_local_experts": 8}, "num_local_experts = 8 is not supported"),
+        ({"kv_lora_rank": 512}, "kv_lora_rank = 512 is not supported"),
+    ],
+)
+def test_what_the_decoder_does_not_implement_is_refused_by_name(tmp_path, tiny_llama, setting, message):
+    directory, _ = tiny_llama
+    other = tmp_path / "other"
+    shutil.copytree(directory, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, **setting}))
+    with pytest.raises(ModelLoadError, match=message) as error:
+        load(other)
+    assert str(other / "config.json") in str(error.value)
+
+
 def test_pickle_checkpoints_are_refused_not_unpickled(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x04 pickle bytes that must never be loaded")

@@ -1,5 +1,6 @@
-"""The engine's decoder equals transformers' on tiny random Llama and Qwen2 checkpoints: prefill,
-chunked prefill and step-by-step decode through the paged cache, in float32."""
+"""The engine's decoder equals transformers' on tiny random Llama, Qwen2, Mistral (a 5-token
+sliding window) and Gemma 3 checkpoints: prefill, chunked prefill and step-by-step decode through
+the paged cache, in float32."""
 
 from __future__ import annotations
 
@@ -30,7 +31,15 @@ def engine_logits(engine, prompt):
 
 @pytest.mark.parametrize(
     "architecture, num_kv_heads, tie",
-    [("llama", 2, False), ("llama", 6, True), ("qwen2", 2, False), ("qwen2", 3, True)],
+    [
+        ("llama", 2, False),
+        ("llama", 6, True),
+        ("qwen2", 2, False),
+        ("qwen2", 3, True),
+        ("mistral", 2, False),
+        ("gemma3", 1, True),
+        ("gemma3", 3, False),
+    ],
 )
 @pytest.mark.parametrize("max_num_batched_tokens", [64, 5])  # one-shot prefill, then 5-token chunks
 def test_logits_match_transformers(tmp_path, architecture, num_kv_heads, tie, max_num_batched_tokens):
