@@ -69,6 +69,11 @@ def _convert(expected: Any, value: Any, source: str, key: str) -> Any:
         if not isinstance(value, list):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
         return [_convert(item_type, item, source, f"{key}[{index}]") for index, item in enumerate(value)]
+    if origin is tuple:  # tuple[X, ...]: a TOML array
+        item_type = typing.get_args(expected)[0]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return tuple(_convert(item_type, item, source, f"{key}[{index}]") for index, item in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a table, got {value!r}")

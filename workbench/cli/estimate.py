@@ -30,7 +30,10 @@ def add_to(commands) -> None:
     )
     estimate.add_argument("--max-num-batched-tokens", type=at_least(int, 1), default=2048)
     estimate.add_argument(
-        "--loaded", action="store_true", help="also load the bundled model and compare with measured bytes"
+        "--loaded",
+        action="store_true",
+        help="also load the model (--model when it is a bundled one: smollm2-135m, gemma3-270m; else smollm2-135m) "
+        "and compare with measured bytes",
     )
     estimate.set_defaults(handler=run)
 
@@ -87,7 +90,7 @@ def run(args) -> int:
             else:
                 print(f"=> {fits:,} concurrent {context:,}-token requests fit")
     if args.loaded:
-        _compare_with_loaded()
+        _compare_with_loaded(args.model)
     return 0
 
 
@@ -96,13 +99,15 @@ def _size(count: int) -> str:
     return f"{count / 1024:>8,.0f} KiB" if count < 1 << 20 else f"{count / 1e9:>8.2f} GB "
 
 
-def _compare_with_loaded() -> int:
+def _compare_with_loaded(model: str | None) -> int:
     from engine import EngineConfig, LLMEngine
+    from engine.loading.bundled_models import BUNDLED_MODELS
     from engine.memory import weight_bytes_estimate
 
     # Unquantized float32 weights and cache, as the estimate below assumes (not the default's auto choice).
     engine = LLMEngine(
         EngineConfig(
+            model=model if model in BUNDLED_MODELS else EngineConfig.model,
             device="cpu",
             dtype="float32",
             kv_cache_memory=64 << 20,

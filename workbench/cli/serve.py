@@ -10,6 +10,9 @@ def add_to(commands) -> None:
     serve = commands.add_parser("serve", help="serve the engine over an OpenAI-compatible HTTP API with vLLM's metrics")
     serve.add_argument("--preset", help="take the engine settings from this preset")
     serve.add_argument(
+        "--model", help="the model to serve (short for --set engine.model=MODEL): smollm2-135m, gemma3-270m or a path"
+    )
+    serve.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -37,6 +40,8 @@ def run(args) -> int:
     from workbench.presets import load_preset
     from workbench.server.run import serve
 
+    if args.model is not None:
+        args.overrides = [*args.overrides, f"engine.model={args.model}"]
     if args.preset:
         config = load_preset(args.preset, args.overrides).engine
     else:
