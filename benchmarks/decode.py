@@ -30,6 +30,7 @@ from benchmarks.common import build_engine, chosen_variants, machine_line, measu
 from benchmarks.peers import llama_cpp_decode
 from engine import LLMEngine, SamplingParams
 from engine.quantization import QuantizedLinear
+from engine.quantization.int8 import Int8Embedding
 
 
 def kernel_ms_per_step(engine: LLMEngine, steps: int = 20) -> float:
@@ -42,14 +43,16 @@ def kernel_ms_per_step(engine: LLMEngine, steps: int = 20) -> float:
 def bytes_read_per_token(engine: LLMEngine) -> int:
     """Weight bytes one decode step reads: every stored weight, less the embedding table when the
     LM head is a tensor of its own (quantized, or untied), as the embedding then reads one row,
-    and less the batched bf16 copies (a single row takes the packed kernels)."""
+    and less the batched bf16 copies (a single row takes the packed kernels). A table that reads
+    its rows from the int8 head (Int8Embedding) is the head's own tensor, counted once."""
     model = engine.executor.model
     copies = sum(
         module.batched_weight.nbytes
         for module in model.modules()
         if isinstance(module, QuantizedLinear) and module.batched_weight is not None
     )
-    if model.quantized_head is None and model.config.tie_word_embeddings:
+    shared = isinstance(model.model.embed_tokens, Int8Embedding)
+    if shared or (model.quantized_head is None and model.config.tie_word_embeddings):
         return engine.weight_bytes - copies
     return engine.weight_bytes - copies - model.model.embed_tokens.weight.nbytes
 

@@ -106,25 +106,41 @@ def gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor) -> torch.Tens
     return gathered.view(*block_tables.shape[:-1], -1, *cache.shape[2:])
 
 
+def window_block_tables(
+    block_tables: torch.Tensor, context_lens: torch.Tensor, window: int, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The columns of each row's block table that hold its last `window` positions (at most
+    window / block_size + 1 blocks), and the position each row's first such block starts at: a
+    sliding-window layer gathers those instead of the whole context."""
+    width = min(block_tables.shape[1], -(-window // block_size) + 1)
+    first_block = ((context_lens - window).clamp(min=0) // block_size).clamp(max=block_tables.shape[1] - width)
+    columns = first_block[:, None] + torch.arange(width, device=block_tables.device)
+    return block_tables.gather(1, columns), first_block * block_size
+
+
 def _decode_bucket(
     query, key_cache, value_cache, block_tables, context_lens, scale, window: int | None, same_length: int | None = None
 ):
     num_seqs, num_heads, head_dim = query.shape
     kv_heads = key_cache.shape[2]
+    first_position = None
+    if window is not None:
+        block_tables, first_position = window_block_tables(block_tables, context_lens, window, key_cache.shape[1])
     keys = gather_blocks(key_cache, block_tables).transpose(1, 2)  # [num_seqs, kv_heads, max_len, head_dim]
     values = gather_blocks(value_cache, block_tables).transpose(1, 2)
     # Attention runs in the cache's dtype (a bf16 cache on a float32 engine: kv_cache_dtype).
     grouped_query = query.view(num_seqs, kv_heads, num_heads // kv_heads, head_dim).to(key_cache.dtype)
-    if same_length is not None:  # every sequence sees exactly the same slots
-        first = 0 if window is None else max(same_length - window, 0)
+    if same_length is not None and window is None:  # every sequence sees exactly its first same_length slots
         out = F.scaled_dot_product_attention(
-            grouped_query, keys[:, :, first:same_length], values[:, :, first:same_length], scale=scale
+            grouped_query, keys[:, :, :same_length], values[:, :, :same_length], scale=scale
         )
     else:
-        positions = torch.arange(keys.shape[2], device=query.device)
-        visible = positions[None, :] < context_lens[:, None]  # [num_seqs, max_len]
+        positions = torch.arange(keys.shape[2], device=query.device)[None, :]
+        if first_position is not None:
+            positions = positions + first_position[:, None]
+        visible = positions < context_lens[:, None]  # [num_seqs, max_len]
         if window is not None:
-            visible &= positions[None, :] >= context_lens[:, None] - window
+            visible &= positions >= context_lens[:, None] - window
         out = F.scaled_dot_product_attention(
             grouped_query, keys, values, attn_mask=visible[:, None, None, :], scale=scale
         )
@@ -143,14 +159,19 @@ def paged_prefill_attention(
     window: int | None = None,
 ) -> torch.Tensor:
     num_new = query.shape[0]
+    # A sliding-window layer reads from the first block its first query can see.
+    block_size = key_cache.shape[1]
+    first_block = 0 if window is None else max(context_len - num_new - window + 1, 0) // block_size
+    first_key = first_block * block_size
     if context_len == num_new:
         # Nothing cached before this chunk: attend to the fresh keys (as the cache holds them), no gather needed.
         keys, values = key.to(key_cache.dtype), value.to(value_cache.dtype)
+        first_key = 0
     else:
-        keys = gather_blocks(key_cache, block_table)[:context_len]
-        values = gather_blocks(value_cache, block_table)[:context_len]
+        keys = gather_blocks(key_cache, block_table[first_block:])[: context_len - first_key]
+        values = gather_blocks(value_cache, block_table[first_block:])[: context_len - first_key]
     query_positions = torch.arange(context_len - num_new, context_len, device=query.device)
-    key_positions = torch.arange(context_len, device=query.device)[None, :]
+    key_positions = torch.arange(first_key, context_len, device=query.device)[None, :]
     causal = key_positions <= query_positions[:, None]
     if window is not None:
         causal &= key_positions > query_positions[:, None] - window

@@ -18,7 +18,7 @@ from engine.model_config import ModelConfig
 from engine.quantization.base import BATCHED_ROWS, QuantizationMethod, QuantizedLinear, Unquantized
 from engine.quantization.bitsandbytes import BitsAndBytesInt8, BitsAndBytesNF4
 from engine.quantization.int4 import Int4WeightOnly
-from engine.quantization.int8 import Int8WeightOnly
+from engine.quantization.int8 import Int8Embedding, Int8WeightOnly
 from engine.quantization.w8a8 import W8A8
 
 METHODS: dict[str, QuantizationMethod] = {
@@ -103,11 +103,16 @@ def quantize_model(
         # int8 rather than the method's own bits: a 4-bit head costs far more quality than an
         # 8-bit one (docs/quantization.md), and llama.cpp's Q4_1 file of the same model keeps its
         # embedding at 8 bits (Q8_0) too.
+        shares_embedding = model.config.tie_word_embeddings and head_weight is None and method.lm_head_method == "int8"
         if head_weight is None:
             head_weight = model.model.embed_tokens.weight if model.config.tie_word_embeddings else model.lm_head.weight
         model.quantized_head = _quantized(
             get_method(method.lm_head_method), head_weight.data, None, group_size, batched_copy
         )
+        if shares_embedding:
+            # A tied embedding table reads its rows from the int8 head rather than keeping a float
+            # copy (Gemma 3's 262,144 x 640 table: 671 MB in float32, 168 MB as int8).
+            model.model.embed_tokens = Int8Embedding(model.quantized_head, head_weight.dtype)
 
 
 def _quantized(

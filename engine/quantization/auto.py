@@ -4,7 +4,10 @@ reproduces it, so that a new user gets the fast path without knowing the flags.
 - Q4_1 projections (4-bit values with a scale and a minimum per block of 32) -> int4 with groups
   of 32: the same 16 levels per block, the file's weights exactly (docs/quantization.md:
   +0.00% perplexity on the bundled model).
-- Q8_0 projections -> int8 (per output channel rather than Q8_0's blocks of 32: close, not exact).
+- Q8_0, and 5- and 6-bit blocks (Q5_0, Q5_1, Q5_K, Q6_K: Gemma 3 270M's Q4_K_M file stores most
+  projections as Q5_0) -> int8 per output channel: every stored level fits in 8 bits, but one
+  scale per channel rather than the file's per block of 16 or 32 makes it close, not exact
+  (docs/quantization.md has the perplexity it costs).
 - Anything else (floats, safetensors, the other GGUF block formats) -> none: the weights run
   dequantized to float, as stored.
 - The LM head is quantized to int8 when the file stores it at 8 bits or fewer (SmolLM2's Q4_1
@@ -28,7 +31,10 @@ from engine.quantization import batched_copy_bytes, get_method
 AUTO = "auto"
 CONFIGURED = "chosen in the configuration"  # the reason given when the configuration names a method
 
-_METHOD_FOR_PROJECTIONS = {"Q4_1": ("int4", 32), "Q8_0": ("int8", 32)}
+_METHOD_FOR_PROJECTIONS = {
+    "Q4_1": ("int4", 32),
+    **{block: ("int8", 32) for block in ("Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K")},
+}
 # GGUF block formats of 8 bits or fewer per weight: a head stored in one loses nothing more to int8
 # than the file already did.
 _AT_MOST_8_BITS = {
@@ -96,6 +102,7 @@ def choose_quantization(
         if copy
         else ""
     )
+    grouping = f" g{group_size}" if get_method(method).group_sizes else " (per output channel: close, not exact)"
     bf16_cache = device_type == "cpu" and kv_cache_dtype == "auto"
     with_cache = "; K/V cached in bf16" if bf16_cache else ""
     return QuantizationChoice(
@@ -104,5 +111,5 @@ def choose_quantization(
         head,
         copy,
         "bfloat16" if bf16_cache else kv_cache_dtype,
-        f"auto: {projection_type} projections -> {method} g{group_size}{with_head}{with_copy}{with_cache}",
+        f"auto: {projection_type} projections -> {method}{grouping}{with_head}{with_copy}{with_cache}",
     )

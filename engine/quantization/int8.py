@@ -37,3 +37,17 @@ class Int8WeightOnly(QuantizationMethod):
 
     def create_linear(self, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int) -> nn.Module:
         return Int8Linear(weight, bias)
+
+
+class Int8Embedding(nn.Module):
+    """Token embeddings read from the int8 LM head they are tied to: row i of the table is row i of
+    the head's weight, so one int8 table (and its per-row scales) serves both, and the lookup
+    dequantizes only the rows it gathers."""
+
+    def __init__(self, head: Int8Linear, dtype: torch.dtype):
+        super().__init__()
+        self.head, self.dtype = head, dtype
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        rows = self.head.qweight.index_select(0, token_ids).to(self.dtype)
+        return rows * self.head.scales.index_select(0, token_ids).to(self.dtype)[:, None]

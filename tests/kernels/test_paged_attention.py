@@ -42,9 +42,9 @@ def test_decode_matches_dense(kv_heads, group, lengths, window):
             torch.testing.assert_close(out[index : index + 1], expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("window", [None, 4])
+@pytest.mark.parametrize("window", [None, 4, 6])
 @pytest.mark.parametrize("kv_heads, group", [(2, 1), (1, 3)])
-@pytest.mark.parametrize("context_len, num_new", [(7, 7), (13, 5), (16, 1), (9, 8)])
+@pytest.mark.parametrize("context_len, num_new", [(7, 7), (13, 5), (16, 1), (9, 8), (70, 6), (70, 30)])
 def test_prefill_chunk_matches_dense(kv_heads, group, context_len, num_new, window):
     generator = torch.Generator().manual_seed(context_len * 100 + num_new)
     key_cache, value_cache, tables, contents = scattered_cache([context_len], kv_heads, generator)
