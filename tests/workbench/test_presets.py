@@ -42,6 +42,17 @@ def test_long_prompt_isolation_variants_differ_only_in_admission():
     assert max(event.prompt_tokens for event in on.events) <= 8192 - 32  # scaled to the model's context
 
 
+def test_the_32k_scenario_runs_on_gemma_within_its_context():
+    off = load_preset("long-prompt-isolation-32k", variant="admission-off")
+    on = load_preset("long-prompt-isolation-32k", variant="admission-on")
+    assert off.engine.model == on.engine.model == "gemma3-270m"
+    assert off.engine.long_prompt_threshold == 0 and on.engine.long_prompt_threshold > 0
+    assert off.events == on.events and off.seed == on.seed
+    long_prompt = max(event.prompt_tokens + event.output_tokens for event in on.events)
+    assert 32_000 <= long_prompt <= 32_768  # Gemma 3 270M's context
+    assert sum(event.count for event in on.events if event.tag == "chat") == 20
+
+
 def write(tmp_path, text):
     path = tmp_path / "my.toml"
     path.write_text(text)
