@@ -53,6 +53,7 @@ _PROJECTIONS = tuple(name for name in _LAYER_NAMES if not name.endswith("_norm")
 # Gemma 3's local layers: all but every sixth (llama.cpp's swa pattern, transformers' layer_types).
 _GEMMA3_GLOBAL_EVERY = 6
 _GEMMA3_LOCAL_ROPE_THETA = 10_000.0
+_UNSCALED_ROPE = "none"  # llama.cpp's rope.scaling.type when RoPE is not scaled
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 
 
@@ -120,8 +121,8 @@ def _model_config(metadata: dict, tensors: list[GGUFTensor], path: Path) -> Mode
     tensor_names = {tensor.name for tensor in tensors}
     layers = int(key("block_count"))
     eos = metadata.get("tokenizer.ggml.eos_token_id")
-    scaling = metadata.get(f"{architecture}.rope.scaling.type", "none")
-    if scaling != "none":
+    scaling = metadata.get(f"{architecture}.rope.scaling.type", _UNSCALED_ROPE)
+    if scaling != _UNSCALED_ROPE:
         raise ModelLoadError(
             f"{path}: metadata {architecture}.rope.scaling.type is {scaling!r}; "
             "only unscaled RoPE ('none') is supported"
