@@ -40,16 +40,8 @@ def llama_cpp_decode(model: Path, prompt: list[int], tokens: int, threads: int =
     stream; None when its venv is not built (`make peers`)."""
     if not LLAMA_CPP_PYTHON.exists():
         return None
-    request = json.dumps({"model": str(model), "prompt": prompt, "tokens": tokens, "threads": threads})
-    done = subprocess.run(
-        [str(LLAMA_CPP_PYTHON), "-c", _LLAMA_CPP_DECODE],
-        input=request,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    return _result(done.stdout)
+    request = {"model": str(model), "prompt": prompt, "tokens": tokens, "threads": threads}
+    return _run_peer(LLAMA_CPP_PYTHON, _LLAMA_CPP_DECODE, request, timeout_s=600)
 
 
 # Runs in the peer's venv: reads {"model", "prompts", "tokens", "threads"} on stdin and prints each
@@ -77,16 +69,8 @@ def llama_cpp_greedy(model: Path, prompts: list[list[int]], tokens: int, threads
     and prompt ids; None when its venv is not built (`make peers`)."""
     if not LLAMA_CPP_PYTHON.exists():
         return None
-    request = json.dumps({"model": str(model), "prompts": prompts, "tokens": tokens, "threads": threads})
-    done = subprocess.run(
-        [str(LLAMA_CPP_PYTHON), "-c", _LLAMA_CPP_GREEDY],
-        input=request,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=True,
-    )
-    return _result(done.stdout)
+    request = {"model": str(model), "prompts": prompts, "tokens": tokens, "threads": threads}
+    return _run_peer(LLAMA_CPP_PYTHON, _LLAMA_CPP_GREEDY, request, timeout_s=1200)
 
 
 VLLM_PYTHON = Path(os.environ.get("WORKBENCH_VLLM_PYTHON", Path.home() / ".cache/workbench/venv-vllm/bin/python"))
@@ -118,21 +102,21 @@ def vllm_offline(model_dir: Path, prompts: list[list[int]], output_len: int, dty
     not built (`make test-vllm`). `model_dir`: the Hugging Face export of the GGUF file."""
     if not VLLM_PYTHON.exists():
         return None
-    request = json.dumps({"model": str(model_dir), "prompts": prompts, "output_len": output_len, "dtype": dtype})
+    request = {"model": str(model_dir), "prompts": prompts, "output_len": output_len, "dtype": dtype}
+    return _run_peer(VLLM_PYTHON, _VLLM_OFFLINE, request, timeout_s=1200, environment={"VLLM_CPU_KVCACHE_SPACE": "1"})
+
+
+def _run_peer(python: Path, script: str, request: dict, timeout_s: float, environment: dict | None = None) -> dict:
+    """Run a peer script in its venv's interpreter with the request as JSON on stdin; its result
+    line (its library may log to stdout after it)."""
     done = subprocess.run(
-        [str(VLLM_PYTHON), "-c", _VLLM_OFFLINE],
-        input=request,
+        [str(python), "-c", script],
+        input=json.dumps(request),
         capture_output=True,
         text=True,
-        timeout=1200,
+        timeout=timeout_s,
         check=True,
-        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
+        env={**os.environ, **(environment or {})},
     )
-    return _result(done.stdout)
-
-
-def _result(stdout: str) -> dict:
-    """The peer script's result line (its library may log to stdout after it)."""
-    return json.loads(
-        next(line for line in stdout.splitlines() if line.startswith("PEER_RESULT "))[len("PEER_RESULT ") :]
-    )
+    result = next(line for line in done.stdout.splitlines() if line.startswith("PEER_RESULT "))
+    return json.loads(result[len("PEER_RESULT ") :])

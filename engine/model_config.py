@@ -5,6 +5,7 @@ after `eos_token_ids` describe how Gemma 3 departs from it (docs/models.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 # Architectures the decoder in engine/model.py implements: Llama-shaped (Qwen2 adds a bias to the
@@ -64,3 +65,27 @@ class ModelConfig:
     def kv_bytes_per_token(self, bytes_per_element: int) -> int:
         """K and V for one token across all layers."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_element
+
+
+def with_gemma3_traits(
+    config: ModelConfig,
+    *,
+    query_pre_attn_scalar: float,
+    sliding_window: int,
+    sliding_layers: tuple[int, ...],
+    local_rope_theta: float,
+) -> ModelConfig:
+    """A Llama-shaped config with what every Gemma 3 text decoder changes, whichever file it came
+    from; the arguments are what files state (or loaders derive) per model."""
+    return dataclasses.replace(
+        config,
+        norm_weight_offset=1.0,
+        qk_norm=True,
+        sandwich_norms=True,
+        hidden_activation="gelu_tanh",
+        embedding_scale=config.hidden_size**0.5,
+        attention_scale=query_pre_attn_scalar**-0.5,
+        sliding_window=sliding_window,
+        sliding_layers=sliding_layers,
+        local_rope_theta=local_rope_theta,
+    )

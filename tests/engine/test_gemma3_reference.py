@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from engine import SamplingParams
-from engine.loading.model_source import resolve_model_path
 from engine.sharegpt import load_sharegpt
+from tests.engine.transformers_reference import transformers_reference
 
 pytestmark = pytest.mark.slow
 
@@ -44,12 +44,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def transformers_gemma():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = resolve_model_path("gemma3-270m")
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    return model.eval(), tokenizer
+    return transformers_reference("gemma3-270m")
 
 
 def reference_continuation(model, prompt: list[int], max_tokens: int) -> list[int]:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine import SamplingParams
-from engine.loading.model_source import resolve_model_path
+from tests.engine.transformers_reference import transformers_reference
 
 pytestmark = pytest.mark.slow
 
@@ -21,12 +21,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def transformers_smollm():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = resolve_model_path("smollm2-135m")
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    return model.eval(), tokenizer
+    return transformers_reference("smollm2-135m")
 
 
 def test_greedy_continuation_matches_transformers(make_smollm_engine, transformers_smollm):
