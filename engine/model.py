@@ -1,4 +1,4 @@
-"""A decoder (Llama, Mistral, Qwen2, Gemma 3) over a flat batch of tokens and a paged KV cache.
+"""A decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 3) over a flat batch of tokens and a paged KV cache.
 
 Gemma 3 departs from the Llama shape in ways `ModelConfig` names: (1 + weight) norms, q/k norms,
 norms after attention and the MLP as well as before, a GELU gate, scaled embeddings, and
@@ -67,11 +67,14 @@ class RMSNorm(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotate-half RoPE with cos/sin tables precomputed for every position."""
+    """Rotate-half RoPE with cos/sin tables precomputed for every position; `divisors` (one per
+    pair of dimensions) scale the frequencies for long contexts (ModelConfig.rope_frequency_divisors)."""
 
-    def __init__(self, head_dim: int, max_positions: int, theta: float):
+    def __init__(self, head_dim: int, max_positions: int, theta: float, divisors: tuple[float, ...] = ()):
         super().__init__()
         inverse_frequency = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        if divisors:
+            inverse_frequency = inverse_frequency / torch.tensor(divisors, dtype=torch.float32)
         angles = torch.outer(torch.arange(max_positions, dtype=torch.float32), inverse_frequency)
         angles = torch.cat([angles, angles], dim=-1)
         self.register_buffer("cos", angles.cos(), persistent=False)
@@ -258,11 +261,13 @@ class CausalLM(nn.Module):
 
     def build_rotary(self) -> None:
         """The RoPE tables (computed, never loaded): one set, or a second for the sliding-window
-        layers where their base differs."""
+        layers where their base differs or the global layers' is scaled (Gemma 3 scales only those)."""
         config = self.config
-        self.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta)
+        self.rotary = RotaryEmbedding(
+            config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_frequency_divisors
+        )
         self.local_rotary = None
-        if config.local_rope_theta and config.local_rope_theta != config.rope_theta:
+        if config.local_rope_theta and (config.local_rope_theta != config.rope_theta or config.rope_frequency_divisors):
             self.local_rotary = RotaryEmbedding(
                 config.head_dim, config.max_position_embeddings, config.local_rope_theta
             )

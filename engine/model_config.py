@@ -6,11 +6,12 @@ after `eos_token_ids` describe how Gemma 3 departs from it (docs/models.md)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 # Architectures the decoder in engine/model.py implements: Llama-shaped (Qwen2 adds a bias to the
-# q/k/v projections) and Gemma 3 (its text decoder).
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "gemma3")
+# q/k/v projections, Qwen3 an RMSNorm over each query and key head) and Gemma 3 (its text decoder).
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma3")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ class ModelConfig:
     sliding_window: int | None = None  # tokens a sliding-window layer attends to, its own included
     sliding_layers: tuple[int, ...] = ()  # the layers that attend through the window
     local_rope_theta: float | None = None  # the sliding-window layers' RoPE base, where it differs
+    # Long-context RoPE scaling: the global layers' rotary frequencies are divided by these, one
+    # per pair of head dimensions (Llama 3's "llama3" and "linear" scaling; llama.cpp stores them as
+    # the rope_freqs tensor). Empty: unscaled.
+    rope_frequency_divisors: tuple[float, ...] = ()
 
     def is_sliding(self, layer: int) -> bool:
         return self.sliding_window is not None and layer in self.sliding_layers
@@ -65,6 +70,31 @@ class ModelConfig:
     def kv_bytes_per_token(self, bytes_per_element: int) -> int:
         """K and V for one token across all layers."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_element
+
+
+def llama3_rope_divisors(
+    head_dim: int,
+    theta: float,
+    factor: float,
+    low_freq_factor: float,
+    high_freq_factor: float,
+    original_max_positions: int,
+) -> tuple[float, ...]:
+    """Llama 3.1's RoPE scaling as divisors of each frequency: wavelengths shorter than
+    original / high_freq_factor keep theirs, those longer than original / low_freq_factor are
+    divided by `factor`, and those between are interpolated smoothly (transformers'
+    `_compute_llama3_parameters`, llama.cpp's rope_freqs)."""
+    divisors = []
+    for pair in range(head_dim // 2):
+        wavelength = 2 * math.pi * theta ** (2 * pair / head_dim)
+        if wavelength < original_max_positions / high_freq_factor:
+            divisors.append(1.0)
+        elif wavelength > original_max_positions / low_freq_factor:
+            divisors.append(factor)
+        else:
+            smooth = (original_max_positions / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            divisors.append(1 / ((1 - smooth) / factor + smooth))
+    return tuple(divisors)
 
 
 def with_gemma3_traits(

@@ -30,8 +30,8 @@ def prepare_torch_model(
     source: ModelSource | None,
 ) -> PreparedModel:
     device = resolve_device(config.device)
-    dtype = resolve_dtype(config.dtype, device)
     source = source or read_model(config.model, progress)
+    dtype = resolve_dtype(config.dtype, device, source.weights_dtype)
     config, quantization_choice = _resolve_quantization(config, source, device)
     kv_dtype = dtype if config.kv_cache_dtype == "auto" else resolve_dtype(config.kv_cache_dtype, device)
     if device.type == "cuda" and kv_dtype != dtype:  # the Triton attention kernels read one dtype

@@ -38,21 +38,26 @@ _LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+_QK_NORM_NAMES = {"attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
 # Gemma 3 names its norms differently: "ffn_norm" is the norm before the MLP, and the norms after
-# attention and the MLP, and over each query and key head, have names of their own.
-_GEMMA3_LAYER_NAMES = {
-    **_LAYER_NAMES,
-    "post_attention_norm": "post_attention_layernorm",
-    "ffn_norm": "pre_feedforward_layernorm",
-    "post_ffw_norm": "post_feedforward_layernorm",
-    "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm",
+# attention and the MLP have names of their own.
+_LAYER_NAMES_BY_ARCHITECTURE = {
+    "qwen3": {**_LAYER_NAMES, **_QK_NORM_NAMES},
+    "gemma3": {
+        **_LAYER_NAMES,
+        **_QK_NORM_NAMES,
+        "post_attention_norm": "post_attention_layernorm",
+        "ffn_norm": "pre_feedforward_layernorm",
+        "post_ffw_norm": "post_feedforward_layernorm",
+    },
 }
 _PROJECTIONS = tuple(name for name in _LAYER_NAMES if not name.endswith("_norm"))
 # Gemma 3's local layers: all but every sixth (llama.cpp's swa pattern, transformers' layer_types).
 _GEMMA3_GLOBAL_EVERY = 6
 _GEMMA3_LOCAL_ROPE_THETA = 10_000.0
 _UNSCALED_ROPE = "none"  # llama.cpp's rope.scaling.type when RoPE is not scaled
+# Llama 3.1's RoPE scaling, as llama.cpp's converter stores it: a divisor per frequency.
+_ROPE_DIVISORS_TENSOR = "rope_freqs.weight"
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 
 
@@ -64,6 +69,8 @@ def read_gguf(path: Path, progress: ProgressCallback) -> ModelSource:
     tokenizer = Tokenizer.from_gguf_metadata(metadata, path)
     tensors: dict[str, torch.Tensor] = {}
     for index, tensor in enumerate(file.tensors):
+        if tensor.name == _ROPE_DIVISORS_TENSOR:  # read into the config, not a weight
+            continue
         name = _hf_name(tensor.name, config.architecture, path)
         values = _dequantize(tensor, path)
         if config.norm_weight_offset and name.endswith("norm.weight"):
@@ -120,12 +127,8 @@ def _model_config(metadata: dict, tensors: list[GGUFTensor], path: Path) -> Mode
     tensor_names = {tensor.name for tensor in tensors}
     layers = int(key("block_count"))
     eos = metadata.get("tokenizer.ggml.eos_token_id")
-    scaling = metadata.get(f"{architecture}.rope.scaling.type", _UNSCALED_ROPE)
-    if scaling != _UNSCALED_ROPE:
-        raise ModelLoadError(
-            f"{path}: metadata {architecture}.rope.scaling.type is {scaling!r}; "
-            "only unscaled RoPE ('none') is supported"
-        )
+    head_dim = int(key("attention.key_length", hidden // heads))
+    divisors = _rope_divisors(metadata, architecture, tensors, head_dim, path)
     config = ModelConfig(
         architecture=architecture,
         vocab_size=len(metadata.get("tokenizer.ggml.tokens", [])) or int(key("vocab_size")),
@@ -134,7 +137,7 @@ def _model_config(metadata: dict, tensors: list[GGUFTensor], path: Path) -> Mode
         num_layers=layers,
         num_heads=heads,
         num_kv_heads=int(key("attention.head_count_kv", heads)),
-        head_dim=int(key("attention.key_length", hidden // heads)),
+        head_dim=head_dim,
         rope_theta=float(key("rope.freq_base", 10000.0)),
         rms_norm_eps=float(key("attention.layer_norm_rms_epsilon")),
         max_position_embeddings=int(key("context_length")),
@@ -142,6 +145,8 @@ def _model_config(metadata: dict, tensors: list[GGUFTensor], path: Path) -> Mode
         attention_bias="blk.0.attn_q.bias" in tensor_names,
         bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
         eos_token_ids=() if eos is None else (int(eos),),
+        qk_norm=architecture == "qwen3",
+        rope_frequency_divisors=divisors,
     )
     if architecture != "gemma3":
         return config
@@ -156,10 +161,38 @@ def _model_config(metadata: dict, tensors: list[GGUFTensor], path: Path) -> Mode
     )
 
 
+def _rope_divisors(
+    metadata: dict, architecture: str, tensors: list[GGUFTensor], head_dim: int, path: Path
+) -> tuple[float, ...]:
+    """RoPE's frequency divisors (ModelConfig.rope_frequency_divisors): from the rope_freqs tensor
+    (Llama 3.1), or a linear scaling's factor; other scalings (YaRN) are refused by name."""
+    scaling = metadata.get(f"{architecture}.rope.scaling.type", _UNSCALED_ROPE)
+    if scaling == "linear":
+        factor = metadata.get(f"{architecture}.rope.scaling.factor")
+        if factor is None:
+            raise ModelLoadError(f"{path}: metadata {architecture}.rope.scaling.factor is missing (linear scaling)")
+        return (float(factor),) * (head_dim // 2)
+    if scaling != _UNSCALED_ROPE:
+        raise ModelLoadError(
+            f"{path}: metadata {architecture}.rope.scaling.type is {scaling!r}; "
+            "supported: 'none', 'linear' and Llama 3's rope_freqs tensor"
+        )
+    stored = next((tensor for tensor in tensors if tensor.name == _ROPE_DIVISORS_TENSOR), None)
+    if stored is None:
+        return ()
+    divisors = _dequantize(stored, path).reshape(-1)
+    if divisors.shape[0] != head_dim // 2:
+        raise ModelLoadError(
+            f"{path}: tensor {_ROPE_DIVISORS_TENSOR} has {divisors.shape[0]} values; "
+            f"expected head_dim / 2 = {head_dim // 2}"
+        )
+    return tuple(float(value) for value in divisors)
+
+
 def _hf_name(gguf_name: str, architecture: str, path: Path) -> str:
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
-    names = _GEMMA3_LAYER_NAMES if architecture == "gemma3" else _LAYER_NAMES
+    names = _LAYER_NAMES_BY_ARCHITECTURE.get(architecture, _LAYER_NAMES)
     match = _LAYER_TENSOR.fullmatch(gguf_name)
     if match is None or match.group(2) not in names:
         raise ModelLoadError(f"{path}: unexpected tensor {gguf_name!r} for a {architecture} model")

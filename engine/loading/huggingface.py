@@ -18,10 +18,11 @@ from engine.device import dtype_name
 from engine.errors import ModelLoadError
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.tokenizer import Tokenizer
-from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig, with_gemma3_traits
+from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig, llama3_rope_divisors, with_gemma3_traits
 
 # config.json's model_type -> the architecture's name here.
 _HF_MODEL_TYPES = {"gemma3_text": "gemma3"}
+_UNSCALED = "default"
 # Settings whose effect the decoder does not implement: refused by name rather than ignored.
 _UNSUPPORTED_WHEN_SET = (
     "final_logit_softcapping",
@@ -40,20 +41,25 @@ def read_hf_directory(directory: Path, progress: ProgressCallback) -> ModelSourc
     config = _model_config(directory)
     tensors: dict[str, torch.Tensor] = {}
     stored: Counter[str] = Counter()
+    elements: Counter[torch.dtype] = Counter()
     for index, file in enumerate(files):
         try:
             with safe_open(str(file), framework="pt") as handle:
                 for name in handle.keys():
+                    # Kept in the file's dtype: a bf16 7B model stays 14 GB here, not 28 GB of float32.
                     tensor = handle.get_tensor(name)
                     stored[dtype_name(tensor.dtype)] += 1
-                    tensors[name] = tensor.float()
+                    elements[tensor.dtype] += tensor.numel()
+                    tensors[name] = tensor
         except (SafetensorError, OSError, ValueError) as exc:
             raise ModelLoadError(
                 f"{file}: not a readable safetensors file, perhaps truncated or corrupt ({exc})"
             ) from exc
         progress("read file", (index + 1) / len(files))
     tokenizer = Tokenizer.from_hf_directory(directory, config.eos_token_ids)
-    return ModelSource(directory, "safetensors", config, tensors, tokenizer, dict(stored))
+    most_stored = elements.most_common(1)[0][0] if elements else None
+    weights_dtype = most_stored if most_stored in (torch.bfloat16, torch.float16) else None
+    return ModelSource(directory, "safetensors", config, tensors, tokenizer, dict(stored), weights_dtype=weights_dtype)
 
 
 def read_hf_tokenizer(directory: Path) -> Tokenizer | None:
@@ -94,12 +100,14 @@ def _model_config(directory: Path) -> ModelConfig:
     rope = {**(raw.get("rope_parameters") or {}), **(raw.get("rope_scaling") or {})}
     global_rope = rope.get("full_attention", rope) if architecture == "gemma3" else rope
     local_rope = rope.get("sliding_attention", {}) if architecture == "gemma3" else {}
-    for where, settings in (("", global_rope), ("sliding_attention.", local_rope)):
-        rope_type = settings.get("rope_type", settings.get("type", "default"))
-        if rope_type != "default":
-            raise ModelLoadError(
-                f"{config_file}: rope {where}rope_type {rope_type!r} is not supported; only default RoPE is"
-            )
+    head_dim = int(raw.get("head_dim") or hidden // heads)
+    rope_theta = float(global_rope.get("rope_theta", raw.get("rope_theta", 10000.0)))
+    local_scaling = local_rope.get("rope_type", local_rope.get("type", _UNSCALED))
+    if local_scaling != _UNSCALED:
+        raise ModelLoadError(
+            f"{config_file}: rope sliding_attention.rope_type {local_scaling!r} is not supported; "
+            "the sliding-window layers' RoPE must be unscaled"
+        )
     config = ModelConfig(
         architecture=architecture,
         vocab_size=int(key("vocab_size")),
@@ -108,14 +116,16 @@ def _model_config(directory: Path) -> ModelConfig:
         num_layers=layers,
         num_heads=heads,
         num_kv_heads=int(raw.get("num_key_value_heads") or heads),
-        head_dim=int(raw.get("head_dim") or hidden // heads),
-        rope_theta=float(global_rope.get("rope_theta", raw.get("rope_theta", 10000.0))),
+        head_dim=head_dim,
+        rope_theta=rope_theta,
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
         max_position_embeddings=int(key("max_position_embeddings")),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", architecture == "gemma3")),
         attention_bias=architecture == "qwen2" or bool(raw.get("attention_bias", False)),
         bos_token_id=raw.get("bos_token_id"),
         eos_token_ids=eos_ids,
+        qk_norm=architecture == "qwen3",
+        rope_frequency_divisors=_rope_divisors(global_rope, head_dim, rope_theta, config_file),
     )
     if architecture == "mistral" and raw.get("sliding_window"):
         return dataclasses.replace(
@@ -139,6 +149,32 @@ def _model_config(directory: Path) -> ModelConfig:
         sliding_layers=tuple(layer for layer, kind in enumerate(layer_types) if kind == "sliding_attention"),
         local_rope_theta=float(local_rope.get("rope_theta", raw.get("rope_local_base_freq", 10_000.0))),
     )
+
+
+def _rope_divisors(rope: dict, head_dim: int, theta: float, config_file: Path) -> tuple[float, ...]:
+    """The frequency divisors of a config's RoPE scaling: none, linear, or Llama 3's; any other
+    kind (YaRN, dynamic NTK, LongRoPE) is refused by name."""
+    scaling = rope.get("rope_type", rope.get("type", _UNSCALED))
+
+    def setting(name: str) -> float:
+        if name not in rope:
+            raise ModelLoadError(f"{config_file}: rope_scaling ({scaling}) is missing {name!r}")
+        return float(rope[name])
+
+    if scaling == _UNSCALED:
+        return ()
+    if scaling == "linear":
+        return (setting("factor"),) * (head_dim // 2)
+    if scaling == "llama3":
+        return llama3_rope_divisors(
+            head_dim,
+            theta,
+            setting("factor"),
+            setting("low_freq_factor"),
+            setting("high_freq_factor"),
+            int(setting("original_max_position_embeddings")),
+        )
+    raise ModelLoadError(f"{config_file}: rope_type {scaling!r} is not supported; expected default, linear or llama3")
 
 
 def _safetensors_files(directory: Path) -> list[Path]:

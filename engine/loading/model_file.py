@@ -22,7 +22,8 @@ class ModelSource:
     path: Path
     file_format: str  # "gguf" or "safetensors"
     config: ModelConfig
-    # Hugging Face parameter names -> float32 tensors on the CPU.
+    # Hugging Face parameter names -> tensors on the CPU: float32 from a GGUF file (dequantized),
+    # the stored dtype from safetensors.
     tensors: dict[str, torch.Tensor]
     tokenizer: Tokenizer | None
     # How the file stored its weights, e.g. {"Q4_1": 210, "F32": 61}.
@@ -31,6 +32,9 @@ class ModelSource:
     # embedding table when they are tied), e.g. "Q4_1" and "Q8_0"; quantization "auto" reads them.
     projection_type: str | None = None
     head_type: str | None = None
+    # The 16-bit float dtype most of the weights are stored in (bf16 or fp16 safetensors), which
+    # dtype "auto" computes in on a CPU too; None: float32 or quantized blocks.
+    weights_dtype: torch.dtype | None = None
 
 
 def no_progress(stage: str, fraction: float) -> None:

@@ -65,6 +65,12 @@ def test_unknown_architecture_lists_the_supported_ones(tmp_path, tiny_llama):
     "setting, message",
     [
         ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_type 'yarn' is not supported"),
+        ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_type 'dynamic' is not supported"),
+        (
+            {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}},
+            r"rope_scaling \(llama3\) is missing 'high_freq_factor'",
+        ),
+        ({"rope_scaling": {"rope_type": "linear"}}, r"rope_scaling \(linear\) is missing 'factor'"),
         ({"final_logit_softcapping": 30.0}, "final_logit_softcapping = 30.0 is not supported"),
         ({"num_local_experts": 8}, "num_local_experts = 8 is not supported"),
         ({"kv_lora_rank": 512}, "kv_lora_rank = 512 is not supported"),

@@ -1,6 +1,6 @@
-"""The engine's decoder equals transformers' on tiny random Llama, Qwen2, Mistral (a 5-token
-sliding window) and Gemma 3 checkpoints: prefill, chunked prefill and step-by-step decode through
-the paged cache, in float32."""
+"""The engine's decoder equals transformers' on tiny random Llama (plain, with Llama 3's and with
+linear RoPE scaling), Qwen2, Qwen3, Mistral (a 5-token sliding window) and Gemma 3 checkpoints:
+prefill, chunked prefill and step-by-step decode through the paged cache, in float32."""
 
 from __future__ import annotations
 
@@ -36,9 +36,13 @@ def engine_logits(engine, prompt):
         ("llama", 6, True),
         ("qwen2", 2, False),
         ("qwen2", 3, True),
+        ("qwen3", 2, True),
+        ("llama3-rope", 2, False),
+        ("llama-linear-rope", 3, True),
         ("mistral", 2, False),
         ("gemma3", 1, True),
         ("gemma3", 3, False),
+        ("gemma3-linear-rope", 2, True),
     ],
 )
 @pytest.mark.parametrize("max_num_batched_tokens", [64, 5])  # one-shot prefill, then 5-token chunks

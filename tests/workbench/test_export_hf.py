@@ -1,16 +1,18 @@
-"""The Hugging Face export of the bundled GGUF model reads back as the same model."""
+"""The Hugging Face export reads back as the same model: the bundled GGUF model through our
+loader, and each architecture through transformers."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
+import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 
-pytestmark = pytest.mark.slow  # reads SmolLM2
 
-
+@pytest.mark.slow  # reads SmolLM2
 def test_the_exported_directory_is_the_same_model(tmp_path, smollm_source):
     from workbench.export_hf import export_hf_directory
 
@@ -34,3 +36,33 @@ def test_the_exported_directory_is_the_same_model(tmp_path, smollm_source):
     assert (exported.executor.sequence_logits(prompt, 16) - logits).abs().max().item() < 1e-4
     greedy = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
     assert exported.generate([prompt], greedy)[0].token_ids == original.generate([prompt], greedy)[0].token_ids
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen3", "gemma3", "gemma3-linear-rope", "mistral"])
+def test_transformers_reads_the_export_as_the_model_it_came_from(tmp_path, architecture):
+    """Each architecture's config.json as transformers (and so vLLM) reads it: a tiny random
+    model read by our loader, exported, and loaded by transformers gives the original's logits."""
+    import tokenizers
+    import transformers
+
+    from engine.loading.huggingface import read_hf_directory
+    from engine.loading.model_file import no_progress
+    from engine.loading.tokenizer import Tokenizer
+    from tests.engine.test_model_parity import PROMPT
+    from tests.tiny_models import save_tiny_model
+    from workbench.export_hf import export_hf_directory
+
+    reference = save_tiny_model(tmp_path / "original", architecture, num_kv_heads=2, tie=True)
+    # The tiny checkpoints have no tokenizer; an export needs one (any: only the weights are compared).
+    words = tokenizers.Tokenizer(tokenizers.models.WordLevel({f"w{i}": i for i in range(96)}, unk_token="w0"))
+    tokenizer = Tokenizer(words, bos_token_id=1, eos_token_ids=(2,), add_bos_token=True, chat_template=None)
+    source = dataclasses.replace(read_hf_directory(tmp_path / "original", no_progress), tokenizer=tokenizer)
+    directory = export_hf_directory(source, tmp_path / "exported", dtype="float32")
+    # The export states an end-of-sequence id (the tokenizer's where the config has none).
+    read_back = read_hf_directory(directory, no_progress).config
+    assert dataclasses.replace(read_back, eos_token_ids=source.config.eos_token_ids) == source.config
+    exported = transformers.AutoModelForCausalLM.from_pretrained(directory).eval()
+    assert type(exported) is type(reference)
+    with torch.no_grad():
+        expected = reference(torch.tensor([PROMPT])).logits
+        assert (exported(torch.tensor([PROMPT])).logits - expected).abs().max().item() < 1e-5
