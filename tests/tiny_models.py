@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from engine import EngineConfig, LLMEngine
+from engine import EngineConfig, LLMEngine, SamplingParams
 
 TINY_SHAPE = dict(
     vocab_size=96,
@@ -102,3 +102,22 @@ def tiny_engine(directory, **overrides) -> LLMEngine:
     settings = dict(model=str(directory), device="cpu", dtype="float32", num_kv_blocks=256, block_size=4)
     settings.update(overrides)
     return LLMEngine(EngineConfig(**settings))
+
+
+PROMPT = [5, 17, 33, 2, 8, 91, 44, 12, 7, 60, 3, 29, 71]  # 13 tokens: not a multiple of the block size
+NEW_TOKENS = 6
+
+
+def engine_logits(engine, prompt):
+    """Greedy-generate and record the logits of every sampling step."""
+    recorded = []
+    compute_logits = engine.executor.compute_logits
+
+    def recording(batch):
+        logits = compute_logits(batch)
+        recorded.append(logits)
+        return logits
+
+    engine.executor.compute_logits = recording
+    output = engine.generate([prompt], SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True))[0]
+    return torch.cat(recorded), output.token_ids

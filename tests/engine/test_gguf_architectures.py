@@ -10,9 +10,8 @@ import torch
 from engine.errors import ModelLoadError
 from engine.loading.gguf import read_gguf
 from engine.loading.model_file import no_progress
-from tests.engine.test_model_parity import PROMPT, engine_logits
 from tests.tiny_gguf import save_tiny_gguf
-from tests.tiny_models import save_tiny_model, tiny_engine
+from tests.tiny_models import PROMPT, engine_logits, save_tiny_model, tiny_engine
 
 
 @pytest.mark.parametrize(

@@ -8,25 +8,7 @@ import pytest
 import torch
 
 from engine import SamplingParams
-from tests.tiny_models import save_tiny_model, tiny_engine
-
-PROMPT = [5, 17, 33, 2, 8, 91, 44, 12, 7, 60, 3, 29, 71]  # 13 tokens: not a multiple of the block size
-NEW_TOKENS = 6
-
-
-def engine_logits(engine, prompt):
-    """Greedy-generate and record the logits of every sampling step."""
-    recorded = []
-    compute_logits = engine.executor.compute_logits
-
-    def recording(batch):
-        logits = compute_logits(batch)
-        recorded.append(logits)
-        return logits
-
-    engine.executor.compute_logits = recording
-    output = engine.generate([prompt], SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True))[0]
-    return torch.cat(recorded), output.token_ids
+from tests.tiny_models import NEW_TOKENS, PROMPT, engine_logits, save_tiny_model, tiny_engine
 
 
 @pytest.mark.parametrize(

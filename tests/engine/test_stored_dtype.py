@@ -8,8 +8,7 @@ import torch
 
 from engine.loading.huggingface import read_hf_directory
 from engine.loading.model_file import no_progress
-from tests.engine.test_model_parity import PROMPT, engine_logits
-from tests.tiny_models import save_tiny_model, tiny_engine
+from tests.tiny_models import PROMPT, engine_logits, save_tiny_model, tiny_engine
 
 
 @pytest.fixture(scope="module", params=[torch.bfloat16, torch.float16], ids=["bf16", "fp16"])

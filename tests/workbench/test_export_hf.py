@@ -48,8 +48,7 @@ def test_transformers_reads_the_export_as_the_model_it_came_from(tmp_path, archi
     from engine.loading.huggingface import read_hf_directory
     from engine.loading.model_file import no_progress
     from engine.loading.tokenizer import Tokenizer
-    from tests.engine.test_model_parity import PROMPT
-    from tests.tiny_models import save_tiny_model
+    from tests.tiny_models import PROMPT, save_tiny_model
     from workbench.export_hf import export_hf_directory
 
     reference = save_tiny_model(tmp_path / "original", architecture, num_kv_heads=2, tie=True)
