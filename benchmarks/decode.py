@@ -43,18 +43,19 @@ def kernel_ms_per_step(engine: LLMEngine, steps: int = 20) -> float:
 def bytes_read_per_token(engine: LLMEngine) -> int:
     """Weight bytes one decode step reads: every stored weight, less the embedding table when the
     LM head is a tensor of its own (quantized, or untied), as the embedding then reads one row,
-    and less the batched bf16 copies (a single row takes the packed kernels). A table that reads
-    its rows from the int8 head (Int8Embedding) is the head's own tensor, counted once."""
+    and less the batched bf16 copies (a single row takes the packed kernels)."""
     model = engine.executor.model
     copies = sum(
         module.batched_weight.nbytes
         for module in model.modules()
         if isinstance(module, QuantizedLinear) and module.batched_weight is not None
     )
-    shared = isinstance(model.model.embed_tokens, Int8Embedding)
-    if shared or (model.quantized_head is None and model.config.tie_word_embeddings):
+    table = model.model.embed_tokens
+    if model.quantized_head is None and model.config.tie_word_embeddings:
         return engine.weight_bytes - copies
-    return engine.weight_bytes - copies - model.model.embed_tokens.weight.nbytes
+    if isinstance(table, Int8Embedding):
+        return engine.weight_bytes - copies - table.qweight.nbytes - table.scales.nbytes
+    return engine.weight_bytes - copies - table.weight.nbytes
 
 
 PROMPT = [1] * 16

@@ -64,6 +64,33 @@ def held_out_windows(source: ModelSource, total_tokens: int, seed: int = 0) -> t
     return windows, data.num_complete_records
 
 
+@dataclass
+class WindowScores:
+    perplexity: float
+    kl_nats: float  # summed over tokens: KL(p_reference || p_engine); 0 without a reference
+    top1_agreements: int  # tokens whose most likely next token is the reference's
+    tokens: int
+    log_probs: list[torch.Tensor]  # per window, [tokens - 1, vocab]: the reference for later options
+
+
+def score_windows(engine: LLMEngine, windows: list[list[int]], reference: list[torch.Tensor] | None) -> WindowScores:
+    """The engine's next-token distributions over each window, scored against the text and, when
+    given, the reference's distributions on the same windows."""
+    nll, kl, agree, count, log_probs_per_window = 0.0, 0.0, 0, 0, []
+    for index, window in enumerate(windows):
+        log_probs = torch.log_softmax(engine.executor.sequence_logits(window, engine.config.block_size)[:-1], dim=-1)
+        targets = torch.tensor(window[1:])
+        nll -= log_probs.gather(1, targets[:, None]).sum().item()
+        if reference is None:
+            log_probs_per_window.append(log_probs)
+        else:
+            base = reference[index]
+            kl += torch.sum(base.exp() * (base - log_probs)).item()
+            agree += (base.argmax(-1) == log_probs.argmax(-1)).sum().item()
+        count += targets.numel()
+    return WindowScores(math.exp(nll / count), kl, agree if reference else count, count, log_probs_per_window)
+
+
 def _decode_speed(engine: LLMEngine, batch: int, tokens: int = 32) -> float:
     """Output tokens/s of `batch` 16-token prompts generating `tokens` tokens each (ignore_eos),
     timed from the first step after prefill."""
@@ -111,19 +138,10 @@ def evaluate(
             quantization == AUTO
         ):  # what it chose, e.g. "auto = int4 g32 + int8 head, bf16 copy from 8 rows, KV bfloat16"
             label = f"auto = {engine.quantization}, KV {dtype_name(engine.kv_dtype)}"
-        nll, kl, agree, count = 0.0, 0.0, 0, 0
-        for index, window in enumerate(windows):
-            log_probs = torch.log_softmax(engine.executor.sequence_logits(window, config.block_size)[:-1], dim=-1)
-            targets = torch.tensor(window[1:])
-            nll -= log_probs.gather(1, targets[:, None]).sum().item()
-            if is_reference:
-                reference.append(log_probs)
-            else:
-                base = reference[index]
-                kl += torch.sum(base.exp() * (base - log_probs)).item()
-                agree += (base.argmax(-1) == log_probs.argmax(-1)).sum().item()
-            count += targets.numel()
-        perplexity = math.exp(nll / count)
+        scores = score_windows(engine, windows, None if is_reference else reference)
+        if is_reference:
+            reference = scores.log_probs
+        perplexity, kl, agree, count = scores.perplexity, scores.kl_nats, scores.top1_agreements, scores.tokens
         baseline = results[0].perplexity if results else perplexity
         results.append(
             QualityResult(
@@ -135,7 +153,7 @@ def evaluate(
                 group_size=group_size,
                 perplexity=perplexity,
                 perplexity_change_perc=100.0 * (perplexity / baseline - 1.0),
-                kl_divergence_mean_nats=0.0 if is_reference else kl / count,
+                kl_divergence_mean_nats=kl / count,
                 top1_agreement_perc=100.0 if is_reference else 100.0 * agree / count,
                 evaluated_tokens=count,
                 weight_bytes=engine.weight_bytes,

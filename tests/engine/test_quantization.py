@@ -99,3 +99,22 @@ def test_the_quantized_lm_head_gives_the_models_own_head_logits(tiny_llama, meth
         from_embedding = hidden @ reference.model.embed_tokens.weight.T
     error = (got - expected).norm() / expected.norm()
     assert error < 0.05 and (from_embedding - expected).norm() / expected.norm() > 0.5
+
+
+def test_the_int8_embedding_holds_a_q8_0_table_exactly():
+    """A table on Q8_0's grid (int8 values, one scale per 32) is looked up exactly: the group
+    scales recover the file's own; a per-row scale (the int8 head's) would not."""
+    from engine.quantization.int8 import Int8Embedding
+
+    generator = torch.Generator().manual_seed(0)
+    values = torch.randint(-127, 128, (64, 96), generator=generator).float()
+    values[:, ::32] = 127.0  # each block reaches the end of its range, as Q8_0's quantizer makes it
+    block_scales = torch.rand(64, 3, generator=generator).half().float() * 0.01 + 1e-4
+    table = (values.view(64, 3, 32) * block_scales[:, :, None]).view(64, 96)
+    embedding = Int8Embedding(table, torch.float32)
+    ids = torch.tensor([0, 5, 63, 5])
+    assert torch.equal(embedding(ids), table[ids])
+    assert embedding.scales.shape == (64, 3) and embedding.qweight.dtype == torch.int8
+    per_row = Int8Embedding(table[:, :30], torch.float32)  # a width that 32 does not divide: per row
+    assert per_row.scales.shape == (64, 1)
+    assert (per_row(ids) - table[ids, :30]).abs().max() <= per_row.scales.max() / 2 + 1e-7
