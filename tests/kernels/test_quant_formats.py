@@ -91,6 +91,18 @@ def test_cpu_packed_kernels_agree_with_the_references(rows):
     assert relative_error(actual4, int4_matmul_reference(x, packed, scales4, minimums4, 64)) < 1e-2
 
 
+def test_one_row_int8_product_in_a_compiled_graph_is_the_float32_reduction():
+    """Inside a compiled graph one row takes the reduction form (float32 activations, not the
+    packed kernel's bf16): it equals the float32 reference to float rounding, far closer than the
+    packed kernel's 1e-2."""
+    weight, x = weight_and_input(1)
+    q, scales = quantize_int8(weight)
+    scales_bf16 = scales.to(torch.bfloat16)
+    compiled = torch.compile(int8_matmul_cpu, dynamic=False)
+    actual = compiled(x, q, scales_bf16)
+    assert relative_error(actual, int8_matmul_reference(x, q, scales_bf16.float())) < 1e-5
+
+
 def test_per_token_int8_is_within_half_a_step_per_row_and_rows_are_independent():
     generator = torch.Generator().manual_seed(3)
     x = torch.randn(6, 96, generator=generator) * torch.tensor([1e-3, 1.0, 5.0, 30.0, 1.0, 0.0])[:, None]
