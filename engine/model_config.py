@@ -6,7 +6,6 @@ after `eos_token_ids` describe how Gemma 3 departs from it (docs/models.md)."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 # Architectures the decoder in engine/model.py implements: Llama-shaped (Qwen2 adds a bias to the
@@ -70,31 +69,6 @@ class ModelConfig:
     def kv_bytes_per_token(self, bytes_per_element: int) -> int:
         """K and V for one token across all layers."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_element
-
-
-def llama3_rope_divisors(
-    head_dim: int,
-    theta: float,
-    factor: float,
-    low_freq_factor: float,
-    high_freq_factor: float,
-    original_max_positions: int,
-) -> tuple[float, ...]:
-    """Llama 3.1's RoPE scaling as divisors of each frequency: wavelengths shorter than
-    original / high_freq_factor keep theirs, those longer than original / low_freq_factor are
-    divided by `factor`, and those between are interpolated smoothly (transformers'
-    `_compute_llama3_parameters`, llama.cpp's rope_freqs)."""
-    divisors = []
-    for pair in range(head_dim // 2):
-        wavelength = 2 * math.pi * theta ** (2 * pair / head_dim)
-        if wavelength < original_max_positions / high_freq_factor:
-            divisors.append(1.0)
-        elif wavelength > original_max_positions / low_freq_factor:
-            divisors.append(factor)
-        else:
-            smooth = (original_max_positions / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
-            divisors.append(1 / ((1 - smooth) / factor + smooth))
-    return tuple(divisors)
 
 
 def with_gemma3_traits(

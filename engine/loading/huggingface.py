@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from engine.device import dtype_name
 from engine.errors import ModelLoadError
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.tokenizer import Tokenizer
-from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig, llama3_rope_divisors, with_gemma3_traits
+from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig, with_gemma3_traits
 
 # config.json's model_type -> the architecture's name here.
 _HF_MODEL_TYPES = {"gemma3_text": "gemma3"}
@@ -166,7 +167,7 @@ def _rope_divisors(rope: dict, head_dim: int, theta: float, config_file: Path) -
     if scaling == "linear":
         return (setting("factor"),) * (head_dim // 2)
     if scaling == "llama3":
-        return llama3_rope_divisors(
+        return _llama3_rope_divisors(
             head_dim,
             theta,
             setting("factor"),
@@ -175,6 +176,31 @@ def _rope_divisors(rope: dict, head_dim: int, theta: float, config_file: Path) -
             int(setting("original_max_position_embeddings")),
         )
     raise ModelLoadError(f"{config_file}: rope_type {scaling!r} is not supported; expected default, linear or llama3")
+
+
+def _llama3_rope_divisors(
+    head_dim: int,
+    theta: float,
+    factor: float,
+    low_freq_factor: float,
+    high_freq_factor: float,
+    original_max_positions: int,
+) -> tuple[float, ...]:
+    """Llama 3.1's RoPE scaling as divisors of each frequency: wavelengths shorter than
+    original / high_freq_factor keep theirs, those longer than original / low_freq_factor are
+    divided by `factor`, and those between are interpolated smoothly (transformers'
+    `_compute_llama3_parameters`, llama.cpp's rope_freqs)."""
+    divisors = []
+    for pair in range(head_dim // 2):
+        wavelength = 2 * math.pi * theta ** (2 * pair / head_dim)
+        if wavelength < original_max_positions / high_freq_factor:
+            divisors.append(1.0)
+        elif wavelength > original_max_positions / low_freq_factor:
+            divisors.append(factor)
+        else:
+            smooth = (original_max_positions / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            divisors.append(1 / ((1 - smooth) / factor + smooth))
+    return tuple(divisors)
 
 
 def _safetensors_files(directory: Path) -> list[Path]:
