@@ -1,6 +1,7 @@
 """Single-stream decode per quantization option, against its roofline:
 
-    python -m benchmarks.decode [--model smollm2-135m] [--tokens 128] [--no-compile] [--only 'LABEL;LABEL']
+    python -m benchmarks.decode [--model smollm2-135m] [--tokens 128] [--context 16,1024,...]
+        [--no-compile] [--only 'LABEL;LABEL'] [--csv FILE]
 
 Rows (benchmarks.common.variants): the default configuration (quantization "auto", decode
 compiled in the background; measured once the switch is made), then none, int8, int4, w8a8, int4
@@ -10,8 +11,13 @@ llama.cpp (llama-cpp-python, 2 threads, the same GGUF file and prompt; `make pee
 in alternating pairs with each row (`--pairs`, default 5: this machine's speed drifts by a third
 within an hour), and every row gives the median of its pairs' ratios.
 
+`--context`: the decode rate after prompts of these lengths (16: sixteen copies of token 1, as
+before; longer: seeded random token ids), one row per option and length: how each engine's step
+grows with the context it attends to. `--csv` writes the rows to a file as well.
+
 Roofline: one decode step reads every weight once (the embedding table only a row of it, unless
-it is also the LM head), so tokens/s <= bandwidth / bytes read per token. The
+it is also the LM head) and the K/V of its context (a sliding-window layer's window), so
+tokens/s <= bandwidth / bytes read per token. The
 achieved fraction shows how much of a step is spent elsewhere. Per-step Python overhead is
 measured as step time minus kernel time, the kernel time being the torch profiler's self time of
 every aten operator over 20 profiled steps (the profiler slows the Python side, not the kernels).
@@ -21,12 +27,22 @@ Compiled rows leave that split out: the profiler does not see the generated fuse
 from __future__ import annotations
 
 import argparse
+import csv
 import statistics
 import time
+from pathlib import Path
 
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.common import build_engine, chosen_variants, machine_line, measure_this_machine, read_model, row_label
+from benchmarks.common import (
+    build_engine,
+    chosen_variants,
+    fixed_workload,
+    machine_line,
+    measure_this_machine,
+    read_model,
+    row_label,
+)
 from benchmarks.peers import llama_cpp_decode
 from engine import LLMEngine, SamplingParams
 from engine.quantization import QuantizedLinear
@@ -58,12 +74,27 @@ def bytes_read_per_token(engine: LLMEngine) -> int:
     return engine.weight_bytes - copies - table.weight.nbytes
 
 
+def kv_bytes_read(engine: LLMEngine, context: int) -> int:
+    """K and V one decode step reads at this context: every layer's whole context, a sliding-window
+    layer's window only."""
+    config = engine.model_config
+    per_token_layer = 2 * config.num_kv_heads * config.head_dim * engine.kv_dtype.itemsize
+    return sum(
+        per_token_layer * (min(context, config.sliding_window) if config.is_sliding(layer) else context)
+        for layer in range(config.num_layers)
+    )
+
+
 PROMPT = [1] * 16
 
 
-def decode_step_s(engine: LLMEngine, params: SamplingParams) -> float:
+def prompt_of(length: int, vocab_size: int) -> list[int]:
+    return PROMPT if length == len(PROMPT) else fixed_workload(1, length, vocab_size)[0]
+
+
+def decode_step_s(engine: LLMEngine, params: SamplingParams, prompt: list[int] = PROMPT) -> float:
     """Seconds per decode step of one request, timed from the first step after its prefill."""
-    engine.add_request(PROMPT, params)
+    engine.add_request(prompt, params)
     engine.step()  # prefill
     start, steps = time.perf_counter(), 0
     while engine.has_unfinished():
@@ -79,6 +110,10 @@ def main() -> None:
     )
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument(
+        "--context", default=str(len(PROMPT)), help="comma-separated prompt lengths to decode after (default 16)"
+    )
+    parser.add_argument("--csv", type=Path, help="also write the rows to this CSV file")
+    parser.add_argument(
         "--no-compile", action="store_true", help="skip the rows with the decode step compiled (minutes to compile)"
     )
     parser.add_argument(
@@ -89,46 +124,84 @@ def main() -> None:
     )
     args = parser.parse_args()
     source = read_model(args.model)
+    contexts = [int(length) for length in args.context.split(",")]
     bandwidth = measure_this_machine().bandwidth_bytes_s
     print(f"machine: {machine_line()}; copy bandwidth {bandwidth / 1e9:.1f} GB/s")
     peer = llama_cpp_decode(source.path, PROMPT, args.tokens)
     print(
         f"llama.cpp {peer['version']} (llama-cpp-python, 2 threads), measured in {args.pairs} alternating pairs with "
-        "each "
-        "row: tok/s are medians, 'x llama.cpp' the median of the pairs' ratios"
+        "each row: tok/s are medians, 'x llama.cpp' the median of the pairs' ratios"
         if peer
         else "llama.cpp: not measured (its venv is not built: make peers)"
     )
     print(
-        f"{'option':<28} {'tok/s':>7} {'llama.cpp':>10} {'x llama.cpp':>12} {'step ms':>8} {'kernel ms':>10} "
-        f"{'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}"
+        f"{'option':<28} {'context':>8} {'tok/s':>7} {'llama.cpp':>10} {'x llama.cpp':>12} {'step ms':>8} "
+        f"{'kernel ms':>10} {'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}"
     )
+    # K/V for the longest context in float32 (the widest cache dtype), with room to spare.
+    kv_bytes = source.config.kv_bytes_per_token(4) * (max(contexts) + args.tokens + 64)
+    rows = []
     for label, overrides in chosen_variants(not args.no_compile, args.only):
-        engine = build_engine(source, overrides, model=args.model, kv_cache_memory=64 << 20)
+        engine = build_engine(source, overrides, model=args.model, kv_cache_memory=max(64 << 20, kv_bytes))
         params = SamplingParams(max_tokens=args.tokens, temperature=0.0, ignore_eos=True)
         engine.generate([PROMPT], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
-        # This machine's speed drifts by a third within an hour: the peer runs right before each
-        # of the row's measurements, and the ratio is the median over the pairs.
-        pairs = []
-        for _ in range(args.pairs):
-            peer_tok_s = llama_cpp_decode(source.path, PROMPT, args.tokens)["decode_tok_s"] if peer else None
-            pairs.append((peer_tok_s, decode_step_s(engine, params)))
-        step_s = statistics.median(step for _, step in pairs)
-        peer_rate = statistics.median(rate for rate, _ in pairs) if peer else None
-        ratio = statistics.median(1 / step / rate for rate, step in pairs) if peer else None
-        split = "-".rjust(10) * 2
-        if engine.executor.decode_mode != "compiled":
-            engine.add_request(PROMPT, SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True))
-            engine.step()
-            kernel_ms = kernel_ms_per_step(engine)
-            split = f"{kernel_ms:>10.2f} {step_s * 1000 - kernel_ms:>10.2f}"
-        read = bytes_read_per_token(engine)
-        roofline = bandwidth / read
-        versus = f"{peer_rate:>10.1f} {ratio:>11.2f}x" if peer else "-".rjust(10) + "-".rjust(13)
-        print(
-            f"{row_label(label, overrides, engine):<28} {1 / step_s:>7.1f} {versus} {step_s * 1000:>8.2f} {split} "
-            f"{engine.weight_bytes / 1e6:>11.1f} {read / 1e6:>8.1f} {roofline:>15.1f} {100 / step_s / roofline:>8.0f}%"
-        )
+        for context in contexts:
+            prompt = prompt_of(context, source.config.vocab_size)
+            # This machine's speed drifts by a third within an hour: the peer runs right before each
+            # of the row's measurements, and the ratio is the median over the pairs.
+            pairs = []
+            for _ in range(args.pairs):
+                peer_tok_s = llama_cpp_decode(source.path, prompt, args.tokens)["decode_tok_s"] if peer else None
+                pairs.append((peer_tok_s, decode_step_s(engine, params, prompt)))
+            step_s = statistics.median(step for _, step in pairs)
+            peer_rate = statistics.median(rate for rate, _ in pairs) if peer else None
+            ratio = statistics.median(1 / step / rate for rate, step in pairs) if peer else None
+            kernel_ms = None
+            if engine.executor.decode_mode != "compiled":
+                engine.add_request(prompt, SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True))
+                engine.step()
+                kernel_ms = kernel_ms_per_step(engine)
+                while engine.has_unfinished():  # finish the profiled request
+                    engine.step()
+            read = bytes_read_per_token(engine) + kv_bytes_read(engine, context)
+            row = {
+                "option": row_label(label, overrides, engine),
+                "context": context,
+                "tok_s": 1 / step_s,
+                "llama_cpp_tok_s": peer_rate,
+                "ratio": ratio,
+                "step_ms": step_s * 1000,
+                "kernel_ms": kernel_ms,
+                "weights_mb": engine.weight_bytes / 1e6,
+                "read_mb": read / 1e6,
+                "roofline_tok_s": bandwidth / read,
+                "pairs": args.pairs,
+            }
+            rows.append(row)
+            print(format_row(row))
+    if args.csv:
+        with args.csv.open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def format_row(row: dict) -> str:
+    versus = (
+        f"{row['llama_cpp_tok_s']:>10.1f} {row['ratio']:>11.2f}x"
+        if row["ratio"] is not None
+        else "-".rjust(10) + "-".rjust(13)
+    )
+    split = (
+        f"{row['kernel_ms']:>10.2f} {row['step_ms'] - row['kernel_ms']:>10.2f}"
+        if row["kernel_ms"] is not None
+        else "-".rjust(10) * 2
+    )
+    achieved = 100 * row["tok_s"] / row["roofline_tok_s"]
+    return (
+        f"{row['option']:<28} {row['context']:>8} {row['tok_s']:>7.1f} {versus} {row['step_ms']:>8.2f} {split} "
+        f"{row['weights_mb']:>11.1f} {row['read_mb']:>8.1f} {row['roofline_tok_s']:>15.1f} {achieved:>8.0f}%"
+    )
 
 
 if __name__ == "__main__":

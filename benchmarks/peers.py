@@ -15,12 +15,14 @@ LLAMA_CPP_PYTHON = Path(
 )
 
 # Runs in the peer's venv: reads {"model", "prompt", "tokens", "threads"} on stdin and prints the
-# decode rate after the prompt, greedy, without stopping at end-of-sequence.
+# decode rate after the prompt, greedy, without stopping at end-of-sequence (its context sized to
+# the prompt and the tokens).
 _LLAMA_CPP_DECODE = """
 import json, sys, time
 import llama_cpp
 request = json.load(sys.stdin)
-llm = llama_cpp.Llama(request["model"], n_ctx=2048, n_threads=request["threads"], n_batch=512, verbose=False)
+n_ctx = max(2048, len(request["prompt"]) + request["tokens"] + 8)
+llm = llama_cpp.Llama(request["model"], n_ctx=n_ctx, n_threads=request["threads"], n_batch=512, verbose=False)
 for attempt in range(2):  # the first run warms up, the second is timed
     llm.reset()
     started, produced = None, 0
@@ -41,7 +43,7 @@ def llama_cpp_decode(model: Path, prompt: list[int], tokens: int, threads: int =
     if not LLAMA_CPP_PYTHON.exists():
         return None
     request = {"model": str(model), "prompt": prompt, "tokens": tokens, "threads": threads}
-    return _run_peer(LLAMA_CPP_PYTHON, _LLAMA_CPP_DECODE, request, timeout_s=600)
+    return _run_peer(LLAMA_CPP_PYTHON, _LLAMA_CPP_DECODE, request, timeout_s=1800)
 
 
 # Runs in the peer's venv: reads {"model", "prompts", "tokens", "threads"} on stdin and prints each
