@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 from pathlib import Path
 
@@ -36,6 +37,11 @@ def main() -> None:
     plot.setLabel("left", "decode tokens/s")
     plot.showGrid(x=True, y=True, alpha=0.3)
     plot.addLegend(offset=(-10, 10))
+    ticks = []  # each context measured, but not two labels on top of each other (8,000 and 8,192)
+    for context in sorted({float(row["context"]) for path in args.csv for row in csv.DictReader(path.open())}):
+        if not ticks or context > 1.1 * 10 ** ticks[-1][0]:
+            ticks.append((math.log10(context), f"{context:,.0f}"))
+    plot.getAxis("bottom").setTicks([ticks, []])
     for index, path in enumerate(args.csv):
         rows = list(csv.DictReader(path.open()))
         contexts = [float(row["context"]) for row in rows]  # the axis takes their logarithm
