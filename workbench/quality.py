@@ -88,7 +88,8 @@ def score_windows(engine: LLMEngine, windows: list[list[int]], reference: list[t
             kl += torch.sum(base.exp() * (base - log_probs)).item()
             agree += (base.argmax(-1) == log_probs.argmax(-1)).sum().item()
         count += targets.numel()
-    return WindowScores(math.exp(nll / count), kl, agree if reference else count, count, log_probs_per_window)
+    agreements = count if reference is None else agree  # the reference agrees with itself everywhere
+    return WindowScores(math.exp(nll / count), kl, agreements, count, log_probs_per_window)
 
 
 def _decode_speed(engine: LLMEngine, batch: int, tokens: int = 32) -> float:
@@ -116,7 +117,7 @@ def evaluate(
         if quantization != AUTO:
             check_quantization(quantization, group_size or 32, source.config, False)
     windows, records = held_out_windows(source, total_tokens)
-    reference: list[torch.Tensor] = []
+    reference: list[torch.Tensor] | None = None
     results = []
     for quantization, group_size in [(UNQUANTIZED, None)] + [option for option in options if option[0] != UNQUANTIZED]:
         is_reference = quantization == UNQUANTIZED
@@ -138,7 +139,7 @@ def evaluate(
             quantization == AUTO
         ):  # what it chose, e.g. "auto = int4 g32 + int8 head, bf16 copy from 8 rows, KV bfloat16"
             label = f"auto = {engine.quantization}, KV {dtype_name(engine.kv_dtype)}"
-        scores = score_windows(engine, windows, None if is_reference else reference)
+        scores = score_windows(engine, windows, reference)  # None for the first: it is the reference
         if is_reference:
             reference = scores.log_probs
         perplexity, kl, agree, count = scores.perplexity, scores.kl_nats, scores.top1_agreements, scores.tokens
@@ -154,7 +155,7 @@ def evaluate(
                 perplexity=perplexity,
                 perplexity_change_perc=100.0 * (perplexity / baseline - 1.0),
                 kl_divergence_mean_nats=kl / count,
-                top1_agreement_perc=100.0 if is_reference else 100.0 * agree / count,
+                top1_agreement_perc=100.0 * agree / count,
                 evaluated_tokens=count,
                 weight_bytes=engine.weight_bytes,
                 unquantized_weight_bytes=engine.unquantized_weight_bytes,
