@@ -26,6 +26,8 @@ from pathlib import Path
 
 # The programs inductor runs to build its C++ kernels and wrapper (and what they run in turn).
 _COMPILERS = {"g++", "gcc", "c++", "cc", "clang", "clang++"}
+# How long stop() waits for a stopped compile thread before raising CompileStopped in it again.
+_DELIVER_AGAIN_AFTER_S = 2.0
 
 
 class CompileStopped(BaseException):
@@ -56,12 +58,20 @@ class BackgroundCompile:
         with self._lock:
             if not self._finished and self._thread.ident is not None:
                 self.stopped = True
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                    ctypes.c_ulong(self._thread.ident), ctypes.py_object(CompileStopped)
-                )
-                kill_compiler_processes()
-        if self._thread.ident is not None:
-            self._thread.join()
+                self._interrupt()
+        while self._thread.ident is not None and self._thread.is_alive():
+            self._thread.join(timeout=_DELIVER_AGAIN_AFTER_S)
+            # Python ignores an exception raised inside a weakref callback or __del__ ("Exception
+            # ignored in ..."): a CompileStopped delivered there is lost and the compile runs on
+            # (seen once in `make test`, a close() that waited out the whole compile). Deliver it again.
+            with self._lock:
+                if self._thread.is_alive() and not self._finished:
+                    self._interrupt()
+
+    def _interrupt(self) -> None:
+        """Raise CompileStopped in the compile thread and kill the compilers it waits on."""
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident), ctypes.py_object(CompileStopped))
+        kill_compiler_processes()
 
     def _run(self) -> None:
         try:
