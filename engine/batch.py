@@ -16,8 +16,8 @@ class ScheduledSequence:
     request_id: str
     token_ids: list[int]  # the tokens computed this step
     start_position: int  # position of token_ids[0] (= tokens already in the cache)
-    block_table: list[int]
-    slot_mapping: list[int]  # cache slot of each token in token_ids
+    block_tables: list[list[int]]  # one per KV group (engine/kv_layout.py)
+    slot_mappings: list[list[int]]  # per KV group, the cache slot of each token in token_ids
     samples: bool  # True when this chunk reaches the end of the known tokens: sample one more
     params: SamplingParams
     # Seed for the token sampled this step: the request's seed mixed with the output index, so a
@@ -27,6 +27,14 @@ class ScheduledSequence:
     @property
     def context_len(self) -> int:
         return self.start_position + len(self.token_ids)
+
+
+def slot_mappings(block_tables: list[list[int]], start: int, count: int, block_size: int) -> list[list[int]]:
+    """Per block table, the cache slot of positions start .. start + count - 1."""
+    return [
+        [table[position // block_size] * block_size + position % block_size for position in range(start, start + count)]
+        for table in block_tables
+    ]
 
 
 @dataclass

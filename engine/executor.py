@@ -14,7 +14,8 @@ from typing import Protocol
 import torch
 
 from engine.background_compile import BackgroundCompile
-from engine.batch import ScheduledBatch, ScheduledSequence
+from engine.batch import ScheduledBatch, ScheduledSequence, slot_mappings
+from engine.kv_layout import KvLayout
 from engine.model import AttentionMetadata, CausalLM, PrefillChunk
 from engine.quantization import BATCHED_ROWS, has_batched_copy
 from engine.sampler import sample
@@ -50,7 +51,11 @@ class ModelExecutor(Protocol):
 class TorchExecutor:
     """Runs the model over its paged KV cache. It allocates one block more than the scheduler's
     `num_blocks`: the scratch block, which warm-up and the background compile write into while
-    requests use the others."""
+    requests use the others, and which released sliding-window entries point to (the block
+    manager's `null_block`).
+
+    The cache is the KV layout's pool (engine/kv_layout.py): one key and one value tensor per
+    layer a block holds, each layer using the one at its place in its group."""
 
     def __init__(
         self,
@@ -66,11 +71,13 @@ class TorchExecutor:
         self.block_size = block_size
         config = model.config
         self.scratch_block = num_blocks
+        self.layout = KvLayout.of(config)
         shape = (num_blocks + 1, block_size, config.num_kv_heads, config.head_dim)
-        self.kv_caches = [
+        self.kv_pool = [
             (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-            for _ in range(config.num_layers)
+            for _ in range(self.layout.tensors_per_block)
         ]
+        self.kv_caches = [self.kv_pool[self.layout.place(layer)[1]] for layer in range(config.num_layers)]
         self.compile_decode = compile_decode
         self.decode_graph = DecodeGraph(model) if compile_decode != "off" else None
         self._background_compile: BackgroundCompile | None = None
@@ -78,7 +85,7 @@ class TorchExecutor:
 
     @property
     def kv_cache_bytes(self) -> int:
-        return sum(key.nbytes + value.nbytes for key, value in self.kv_caches)
+        return sum(key.nbytes + value.nbytes for key, value in self.kv_pool)
 
     @property
     def decode_mode(self) -> str:
@@ -128,13 +135,14 @@ class TorchExecutor:
         slots: what they write is never read). Their block tables are two scratch blocks wide
         (the graph's narrowest), so no padding block is read."""
         first_slot = self.scratch_block * self.block_size
+        groups = len(self.layout.groups)
         entries = [
             ScheduledSequence(
                 f"warm-up {row}",
                 [0],
                 0,
-                [self.scratch_block] * 2,
-                [first_slot + row % self.block_size],
+                [[self.scratch_block] * 2] * groups,
+                [[first_slot + row % self.block_size]] * groups,
                 True,
                 SamplingParams(temperature=0.0),
                 0,
@@ -165,11 +173,13 @@ class TorchExecutor:
             if logits is not None:
                 self.last_step_compiled = True
                 return logits
-        token_ids, positions, slots, sample_rows = [], [], [], []
+        token_ids, positions, sample_rows = [], [], []
+        slots = [[] for _ in self.layout.groups]
         for entry in batch.sequences:
             token_ids += entry.token_ids
             positions += range(entry.start_position, entry.context_len)
-            slots += entry.slot_mapping
+            for group_slots, entry_slots in zip(slots, entry.slot_mappings):
+                group_slots += entry_slots
             if entry.samples:
                 sample_rows.append(len(token_ids) - 1)
         metadata = self._attention_metadata(batch, slots, group_by_length=True)
@@ -179,7 +189,8 @@ class TorchExecutor:
     def _decode_inputs(self, batch: ScheduledBatch) -> tuple:
         """The decode graph's arguments for a batch of one-token decodes."""
         decodes = batch.decodes
-        metadata = self._attention_metadata(batch, [entry.slot_mapping[0] for entry in decodes], group_by_length=False)
+        slots = [[entry.slot_mappings[group][0] for entry in decodes] for group in range(len(self.layout.groups))]
+        metadata = self._attention_metadata(batch, slots, group_by_length=False)
         return (
             self._tensor([entry.token_ids[0] for entry in decodes]),
             self._tensor([entry.start_position for entry in decodes]),
@@ -189,34 +200,50 @@ class TorchExecutor:
 
     @torch.inference_mode()
     def sequence_logits(self, token_ids: list[int], block_size: int) -> torch.Tensor:
-        """Float32 logits at every position of one sequence, computed in one prefill through
-        the cache's first blocks (for evaluation; the engine must have no request in flight)."""
-        blocks = list(range(-(-len(token_ids) // block_size)))
-        entry = ScheduledSequence("score", list(token_ids), 0, blocks, list(range(len(token_ids))), True, None, 0)
+        """Float32 logits at every position of one sequence, computed in one prefill through the
+        cache's first blocks, each KV group its own (for evaluation; the engine must have no
+        request in flight)."""
+        width = -(-len(token_ids) // block_size)
+        if width * len(self.layout.groups) > self.scratch_block:
+            raise ValueError(
+                f"{len(token_ids)} tokens need {width} blocks in each of {len(self.layout.groups)} KV groups; "
+                f"the cache has {self.scratch_block}"
+            )
+        tables = [list(range(group * width, (group + 1) * width)) for group in range(len(self.layout.groups))]
+        slots = slot_mappings(tables, 0, len(token_ids), block_size)
+        entry = ScheduledSequence("score", list(token_ids), 0, tables, slots, True, None, 0)
         batch = ScheduledBatch(decodes=[], prefills=[entry], block_size=block_size)
-        metadata = self._attention_metadata(batch, entry.slot_mapping, group_by_length=True)
+        metadata = self._attention_metadata(batch, slots, group_by_length=True)
         hidden = self.model(self._tensor(token_ids), self._tensor(range(len(token_ids))), self.kv_caches, metadata)
         return self.model.compute_logits(hidden)
 
-    def _attention_metadata(self, batch: ScheduledBatch, slots: list[int], group_by_length: bool) -> AttentionMetadata:
-        """`group_by_length`: decodes attend in groups of similar context length (eager), or all
-        together with a mask (the compiled graph, whose operators must not depend on the lengths)."""
+    def _attention_metadata(
+        self, batch: ScheduledBatch, slots: list[list[int]], group_by_length: bool
+    ) -> AttentionMetadata:
+        """`slots`: per KV group, the slot of every token in the batch. `group_by_length`: decodes
+        attend in groups of similar context length (eager), or all together with a mask (the
+        compiled graph, whose operators must not depend on the lengths)."""
         decodes = batch.decodes
+        groups = range(len(self.layout.groups))
         # Short block tables are padded with block 0; the context length masks those slots out.
         # The compiled graph gets at least two columns: a width of 1 would be compiled separately.
-        widest = max([len(entry.block_table) for entry in decodes] + [0 if group_by_length else 2])
-        tables = [entry.block_table + [0] * (widest - len(entry.block_table)) for entry in decodes]
+        widest = max([len(entry.block_tables[0]) for entry in decodes] + [0 if group_by_length else 2])
+        tables = [
+            self._tensor(
+                [entry.block_tables[group] + [0] * (widest - len(entry.block_tables[group])) for entry in decodes]
+            )
+            for group in groups
+        ]
         prefills, query_start = [], len(decodes)
         for entry in batch.prefills:
-            prefills.append(
-                PrefillChunk(query_start, len(entry.token_ids), entry.context_len, self._tensor(entry.block_table))
-            )
+            chunk_tables = [self._tensor(entry.block_tables[group]) for group in groups]
+            prefills.append(PrefillChunk(query_start, len(entry.token_ids), entry.context_len, chunk_tables))
             query_start += len(entry.token_ids)
         context_lens = [entry.context_len for entry in decodes]
         buckets = length_buckets(context_lens, batch.block_size, self.device) if decodes and group_by_length else None
         return AttentionMetadata(
-            slot_mapping=self._tensor(slots),
-            decode_block_tables=self._tensor(tables),
+            slot_mappings=[self._tensor(group_slots) for group_slots in slots],
+            decode_block_tables=tables,
             decode_context_lens=self._tensor(context_lens),
             decode_buckets=buckets,
             prefills=prefills,
@@ -288,12 +315,13 @@ class DecodeGraph:
         for tensor in (
             token_ids,
             positions,
-            metadata.slot_mapping,
             metadata.decode_context_lens,
-            metadata.decode_block_tables,
+            *metadata.slot_mappings,
+            *metadata.decode_block_tables,
         ):
             torch._dynamo.maybe_mark_dynamic(tensor, 0)
-        torch._dynamo.maybe_mark_dynamic(metadata.decode_block_tables, 1)
+        for tables in metadata.decode_block_tables:
+            torch._dynamo.maybe_mark_dynamic(tables, 1)
         return self._compiled(token_ids, positions, kv_caches, metadata)
 
     def _fall_back(self, exc: Exception) -> None:

@@ -26,6 +26,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.errors import ConfigError, EngineError
 from engine.executor import ModelExecutor
+from engine.kv_layout import KvLayout
 from engine.loading.model_file import ModelSource, ProgressCallback, no_progress
 from engine.metrics import StepStats
 from engine.outputs import RequestOutput, StepResult
@@ -81,9 +82,12 @@ class LLMEngine:
         self.num_steps = 0  # steps taken; each StepTrace carries its number
 
         progress("allocate KV cache", 0.0)
+        self.kv_layout = KvLayout.of(self.model_config)
         num_blocks = self._num_kv_blocks(prepared.kv_limits)
         self.executor: ModelExecutor = prepared.create_executor(num_blocks)
-        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.block_manager = BlockManager(
+            num_blocks, config.block_size, config.enable_prefix_caching, self.kv_layout.windows
+        )
         self.scheduler = Scheduler(config, self.block_manager, self.max_model_len)
         if prepared.kv_limits.must_hold_longest_request:
             self._check_the_longest_request_fits(prepared.kv_limits)
@@ -112,7 +116,15 @@ class LLMEngine:
 
     @property
     def kv_capacity_tokens(self) -> int:
-        return self.block_manager.num_blocks * self.config.block_size
+        """Tokens the cache holds when every layer keeps every token (requests shorter than any
+        sliding window); a long request on a model with sliding-window layers holds more."""
+        return self.block_manager.num_blocks * self.config.block_size // len(self.kv_layout.groups)
+
+    @property
+    def kv_block_bytes(self) -> int:
+        """One KV block: `block_size` tokens of K and V in each of the layers that share it."""
+        layer_token_bytes = self.kv_bytes_per_token // self.model_config.num_layers
+        return self.kv_layout.block_bytes(self.config.block_size, layer_token_bytes)
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -122,7 +134,7 @@ class LLMEngine:
         """Blocks from num_kv_blocks, or kv_cache_memory: bytes, a fraction of the free bytes, or
         the default when unset. Never more than is free: asking for more is a ConfigError."""
         free_bytes, default_bytes, where = limits.free_bytes, limits.default_bytes, limits.where
-        block_bytes = self.kv_bytes_per_token * self.config.block_size
+        block_bytes = self.kv_block_bytes
         memory = self.config.kv_cache_memory
         if self.config.num_kv_blocks is not None:
             budget = self.config.num_kv_blocks * block_bytes
@@ -141,16 +153,17 @@ class LLMEngine:
             )
         if budget < block_bytes:
             raise ConfigError(
-                f"kv_cache_memory: {budget} bytes cannot hold one KV block "
-                f"({self.config.block_size} tokens x {self.kv_bytes_per_token} bytes = {block_bytes} bytes)"
+                f"kv_cache_memory: {budget} bytes cannot hold one KV block ({self.config.block_size} tokens x "
+                f"{self.kv_layout.tensors_per_block} layers = {block_bytes} bytes)"
             )
         return budget // block_bytes
 
     def _check_the_longest_request_fits(self, limits: KvMemoryLimits) -> None:
         longest = self.max_model_len
-        if self.block_manager.blocks_to_cover(longest) > self.num_kv_blocks:
+        needed = self.scheduler.blocks_held(longest)
+        if needed > self.num_kv_blocks:
             raise ConfigError(
-                f"one {longest:,}-token request needs {longest * self.kv_bytes_per_token / 1e9:.2f} GB of KV cache but "
+                f"one {longest:,}-token request needs {needed * self.kv_block_bytes / 1e9:.2f} GB of KV cache but "
                 "the "
                 f"KV cache holds {self.kv_cache_bytes / 1e9:.2f} GB ({self.num_kv_blocks:,} blocks); at most "
                 f"{max(limits.free_bytes, 0) / 1e9:.2f} GB fit on {limits.where}: raise kv_cache_memory, lower "
@@ -342,8 +355,11 @@ class LLMEngine:
             return FinishReason.LENGTH, f"max_tokens ({params.max_tokens})"
         if seq.num_tokens >= self.max_model_len:
             return FinishReason.LENGTH, f"context full (max_model_len {self.max_model_len})"
-        if self.block_manager.blocks_to_cover(seq.num_tokens + 1) > self.block_manager.num_blocks:
-            return FinishReason.LENGTH, f"the whole KV cache ({self.kv_capacity_tokens} tokens) holds no more of it"
+        if self.scheduler.blocks_held(seq.num_tokens + 1) > self.block_manager.num_blocks:
+            return FinishReason.LENGTH, (
+                f"the whole KV cache ({self.num_kv_blocks} blocks of {self.config.block_size} tokens) "
+                "holds no more of it"
+            )
         return None
 
     def _output(self, seq: Sequence, new_token_ids: list[int]) -> RequestOutput:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from engine.kv_layout import KvLayout
 from engine.model_config import ModelConfig
 
 
@@ -60,17 +61,24 @@ def memory_lines(
             f"{params / 1e6:,.1f} M params × {bytes_per_element} B = {params * bytes_per_element / 1e6:,.1f} MB "
             f"(tensors hold {weight_bytes / 1e6:,.1f} MB)"
         )
+    layout = KvLayout.of(config)
+    layer_token_bytes = kv_bytes_per_token // config.num_layers
+    allocated = kv_cache_bytes // layout.block_bytes(block_size, layer_token_bytes)
+    scratch = " + 1 scratch" if allocated > kv_blocks else ""  # the torch executor's (engine/executor.py)
+    kv_text = (
+        f"({kv_blocks:,}{scratch}) blocks × {block_size} tokens × {layout.tensors_per_block} layers × "
+        f"{layer_token_bytes:,} B (2 × {config.num_kv_heads} kv heads × {config.head_dim} dims × "
+        f"{kv_bytes_per_token // config.kv_bytes_per_token(1)} B) = {kv_cache_bytes / 1e6:,.1f} MB"
+    )
+    if len(layout.groups) > 1:
+        windows = sum(group.window is not None for group in layout.groups)
+        kv_text += (
+            f"; a block serves one of {len(layout.groups)} groups of layers ({windows} sliding-window, whose blocks "
+            "are freed as the window moves on)"
+        )
     lines = [
         MemoryLine("weights", weight_bytes, weights_text, measured=True),
-        MemoryLine(
-            "KV cache",
-            kv_cache_bytes,
-            f"{kv_blocks:,} blocks × {block_size} tokens × {kv_bytes_per_token:,} B/token "
-            f"(2 × {config.num_layers} layers × {config.num_kv_heads} kv heads × {config.head_dim} dims × "
-            f"{kv_bytes_per_token // config.kv_bytes_per_token(1)} B) "
-            f"= {kv_cache_bytes / 1e6:,.1f} MB",
-            measured=True,
-        ),
+        MemoryLine("KV cache", kv_cache_bytes, kv_text, measured=True),
         MemoryLine(
             "activations",
             activations,
@@ -148,6 +156,25 @@ def _kv_per_token_arithmetic(config: ModelConfig, kv_bytes: int) -> str:
     )
 
 
+def kv_request_bytes(config: ModelConfig, kv_bytes: int, context: int, per_token_text: str) -> tuple[int, str]:
+    """One `context`-token request's K/V once computed, and the arithmetic (`per_token_text`: how
+    to write one token's K/V in every layer): every token in the full-attention layers, at most the
+    window in sliding-window layers (their blocks are freed as the window moves on:
+    engine/kv_layout.py)."""
+    per_token = config.kv_bytes_per_token(kv_bytes)
+    sliding = sum(config.is_sliding(layer) for layer in range(config.num_layers))
+    if not sliding or context <= config.sliding_window:
+        return per_token * context, f"{per_token_text} × {context:,} tokens"
+    layer_token = per_token // config.num_layers
+    full = config.num_layers - sliding
+    window = config.sliding_window
+    total = layer_token * (full * context + sliding * window)
+    return total, (
+        f"{layer_token / 1024:,.0f} KiB/layer/token × ({full} full-attention layers × {context:,} tokens + "
+        f"{sliding} sliding-window layers × {window:,} tokens)"
+    )
+
+
 def model_memory_lines(
     config: ModelConfig, bits: int, kv_bytes: int, context: int, concurrent: int, group_size: int | None = None
 ) -> list[MemoryLine]:
@@ -155,7 +182,7 @@ def model_memory_lines(
     weights plus the KV cache of `concurrent` requests of `context` tokens."""
     weights = _weights_line(config, bits, group_size)
     per_token = config.kv_bytes_per_token(kv_bytes)
-    per_request = per_token * context
+    per_request, request_arithmetic = kv_request_bytes(config, kv_bytes, context, f"{per_token / 1024:,.0f} KiB")
     total = weights.bytes + concurrent * per_request
     return [
         weights,
@@ -163,7 +190,7 @@ def model_memory_lines(
         MemoryLine(
             "KV per request",
             per_request,
-            f"{per_token / 1024:,.0f} KiB × {context:,} tokens = {per_request / 1e9:.3f} GB",
+            f"{request_arithmetic} = {per_request / 1e9:.3f} GB",
             measured=False,
         ),
         MemoryLine(
@@ -191,7 +218,9 @@ def concurrency_lines(
     activations = activation_bytes_estimate(config, step_tokens, max(bits, 16) // 8, max_seqs)
     overhead = int(memory_bytes * RUNTIME_OVERHEAD_FRACTION)
     free = int(memory_bytes) - weights.bytes - activations - overhead
-    per_request = config.kv_bytes_per_token(kv_bytes) * context
+    per_request, request_arithmetic = kv_request_bytes(
+        config, kv_bytes, context, _kv_per_token_arithmetic(config, kv_bytes)
+    )
     fits = max(0, free // per_request)
     lines = [
         weights,
@@ -211,8 +240,7 @@ def concurrency_lines(
             "KV cache",
             max(free, 0),
             f"{memory_bytes / 1e9:.1f} GB − the lines above = {free / 1e9:.2f} GB; "
-            f"{_kv_per_token_arithmetic(config, kv_bytes)} × {context:,} tokens = {per_request / 1e9:.3f} GB per "
-            "request",
+            f"{request_arithmetic} = {per_request / 1e9:.3f} GB per request",
             measured=False,
         ),
     ]

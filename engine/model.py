@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.kv_layout import KvLayout
 from engine.model_config import ModelConfig
 from kernels.paged_attention import paged_decode_attention, paged_prefill_attention, write_kv_cache
 
@@ -27,13 +28,14 @@ class PrefillChunk:
     query_start: int  # first row of this chunk in the flat batch
     query_len: int
     context_len: int  # tokens of the sequence in the cache after this chunk
-    block_table: torch.Tensor
+    block_tables: list[torch.Tensor]  # one per KV group (engine/kv_layout.py)
 
 
 @dataclass
 class AttentionMetadata:
-    slot_mapping: torch.Tensor  # [num_tokens]: cache slot each token's K/V is written to
-    decode_block_tables: torch.Tensor  # [num_decodes, max_blocks]
+    # One entry per KV group (engine/kv_layout.py); a layer reads its own group's.
+    slot_mappings: list[torch.Tensor]  # [num_tokens]: cache slot each token's K/V is written to
+    decode_block_tables: list[torch.Tensor]  # [num_decodes, max_blocks]
     decode_context_lens: torch.Tensor  # [num_decodes]
     decode_buckets: list | None  # kernels.paged_attention.length_buckets, shared by every layer; None: one masked group
     prefills: list[PrefillChunk]
@@ -102,6 +104,7 @@ class Attention(nn.Module):
         self.num_heads, self.kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
         self.scale = config.attention_scale or self.head_dim**-0.5
         self.window = config.sliding_window if config.is_sliding(layer) else None
+        self.kv_group, _ = KvLayout.of(config).place(layer)
         if config.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, config.norm_weight_offset)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, config.norm_weight_offset)
@@ -128,14 +131,14 @@ class Attention(nn.Module):
             rotated = apply_rotary(heads[:, : self.num_heads + self.kv_heads], *rotary_tables)
             query, key = rotated[:, : self.num_heads], rotated[:, self.num_heads :]
         key_cache, value_cache = kv_cache
-        write_kv_cache(key, value, key_cache, value_cache, metadata.slot_mapping)
+        write_kv_cache(key, value, key_cache, value_cache, metadata.slot_mappings[self.kv_group])
 
         decodes = metadata.num_decode_tokens
         decode_attention = functools.partial(
             paged_decode_attention,
             key_cache=key_cache,
             value_cache=value_cache,
-            block_tables=metadata.decode_block_tables,
+            block_tables=metadata.decode_block_tables[self.kv_group],
             context_lens=metadata.decode_context_lens,
             scale=self.scale,
             buckets=metadata.decode_buckets,
@@ -155,7 +158,7 @@ class Attention(nn.Module):
                     value[rows],
                     key_cache,
                     value_cache,
-                    chunk.block_table,
+                    chunk.block_tables[self.kv_group],
                     chunk.context_len,
                     self.scale,
                     self.window,

@@ -22,9 +22,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from engine.batch import ScheduledBatch, ScheduledSequence
+from engine.batch import ScheduledBatch, ScheduledSequence, slot_mappings
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.kv_layout import blocks_held
 from engine.sequence import FinishReason, Sequence, SequenceStatus
 from engine.step_trace import (
     ALLOCATE,
@@ -79,7 +80,7 @@ class Scheduler:
                 f"the prompt has {prompt_len} tokens; the context (max_model_len) is {self.max_model_len} tokens, "
                 "leaving no room for output"
             )
-        blocks = self.block_manager.blocks_to_cover(prompt_len + 1)
+        blocks = self.blocks_held(prompt_len + 1)
         if blocks > self.block_manager.num_blocks:
             return (
                 f"the prompt needs {blocks} KV blocks of {self.block_manager.block_size} tokens; "
@@ -91,6 +92,12 @@ class Scheduler:
                 f"({self.config.max_num_batched_tokens}), and chunked prefill is off"
             )
         return None
+
+    def blocks_held(self, num_tokens: int) -> int:
+        """The most blocks one sequence of num_tokens tokens can need at once (a step's chunk is at
+        most the token budget)."""
+        manager = self.block_manager
+        return blocks_held(manager.windows, num_tokens, manager.block_size, self.config.max_num_batched_tokens)
 
     def add(self, seq: Sequence) -> None:
         """Queue an admissible sequence (check `rejection_reason` first)."""
@@ -237,20 +244,21 @@ class Scheduler:
     def _try_admit(self, seq: Sequence, scheduled: dict[Sequence, int], budget: _Budget, now: float) -> _Admission:
         if len(self.running) >= self.config.max_num_seqs:
             return _Admission.NO_SLOT
-        cached = self.block_manager.find_cached_prefix(seq)
-        uncomputed = seq.num_tokens - len(cached) * self.block_manager.block_size
+        hit = self.block_manager.find_cached_prefix(seq)
+        uncomputed = seq.num_tokens - hit.num_blocks * self.block_manager.block_size
         count = self._chunk_size(seq, uncomputed, budget)
         if not self.config.enable_chunked_prefill and count < uncomputed <= self.config.max_num_batched_tokens:
             # The whole prompt must fit in one step. (Only a recompute after preemption can be
             # longer than the budget; that one is chunked, or it could never run again.)
             return _Admission.NO_BUDGET
-        if not self._blocks_available(cached, count):
+        if not self.block_manager.can_admit(hit, count):
             return _Admission.NO_BLOCKS
         self._queue_of(seq).pop()
-        from_free = self.block_manager.admit(seq, cached)
+        from_free = self.block_manager.admit(seq, hit)
         if self.trace is not None:
             self.trace.admitted_from[seq.request_id] = WAITING_LONG if seq.is_long else WAITING
-            self.trace.changed(BlockChange(seq.request_id, REUSE, cached, from_free))
+            reused = hit.block_ids()
+            self.trace.changed(BlockChange(seq.request_id, REUSE, reused, from_free, "", self._windowed(reused)))
         seq.status = SequenceStatus.RUNNING
         if seq.metrics.first_scheduled_time is None:
             seq.metrics.first_scheduled_time = now
@@ -286,13 +294,6 @@ class Scheduler:
         self._preempt(victim, scheduled, budget, reason)
         return True
 
-    def _blocks_available(self, cached: list[int], count: int) -> bool:
-        manager = self.block_manager
-        # Cached blocks that nobody holds sit in the free list; taking them shrinks it.
-        cached_free = sum(1 for block_id in cached if manager.blocks[block_id].ref_count == 0)
-        needed = manager.blocks_to_cover(len(cached) * manager.block_size + count) - len(cached)
-        return needed <= manager.num_free_blocks - cached_free
-
     def _chunk_size(self, seq: Sequence, uncomputed: int, budget: _Budget) -> int:
         count = min(uncomputed, budget.tokens)
         if seq.is_long and self.config.enable_chunked_prefill:
@@ -305,9 +306,14 @@ class Scheduler:
     def _take(self, seq: Sequence, count: int, scheduled: dict[Sequence, int], budget: _Budget) -> None:
         allocated = self.block_manager.grow(seq, count)
         if self.trace is not None:
-            self.trace.changed(BlockChange(seq.request_id, ALLOCATE, allocated, allocated))
+            self.trace.changed(
+                BlockChange(seq.request_id, ALLOCATE, allocated, allocated, "", self._windowed(allocated))
+            )
         scheduled[seq] = count
         budget.tokens -= count
+
+    def _windowed(self, block_ids: list[int]) -> list[int]:
+        return [block_id for block_id in block_ids if self.block_manager.is_windowed(block_id)]
 
     def _build_batch(self, scheduled: dict[Sequence, int]) -> ScheduledBatch:
         batch = ScheduledBatch(decodes=[], prefills=[], block_size=self.block_manager.block_size)
@@ -318,8 +324,8 @@ class Scheduler:
                 request_id=seq.request_id,
                 token_ids=seq.token_ids[start : start + count],
                 start_position=start,
-                block_table=list(seq.block_table),
-                slot_mapping=[self.block_manager.slot(seq, position) for position in range(start, start + count)],
+                block_tables=[list(table) for table in seq.block_tables],
+                slot_mappings=slot_mappings(seq.block_tables, start, count, self.block_manager.block_size),
                 samples=start + count == seq.num_tokens,
                 params=seq.params,
                 sample_seed=hash((seq.seed, seq.num_output_tokens)) & 0x7FFF_FFFF_FFFF_FFFF,
@@ -362,8 +368,10 @@ class Scheduler:
         for seq, entry in zip(self._in_flight, batch.sequences):
             seq.num_computed_tokens += len(entry.token_ids)
             registered = self.block_manager.register_full_blocks(seq)
+            released, freed = self.block_manager.slide_window(seq)
             if self.trace is not None:
                 self.trace.registered.extend(registered)
+                self.trace.changed(BlockChange(seq.request_id, RELEASE, released, freed, "left the sliding window"))
             if entry.samples:
                 seq.append_token(next(sampled), now)
                 extended.append(seq)

@@ -49,7 +49,8 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.is_long = False  # set by the scheduler: waits in the long-prompt queue
         self.num_computed_tokens = 0
-        self.block_table: list[int] = []
+        # One block table per KV group (engine/kv_layout.py) while it holds blocks; empty otherwise.
+        self.block_tables: list[list[int]] = []
         # Prefix hashes of this sequence's full, computed blocks, in block order.
         self.block_hashes: list[bytes] = []
         self.finish_reason: FinishReason | None = None

@@ -17,7 +17,7 @@ after.used, so a replay of allocations and releases rebuilds the block map at an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Where an admitted request waited (the scheduler's two queues).
 WAITING, WAITING_LONG = "waiting", "waiting_long"
@@ -55,7 +55,10 @@ class BlockChange:
     # The ids that left the free list (ALLOCATE: all; REUSE: the cached-free ones) or joined it
     # (RELEASE: the ones nobody else held).
     free_list: list[int]
-    cause: str = ""  # why a RELEASE happened: "preempted", "finished (length)", "aborted"
+    cause: str = ""  # why a RELEASE happened: "preempted", "finished (length)", "aborted", "left the sliding window"
+    # Of an ALLOCATE's or REUSE's blocks, those a sliding-window group of layers takes
+    # (engine/kv_layout.py); the rest serve full-attention layers.
+    window_blocks: list[int] = field(default_factory=list)
 
 
 @dataclass

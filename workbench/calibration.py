@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from engine.batch import ScheduledBatch, ScheduledSequence
+from engine.batch import ScheduledBatch, ScheduledSequence, slot_mappings
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 from engine.simulation.catalogue import HardwareProfile
@@ -22,18 +22,18 @@ GREEDY = SamplingParams(temperature=0.0)
 
 def _batch(engine: LLMEngine, decodes: int, context: int, prefill: int) -> ScheduledBatch:
     """A synthetic batch over the cache's blocks (no request needs to be in the engine)."""
-    size = engine.config.block_size
+    size, groups = engine.config.block_size, len(engine.kv_layout.groups)
     blocks_per_seq = -(-max(context, prefill) // size)
     entries_decode, entries_prefill = [], []
+    # Every KV group reads and writes the same blocks: only the step's time is measured.
     for index in range(decodes):
-        table = [(index * blocks_per_seq + block) % engine.num_kv_blocks for block in range(blocks_per_seq)]
-        position = context - 1
-        slot = table[position // size] * size + position % size
-        entries_decode.append(ScheduledSequence(f"d{index}", [1], position, table, [slot], True, GREEDY, 0))
+        tables = [[(index * blocks_per_seq + block) % engine.num_kv_blocks for block in range(blocks_per_seq)]] * groups
+        slots = slot_mappings(tables, context - 1, 1, size)
+        entries_decode.append(ScheduledSequence(f"d{index}", [1], context - 1, tables, slots, True, GREEDY, 0))
     if prefill:
-        table = list(range(-(-prefill // size)))
-        slots = [table[p // size] * size + p % size for p in range(prefill)]
-        entries_prefill.append(ScheduledSequence("p", [1] * prefill, 0, table, slots, True, GREEDY, 0))
+        tables = [list(range(-(-prefill // size)))] * groups
+        slots = slot_mappings(tables, 0, prefill, size)
+        entries_prefill.append(ScheduledSequence("p", [1] * prefill, 0, tables, slots, True, GREEDY, 0))
     return ScheduledBatch(decodes=entries_decode, prefills=entries_prefill, block_size=size)
 
 

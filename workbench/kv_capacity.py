@@ -74,6 +74,12 @@ def kv_cache_note(info: EngineInfo) -> str:
         info.kv_cache_dtype, info.dtype, info.config.kv_cache_dtype, info.quantization_choice
     )
     note = f"{info.summary['kv_capacity_tokens']:,} tokens in {info.kv_cache_dtype} ({reason})"
+    groups = info.summary.get("kv_groups", "")
+    if "sliding-window" in groups:
+        note += (
+            f"; blocks shared by {groups}: those tokens when every layer keeps every token, more for requests "
+            "longer than the window, whose blocks in the sliding-window layers are freed as it moves on"
+        )
     if info.kv_cache_dtype == "float32" and info.device == "cpu":
         note += (
             "; in bfloat16 (quantization auto on a CPU, or engine.kv_cache_dtype = bfloat16) the same bytes hold "

@@ -46,6 +46,7 @@ class RequestRows:
         self._rows: dict[str, RequestRow] = {}
         self._live: dict[str, int] = {}  # unfinished request id -> its row number (block-map colour)
         self._block_map = np.full(num_blocks, BLOCK_FREE)
+        self._window_blocks = np.zeros(num_blocks, dtype=bool)
 
     # ----- engine thread -------------------------------------------------------------------------
 
@@ -113,6 +114,7 @@ class RequestRows:
             owners = self._backend.block_owners(self._live)
             if owners is not None:
                 self._block_map = owners
+                self._window_blocks = self._backend.window_blocks()
 
     # ----- window thread -------------------------------------------------------------------------
 
@@ -128,6 +130,10 @@ class RequestRows:
     def block_map(self) -> np.ndarray:
         with self._lock:
             return self._block_map.copy()
+
+    def window_blocks(self) -> np.ndarray:
+        with self._lock:
+            return self._window_blocks.copy()
 
     def __len__(self) -> int:
         """Requests sent."""

@@ -15,6 +15,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.errors import ConfigError
+from engine.kv_layout import KvLayout
 from engine.memory import (
     GPU_MEMORY_UTILIZATION,
     RUNTIME_OVERHEAD_FRACTION,
@@ -81,7 +82,8 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
 
     def create_executor(num_blocks: int) -> SimulatedExecutor:
         cost_model = CostModel(shape, hardware, weights, kv_bytes_per_token)
-        return SimulatedExecutor(cost_model, clock, kv_cache_bytes=num_blocks * config.block_size * kv_bytes_per_token)
+        block_bytes = KvLayout.of(shape).block_bytes(config.block_size, kv_bytes_per_token // shape.num_layers)
+        return SimulatedExecutor(cost_model, clock, kv_cache_bytes=num_blocks * block_bytes)
 
     return PreparedModel(
         config=config,

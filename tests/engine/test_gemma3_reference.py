@@ -64,13 +64,38 @@ def test_greedy_continuations_match_transformers(make_gemma_engine, transformers
 
 def test_past_the_sliding_window_through_chunked_prefill(make_gemma_engine, transformers_gemma):
     """A 1,300-token prompt: the local layers see only its last 512 tokens, the global ones all of
-    it; prefilled in 256-token chunks, so each chunk reads keys from the cache across the window."""
+    it; prefilled in 256-token chunks, so each chunk reads keys from the cache across the window.
+    The local layers' blocks that leave the window are freed after every step; a second prompt
+    sharing the first 1,200 tokens reuses both groups' cached blocks and continues as transformers
+    does."""
     model, _ = transformers_gemma
     engine = make_gemma_engine(max_num_batched_tokens=256)
+    manager = engine.block_manager
     text = "\n\n".join(conversation.reply for conversation in load_sharegpt().conversations[:40])
     prompt = engine.tokenizer.encode(text)[:1300]
-    (output,) = engine.generate([prompt], SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))
-    assert output.token_ids == reference_continuation(model, prompt, 12)
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    request_id = engine.add_request(prompt, params)
+    window_frees, output = 0, []
+    while engine.has_unfinished():
+        seq = engine.sequence(request_id)
+        result = engine.step()
+        output += [token for out in result.outputs for token in out.new_token_ids]
+        window_frees += sum(
+            len(change.block_ids) for change in result.trace.block_changes if change.cause == "left the sliding window"
+        )
+        if seq.block_tables:  # one full-attention group of 3 layers, five sliding-window groups of 3
+            computed = seq.num_computed_tokens
+            every = manager.blocks_to_cover(computed)
+            visible = every - max(computed - 511, 0) // 16
+            assert len(manager.held_block_ids(seq)) == every + 5 * visible
+    assert output == reference_continuation(model, prompt, 12)
+    # At the last step, 1,311 tokens computed: 82 blocks in the full-attention group; in each window
+    # group the 50 before position 800 (the next query sees 800..1311) were freed, 32 held.
+    assert window_frees == 5 * 50
+    again = prompt[:1200] + engine.tokenizer.encode(" And now something else entirely: the weather.")
+    (second,) = engine.generate([again], params)
+    assert engine.block_manager.prefix_hit_tokens == 1200
+    assert second.token_ids == reference_continuation(model, again, 12)
 
 
 def test_tokenizer_matches_transformers(make_gemma_engine, transformers_gemma):

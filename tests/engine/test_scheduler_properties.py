@@ -4,12 +4,17 @@ after every step and at the end."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from collections import Counter
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.kv_layout import KvLayout
+from engine.simulation import catalogue
 from tests.engine.simulated import hang_guard
 from workbench.backends.local import LocalBackend
 from workbench.traces.block_replay import BlockReplay
@@ -18,13 +23,37 @@ MAX_STEPS_TO_DRAIN = 5_000
 
 
 @st.composite
-def engine_configs(draw) -> EngineConfig:
+def sliding_windows(draw) -> dict:
+    """The simulated model's sliding-window layers (engine/kv_layout.py): none, Gemma 3's five
+    local layers to one global, or every layer (Mistral), with windows that slide within the
+    short contexts drawn here."""
+    pattern = draw(st.sampled_from(["none", "gemma", "all"]))
+    if pattern == "none":
+        return {}
+    sliding = tuple(layer for layer in range(32) if pattern == "all" or (layer + 1) % 6)
+    return {"sliding_window": draw(st.integers(1, 24)), "sliding_layers": sliding}
+
+
+@contextlib.contextmanager
+def simulated_shape(changes: dict):
+    """The catalogue's model with `changes` applied, for engines built inside the block."""
+    shape, source = catalogue.model_shape("llama-2-7b")
+    with mock.patch("engine.simulation.model_shape", lambda name: (dataclasses.replace(shape, **changes), source)):
+        yield
+
+
+@st.composite
+def engine_configs(draw) -> tuple[EngineConfig, dict]:
+    """A configuration, and the changes to the simulated model's shape it runs with."""
     block_size = draw(st.sampled_from([1, 2, 4, 8, 16]))
     max_model_len = draw(st.integers(2, 128))
+    max_num_batched_tokens = draw(st.integers(1, 128))
+    windows = draw(sliding_windows())
     # Tiny caches: from one full-length request to a few of them, so that requests compete.
-    blocks_per_request = -(-max_model_len // block_size)
+    layout = KvLayout.of(dataclasses.replace(catalogue.model_shape("llama-2-7b")[0], **windows))
+    blocks_per_request = layout.blocks_held(max_model_len, block_size, max_num_batched_tokens)
     num_kv_blocks = draw(st.integers(blocks_per_request, 3 * blocks_per_request + 2))
-    return EngineConfig(
+    config = EngineConfig(
         model="simulated:llama-2-7b@h100-80gb",
         block_size=block_size,
         num_kv_blocks=num_kv_blocks,
@@ -33,11 +62,12 @@ def engine_configs(draw) -> EngineConfig:
         enable_prefix_caching=draw(st.booleans()),
         scheduling_policy=draw(st.sampled_from(["fcfs", "priority"])),
         max_num_seqs=draw(st.integers(1, 16)),
-        max_num_batched_tokens=draw(st.integers(1, 128)),
+        max_num_batched_tokens=max_num_batched_tokens,
         long_prompt_threshold=draw(st.integers(0, 64)),
         max_long_prefills=draw(st.integers(1, 3)),
         long_prompt_max_wait_s=draw(st.sampled_from([0.0, 0.001, 1.0])),
     )
+    return config, windows
 
 
 ADD = st.tuples(
@@ -146,21 +176,30 @@ class Checked:
         )
         self.replay.apply(trace)
         live = {seq.request_id: seq for seq in self.engine.scheduler.running}
+        held = {request_id: set(manager.held_block_ids(seq)) for request_id, seq in live.items()}
         for block in manager.blocks:
-            holders = {request_id for request_id, seq in live.items() if block.block_id in seq.block_table}
+            holders = {request_id for request_id, blocks in held.items() if block.block_id in blocks}
             assert self.replay.holders[block.block_id] == holders, f"block {block.block_id} at step {trace.step}"
             assert self.replay.findable[block.block_id] == (block.prefix_hash is not None)
         rows = {request_id: index for index, request_id in enumerate(live)}
         assert (self.replay.owners(rows) == LocalBackend(self.engine).block_owners(rows)).all()
+        assert (self.replay.windowed == LocalBackend(self.engine).window_blocks()).all()
 
     def check_state(self) -> None:
         scheduler, manager = self.engine.scheduler, self.engine.block_manager
         holders: Counter[int] = Counter()
         for seq in scheduler.running:
-            holders.update(seq.block_table)
-            assert len(seq.block_table) >= manager.blocks_to_cover(seq.num_computed_tokens)
+            holders.update(manager.held_block_ids(seq))
+            for window, table in zip(manager.windows, seq.block_tables):
+                assert len(table) >= manager.blocks_to_cover(seq.num_computed_tokens)
+                # A sliding-window group holds every block its next query reads, and no earlier one.
+                first_visible = (
+                    0 if window is None else max(seq.num_computed_tokens - window + 1, 0) // manager.block_size
+                )
+                assert all(block_id == manager.null_block for block_id in table[:first_visible])
+                assert manager.null_block not in table[first_visible:]
         for seq in [*scheduler.waiting, *scheduler.waiting_long]:
-            assert not seq.block_table, f"waiting request {seq.request_id} holds blocks"
+            assert not seq.block_tables, f"waiting request {seq.request_id} holds blocks"
         for block in manager.blocks:
             assert block.ref_count == holders[block.block_id]
         assert set(manager._free) == {block.block_id for block in manager.blocks if block.ref_count == 0}
@@ -182,8 +221,10 @@ class Checked:
 # 150 cases per run (the "workbench" profile, tests/conftest.py); `make mutation` runs fewer.
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(engine_configs(), OPERATIONS)
-def test_random_configurations_and_traffic_keep_every_invariant(config, operations):
-    checked = Checked(config)
+def test_random_configurations_and_traffic_keep_every_invariant(config_and_windows, operations):
+    config, windows = config_and_windows
+    with simulated_shape(windows):
+        checked = Checked(config)
     for operation in operations:
         kind, *arguments = operation
         if kind == "add":

@@ -91,7 +91,7 @@ def test_abort_frees_every_block_and_reports_the_abort(tiny_llama):
     drop = engine.add_request([9] * 30, SamplingParams(max_tokens=50, temperature=0.0, ignore_eos=True))
     for _ in range(3):
         engine.step()
-    held = len(engine.sequence(drop).block_table)
+    held = len(engine.block_manager.held_block_ids(engine.sequence(drop)))
     used_before = engine.block_manager.num_used_blocks
     assert engine.abort(drop) and not engine.abort(drop)
     assert engine.block_manager.num_used_blocks == used_before - held

@@ -55,6 +55,7 @@ class LocalBackend:
                 "kv_capacity_tokens": engine.kv_capacity_tokens,
                 "kv_cache_bytes": engine.kv_cache_bytes,
                 "kv_bytes_per_token": engine.kv_bytes_per_token,
+                "kv_groups": engine.kv_layout.describe(),
                 "weight_bytes": engine.weight_bytes,
                 "weight_parts": engine.weight_parts,
                 "max_model_len": engine.max_model_len,
@@ -107,7 +108,11 @@ class LocalBackend:
         owners = np.full(manager.num_blocks, BLOCK_FREE)
         for request_id, row in rows.items():
             seq = self.engine.sequence(request_id)
-            for block_id in seq.block_table if seq is not None else ():
+            for block_id in manager.held_block_ids(seq) if seq is not None else ():
                 owners[block_id] = BLOCK_SHARED if manager.is_shared(block_id) else row
         owners[manager.cached_free_block_ids()] = BLOCK_CACHED
         return owners
+
+    def window_blocks(self) -> np.ndarray:
+        manager = self.engine.block_manager
+        return np.array([manager.is_windowed(block_id) for block_id in range(manager.num_blocks)], dtype=bool)

@@ -127,3 +127,7 @@ class Backend(Protocol):
     def block_owners(self, rows: dict[str, int]) -> np.ndarray | None:
         """Per KV block: the row number of the request holding it (`rows`: request id -> row),
         BLOCK_SHARED, BLOCK_CACHED or BLOCK_FREE; None without the block_map capability."""
+
+    def window_blocks(self) -> np.ndarray | None:
+        """Per KV block: whether a sliding-window group of layers holds (or last held) it
+        (engine/kv_layout.py); None without the block_map capability."""

@@ -201,6 +201,9 @@ class RemoteBackend:
     def block_owners(self, rows: dict[str, int]) -> None:
         return None
 
+    def window_blocks(self) -> None:
+        return None
+
     def problems(self) -> list[str]:
         """The server-state scraper's troubles: it stopped (the run is incomplete), or some scrapes
         failed (counted, with the last reason)."""

@@ -117,8 +117,11 @@ def _compare_with_loaded(model: str | None) -> int:
         )
     )
     estimate = weight_bytes_estimate(engine.model_config, 32)
-    # The scheduler's blocks, plus the one scratch block the executor keeps for warm-up and compiling.
-    kv_estimate = (engine.num_kv_blocks + 1) * engine.config.block_size * engine.model_config.kv_bytes_per_token(4)
+    # The scheduler's blocks, plus the one scratch block the executor keeps for warm-up and compiling,
+    # each holding the K/V of the layers of one KV group (engine/kv_layout.py).
+    model_config = engine.model_config
+    layer_token_bytes = model_config.kv_bytes_per_token(4) // model_config.num_layers
+    kv_estimate = (engine.num_kv_blocks + 1) * engine.kv_layout.block_bytes(engine.config.block_size, layer_token_bytes)
     print(
         f"loaded {engine.model_path.name} (float32): weights estimated {estimate / 1e6:.2f} MB, measured "
         f"{engine.weight_bytes / 1e6:.2f} MB "

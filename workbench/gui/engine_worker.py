@@ -141,6 +141,10 @@ class EngineWorker(QObject):
         requests = self._requests
         return requests.block_map() if requests is not None else np.empty(0, dtype=np.int64)
 
+    def window_blocks(self) -> np.ndarray:
+        requests = self._requests
+        return requests.window_blocks() if requests is not None else np.empty(0, dtype=bool)
+
     @property
     def run_log_path(self) -> Path:
         return self.runs_dir / RUN_LOG_NAME

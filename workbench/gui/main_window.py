@@ -494,7 +494,7 @@ class MainWindow(QMainWindow):
             self._show_engine_stage()  # while warming up, its seconds move
         self.requests.set_rows(self.worker.rows())
         if self.tabs.currentWidget() is self.block_map and self.selected_step is None:
-            self.block_map.set_owners(self.worker.block_map(), caption="live")
+            self.block_map.set_owners(self.worker.block_map(), caption="live", windowed=self.worker.window_blocks())
 
     # ----- the selected step ---------------------------------------------------------------------
 
@@ -547,7 +547,10 @@ class MainWindow(QMainWindow):
         )
         highlighted = replay.blocks_of(self.selected_request) if self.selected_request else []
         self.block_map.set_owners(
-            replay.owners(rows), highlighted, f"at step {self.selected_step} (Live returns to the run)"
+            replay.owners(rows),
+            highlighted,
+            f"at step {self.selected_step} (Live returns to the run)",
+            windowed=replay.windowed,
         )
 
     def select_request(self, request_id: str | None) -> None:
@@ -580,7 +583,7 @@ class MainWindow(QMainWindow):
         self.selected_step = None
         self.plots.set_cursor(None)
         self.step_panel.show_trace(None)
-        self.block_map.set_owners(self.worker.block_map(), caption="live")
+        self.block_map.set_owners(self.worker.block_map(), caption="live", windowed=self.worker.window_blocks())
 
     # ----- runs ----------------------------------------------------------------------------------
 

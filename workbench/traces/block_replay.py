@@ -18,6 +18,7 @@ class BlockReplay:
     def __init__(self, num_blocks: int):
         self.holders: list[set[str]] = [set() for _ in range(num_blocks)]
         self.findable = np.zeros(num_blocks, dtype=bool)  # holds a prefix a new prompt can reuse
+        self.windowed = np.zeros(num_blocks, dtype=bool)  # last taken by a sliding-window group of layers
         self.step = -1  # the last step applied
 
     def apply(self, trace: StepTrace) -> None:
@@ -31,6 +32,7 @@ class BlockReplay:
         self.step = step
 
     def _change(self, change: BlockChange) -> None:
+        window_blocks = set(change.window_blocks)
         for block_id in change.block_ids:
             if change.action == RELEASE:
                 self.holders[block_id].discard(change.request_id)
@@ -38,6 +40,7 @@ class BlockReplay:
                 if change.action == ALLOCATE:  # a fresh block's old prefix is overwritten
                     self.findable[block_id] = False
                 self.holders[block_id].add(change.request_id)
+                self.windowed[block_id] = block_id in window_blocks
 
     def owners(self, rows: dict[str, int]) -> np.ndarray:
         """Per block: the row number of the request holding it (`rows`: request id -> row),

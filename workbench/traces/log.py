@@ -110,7 +110,7 @@ def _kv(state: KvState) -> list[int]:
 
 
 def _change(change: BlockChange) -> list:
-    return [change.request_id, change.action, change.block_ids, change.free_list, change.cause]
+    return [change.request_id, change.action, change.block_ids, change.free_list, change.cause, change.window_blocks]
 
 
 def why_no_traces(header: dict) -> str:

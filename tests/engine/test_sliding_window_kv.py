@@ -1,0 +1,32 @@
+"""KV groups at the mission's size: a 32,000-token prompt on Gemma 3 270M's shape (simulated, so
+the scheduler and block manager run for real in seconds) holds every token only in the global
+layers, as the memory model says."""
+
+from __future__ import annotations
+
+from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.memory import kv_request_bytes
+
+GEMMA_ON_A100 = "simulated:gemma3-270m@a100-80gb"
+
+
+def test_a_32k_prompt_holds_the_window_in_local_layers_and_everything_in_global_ones():
+    engine = LLMEngine(EngineConfig(model=GEMMA_ON_A100, max_num_batched_tokens=2048, long_prompt_threshold=0))
+    assert engine.kv_layout.describe() == "1 full-attention group and 5 sliding-window groups (512 tokens) of 3 layers"
+    request_id = engine.add_request([7] * 32_000, SamplingParams(max_tokens=2, ignore_eos=True))
+    peak = 0
+    while engine.sequence(request_id).num_output_tokens == 0:
+        engine.step()
+        peak = max(peak, engine.block_manager.num_used_blocks)
+    seq = engine.sequence(request_id)
+    held = len(engine.block_manager.held_block_ids(seq))
+    # 32,000 tokens: 2,000 global blocks; each window group keeps the blocks from position 31,489 on.
+    assert held == 2_000 + 5 * (2_000 - 31_489 // 16)
+    # At most the window plus one 2,048-token chunk in each window group, at any step.
+    assert peak <= 2_000 + 5 * (-(-(511 + 2048) // 16) + 1)
+    # The memory model's figure, in block-granular bytes: within one block per group.
+    held_bytes = held * engine.kv_block_bytes
+    layer_token_bytes = engine.kv_bytes_per_token // engine.model_config.num_layers
+    estimate, _ = kv_request_bytes(engine.model_config, 2, 32_000, "")  # 16-bit K/V on a simulated GPU
+    assert abs(held_bytes - estimate) <= 6 * 16 * 3 * layer_token_bytes
+    assert held_bytes < 0.2 * 32_000 * engine.kv_bytes_per_token  # the full-attention figure
