@@ -168,7 +168,7 @@ def kv_request_bytes(config: ModelConfig, kv_bytes: int, context: int, per_token
     layer_token = per_token // config.num_layers
     full = config.num_layers - sliding
     window = config.sliding_window
-    total = layer_token * (full * context + sliding * window)
+    total = layer_token * config.attended_positions(context)
     return total, (
         f"{layer_token / 1024:,.0f} KiB/layer/token × ({full} full-attention layers × {context:,} tokens + "
         f"{sliding} sliding-window layers × {window:,} tokens)"

@@ -37,13 +37,15 @@ class CostModel:
         self.dense_params = model.num_parameters - embeddings
 
     def kv_bytes(self, shape: StepShape) -> float:
-        return sum(context for _, context, _ in shape.sequences) * self.kv_bytes_per_token
+        """K/V the step's attention reads: a sliding-window layer reads at most its window."""
+        layer_token_bytes = self.kv_bytes_per_token / self.model.num_layers
+        return sum(self.model.attended_positions(context) for _, context, _ in shape.sequences) * layer_token_bytes
 
     def flops(self, shape: StepShape) -> float:
         model = self.model
         tokens = sum(new for new, _, _ in shape.sequences)
         attention = sum(
-            4 * model.num_layers * model.num_heads * model.head_dim * new * context
+            4 * model.num_heads * model.head_dim * new * model.attended_positions(context)
             for new, context, _ in shape.sequences
         )
         head = sum(2 * model.vocab_size * model.hidden_size for _, _, samples in shape.sequences if samples)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.memory import kv_request_bytes
+from engine.simulation.cost_model import StepShape
 
 GEMMA_ON_A100 = "simulated:gemma3-270m@a100-80gb"
 
@@ -30,3 +31,12 @@ def test_a_32k_prompt_holds_the_window_in_local_layers_and_everything_in_global_
     estimate, _ = kv_request_bytes(engine.model_config, 2, 32_000, "")  # 16-bit K/V on a simulated GPU
     assert abs(held_bytes - estimate) <= 6 * 16 * 3 * layer_token_bytes
     assert held_bytes < 0.2 * 32_000 * engine.kv_bytes_per_token  # the full-attention figure
+
+
+def test_the_simulated_gpu_reads_the_window_in_sliding_window_layers():
+    engine = LLMEngine(EngineConfig(model=GEMMA_ON_A100, max_model_len=32_768))
+    cost_model = engine.executor.cost_model
+    layer_token_bytes = engine.kv_bytes_per_token / 18
+    decode_at = StepShape(((1, 32_000, True),))
+    assert cost_model.kv_bytes(decode_at) == (3 * 32_000 + 15 * 512) * layer_token_bytes
+    assert cost_model.kv_bytes(StepShape(((1, 300, True),))) == 18 * 300 * layer_token_bytes
