@@ -78,11 +78,7 @@ def kv_bytes_read(engine: LLMEngine, context: int) -> int:
     """K and V one decode step reads at this context: every layer's whole context, a sliding-window
     layer's window only."""
     config = engine.model_config
-    per_token_layer = 2 * config.num_kv_heads * config.head_dim * engine.kv_dtype.itemsize
-    return sum(
-        per_token_layer * (min(context, config.sliding_window) if config.is_sliding(layer) else context)
-        for layer in range(config.num_layers)
-    )
+    return 2 * config.num_kv_heads * config.head_dim * engine.kv_dtype.itemsize * config.attended_positions(context)
 
 
 PROMPT = [1] * 16

@@ -35,13 +35,12 @@ def block_hash(parent_hash: bytes, token_ids: tuple[int, ...]) -> bytes:
 
 
 class Block:
-    __slots__ = ("block_id", "ref_count", "prefix_hash", "group")
+    __slots__ = ("block_id", "ref_count", "prefix_hash")
 
     def __init__(self, block_id: int):
         self.block_id = block_id
         self.ref_count = 0
         self.prefix_hash: bytes | None = None
-        self.group: int | None = None  # the KV group whose table holds it (or last held it)
 
 
 class BlockManager:
@@ -60,6 +59,8 @@ class BlockManager:
         # A released window entry points here: the executor's scratch block (it allocates one past
         # num_blocks), never written through a table and read only under a mask.
         self.null_block = num_blocks
+        # Per block, 1 when a sliding-window group holds (or last held) it: the block map reads it whole.
+        self.window_flags = bytearray(num_blocks)
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self._block_by_hash: dict[bytes, int] = {}
         self._num_cached_free = 0  # free blocks still holding a findable prefix
@@ -98,8 +99,7 @@ class BlockManager:
 
     def is_windowed(self, block_id: int) -> bool:
         """Whether a sliding-window group holds (or last held) the block."""
-        group = self.blocks[block_id].group
-        return group is not None and self.windows[group] is not None
+        return bool(self.window_flags[block_id])
 
     def held_block_ids(self, seq: Sequence) -> list[int]:
         """Every block the sequence holds, in all its groups (released window entries left out)."""
@@ -123,16 +123,16 @@ class BlockManager:
         full_blocks = (seq.num_tokens - 1) // self.block_size
         chain: list[bytes] = []
         parent_hash = ROOT_HASH
-        found = {group: [] for group in range(self.num_groups)}  # group -> block id or None per block
+        found: list[list[int | None]] = [[] for _ in self.windows]  # per group, a block id or None per block
         for index in range(full_blocks):
             tokens = tuple(seq.token_ids[index * self.block_size : (index + 1) * self.block_size])
             parent_hash = block_hash(parent_hash, tokens)
-            ids = {group: self._block_by_hash.get(_key(group, parent_hash)) for group in found}
-            if any(ids[group] is None for group, window in enumerate(self.windows) if window is None):
+            ids = [self._block_by_hash.get(_key(group, parent_hash)) for group in range(self.num_groups)]
+            if any(block_id is None for block_id, window in zip(ids, self.windows) if window is None):
                 break  # a full-attention group needs every block of the prefix
             chain.append(parent_hash)
-            for group, block_id in ids.items():
-                found[group].append(block_id)
+            for group_found, block_id in zip(found, ids):
+                group_found.append(block_id)
         length = len(chain)
         while length and not all(
             None not in found[group][self._first_visible_block(window, length * self.block_size) : length]
@@ -189,7 +189,7 @@ class BlockManager:
             seq.block_tables = [[] for _ in self.windows]
         allocated = []
         for _ in range(self.new_blocks_needed(seq, num_new_tokens) // self.num_groups):
-            for group, table in enumerate(seq.block_tables):
+            for window, table in zip(self.windows, seq.block_tables):
                 block_id, _ = self._free.popitem(last=False)
                 block = self.blocks[block_id]
                 if block.prefix_hash is not None:
@@ -197,7 +197,7 @@ class BlockManager:
                     self._num_cached_free -= 1
                 block.prefix_hash = None
                 block.ref_count = 1
-                block.group = group
+                self.window_flags[block_id] = window is not None
                 table.append(block_id)
                 allocated.append(block_id)
         return allocated

@@ -162,16 +162,13 @@ def kv_request_bytes(config: ModelConfig, kv_bytes: int, context: int, per_token
     window in sliding-window layers (their blocks are freed as the window moves on:
     engine/kv_layout.py)."""
     per_token = config.kv_bytes_per_token(kv_bytes)
-    sliding = sum(config.is_sliding(layer) for layer in range(config.num_layers))
+    sliding = config.num_sliding_layers
     if not sliding or context <= config.sliding_window:
         return per_token * context, f"{per_token_text} × {context:,} tokens"
     layer_token = per_token // config.num_layers
-    full = config.num_layers - sliding
-    window = config.sliding_window
-    total = layer_token * config.attended_positions(context)
-    return total, (
-        f"{layer_token / 1024:,.0f} KiB/layer/token × ({full} full-attention layers × {context:,} tokens + "
-        f"{sliding} sliding-window layers × {window:,} tokens)"
+    return layer_token * config.attended_positions(context), (
+        f"{layer_token / 1024:,.0f} KiB/layer/token × ({config.num_layers - sliding} full-attention layers × "
+        f"{context:,} tokens + {sliding} sliding-window layers × {config.sliding_window:,} tokens)"
     )
 
 

@@ -66,11 +66,15 @@ class ModelConfig:
         q_width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         return self.num_layers * self.hidden_size * (2 * q_width + 2 * kv_width + 3 * self.intermediate_size)
 
+    @property
+    def num_sliding_layers(self) -> int:
+        return len(self.sliding_layers) if self.sliding_window is not None else 0
+
     def attended_positions(self, context: int) -> int:
         """Keys the last of `context` tokens attends to, summed over layers: the whole context in a
         full-attention layer, at most the window in a sliding-window one. Also the positions whose
         K/V a computed sequence of that length still needs."""
-        sliding = sum(self.is_sliding(layer) for layer in range(self.num_layers))
+        sliding = self.num_sliding_layers
         window = min(context, self.sliding_window) if sliding else 0
         return (self.num_layers - sliding) * context + sliding * window
 

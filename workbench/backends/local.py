@@ -114,7 +114,4 @@ class LocalBackend:
         return owners
 
     def window_blocks(self) -> np.ndarray:
-        manager = self.engine.block_manager
-        if all(window is None for window in manager.windows):
-            return np.zeros(manager.num_blocks, dtype=bool)
-        return np.array([manager.is_windowed(block_id) for block_id in range(manager.num_blocks)], dtype=bool)
+        return np.frombuffer(self.engine.block_manager.window_flags, dtype=bool).copy()
