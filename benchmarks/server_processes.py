@@ -46,7 +46,8 @@ def launch(command: list[str], probe_url: str, what: str, limit_s: float = 120.0
 
 
 def start_workbench_server(port: int, *arguments: str) -> subprocess.Popen:
-    """`workbench serve` on this port (its messages go to this process's output)."""
+    """`workbench serve` on this port (its messages go to this process's output), once warm: its
+    /health answers 200 when the decode graph is compiled (minutes the first time on a machine)."""
     command = [
         sys.executable,
         "-c",
@@ -56,7 +57,7 @@ def start_workbench_server(port: int, *arguments: str) -> subprocess.Popen:
         str(port),
         *arguments,
     ]
-    return launch(command, f"http://127.0.0.1:{port}/health", "workbench serve")
+    return launch(command, f"http://127.0.0.1:{port}/health", "workbench serve", limit_s=900)
 
 
 def start_vllm_server(python: str, model_dir: Path, port: int, log: Path, kv_cache_gib: int = 1) -> subprocess.Popen:

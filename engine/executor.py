@@ -15,6 +15,7 @@ import torch
 
 from engine.background_compile import BackgroundCompile
 from engine.batch import ScheduledBatch, ScheduledSequence, slot_mappings
+from engine.compile_cache import CompileClock, CompileProgress, graph_key, use_persistent_compile_cache
 from engine.kv_layout import KvLayout
 from engine.model import AttentionMetadata, CausalLM, PrefillChunk
 from engine.quantization import BATCHED_ROWS, has_batched_copy
@@ -37,6 +38,10 @@ class ModelExecutor(Protocol):
     @property
     def kv_cache_bytes(self) -> int:
         """The KV cache's size in bytes (allocated, or planned when simulated)."""
+
+    @property
+    def compile_progress(self) -> CompileProgress | None:
+        """The decode graph's background compile while it runs; None otherwise."""
 
     def warm_up(self) -> None:
         """Pay one-time costs before the first real step."""
@@ -80,6 +85,10 @@ class TorchExecutor:
         self.kv_caches = [self.kv_pool[self.layout.place(layer)[1]] for layer in range(config.num_layers)]
         self.compile_decode = compile_decode
         self.decode_graph = DecodeGraph(model) if compile_decode != "off" else None
+        self._compile_sizes = (1, 2, BATCHED_ROWS) if has_batched_copy(model) else (1, 2)
+        if self.decode_graph is not None:
+            use_persistent_compile_cache()
+            self._compile_clock = CompileClock(graph_key(model, dtype, self._compile_sizes))
         self._background_compile: BackgroundCompile | None = None
         self.last_step_compiled = False
 
@@ -113,6 +122,10 @@ class TorchExecutor:
         """Whether the decode graph's background compile is still running."""
         return self._background_compile is not None and self._background_compile.running
 
+    @property
+    def compile_progress(self) -> CompileProgress | None:
+        return self._compile_clock.progress() if self.compiling else None
+
     def close(self) -> None:
         """Stop a background compile still running and wait for its thread: the next engine must
         not be built, nor the process exit, while it runs (see engine/background_compile.py)."""
@@ -125,10 +138,12 @@ class TorchExecutor:
         """Compile the graphs a decode step can take (one sequence, two or more, and with a batched
         copy from BATCHED_ROWS on) on the scratch block; the graph is used from the next step on
         (each step's `decode_compiled` says whether it was)."""
-        sizes = (1, 2, BATCHED_ROWS) if has_batched_copy(self.model) else (1, 2)
+        self._compile_clock.start()
         with torch.inference_mode():
-            examples = [self._decode_inputs(self._scratch_batch(size)) for size in sizes]
+            examples = [self._decode_inputs(self._scratch_batch(size)) for size in self._compile_sizes]
             self.decode_graph.compile(examples)
+        if self.decode_graph.usable:
+            self._compile_clock.finished()
 
     def _scratch_batch(self, size: int) -> ScheduledBatch:
         """`size` one-token decodes writing into the scratch block (rows past its size share

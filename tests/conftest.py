@@ -20,12 +20,16 @@ if not torch.cuda.is_available():
 
 from hypothesis import settings
 
+from engine.cache_directory import cache_directory
+from engine.compile_cache import INDUCTOR_CACHE_ENVIRONMENT
 from engine.config import COMPILE_DECODE_ENVIRONMENT
 
 # Engines in tests (and the CLI and window processes they start) stay eager unless a test asks
 # for a compile: every engine compiling its graph in the background would take both cores.
 os.environ.setdefault(COMPILE_DECODE_ENVIRONMENT, "off")
-# Measured hardware profiles and quality figures go to a cache of the session's own, not the user's.
+# Compiled graphs are shared with the user's cache (compiling them again costs minutes); measured
+# hardware profiles, quality figures and compile durations go to a cache of the session's own.
+os.environ.setdefault(INDUCTOR_CACHE_ENVIRONMENT, str(cache_directory() / "torch-compile"))
 os.environ["WORKBENCH_CACHE"] = tempfile.mkdtemp(prefix="workbench-cache-")
 
 from engine import EngineConfig, LLMEngine

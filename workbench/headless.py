@@ -6,6 +6,7 @@ This is `workbench bench`'s back end; the GUI's "save run" writes the same files
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,21 @@ from workbench.run_recorder import RUN_LOG_NAME, RunRecorder
 from workbench.runner import EndedRequest, ScenarioRunner
 from workbench.scenario import Scenario
 
+# How often a wait for the warm-up says how far it has got.
+_WARM_UP_REPORT_EVERY_S = 10.0
+
+
+def wait_until_warm(backend: Backend, report: Callable[[str], None]) -> None:
+    """Wait for the backend's warm-up (the decode graph's compile) to end, reporting its progress:
+    a run must not measure steps made beside the compile, 5-60 times as slow as compiled ones
+    (docs/measurements.md, "Fast from the first second")."""
+    reported_at = None
+    while (progress := backend.warm_up_progress()) is not None:
+        if reported_at is None or time.monotonic() - reported_at >= _WARM_UP_REPORT_EVERY_S:
+            report(f"warming up before the run: {progress.describe()}")
+            reported_at = time.monotonic()
+        time.sleep(0.2)
+
 
 def run_headless(
     scenario: Scenario,
@@ -29,13 +45,16 @@ def run_headless(
     source: ModelSource | None = None,
     backend: Backend | None = None,
     on_progress: Callable[[EndedRequest, int | None], None] = lambda ended, total: None,
+    on_warm_up: Callable[[str], None] = lambda message: None,
 ) -> dict:
     """Run the scenario on `backend` (default: the in-process engine of the scenario's [engine]
     table, from `source` if given), log it to out_dir/run.jsonl as it happens, then write the
     report files. Ctrl-C ends the run early: the report files are still written, built from the
     log and marked incomplete, and then the KeyboardInterrupt goes on to the caller (a bench of
-    several variants stops, rather than starting the next)."""
+    several variants stops, rather than starting the next); during the warm-up, before any file
+    is written."""
     backend = backend or LocalBackend(LLMEngine(scenario.engine, source=source))
+    wait_until_warm(backend, on_warm_up)
     # One-time costs before the run's clock starts: requests are stamped with their planned
     # arrival, so what the first send and the header pay counts as their queue time. Here the
     # model file's SHA-256 for the header (cached once computed) and the text prompts are cut from

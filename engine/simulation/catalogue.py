@@ -5,7 +5,6 @@ matmul throughput) and kept in ~/.cache/workbench/hardware.toml (or $WORKBENCH_C
 from __future__ import annotations
 
 import importlib.resources
-import os
 import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from engine.cache_directory import cache_directory
 from engine.device import dtype_name, total_memory_bytes
 from engine.errors import ConfigError
 from engine.model_config import ModelConfig
@@ -125,7 +125,7 @@ def _best_time(function) -> float:
 
 
 def _cache_file() -> Path:
-    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench")) / "hardware.toml"
+    return cache_directory() / "hardware.toml"
 
 
 def _cached_profiles() -> dict:

@@ -48,6 +48,7 @@ class TokensOnlyBackend:
             "problems",
             "close",
             "stop_background_work",
+            "warm_up_progress",
         ):
             setattr(self, name, getattr(local, name))
         self.kv_capacity_tokens = self.kv_cache_bytes = self.num_kv_blocks = None

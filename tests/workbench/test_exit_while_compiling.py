@@ -8,11 +8,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 import httpx
 import pytest
 
-from benchmarks.server_processes import free_port, launch
+from benchmarks.server_processes import free_port, launch, wait_until
 from engine.config import COMPILE_DECODE_ENVIRONMENT
 
 pytestmark = pytest.mark.slow  # loads SmolLM2 and starts its compile in each process
@@ -45,8 +46,10 @@ def test_gui_run_for_exits_cleanly_while_the_graph_compiles(tmp_path):
     assert screenshot.stat().st_size > 10_000 and "terminate called" not in finished.stderr
 
 
-def test_bench_exits_cleanly_while_the_graph_compiles(tmp_path):
-    finished = subprocess.run(
+def test_bench_waits_for_the_compile_and_ctrl_c_meanwhile_exits_cleanly(tmp_path):
+    """bench measures the compiled engine: it says it is warming up and starts nothing until the
+    compile ends; Ctrl-C meanwhile exits with 130 (not 134) and says that nothing ran."""
+    process = subprocess.Popen(
         workbench(
             "bench",
             "--preset",
@@ -60,31 +63,56 @@ def test_bench_exits_cleanly_while_the_graph_compiles(tmp_path):
             str(tmp_path / "run"),
         ),
         env=default_environment(tmp_path),
-        capture_output=True,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
     )
-    assert finished.returncode == 0, finished.stderr[-2000:]
-    assert (tmp_path / "run" / "report.json").exists() and "terminate called" not in finished.stderr
+    try:
+        said = []
+        for line in process.stderr:
+            said.append(line)
+            if line.startswith("warming up before the run: compiling the decode graph: "):
+                break
+        assert said and "warming up before the run" in said[-1], "".join(said)[-2000:]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 130
+        rest = process.stderr.read()
+        assert "chat-burst did not start" in rest and "terminate called" not in rest
+        assert not (tmp_path / "run" / "run.jsonl").exists()
+    finally:
+        process.kill()
 
 
-def test_serve_stops_on_sigterm_while_the_graph_compiles(tmp_path):
+def test_serve_warms_up_before_serving_and_stops_on_sigterm_meanwhile(tmp_path):
+    """While the graph compiles, /health says "warming up" (503) and a request waits; SIGTERM
+    ends it with an error at once and the process exits 0 (it waited for the held request)."""
     port = free_port()
     process = launch(
         workbench("serve", "--port", str(port)),
-        f"http://127.0.0.1:{port}/health",
+        f"http://127.0.0.1:{port}/v1/models",  # answers while warming up; /health does not
         "workbench serve",
         env=default_environment(tmp_path),
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        answer = httpx.post(
-            f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "Hello", "max_tokens": 4}, timeout=60
+        health = httpx.get(f"http://127.0.0.1:{port}/health")
+        assert health.status_code == 503
+        assert health.json()["error"]["message"].startswith("warming up: compiling the decode graph: ")
+        answers = []
+        held = threading.Thread(
+            target=lambda: answers.append(
+                httpx.post(
+                    f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "Hello", "max_tokens": 4}, timeout=60
+                )
+            )
         )
-        assert answer.status_code == 200
+        held.start()
+        waiting = 'vllm:num_requests_waiting{model_name="smollm2-135m"} 1.0'
+        wait_until(lambda: waiting in httpx.get(f"http://127.0.0.1:{port}/metrics").text, "the request to wait")
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
+        held.join(timeout=10)
+        assert answers[0].status_code == 500 and answers[0].json()["error"]["message"] == "the server is shutting down"
         assert "terminate called" not in process.stderr.read()
     finally:
         process.kill()

@@ -5,10 +5,13 @@ requests go on; text is tokenized off the event loop."""
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
 import pytest
+import torch
 
+from benchmarks.server_processes import wait_until
 from engine import EngineConfig, LLMEngine
 from tests.tiny_models import tiny_engine
 from tests.workbench.loopback_app import served
@@ -122,3 +125,33 @@ def test_text_is_tokenized_off_the_event_loop(serving, monkeypatch):
         release.set()
         sender.join()
     assert answers[0].status_code == 200
+
+
+@pytest.mark.slow  # compiles the tiny model's decode graph
+def test_requests_wait_for_the_compile_and_health_says_warming_up(serving, tiny_llama, held_compile):
+    """No step runs beside the compile: a request sent meanwhile waits (and counts as waiting),
+    /health answers 503 "warming up"; once compiled, the request is served by the compiled graph."""
+    torch._dynamo.reset()
+    directory, _ = tiny_llama
+    engine = tiny_engine(directory, compile_decode="background")
+    url, loop = serving(engine)
+    answers = []
+    sent = threading.Thread(
+        target=lambda: answers.append(
+            httpx.post(
+                f"{url}/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 4, "ignore_eos": True}, timeout=600
+            )
+        )
+    )
+    sent.start()
+    waiting = 'vllm:num_requests_waiting{model_name="test-model"} 1.0'
+    wait_until(lambda: waiting in httpx.get(f"{url}/metrics").text, "the request to be held")
+    health = httpx.get(f"{url}/health")
+    assert health.status_code == 503
+    assert health.json()["error"]["message"].startswith("warming up: compiling the decode graph: ")
+    time.sleep(0.5)
+    assert engine.num_steps == 0 and not answers  # held, not served eagerly beside the compile
+    held_compile.set()
+    sent.join(timeout=600)
+    assert answers[0].status_code == 200 and answers[0].json()["usage"]["completion_tokens"] == 4
+    assert engine.executor.decode_mode == "compiled" and httpx.get(f"{url}/health").status_code == 200

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from engine import EngineConfig, LLMEngine
+from engine.compile_cache import CompileProgress
 from engine.device import dtype_name
 from engine.errors import ConfigError
 from engine.loading.model_file import ModelSource, ProgressCallback
@@ -53,6 +54,8 @@ class EngineInfo:
     # How decode steps run now ("compiled", "eager", "eager (compiling in the background)",
     # "simulated", or why compilation fell back to eager): a string read, safe from any thread.
     decode_mode: Callable[[], str]
+    # The background compile's progress while it runs (None otherwise), read from any thread.
+    compile_progress: Callable[[], CompileProgress | None]
     capabilities: BackendCapabilities
     quantization: str  # what runs, e.g. "int4 g32 + int8 head"
     quantization_choice: str  # why: "auto: ..." or "chosen in the configuration"
@@ -121,6 +124,7 @@ class BackendLoader:
             model_config=engine.model_config,
             tokenizer=engine.tokenizer,
             decode_mode=lambda: engine.executor.decode_mode,
+            compile_progress=lambda: engine.executor.compile_progress,
             capabilities=backend.capabilities,
             quantization=engine.quantization,
             quantization_choice=engine.quantization_choice,

@@ -11,6 +11,7 @@ import dataclasses
 import numpy as np
 
 from engine import LLMEngine
+from engine.compile_cache import CompileProgress
 from engine.sampling_params import SamplingParams
 from workbench.backends.protocol import (
     BLOCK_CACHED,
@@ -92,6 +93,9 @@ class LocalBackend:
         if seq is None:
             return None
         return RequestProgress(seq.state, seq.metrics, seq.num_prompt_tokens, seq.num_tokens)
+
+    def warm_up_progress(self) -> CompileProgress | None:
+        return self.engine.executor.compile_progress
 
     def stop_background_work(self) -> None:
         """Stop the engine's background compile: the next engine must not be built beside it."""

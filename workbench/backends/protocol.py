@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from engine.compile_cache import CompileProgress
 from engine.loading.tokenizer import Tokenizer
 from engine.metrics import RequestMetrics, StepStats
 from engine.outputs import RequestOutput
@@ -112,6 +113,10 @@ class Backend(Protocol):
 
     def progress(self, request_id: str) -> RequestProgress | None:
         """None once the request has ended (or was never queued)."""
+
+    def warm_up_progress(self) -> CompileProgress | None:
+        """What the backend still does before it serves at full speed (the in-process engine's
+        decode-graph compile), or None once it does."""
 
     def stop_background_work(self) -> None:
         """Stop what runs beside the requests (the in-process engine's decode-graph compile) and

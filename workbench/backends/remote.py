@@ -217,6 +217,10 @@ class RemoteBackend:
             )
         return found
 
+    def warm_up_progress(self) -> None:
+        """A server warms up before it answers: nothing left to wait for once connected."""
+        return None
+
     def stop_background_work(self) -> None:
         """Nothing to stop: its scraper and streams may run beside another backend's load."""
 

@@ -45,6 +45,7 @@ def run(args) -> int:
     from workbench.compare import compare, format_comparison
     from workbench.presets import load_preset
     from workbench.process_tuning import freeze_loaded_heap
+    from workbench.run_recorder import RUN_LOG_NAME
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
     # A measured run compiles its decode step before the first request unless the preset says
@@ -75,11 +76,11 @@ def run(args) -> int:
         try:
             reports[variant] = _run_one(scenario, variant, out_dir, backend, plots=not args.no_plots)
         except KeyboardInterrupt:  # Ctrl+C ends the bench, not just this variant
-            print(
-                f"workbench: interrupted; the partial report of {scenario.name}{' / ' + variant if variant else ''} "
-                f"is in {out_dir}",
-                file=sys.stderr,
-            )
+            name = f"{scenario.name}{' / ' + variant if variant else ''}"
+            if (out_dir / RUN_LOG_NAME).exists():
+                print(f"workbench: interrupted; the partial report of {name} is in {out_dir}", file=sys.stderr)
+            else:
+                print(f"workbench: interrupted while warming up; {name} did not start", file=sys.stderr)
             return 130
         finally:
             backend.close()
@@ -97,10 +98,11 @@ def run(args) -> int:
 def _run_one(scenario, variant, out_dir: Path, backend, plots: bool) -> dict:
     from tqdm import tqdm
 
-    from workbench.headless import run_headless
+    from workbench.headless import run_headless, wait_until_warm
     from workbench.run_log import read_run_log
     from workbench.run_recorder import RUN_LOG_NAME
 
+    wait_until_warm(backend, lambda message: print(message, file=sys.stderr))  # before the bar's clock starts
     with tqdm(desc="requests", unit="req", file=sys.stderr, dynamic_ncols=True) as bar:
         output_tokens = 0
 

@@ -30,7 +30,6 @@ from PySide6.QtWidgets import (
 
 from engine import ConfigError, EngineConfig, EngineError
 from engine.device import total_memory_bytes
-from engine.executor import DecodeGraph
 from engine.memory import memory_lines, process_resident_bytes
 from engine.simulation import is_simulated, parse
 from engine.simulation.catalogue import hardware_profile
@@ -88,7 +87,6 @@ class MainWindow(QMainWindow):
         self.worker = worker or EngineWorker()
         self.info: EngineInfo | None = None
         self._decode_mode_shown = ""
-        self._loaded_at = 0.0  # time.monotonic() when the engine finished loading
         self._waiting_shown = ""  # the warm-up note the plots' titles show now
         self.viewing_past_run = False
         self.tokenizer_decode = None
@@ -358,7 +356,6 @@ class MainWindow(QMainWindow):
         self.info = info  # first: the old EngineInfo holds the replaced engine, which the freeze must not keep
         self.cancel_button.setVisible(False)
         freeze_loaded_heap()
-        self._loaded_at = time.monotonic()
         self.tokenizer_decode = info.tokenizer.decode if info.tokenizer else None
         self.viewing_past_run = False
         self.plots.show_source(None)
@@ -395,12 +392,13 @@ class MainWindow(QMainWindow):
 
     def warming_up(self) -> str:
         """While the decode graph compiles in the background the first steps run eagerly on cores
-        the compiler shares, so a run started now shows nothing for seconds: say so, and for how
-        long, rather than look frozen. "" once the compile has ended (or for a server)."""
-        if not isinstance(self.info, EngineInfo) or DecodeGraph.COMPILING not in self.info.decode_mode():
+        the compiler shares, many times slower, so a run started now shows little for seconds:
+        say so, and how much of the compile is left, rather than look frozen. "" once the compile
+        has ended (or for a server)."""
+        progress = self.info.compile_progress() if isinstance(self.info, EngineInfo) else None
+        if progress is None:
             return ""
-        seconds = time.monotonic() - self._loaded_at
-        return f"warming up for {seconds:.0f} s: steps run eagerly (slower) until the graph is compiled"
+        return f"warming up, {progress.describe()}; until then steps run eagerly and slowly"
 
     def on_traffic_state(self, state: str) -> None:
         self.traffic_label.setText(f"traffic: {state}")
@@ -465,7 +463,8 @@ class MainWindow(QMainWindow):
         if new_store:
             self._live = LiveMetrics(store)
         # While warming up the titles' seconds move: a redraw once a second, not on every tick.
-        waiting = f"warming up, {time.monotonic() - self._loaded_at:.0f} s" if self.warming_up() else ""
+        progress = self.info.compile_progress() if isinstance(self.info, EngineInfo) else None
+        waiting = f"warming up, {progress.elapsed_s:.0f} s" if progress is not None else ""
         if self._live.refresh() or new_store or waiting != self._waiting_shown:
             self._waiting_shown = waiting
             self.plots.update_from(self._live.snapshot(), waiting=waiting)

@@ -11,6 +11,12 @@ A step that raises must not take the server down with it: every request in fligh
 ends with an `EngineFailure` (the handler answers 500, or an error event mid-stream), and the loop
 goes on serving. Only if the engine cannot even abort them does the loop stop; then `failure`
 says why, /health answers 503 and new requests are refused.
+
+While the decode graph compiles in the background (the default configuration's first seconds or
+minutes), the loop takes requests but does not step: a step run beside the compile took 5-60
+times as long as a compiled one (docs/measurements.md, "Fast from the first second"), so requests
+wait for the compile instead, and /health answers 503 "warming up" meanwhile, as vLLM's server
+does not answer before its own warm-up.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import threading
 import traceback
 
 from engine import LLMEngine, SamplingParams
+from engine.compile_cache import CompileProgress
 from engine.outputs import RequestOutput
 from workbench.server.metrics import ServerMetrics
 
@@ -53,6 +60,10 @@ class EngineLoop:
         self._thread.join()
         self.engine.close()
 
+    def warming_up(self) -> CompileProgress | None:
+        """The decode graph's compile while it runs, during which no step is taken."""
+        return self.engine.executor.compile_progress
+
     # ----- event loop side -----------------------------------------------------------------------
 
     async def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> asyncio.Queue:
@@ -68,12 +79,22 @@ class EngineLoop:
         """End a request whose client went away; its blocks are freed by the next step."""
         self._commands.put(("abort", request_id, None))
 
+    def end_all_requests(self) -> None:
+        """Abort every request and end its stream with "the server is shutting down" (safe from
+        any thread): a shutdown waits for open requests, and one held while the graph compiles
+        or a long stream would keep the process up for minutes."""
+        self._commands.put(("end all", None, None))
+
     # ----- loop thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
         engine = self.engine
+        warm = self.warming_up() is None
         while not self._stopped.is_set():
-            busy = engine.has_unfinished()
+            if not warm and self.warming_up() is None:
+                warm = True
+                print(f"workbench serve: warm (decode {engine.executor.decode_mode}); serving", file=sys.stderr)
+            busy = engine.has_unfinished() and warm
             try:
                 command = self._commands.get(block=not busy, timeout=None if busy else _IDLE_WAIT_S)
             except queue.Empty:
@@ -125,9 +146,15 @@ class EngineLoop:
                 self._streams.pop(request_id, None)
                 done.set_exception(error)
                 return
+            if self.warming_up() is not None:  # no step updates the gauges until the compile ends
+                self.metrics.waiting.set(len(self._streams))
             done.set_result(None)
         elif kind == "abort":
             self.engine.abort(argument)
+        elif kind == "end all":
+            for request_id in list(self._streams):
+                self.engine.abort(request_id)
+            self._end_open_streams("the server is shutting down")
 
     def _deliver(self, output: RequestOutput) -> None:
         stream = self._streams.get(output.request_id)

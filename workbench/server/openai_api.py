@@ -1,6 +1,6 @@
 """The OpenAI-compatible HTTP API over an `EngineLoop` (FastAPI, as vLLM's server):
 
-  GET  /v1/models, /health, /version, /metrics (Prometheus, vLLM's names)
+  GET  /v1/models, /health (503 while warming up), /version, /metrics (Prometheus, vLLM's names)
   POST /v1/completions, /v1/chat/completions: prompt text or token ids, max_tokens, temperature,
        top_p, top_k, min_p, seed, stop, ignore_eos; `stream` (server-sent events, with
        `stream_options.include_usage`); `return_token_ids` adds each choice's token ids, as vLLM
@@ -173,6 +173,8 @@ def create_app(loop: EngineLoop, max_request_bytes: int = DEFAULT_MAX_REQUEST_BY
     async def health() -> Response:
         if loop.failure is not None:
             return error_response(f"the engine loop has stopped: {loop.failure}", 503)
+        if (progress := loop.warming_up()) is not None:
+            return error_response(f"warming up: {progress.describe()}; requests wait until it ends", 503)
         return Response(status_code=200)
 
     @app.get("/version")

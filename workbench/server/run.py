@@ -47,6 +47,19 @@ def _raise_stop(signum: int, frame) -> None:
     raise _StopSignal(signal.Signals(signum).name)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, whose graceful shutdown first ends every request: it would otherwise wait
+    for each open one to finish, however long that takes."""
+
+    def __init__(self, config: uvicorn.Config, loop: EngineLoop):
+        super().__init__(config)
+        self.engine_loop = loop
+
+    def handle_exit(self, sig: int, frame) -> None:
+        self.engine_loop.end_all_requests()
+        super().handle_exit(sig, frame)
+
+
 def serve(
     config: EngineConfig,
     host: str,
@@ -76,7 +89,9 @@ def serve(
             file=sys.stderr,
             flush=True,
         )
-        server = uvicorn.Server(uvicorn.Config(create_app(loop, max_request_bytes), log_level="warning"))
+        if (progress := loop.warming_up()) is not None:
+            print(f"warming up: {progress.describe()}; /health answers 503, requests wait", file=sys.stderr)
+        server = _Server(uvicorn.Config(create_app(loop, max_request_bytes), log_level="warning"), loop)
         server.run(sockets=[listener])
     except _StopSignal as stop:
         print(f"workbench serve: stopped ({stop})", file=sys.stderr)
