@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 from benchmarks.server_processes import free_port, start_vllm_server, start_workbench_server
@@ -59,13 +60,16 @@ def main() -> None:
     scenario = load_preset(args.preset, args.overrides)
     reports = {}
 
+    ready_s = {}
     port = free_port()
+    started = time.monotonic()
     ours = start_workbench_server(
         port,
         "--preset",
         args.preset,
         *(f"--set={override}" for override in args.overrides if override.startswith("engine.")),
     )
+    ready_s["workbench"] = time.monotonic() - started
     try:
         reports["workbench"] = drive(f"http://127.0.0.1:{port}", scenario, args.out / "workbench")
     finally:
@@ -74,7 +78,9 @@ def main() -> None:
 
     model_dir = export_hf_directory(read_model("smollm2-135m"), args.out / "smollm2-hf")
     port = free_port()
+    started = time.monotonic()
     vllm = start_vllm_server(args.vllm_python, model_dir, port, args.out / "vllm-server.log")
+    ready_s["vllm"] = time.monotonic() - started
     try:
         reports["vllm"] = drive(f"http://127.0.0.1:{port}", scenario, args.out / "vllm")
     finally:
@@ -82,6 +88,7 @@ def main() -> None:
         vllm.wait(timeout=120)
 
     print(f"{'metric':<26} {'workbench serve':>16} {'vLLM':>16}   (n)")
+    print(f"{'start to ready (s)':<26} {ready_s['workbench']:>16.1f} {ready_s['vllm']:>16.1f}   (1 / 1)")
     for name in FIGURES:
         ours_entry, theirs = reports["workbench"]["metrics"][name], reports["vllm"]["metrics"][name]
         show = lambda entry: "-" if entry["value"] is None else f"{entry['value']:,.1f}"  # noqa: E731

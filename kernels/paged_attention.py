@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from kernels import cpu_paged_attention
+
 
 def write_kv_cache(
     key: torch.Tensor,  # [num_tokens, kv_heads, head_dim]
@@ -40,17 +42,36 @@ def paged_decode_attention(
     buckets: list | None = None,  # length_buckets(...), computed once per step rather than per layer
     window: int | None = None,
 ) -> torch.Tensor:
-    """On CUDA, the Triton kernel reads K/V in place through the block tables. The torch path
-    gathers sequences of similar length together (`buckets`), so one long context does not make
-    every short sequence in the batch gather (and attend over) that many padded slots. Without
-    buckets it attends over every slot of the block tables with a mask: one fixed sequence of
-    operators whatever the lengths, which is what a compiled decode graph needs (see
-    engine.executor)."""
+    """Reads K/V in place through the block tables where an operator for the device exists: on
+    CUDA the Triton kernel, on the CPU the C++ operator (kernels/cpu_paged_attention.py); else
+    gathers them (`gather_decode_attention`)."""
     if query.is_cuda and window is None:  # the Triton kernel has no window yet: the torch path below
         from kernels.triton_paged_attention import paged_decode_attention_triton, supports
 
         if supports(key_cache.shape[1], query.shape[2]):
             return paged_decode_attention_triton(query, key_cache, value_cache, block_tables, context_lens, scale)
+    if query.device.type == "cpu" and cpu_paged_attention.available():
+        return cpu_paged_attention.paged_decode_attention_cpu(
+            query, key_cache, value_cache, block_tables, context_lens, scale, window
+        )
+    return gather_decode_attention(query, key_cache, value_cache, block_tables, context_lens, scale, buckets, window)
+
+
+def gather_decode_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    buckets: list | None = None,
+    window: int | None = None,
+) -> torch.Tensor:
+    """The torch path: gathers sequences of similar length together (`buckets`), so one long
+    context does not make every short sequence in the batch gather (and attend over) that many
+    padded slots. Without buckets it attends over every slot of the block tables with a mask: one
+    fixed sequence of operators whatever the lengths, which is what a compiled decode graph needs
+    (see engine.executor)."""
     if buckets is None:
         return _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, scale, window)
     if len(buckets) == 1:

@@ -1,12 +1,19 @@
 """Paged attention equals plain causal attention on contiguous K/V, for uneven lengths, scattered
-blocks, GQA ratios 1 and 3, and with a sliding window (shorter and longer than the contexts)."""
+blocks, GQA ratios 1 and 3, and with a sliding window (shorter and longer than the contexts); decode
+both through the CPU operator that reads blocks in place and through the gathering torch path."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from kernels.paged_attention import length_buckets, paged_decode_attention, paged_prefill_attention
+from kernels import cpu_paged_attention
+from kernels.paged_attention import (
+    gather_decode_attention,
+    length_buckets,
+    paged_decode_attention,
+    paged_prefill_attention,
+)
 from tests.kernels.references import BLOCK_SIZE, HEAD_DIM, scattered_cache
 
 
@@ -27,19 +34,65 @@ def dense_attention(query, keys, values, query_positions, window=None):
 @pytest.mark.parametrize("kv_heads, group", [(2, 1), (2, 3), (1, 3)])
 @pytest.mark.parametrize("lengths", [[1], [5, 1, 17, 8, 4], [33], [33, 33], [3, 1500, 7, 700, 2900, 40]])
 def test_decode_matches_dense(kv_heads, group, lengths, window):
+    assert cpu_paged_attention.available(), cpu_paged_attention.unavailable_reason()
     generator = torch.Generator().manual_seed(len(lengths) * 10 + group)
     key_cache, value_cache, tables, contents = scattered_cache(lengths, kv_heads, generator)
     query = torch.randn(len(lengths), kv_heads * group, HEAD_DIM, generator=generator)
     widest = max(len(table) for table in tables)
     block_tables = torch.tensor([table + [0] * (widest - len(table)) for table in tables])
-    # Grouped by length (the eager path) and as one masked group (the compiled path).
-    for buckets in (length_buckets(lengths, BLOCK_SIZE, query.device), None):
-        out = paged_decode_attention(
-            query, key_cache, value_cache, block_tables, torch.tensor(lengths), HEAD_DIM**-0.5, buckets, window
-        )
+    context_lens, scale = torch.tensor(lengths), HEAD_DIM**-0.5
+    outputs = [
+        # Gathered: grouped by length (the eager path) and as one masked group (the compiled path).
+        gather_decode_attention(
+            query,
+            key_cache,
+            value_cache,
+            block_tables,
+            context_lens,
+            scale,
+            length_buckets(lengths, BLOCK_SIZE, query.device),
+            window,
+        ),
+        gather_decode_attention(query, key_cache, value_cache, block_tables, context_lens, scale, None, window),
+        # In place (contexts over 1,024 positions split into chunks and merged).
+        cpu_paged_attention.paged_decode_attention_cpu(
+            query, key_cache, value_cache, block_tables, context_lens, scale, window
+        ),
+    ]
+    for out in outputs:
         for index, (length, (keys, values)) in enumerate(zip(lengths, contents)):
             expected = dense_attention(query[index : index + 1], keys, values, torch.tensor([length - 1]), window)
             torch.testing.assert_close(out[index : index + 1], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_cpu_decode_reads_the_blocks_in_place_when_its_operator_builds():
+    assert cpu_paged_attention.available(), cpu_paged_attention.unavailable_reason()
+    generator = torch.Generator().manual_seed(7)
+    key_cache, value_cache, tables, _ = scattered_cache([40], 1, generator)
+    query = torch.randn(1, 3, HEAD_DIM, generator=generator)
+    arguments = (query, key_cache, value_cache, torch.tensor(tables), torch.tensor([40]), HEAD_DIM**-0.5)
+    with torch.profiler.profile() as profile:
+        paged_decode_attention(*arguments)
+    names = {event.name for event in profile.events()}
+    assert "workbench::paged_decode_attention" in names and "aten::index_select" not in names
+
+
+@pytest.mark.parametrize("window", [None, 512])
+def test_the_cpu_operator_on_a_bfloat16_cache_matches_the_gathering_path(window):
+    """The engine's default KV dtype: bfloat16 keys and values, a float32 query; one long context
+    (four chunks) beside short ones."""
+    assert cpu_paged_attention.available(), cpu_paged_attention.unavailable_reason()
+    generator = torch.Generator().manual_seed(3)
+    lengths = [4000, 9, 300]
+    key_cache, value_cache, tables, _ = scattered_cache(lengths, 3, generator)
+    key_cache, value_cache = key_cache.bfloat16(), value_cache.bfloat16()
+    query = torch.randn(len(lengths), 9, HEAD_DIM, generator=generator)
+    widest = max(len(table) for table in tables)
+    block_tables = torch.tensor([table + [0] * (widest - len(table)) for table in tables])
+    arguments = (query, key_cache, value_cache, block_tables, torch.tensor(lengths), HEAD_DIM**-0.5)
+    expected = gather_decode_attention(*arguments, None, window)
+    actual = cpu_paged_attention.paged_decode_attention_cpu(*arguments, window)
+    torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-3)
 
 
 @pytest.mark.parametrize("window", [None, 4, 6])
