@@ -88,8 +88,10 @@ class BackgroundCompile:
 
 
 def kill_compiler_processes() -> list[int]:
-    """Kill the C/C++ compilers this process started, with everything they started (cc1plus, as,
-    ld); their ids. Linux only (it reads /proc); elsewhere nothing is killed and `stop` waits."""
+    """Kill the C/C++ compilers this process started, directly or through inductor's compile
+    workers (whose futures the compile thread may be waiting on, in C, where no exception reaches
+    it), with everything they started (cc1plus, as, ld); their ids. Linux only (it reads /proc);
+    elsewhere nothing is killed and `stop` waits."""
     parents = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -98,9 +100,12 @@ def kill_compiler_processes() -> list[int]:
             continue
         name, fields = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
         parents[int(stat.parent.name)] = (int(fields[1]), name)
-    doomed = [pid for pid, (parent, name) in parents.items() if parent == os.getpid() and name in _COMPILERS]
-    for pid in doomed:  # a breadth-first walk: the compilers' own children go too
-        doomed += [child for child, (parent, _) in parents.items() if parent == pid]
+    descendants = [os.getpid()]
+    for pid in descendants:  # a breadth-first walk down from this process
+        descendants += [child for child, (parent, _) in parents.items() if parent == pid]
+    doomed = [pid for pid in descendants[1:] if parents[pid][1] in _COMPILERS]
+    for pid in doomed:  # the compilers' own children go too
+        doomed += [child for child, (parent, _) in parents.items() if parent == pid and child not in doomed]
     for pid in doomed:
         try:
             os.kill(pid, signal.SIGKILL)

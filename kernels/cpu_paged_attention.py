@@ -36,7 +36,7 @@ def _machine_tag() -> str:
 
 
 def available() -> bool:
-    """Build (first time on this machine, about a minute) or load the operator; False if it cannot be."""
+    """Build (the first time on this machine, 10-20 s) or load the operator; False if it cannot be."""
     if "loaded" not in _state:
         try:
             from torch.utils.cpp_extension import load

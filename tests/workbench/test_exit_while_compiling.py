@@ -66,17 +66,17 @@ def test_bench_waits_for_the_compile_and_ctrl_c_meanwhile_exits_cleanly(tmp_path
         stderr=subprocess.PIPE,
         text=True,
     )
+    said = []  # every line of its stderr, read by a thread so that the pipe never fills
+    reader = threading.Thread(target=lambda: said.extend(process.stderr), daemon=True)
+    reader.start()
     try:
-        said = []
-        for line in process.stderr:
-            said.append(line)
-            if line.startswith("warming up before the run: compiling the decode graph: "):
-                break
-        assert said and "warming up before the run" in said[-1], "".join(said)[-2000:]
+        warming = "warming up before the run: compiling the decode graph: "
+        wait_until(lambda: any(line.startswith(warming) for line in said), "bench to say it is warming up", 240)
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=60) == 130
-        rest = process.stderr.read()
-        assert "chat-burst did not start" in rest and "terminate called" not in rest
+        status = process.wait(timeout=120)
+        reader.join(timeout=10)
+        assert status == 130, "".join(said)[-3000:]
+        assert "chat-burst did not start" in "".join(said) and "terminate called" not in "".join(said)
         assert not (tmp_path / "run" / "run.jsonl").exists()
     finally:
         process.kill()

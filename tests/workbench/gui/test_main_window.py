@@ -78,10 +78,9 @@ def test_the_memory_tab_quotes_the_measured_quality_cost_of_a_quantized_configur
 def test_the_status_line_follows_a_background_compile_to_the_compiled_path(window, qtbot, tiny_config, held_compile):
     torch._dynamo.reset()
     load(window, qtbot, dataclasses.replace(tiny_config, compile_decode="background"))
-    # No compile of this graph recorded in the session's cache: no estimate of the time left.
-    stage = window.stage.text()
+    stage = window.stage.text()  # with the time left if an earlier test compiled this graph, else without
     assert "decode eager (compiling in the background)) — warming up, compiling the decode graph: " in stage
-    assert "s so far (the first compile on this machine" in stage
+    assert stage.endswith("; until then steps run eagerly and slowly")
     window.refresh_plots()  # no step yet: the per-step plots say why instead of looking frozen
     titles = {name: plot.plot.title_text for name, plot in window.plots.plots.items()}
     assert titles["kv_occupancy"].startswith("KV-cache occupancy: no step yet, warming up, ")
