@@ -27,8 +27,8 @@ _WARM_UP_REPORT_EVERY_S = 10.0
 
 def wait_until_warm(backend: Backend, report: Callable[[str], None]) -> None:
     """Wait for the backend's warm-up (the decode graph's compile) to end, reporting its progress:
-    a run must not measure steps made beside the compile, 5-60 times as slow as compiled ones
-    (docs/measurements.md, "Fast from the first second")."""
+    a run must not measure steps made beside the compile, 5 (median) to 65 (90th percentile) times
+    as slow as compiled ones (docs/compiled-decode.md, "Warm-up: who waits")."""
     reported_at = None
     while (progress := backend.warm_up_progress()) is not None:
         if reported_at is None or time.monotonic() - reported_at >= _WARM_UP_REPORT_EVERY_S:

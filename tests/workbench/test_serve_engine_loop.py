@@ -17,6 +17,7 @@ from tests.tiny_models import tiny_engine
 from tests.workbench.loopback_app import served
 from workbench.server.engine_loop import EngineLoop
 from workbench.server.openai_api import create_app
+from workbench.server.run import leave_cores_to_http
 
 
 @pytest.fixture
@@ -155,3 +156,16 @@ def test_requests_wait_for_the_compile_and_health_says_warming_up(serving, tiny_
     sent.join(timeout=600)
     assert answers[0].status_code == 200 and answers[0].json()["usage"]["completion_tokens"] == 4
     assert engine.executor.decode_mode == "compiled" and httpx.get(f"{url}/health").status_code == 200
+
+
+def test_the_engine_leaves_the_reserved_cores_to_http_and_keeps_one_thread():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        assert leave_cores_to_http(1) == 3 and torch.get_num_threads() == 3
+        torch.set_num_threads(2)
+        assert leave_cores_to_http(5) == 1 and torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        assert leave_cores_to_http(0) == 2
+    finally:
+        torch.set_num_threads(before)

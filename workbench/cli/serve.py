@@ -30,6 +30,14 @@ def add_to(commands) -> None:
         metavar="BYTES",
         help=f"refuse request bodies larger than this with 413 (default: {DEFAULT_MAX_REQUEST_BYTES:,})",
     )
+    serve.add_argument(
+        "--reserved-cpus",
+        type=at_least(int, 0),
+        default=0,
+        metavar="N",
+        help="cores the engine's compute threads leave to the HTTP server and clients on the same machine "
+        "(as vLLM's VLLM_CPU_NUM_OF_RESERVED_CPU; default 0); the engine keeps at least one thread",
+    )
     serve.set_defaults(handler=run)
 
 
@@ -53,5 +61,5 @@ def run(args) -> int:
                 f"--set: serve takes engine.KEY=VALUE settings only, got {', '.join(sorted(set(raw) - {'engine'}))}"
             )
         config = build(EngineConfig, raw.get("engine", {}), "--set", "engine")
-    serve(config, args.host, args.port, args.served_model_name, args.max_request_bytes)
+    serve(config, args.host, args.port, args.served_model_name, args.max_request_bytes, args.reserved_cpus)
     return 0

@@ -13,8 +13,9 @@ goes on serving. Only if the engine cannot even abort them does the loop stop; t
 says why, /health answers 503 and new requests are refused.
 
 While the decode graph compiles in the background (the default configuration's first seconds or
-minutes), the loop takes requests but does not step: a step run beside the compile took 5-60
-times as long as a compiled one (docs/measurements.md, "Fast from the first second"), so requests
+minutes), the loop takes requests but does not step: a step run beside the compile took 5 (median)
+to 65 (90th percentile) times as long as a compiled one (docs/compiled-decode.md, "Warm-up: who
+waits"), so requests
 wait for the compile instead, and /health answers 503 "warming up" meanwhile, as vLLM's server
 does not answer before its own warm-up.
 """

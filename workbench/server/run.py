@@ -9,6 +9,7 @@ import socket
 import sys
 from pathlib import Path
 
+import torch
 import uvicorn
 
 from engine import EngineConfig, EngineError, LLMEngine
@@ -35,6 +36,16 @@ def listening_socket(host: str, port: int) -> socket.socket:
     except OSError as error:
         raise EngineError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
     return listener
+
+
+def leave_cores_to_http(reserved_cpus: int) -> int:
+    """Run the engine's compute on all cores but `reserved_cpus`; the threads it keeps. Its threads
+    wait for one another at every operator, so one that loses its core to the HTTP event loop or a
+    client on the same machine stalls the step (docs/servers.md: on 2 cores, the decode steps
+    were faster with one thread, the served latency inconclusive, so the default reserves none)."""
+    threads = max(1, torch.get_num_threads() - reserved_cpus)
+    torch.set_num_threads(threads)
+    return threads
 
 
 class _StopSignal(Exception):
@@ -66,8 +77,10 @@ def serve(
     port: int,
     model_name: str | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    reserved_cpus: int = 0,
 ) -> None:
     listener = listening_socket(host, port)
+    threads = leave_cores_to_http(reserved_cpus)
     loop = None
     previous = {number: signal.signal(number, _raise_stop) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -85,7 +98,8 @@ def serve(
         freeze_loaded_heap()  # no full collection walks the model again while requests run
         loop.start()
         print(
-            f"serving {loop.model_name} on http://{host}:{port} (OpenAI API under /v1, Prometheus metrics at /metrics)",
+            f"serving {loop.model_name} on http://{host}:{port} (OpenAI API under /v1, Prometheus metrics at /metrics; "
+            f"engine compute on {threads} thread{'s' if threads > 1 else ''}, {reserved_cpus} core(s) left to HTTP)",
             file=sys.stderr,
             flush=True,
         )
