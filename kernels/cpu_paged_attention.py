@@ -6,8 +6,10 @@ The torch reference (kernels/paged_attention.py) gathers every sequence's blocks
 tensor and then attends over it: three passes over the context at copy bandwidth, and PyTorch's
 CPU attention for a few query rows per head reads K/V at about 1-2 GB/s (docs/measurements.md,
 curve b). This operator reads each visible key and value once, for all query heads of a KV head
-together. It is registered as `torch.ops.workbench.paged_decode_attention` with a fake
-implementation, so that the compiled decode graph calls it as one opaque operator.
+together. It is registered as `torch.ops.workbench.paged_decode_attention(query, key_cache,
+value_cache, block_tables, context_lens, scale, window)` (window 0: full attention; otherwise the
+contract of kernels.paged_attention.paged_decode_attention) with a fake implementation, so that
+the compiled decode graph calls it as one opaque operator.
 
 If the build fails (no C++ compiler), `available()` is False and the torch path is used; the
 reason is kept in `unavailable_reason` and said once as a warning.
@@ -68,18 +70,3 @@ def unavailable_reason() -> str:
 
 def _fake(query, key_cache, value_cache, block_tables, context_lens, scale, window):
     return torch.empty_like(query)
-
-
-def paged_decode_attention_cpu(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    context_lens: torch.Tensor,
-    scale: float,
-    window: int | None,
-) -> torch.Tensor:
-    """Same contract as kernels.paged_attention.paged_decode_attention; `available()` first."""
-    return torch.ops.workbench.paged_decode_attention(
-        query, key_cache, value_cache, block_tables, context_lens, scale, window or 0
-    )

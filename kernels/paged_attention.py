@@ -51,8 +51,8 @@ def paged_decode_attention(
         if supports(key_cache.shape[1], query.shape[2]):
             return paged_decode_attention_triton(query, key_cache, value_cache, block_tables, context_lens, scale)
     if query.device.type == "cpu" and cpu_paged_attention.available():
-        return cpu_paged_attention.paged_decode_attention_cpu(
-            query, key_cache, value_cache, block_tables, context_lens, scale, window
+        return torch.ops.workbench.paged_decode_attention(
+            query, key_cache, value_cache, block_tables, context_lens, scale, window or 0
         )
     return gather_decode_attention(query, key_cache, value_cache, block_tables, context_lens, scale, buckets, window)
 

@@ -55,9 +55,7 @@ def test_decode_matches_dense(kv_heads, group, lengths, window):
         ),
         gather_decode_attention(query, key_cache, value_cache, block_tables, context_lens, scale, None, window),
         # In place (contexts over 1,024 positions split into chunks and merged).
-        cpu_paged_attention.paged_decode_attention_cpu(
-            query, key_cache, value_cache, block_tables, context_lens, scale, window
-        ),
+        paged_decode_attention(query, key_cache, value_cache, block_tables, context_lens, scale, None, window),
     ]
     for out in outputs:
         for index, (length, (keys, values)) in enumerate(zip(lengths, contents)):
@@ -91,7 +89,7 @@ def test_the_cpu_operator_on_a_bfloat16_cache_matches_the_gathering_path(window)
     block_tables = torch.tensor([table + [0] * (widest - len(table)) for table in tables])
     arguments = (query, key_cache, value_cache, block_tables, torch.tensor(lengths), HEAD_DIM**-0.5)
     expected = gather_decode_attention(*arguments, None, window)
-    actual = cpu_paged_attention.paged_decode_attention_cpu(*arguments, window)
+    actual = paged_decode_attention(*arguments, None, window)
     torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-3)
 
 
