@@ -65,6 +65,9 @@ def test_bench_waits_for_the_compile_and_ctrl_c_meanwhile_exits_cleanly(tmp_path
         env=default_environment(tmp_path),
         stderr=subprocess.PIPE,
         text=True,
+        # A child inherits an ignored SIGINT, and something earlier in the suite leaves the test
+        # process ignoring it (bench then compiled on after Ctrl-C); a user's shell does not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     said = []  # every line of its stderr, read by a thread so that the pipe never fills
     reader = threading.Thread(target=lambda: said.extend(process.stderr), daemon=True)

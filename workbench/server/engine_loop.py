@@ -15,9 +15,8 @@ says why, /health answers 503 and new requests are refused.
 While the decode graph compiles in the background (the default configuration's first seconds or
 minutes), the loop takes requests but does not step: a step run beside the compile took 5 (median)
 to 65 (90th percentile) times as long as a compiled one (docs/compiled-decode.md, "Warm-up: who
-waits"), so requests
-wait for the compile instead, and /health answers 503 "warming up" meanwhile, as vLLM's server
-does not answer before its own warm-up.
+waits"), so requests wait for the compile instead, and /health answers 503 "warming up"
+meanwhile, as vLLM's server does not answer before its own warm-up.
 """
 
 from __future__ import annotations
