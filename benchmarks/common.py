@@ -11,7 +11,6 @@ import torch
 from benchmarks.fixed_workload import fixed_workload, run_fixed_workload
 from engine import EngineConfig, LLMEngine
 from engine.device import device_name
-from engine.executor import DecodeGraph
 from engine.loading.model_source import read_model
 from engine.quantization import own_methods
 from engine.simulation.catalogue import measure_this_machine
@@ -38,7 +37,7 @@ def build_engine(source, overrides: dict, **settings) -> LLMEngine:
     """The engine of one row. The default configuration's row waits until its background compile
     has finished (or failed), so that it measures what a user gets once the switch is made."""
     engine = LLMEngine(EngineConfig(**settings, **overrides), source=source)
-    while engine.executor.decode_mode == DecodeGraph.COMPILING:
+    while engine.executor.compile_progress is not None:
         time.sleep(0.5)
     return engine
 

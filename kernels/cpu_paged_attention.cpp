@@ -166,14 +166,12 @@ template <typename query_t>
 void dispatch_cache(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                     const at::Tensor& block_tables, const at::Tensor& context_lens, at::Tensor& out, double scale,
                     int64_t window) {
-  const auto args = std::make_tuple(query.size(0), query.size(1), key_cache.size(2), query.size(2),
-                                    key_cache.size(1), block_tables.size(1));
   auto run = [&](auto cache_type_tag) {
     using cache_t = decltype(cache_type_tag);
     attend<cache_t, query_t>(query.data_ptr<query_t>(), key_cache.data_ptr<cache_t>(), value_cache.data_ptr<cache_t>(),
                              block_tables.data_ptr<int64_t>(), context_lens.data_ptr<int64_t>(),
-                             out.data_ptr<query_t>(), std::get<0>(args), std::get<1>(args), std::get<2>(args),
-                             std::get<3>(args), std::get<4>(args), std::get<5>(args), scale, window);
+                             out.data_ptr<query_t>(), query.size(0), query.size(1), key_cache.size(2), query.size(2),
+                             key_cache.size(1), block_tables.size(1), scale, window);
   };
   if (key_cache.scalar_type() == at::kBFloat16) {
     run(c10::BFloat16());

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import ConfigError, EngineConfig, EngineError
+from engine.compile_cache import CompileProgress
 from engine.device import total_memory_bytes
 from engine.memory import memory_lines, process_resident_bytes
 from engine.simulation import is_simulated, parse
@@ -395,10 +396,13 @@ class MainWindow(QMainWindow):
         the compiler shares, many times slower, so a run started now shows little for seconds:
         say so, and how much of the compile is left, rather than look frozen. "" once the compile
         has ended (or for a server)."""
-        progress = self.info.compile_progress() if isinstance(self.info, EngineInfo) else None
+        progress = self._compile_progress()
         if progress is None:
             return ""
         return f"warming up, {progress.describe()}; until then steps run eagerly and slowly"
+
+    def _compile_progress(self) -> CompileProgress | None:
+        return self.info.compile_progress() if isinstance(self.info, EngineInfo) else None
 
     def on_traffic_state(self, state: str) -> None:
         self.traffic_label.setText(f"traffic: {state}")
@@ -463,7 +467,7 @@ class MainWindow(QMainWindow):
         if new_store:
             self._live = LiveMetrics(store)
         # While warming up the titles' seconds move: a redraw once a second, not on every tick.
-        progress = self.info.compile_progress() if isinstance(self.info, EngineInfo) else None
+        progress = self._compile_progress()
         waiting = f"warming up, {progress.elapsed_s:.0f} s" if progress is not None else ""
         if self._live.refresh() or new_store or waiting != self._waiting_shown:
             self._waiting_shown = waiting
