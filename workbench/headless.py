@@ -12,8 +12,10 @@ from pathlib import Path
 
 from engine import LLMEngine
 from engine.loading.model_file import ModelSource
+from engine.simulation import is_simulated
 from workbench.backends.local import LocalBackend
 from workbench.backends.protocol import Backend
+from workbench.machine_probe import probe_machine
 from workbench.prompts import text_stream
 from workbench.report import write_report_files
 from workbench.run_log import read_run_log
@@ -35,6 +37,15 @@ def wait_until_warm(backend: Backend, report: Callable[[str], None]) -> None:
             report(f"warming up before the run: {progress.describe()}")
             reported_at = time.monotonic()
         time.sleep(0.2)
+
+
+def _probe_if_timed_here(backend: Backend) -> dict | None:
+    """The machine's speed (workbench/machine_probe.py) where this machine's speed sets the run's:
+    the in-process engine on real weights. A simulated GPU's steps are timed by its cost model, and
+    a server's by its own machine."""
+    if isinstance(backend, LocalBackend) and not is_simulated(backend.engine.config.model):
+        return probe_machine()
+    return None
 
 
 def run_headless(
@@ -63,9 +74,12 @@ def run_headless(
     backend.describe()
     if backend.tokenizer is not None:
         text_stream(backend.tokenizer)
+    probe_at_start = _probe_if_timed_here(backend)  # before the runner's clock starts
     runner = ScenarioRunner(backend, scenario)
     log_path = out_dir / RUN_LOG_NAME
-    recorder = RunRecorder.for_run(log_path, backend, runner, dataclasses.asdict(scenario), variant)
+    recorder = RunRecorder.for_run(
+        log_path, backend, runner, dataclasses.asdict(scenario), variant, machine_probe=probe_at_start
+    )
 
     def request_ended(ended: EndedRequest) -> None:
         recorder.request_ended(ended)
@@ -75,7 +89,8 @@ def run_headless(
     runner.on_request_end = request_ended
     interrupted = False
     try:
-        recorder.finish(runner.run(runner.start_time))
+        result = runner.run(runner.start_time)
+        recorder.finish(result, machine_probe=_probe_if_timed_here(backend))
     except KeyboardInterrupt:
         interrupted = True
     finally:

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from engine.metrics import UNFINISHED, RequestMetrics, StepStats, percentiles
+from workbench.intervals import Interval, mean_interval, percentile_interval, share_interval
 from workbench.run_log import RunLog, request_metrics
 from workbench.scenario import SLO
 
@@ -60,11 +61,25 @@ NOTES = {
     "output_tok_s": "every output token generated, aborted and unfinished requests' included",
     "requests_not_sent": "planned requests the run ended before sending; they did not arrive and are in no other "
     "figure",
+    "interval": "95% within the run: latency statistics by bootstrap over requests, goodput by Wilson's score "
+    "interval (each names its method and n); itl has none (its values cluster by request) and run-wide figures "
+    "(throughput, KV usage) have none within one run: `workbench bench --repeat N` gives them across runs",
 }
 
 
-def _metric(value: float | None, unit: str, n: int) -> dict:
-    return {"value": value, "unit": unit, "n": n}
+def _metric(value: float | None, unit: str, n: int, interval: Interval | None = None) -> dict:
+    """One figure: its value, unit, n, and its 95% interval within the run where it has one
+    (workbench/intervals.py: {"low", "high", "standard_error", "method"}), else null."""
+    return {"value": value, "unit": unit, "n": n, "interval": None if interval is None else interval.as_dict()}
+
+
+# How each latency statistic's interval is computed from one value per request.
+_STATISTIC_INTERVALS = {
+    "mean": mean_interval,
+    "p50": lambda values: percentile_interval(values, 50),
+    "p90": lambda values: percentile_interval(values, 90),
+    "p99": lambda values: percentile_interval(values, 99),
+}
 
 
 def latency_metrics(requests: list[RequestMetrics], slo: SLO, duration_s: float, prefix: str = "") -> dict:
@@ -75,12 +90,18 @@ def latency_metrics(requests: list[RequestMetrics], slo: SLO, duration_s: float,
         values = [value for metrics in finished for value in read(metrics)]
         stats = percentiles(values)
         unit = "ms/token" if name == "tpot" else "ms"
-        for statistic in ("mean", "p50", "p90", "p99"):
-            out[f"{prefix}{name}_{statistic}_ms"] = _metric(getattr(stats, statistic), unit, stats.n)
+        present = [value for value in values if value is not None]
+        for statistic, interval_of in _STATISTIC_INTERVALS.items():
+            # Inter-token latencies cluster by request: resampling them one by one would give an
+            # interval narrower than the evidence, so they have none (notes).
+            interval = None if name == "itl" else interval_of(present)
+            out[f"{prefix}{name}_{statistic}_ms"] = _metric(getattr(stats, statistic), unit, stats.n, interval)
     meeting = sum(1 for metrics in finished if slo.met_by(metrics))
     goodput = 100.0 * meeting / len(requests) if requests else None
     # The count is a metric of its own, not part of the unit: a comparison shows one unit for both runs.
-    out[f"{prefix}goodput_perc"] = _metric(goodput, "% of arrived requests meeting every SLO", len(requests))
+    out[f"{prefix}goodput_perc"] = _metric(
+        goodput, "% of arrived requests meeting every SLO", len(requests), share_interval(meeting, len(requests))
+    )
     out[f"{prefix}requests_meeting_slo"] = _metric(meeting, "requests meeting every SLO", len(requests))
     out[f"{prefix}goodput_req_s"] = _metric(
         meeting / duration_s if duration_s > 0 else None, "requests meeting every SLO per second", len(requests)
@@ -169,8 +190,9 @@ def build_report(log: RunLog) -> dict:
         )
         if applies
     ]
+    footer = log.footer or {}
     return {
-        "schema": "workbench-report/3",
+        "schema": "workbench-report/4",
         "complete": not incomplete_because,
         "incomplete_because": incomplete_because,
         "stopped_early": bool(log.footer and log.footer.get("stopped_early")),
@@ -182,6 +204,12 @@ def build_report(log: RunLog) -> dict:
         "engine": header["engine"],
         "requests_planned": planned,
         "backend": header.get("backend", {"name": "in-process engine", "not_exposed": []}),
+        # The machine's speed before the first request and after the last (headless runs).
+        "machine_probe": {
+            moment: probe
+            for moment, probe in (("start", header.get("machine_probe")), ("end", footer.get("machine_probe")))
+            if probe
+        },
         "metrics": metrics,
         "notes": NOTES,
     }

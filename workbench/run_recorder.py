@@ -16,7 +16,14 @@ RUN_LOG_NAME = "run.jsonl"
 
 
 def _run_header(
-    backend: Backend, scenario: dict, *, variant: str | None, seed: int, requests_planned: int | None, start_time: float
+    backend: Backend,
+    scenario: dict,
+    *,
+    variant: str | None,
+    seed: int,
+    requests_planned: int | None,
+    start_time: float,
+    machine_probe: dict | None,
 ) -> dict:
     """The run log's first line: everything needed to read and reproduce the run."""
     description = backend.describe()
@@ -30,6 +37,7 @@ def _run_header(
         "engine": description["engine"],
         "requests_planned": requests_planned,
         "trace_columns": TRACE_COLUMNS,
+        "machine_probe": machine_probe,  # workbench/machine_probe.py, before the first request (headless runs)
     }
 
 
@@ -46,7 +54,13 @@ class RunRecorder:
 
     @classmethod
     def for_run(
-        cls, path: Path, backend: Backend, runner: ScenarioRunner, scenario: dict, variant: str | None = None
+        cls,
+        path: Path,
+        backend: Backend,
+        runner: ScenarioRunner,
+        scenario: dict,
+        variant: str | None = None,
+        machine_probe: dict | None = None,
     ) -> RunRecorder:
         """The run log of the run `runner` is about to make on `backend`: the one way `workbench
         bench` (workbench/headless.py) and the window (workbench/gui/engine_worker.py) start one,
@@ -59,6 +73,7 @@ class RunRecorder:
             seed=scenario.get("seed", 0),
             requests_planned=runner.total_requests,
             start_time=runner.start_time,
+            machine_probe=machine_probe,
         )
         return cls(path, header, trace=scenario.get("trace", "auto"))
 
@@ -77,8 +92,9 @@ class RunRecorder:
         if self._writer is not None:
             self._writer.request(ended.request_id, ended.tag, ended.metrics)
 
-    def finish(self, result: RunResult) -> None:
-        """Write the footer and close: the run is whole."""
+    def finish(self, result: RunResult, machine_probe: dict | None = None) -> None:
+        """Write the footer and close: the run is whole. `machine_probe`: the machine's speed
+        after the last request (workbench/machine_probe.py)."""
         if self._writer is not None:
             self._writer.write(
                 "footer",
@@ -90,6 +106,7 @@ class RunRecorder:
                     "traces": self._traces_written,
                     "traces_full": self._full_traces,
                     "problems": result.problems,
+                    "machine_probe": machine_probe,
                 },
             )
         self.close()

@@ -4,6 +4,8 @@ several tokens, a single token, rejected, aborted, and still unfinished when the
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from workbench.report import build_report
@@ -137,7 +139,12 @@ def test_the_golden_run_is_incomplete_for_both_reasons_and_says_so():
         "requests still in flight when the run ended: 1",
         "planned requests never sent: 1",
     ]
-    assert report["metrics"]["requests_meeting_slo"] == {"value": 2, "unit": "requests meeting every SLO", "n": 6}
+    assert report["metrics"]["requests_meeting_slo"] == {
+        "value": 2,
+        "unit": "requests meeting every SLO",
+        "n": 6,
+        "interval": None,
+    }
 
 
 def test_without_a_footer_the_requests_not_logged_count_as_not_sent():
@@ -181,7 +188,7 @@ def test_units_say_what_each_number_counts():
 def test_the_report_carries_its_identity_and_definitions():
     report = build_report(LOG)
     assert (
-        report["schema"] == "workbench-report/3" and report["stopped_early"] is True and report["requests_planned"] == 7
+        report["schema"] == "workbench-report/4" and report["stopped_early"] is True and report["requests_planned"] == 7
     )
     assert report["slo"] == {"ttft_ms": 1500, "tpot_ms": None, "e2e_ms": None} and report["variant"] is None
     assert "finished requests (stop or length) only" in report["notes"]["latency"]
@@ -288,8 +295,37 @@ def test_what_a_backend_does_not_expose_is_said_not_zeroed():
     header = {**LOG.header, "backend": {"name": "http://server (m)", "not_exposed": ["kv_cache", "prefix_cache"]}}
     report = build_report(RunLog(header, LOG.steps, LOG.requests, LOG.footer))
     for name in ("kv_usage_peak_perc", "kv_usage_mean_perc", "prefix_cache_hit_perc"):
-        assert report["metrics"][name] == {"value": None, "unit": "not exposed by this backend", "n": 0}
+        assert report["metrics"][name] == {
+            "value": None,
+            "unit": "not exposed by this backend",
+            "n": 0,
+            "interval": None,
+        }
     assert metric(report, "preemptions") == (3, 4)  # exposed: as in the local report
     assert report["backend"] == {"name": "http://server (m)", "not_exposed": ["kv_cache", "prefix_cache"]}
     # A run log from before backends existed is the in-process engine's, everything exposed.
     assert build_report(LOG)["backend"] == {"name": "in-process engine", "not_exposed": []}
+
+
+def test_the_golden_goodput_carries_wilsons_interval_worked_by_hand():
+    # 2 of 6: centre (2 + z²/2) / (6 + z²), half-width z * sqrt(p(1-p)/n + z²/4n²) / (1 + z²/n).
+    z, hits, total = 1.959963984540054, 2, 6
+    share = hits / total
+    centre = (share + z**2 / (2 * total)) / (1 + z**2 / total)
+    half = z * math.sqrt(share * (1 - share) / total + z**2 / (4 * total**2)) / (1 + z**2 / total)
+    interval = build_report(LOG)["metrics"]["goodput_perc"]["interval"]
+    assert (interval["low"], interval["high"]) == (
+        pytest.approx(100 * (centre - half)),
+        pytest.approx(100 * (centre + half)),
+    )
+    assert interval["method"] == "Wilson score, n=6"
+
+
+def test_latency_percentiles_carry_a_bootstrap_interval_around_them_and_itl_none():
+    metrics = build_report(LOG)["metrics"]
+    ttft = metrics["ttft_p50_ms"]
+    assert ttft["interval"]["low"] <= ttft["value"] <= ttft["interval"]["high"]
+    assert "bootstrap over requests, 1000 resamples, seed 0" in ttft["interval"]["method"]
+    assert ttft["interval"]["method"].endswith("n=3")
+    assert metrics["itl_p50_ms"]["interval"] is None
+    assert metrics["long/ttft_p50_ms"]["interval"] is None  # one request: no interval
