@@ -12,7 +12,7 @@ from pathlib import Path
 
 from engine.errors import ConfigError
 from engine.quantization import UNQUANTIZED
-from workbench.compare import compare, load_report
+from workbench.compare import compare, compare_repeats, describe_term, load_report, summarise_runs
 from workbench.kv_capacity import count_text, mib_text, why_kv_capacity_differs
 from workbench.quality_ledger import EXACT, measured_quality
 
@@ -33,8 +33,9 @@ class Arms:
     rows: list[ArmsRow]
     kv_capacity_why: str
     verdict: str
-    checks: list[str]  # one line per intended gain or tolerated regression, PASS or FAIL
+    checks: list[str]  # one line per intended gain or tolerated regression: its status, estimate and interval
     differences: list[str]  # what else differs between the runs (compare.differences)
+    repeats: int = 1  # pairs of runs behind the figures (bench --repeat)
 
 
 # (metric in report.json, label with unit, decimals)
@@ -50,34 +51,34 @@ _SPEED_ROWS = (
 
 def read_arms(folder: Path) -> Arms:
     """The two arms in `folder`: the preset's decision names them (baseline, candidate), otherwise
-    the first two variant folders by name."""
-    reports = {path.parent.name: load_report(path.parent) for path in sorted(folder.glob("*/report.json"))}
-    if len(reports) < 2:
+    the first two variant folders by name. A folder of repeats (`bench --repeat N`: one
+    `repeat-K` folder per repeat) shows each figure as the mean over the repeats, and the verdict
+    on the paired repeats."""
+    repeats = sorted(folder.glob("repeat-*/"), key=lambda path: int(path.name.removeprefix("repeat-") or 0))
+    runs = [_variant_reports(repeat) for repeat in repeats] or [_variant_reports(folder)]
+    runs = [reports for reports in runs if len(reports) >= 2]  # a repeat stopped part-way is left out
+    if not runs:
         raise ConfigError(
             f"{folder}: expected a sub-folder per variant, each with a report.json (what "
-            f"`workbench bench --preset P` writes for a preset with variants); found {len(reports)}"
+            f"`workbench bench --preset P` writes for a preset with variants), or repeat-K folders of them; "
+            f"found {len(_variant_reports(folder))}"
         )
-    decision = next(iter(reports.values()))["scenario"].get("decision") or {}
+    decision = next(iter(runs[0].values()))["scenario"].get("decision") or {}
     names = [decision.get("baseline"), decision.get("candidate")]
-    if not all(name in reports for name in names):
-        names = list(reports)[:2]
-    base, cand = (reports[name] for name in names)
-    result = compare(base, cand, decision.get("intended", []), decision.get("tolerated", []))
+    if not all(name in runs[0] for name in names):
+        names = list(runs[0])[:2]
+    pairs = [(reports[names[0]], reports[names[1]]) for reports in runs if all(name in reports for name in names)]
+    intended, tolerated = decision.get("intended", []), decision.get("tolerated", [])
+    if len(pairs) == 1:
+        base, cand = pairs[0]
+        result = compare(base, cand, intended, tolerated)
+    else:
+        result = compare_repeats(pairs, intended, tolerated)
+        # Each arm as its first run, its figures the means over the repeats.
+        base, cand = ({**arm_runs[0], "metrics": summarise_runs(list(arm_runs))["metrics"]} for arm_runs in zip(*pairs))
     rows = [_metric_row(label, base, cand, key, decimals) for key, label, decimals in _SPEED_ROWS]
     rows += _memory_rows(base["engine"], cand["engine"])
     rows.append(ArmsRow("quality vs the file's own weights", _quality(base), _quality(cand), ""))
-    checks = [
-        f"{'PASS' if item['passed'] else 'FAIL'} {item['kind']} {item['criterion']}: observed "
-        + (
-            "-"
-            if item["observed"] is None
-            else f"{item['observed'] * 100:+.1f}%"
-            if item["relative"]
-            else f"{item['observed']:+.3g}"
-        )
-        + f" (n {item['n_baseline']}/{item['n_candidate']})"
-        for item in result["checks"]
-    ]
     return Arms(
         folder,
         names[0],
@@ -85,16 +86,24 @@ def read_arms(folder: Path) -> Arms:
         rows,
         why_kv_capacity_differs(base, cand),
         result["verdict"],
-        checks,
+        [describe_term(item) for item in result["checks"]],
         result["differences"],
+        len(pairs),
     )
+
+
+def _variant_reports(folder: Path) -> dict[str, dict]:
+    return {path.parent.name: load_report(path.parent) for path in sorted(folder.glob("*/report.json"))}
 
 
 def _metric_row(label: str, base: dict, cand: dict, key: str, decimals: int) -> ArmsRow:
     def shown(report: dict) -> str:
         metric = report["metrics"].get(key) or {}
         value = metric.get("value")
-        return "-" if value is None else f"{value:,.{decimals}f} (n={metric.get('n')})"
+        if value is None:
+            return "-"
+        runs = f", mean of {metric['runs']} runs" if metric.get("runs", 1) > 1 else ""
+        return f"{value:,.{decimals}f} (n={metric.get('n')}{runs})"
 
     first, second = (report["metrics"].get(key, {}).get("value") for report in (base, cand))
     return ArmsRow(label, shown(base), shown(cand), _relative(first, second))

@@ -3,11 +3,16 @@ record that checks the intended gain and the tolerated regression declared befor
 
 A criterion reads `METRIC:+20%` or `METRIC:-50%` (relative) or `METRIC:+5` (absolute, in the
 metric's unit). For an intended gain the candidate must move at least that far in that direction;
-for a tolerated regression it must not move further than that in that direction.
+for a tolerated regression it must not move further than that in that direction. Each term is
+judged on the interval of the change, not on its point estimate (workbench/verdict.py): accept,
+reject or inconclusive. One pair of runs takes its intervals from each run's own (request-to-request
+noise); repeated pairs (`workbench bench --repeat N`, `compare_repeats`) from the spread of the
+paired changes, which covers the machine's drift between runs as well.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -15,9 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ConfigError
+from workbench.intervals import Interval, change_from_errors, change_over_repeats, repeats_interval
+from workbench.machine_probe import machine_drift
+from workbench.verdict import Term, decide
 
 REPORT_KEYS = ("scenario", "seed", "complete", "metrics")
-_CRITERION = re.compile(r"^(?P<metric>[\w/.-]+):(?P<sign>[+-])(?P<amount>\d+(?:\.\d+)?)(?P<percent>%?)$")
+# Figures that move with the machine's speed: latencies, token and request rates.
+_SPEED_SUFFIXES = ("_ms", "_tok_s", "_req_s")
+# The drift tolerated where a decision has no relative threshold above zero.
+DEFAULT_DRIFT_TOLERANCE = 0.05
+# `%`: relative; `pp`: percentage points of a figure that is itself a percentage (absolute).
+_CRITERION = re.compile(r"^(?P<metric>[\w/.-]+):(?P<sign>[+-])(?P<amount>\d+(?:\.\d+)?)(?P<suffix>%|pp)?$")
 
 
 @dataclass(frozen=True)
@@ -25,18 +38,21 @@ class Criterion:
     metric: str
     change: float  # signed; a fraction when relative (+20% -> +0.2), else in the metric's unit
     relative: bool
+    points: bool = False  # written in percentage points (`-2pp`): absolute, the metric being a percentage
 
     @classmethod
     def parse(cls, text: str) -> Criterion:
         match = _CRITERION.match(text.strip())
         if match is None:
-            raise ConfigError(f"criterion {text!r}: expected METRIC:+N% or METRIC:-N (e.g. output_tok_s:+20%)")
+            raise ConfigError(
+                f"criterion {text!r}: expected METRIC:+N%, METRIC:-N or METRIC:-Npp (e.g. output_tok_s:+20%)"
+            )
         amount = float(match["amount"]) * (1 if match["sign"] == "+" else -1)
-        relative = bool(match["percent"])
-        return cls(match["metric"], amount / 100 if relative else amount, relative)
+        relative = match["suffix"] == "%"
+        return cls(match["metric"], amount / 100 if relative else amount, relative, match["suffix"] == "pp")
 
     def __str__(self) -> str:
-        amount = f"{self.change * 100:+g}%" if self.relative else f"{self.change:+g}"
+        amount = f"{self.change * 100:+g}%" if self.relative else f"{self.change:+g}{'pp' if self.points else ''}"
         return f"{self.metric}:{amount}"
 
 
@@ -83,6 +99,8 @@ def metric_rows(baseline: dict, candidate: dict) -> list[dict]:
                 "relative": relative,
                 "n_baseline": first["n"] if first else 0,
                 "n_candidate": second["n"] if second else 0,
+                "baseline_interval": (first or {}).get("interval"),
+                "candidate_interval": (second or {}).get("interval"),
             }
         )
     return rows
@@ -92,62 +110,167 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not math.isnan(value)
 
 
-def check(criterion: Criterion, rows: dict[str, dict], kind: str) -> dict:
-    row = rows.get(criterion.metric)
-    if row is None:
+def term(criterion: Criterion, kind: str, pairs: list[tuple[dict, dict]]) -> Term:
+    """The evidence for one criterion from pairs of runs (baseline, candidate), one pair per
+    repeat: the mean change and its interval (one pair: from the two runs' own intervals)."""
+    names = set()
+    for baseline, candidate in pairs:
+        names |= set(baseline["metrics"]) | set(candidate["metrics"])
+    if criterion.metric not in names:
         raise ConfigError(f"criterion {criterion}: no metric {criterion.metric!r} in the reports")
-    moved = row["relative"] if criterion.relative else row["delta"]
-    if moved is None:
-        passed, note = False, "not measurable in both runs"
-    elif kind == "intended":
-        # A gain of +20% needs moved >= +0.2; a reduction of -50% needs moved <= -0.5.
-        passed = moved >= criterion.change if criterion.change >= 0 else moved <= criterion.change
-        note = ""
+    changes, entries = [], []
+    for baseline, candidate in pairs:
+        first, second = baseline["metrics"].get(criterion.metric), candidate["metrics"].get(criterion.metric)
+        entries.append((first or {}, second or {}))
+        change = _change(first, second, criterion.relative)
+        if change is not None:
+            changes.append(change)
+    estimate = sum(changes) / len(changes) if changes and len(changes) == len(pairs) else None
+    if estimate is None:
+        interval = None
+    elif len(pairs) == 1:
+        interval = _interval_of_one_pair(*entries[0], criterion.relative)
     else:
-        # Tolerating -10% allows any move down to -0.1 (and any move in the other direction).
-        passed = moved <= criterion.change if criterion.change >= 0 else moved >= criterion.change
-        note = ""
-    return {
-        "kind": kind,
-        "criterion": str(criterion),
-        "observed": moved,
-        "relative": criterion.relative,
-        "passed": passed,
-        "n_baseline": row["n_baseline"],
-        "n_candidate": row["n_candidate"],
-        "note": note,
-    }
+        interval = change_over_repeats(changes)
+    return Term(
+        kind=kind,
+        criterion=str(criterion),
+        threshold=criterion.change,
+        relative=criterion.relative,
+        estimate=estimate,
+        interval=interval,
+        runs=len(pairs),
+        n_baseline=min(first.get("n") or 0 for first, _ in entries),
+        n_candidate=min(second.get("n") or 0 for _, second in entries),
+        subgroup="/" in criterion.metric,
+    )
+
+
+def _change(first: dict | None, second: dict | None, relative: bool) -> float | None:
+    a, b = (entry["value"] if entry else None for entry in (first, second))
+    if not (_number(a) and _number(b)) or (relative and not a):
+        return None
+    return (b - a) / abs(a) if relative else b - a
+
+
+def _interval_of_one_pair(first: dict, second: dict, relative: bool) -> Interval | None:
+    a, b = Interval.from_dict(first.get("interval")), Interval.from_dict(second.get("interval"))
+    if a is None or b is None:
+        return None
+    return change_from_errors(first["value"], second["value"], a.standard_error, b.standard_error, relative)
+
+
+def drift_tolerance(terms: list[Term]) -> float:
+    """How far the machine may drift before a comparison's speed figures are in doubt: its
+    smallest relative threshold (DEFAULT_DRIFT_TOLERANCE where it has none above zero)."""
+    thresholds = [abs(term.threshold) for term in terms if term.relative and term.threshold]
+    return min(thresholds, default=DEFAULT_DRIFT_TOLERANCE)
+
+
+def allow_for_drift(terms: list[Term], drift: float | None) -> list[Term]:
+    """Widen each relative speed term's interval by the machine's drift between the runs, where
+    that drift is beyond the tolerance: a change that size may be the machine's, not the
+    candidate's."""
+    if drift is None or drift <= drift_tolerance(terms):
+        return terms
+    caveat = f"the machine's speed moved {drift * 100:.1f}% across the runs' probes: interval widened by it"
+    widened = []
+    for term in terms:
+        metric = term.criterion.partition(":")[0]
+        if term.relative and term.interval is not None and metric.endswith(_SPEED_SUFFIXES):
+            interval = Interval(
+                term.interval.low - drift,
+                term.interval.high + drift,
+                term.interval.standard_error,
+                f"{term.interval.method}; widened by the machine's drift",
+            )
+            term = dataclasses.replace(term, interval=interval, caveat=caveat)
+        widened.append(term)
+    return widened
+
+
+def decision_terms(pairs: list[tuple[dict, dict]], intended: list[str], tolerated: list[str]) -> list[Term]:
+    terms = [term(Criterion.parse(text), "intended", pairs) for text in intended]
+    return terms + [term(Criterion.parse(text), "tolerated", pairs) for text in tolerated]
+
+
+def incomplete_runs(pairs: list[tuple[dict, dict]]) -> list[str]:
+    return [
+        f"{role}{f' (repeat {index})' if len(pairs) > 1 else ''} "
+        f"({'; '.join(report.get('incomplete_because') or ['incomplete'])})"
+        for index, pair in enumerate(pairs, 1)
+        for role, report in zip(("baseline", "candidate"), pair)
+        if not report["complete"]
+    ]
+
+
+def verdict_of(pairs: list[tuple[dict, dict]], terms: list[Term]) -> tuple[str, str]:
+    incomplete = incomplete_runs(pairs)
+    if incomplete:
+        return "none", f"no verdict: incomplete run: {', '.join(incomplete)}"
+    return decide(terms)
 
 
 def compare(baseline: dict, candidate: dict, intended: list[str], tolerated: list[str]) -> dict:
-    rows = metric_rows(baseline, candidate)
-    by_name = {row["metric"]: row for row in rows}
-    checks = [check(Criterion.parse(text), by_name, "intended") for text in intended]
-    checks += [check(Criterion.parse(text), by_name, "tolerated") for text in tolerated]
-    incomplete = [
-        f"{role} ({'; '.join(report.get('incomplete_because') or ['incomplete'])})"
-        for role, report in (("baseline", baseline), ("candidate", candidate))
-        if not report["complete"]
-    ]
-    if incomplete:
-        verdict = f"no verdict: incomplete run: {', '.join(incomplete)}"
-    elif not checks:
-        verdict = "no decision: no intended gain or tolerated regression was declared"
-    elif all(result["passed"] for result in checks):
-        verdict = "accept: every intended gain reached, every regression within tolerance"
-    else:
-        failed = ", ".join(result["criterion"] for result in checks if not result["passed"])
-        verdict = f"reject: not met: {failed}"
+    pairs = [(baseline, candidate)]
+    drift = machine_drift(baseline, candidate)
+    terms = allow_for_drift(decision_terms(pairs, intended, tolerated), drift)
+    decision, verdict = verdict_of(pairs, terms)
     return {
         "baseline": _identity(baseline),
         "candidate": _identity(candidate),
+        "machine_drift": drift,
         "differences": differences(baseline, candidate),
         "intended": intended,
         "tolerated": tolerated,
-        "checks": checks,
+        "checks": [term.as_dict() for term in terms],
+        "decision": decision,
         "verdict": verdict,
-        "metrics": rows,
+        "metrics": metric_rows(baseline, candidate),
     }
+
+
+def compare_repeats(pairs: list[tuple[dict, dict]], intended: list[str], tolerated: list[str]) -> dict:
+    """A decision over repeated pairs of runs (one pair per repeat): each variant's figures as
+    the mean over its runs with the t interval of the per-run values, and each term judged on the
+    interval of its paired changes."""
+    terms = decision_terms(pairs, intended, tolerated)
+    decision, verdict = verdict_of(pairs, terms)
+    baselines, candidates = [baseline for baseline, _ in pairs], [candidate for _, candidate in pairs]
+    return {
+        "baseline": {**_identity(baselines[0]), "seed": [report["seed"] for report in baselines]},
+        "candidate": {**_identity(candidates[0]), "seed": [report["seed"] for report in candidates]},
+        "repeats": len(pairs),
+        # Pairing by repeat takes the drift between repeats into the interval; this says how large it was.
+        "machine_drift": machine_drift(*baselines, *candidates),
+        "differences": differences(baselines[0], candidates[0]),
+        "intended": intended,
+        "tolerated": tolerated,
+        "checks": [term.as_dict() for term in terms],
+        "decision": decision,
+        "verdict": verdict,
+        "metrics": metric_rows(summarise_runs(baselines), summarise_runs(candidates)),
+    }
+
+
+def summarise_runs(reports: list[dict]) -> dict:
+    """Reports of one variant's runs as one: each figure the mean of the runs' values, n the
+    requests (or steps) of all runs together, the interval Student's t over the per-run values."""
+    metrics = {}
+    for name in sorted({name for report in reports for name in report["metrics"]}):
+        entries = [report["metrics"].get(name) or {} for report in reports]
+        values = [entry.get("value") for entry in entries]
+        present = [value for value in values if _number(value)]
+        unit = next(entry["unit"] for entry in entries if entry)
+        interval = repeats_interval(present) if len(present) == len(values) else None
+        metrics[name] = {
+            "value": sum(present) / len(present) if present else None,
+            "unit": unit,
+            "n": sum(entry.get("n") or 0 for entry in entries),
+            "runs": len(present),
+            "interval": None if interval is None else interval.as_dict(),
+        }
+    return {"metrics": metrics}
 
 
 def differences(baseline: dict, candidate: dict) -> list[str]:
@@ -211,27 +334,58 @@ def format_comparison(result: dict) -> str:
         f"baseline:  {base['scenario']} / {base['variant'] or '-'} (seed {base['seed']})",
         f"candidate: {cand['scenario']} / {cand['variant'] or '-'} (seed {cand['seed']})",
         *(
+            [f"machine: its speed moved {result['machine_drift'] * 100:.1f}% across the runs' probes (copy, matmul)"]
+            if result.get("machine_drift") is not None
+            else []
+        ),
+        *(
+            [
+                f"{result['repeats']} repeats of each: figures are means over the runs, n the requests (or steps) of "
+                "all runs, intervals Student's t over the per-run values"
+            ]
+            if result.get("repeats", 1) > 1
+            else []
+        ),
+        *(
             ["warning: these runs differ in more than a configuration, so no delta isolates one change:"]
             + [f"  {difference}" for difference in result.get("differences", [])]
             if result.get("differences")
             else []
         ),
         "",
-        f"{'metric':<34} {'baseline':>12} {'candidate':>12} {'delta':>12} {'rel':>8}  n (b/c)  unit",
+        f"{'metric':<34} {'baseline':>12} {'candidate':>12} {'delta':>12} {'rel':>8}  n (b/c)  unit; 95% intervals",
     ]
     for row in result["metrics"]:
         relative = f"{row['relative'] * 100:+.1f}%" if row["relative"] is not None else "-"
+        intervals = [
+            f"{role} {_interval_text(interval)}"
+            for role, interval in (("b", row.get("baseline_interval")), ("c", row.get("candidate_interval")))
+            if interval
+        ]
         lines.append(
             f"{row['metric']:<34} {show(row['baseline']):>12} {show(row['candidate']):>12} {show(row['delta']):>12} "
             f"{relative:>8}  {row['n_baseline']}/{row['n_candidate']}  {row['unit']}"
+            + (f"; {', '.join(intervals)}" if intervals else "")
         )
-    lines += ["", "decision record:"]
-    for item in result["checks"]:
-        observed = item["observed"]
-        shown = "-" if observed is None else (f"{observed * 100:+.1f}%" if item["relative"] else f"{observed:+.3g}")
-        lines.append(
-            f"  {'PASS' if item['passed'] else 'FAIL'} {item['kind']:<9} {item['criterion']:<28} observed {shown} "
-            f"(n {item['n_baseline']}/{item['n_candidate']}) {item['note']}"
-        )
+    lines += ["", "decision record:", *(f"  {describe_term(item)}" for item in result["checks"])]
     lines.append(f"verdict: {result['verdict']}")
     return "\n".join(lines)
+
+
+def describe_term(item: dict) -> str:
+    """One line of a decision record: status, term, estimate, interval, n, runs and why."""
+    shown = lambda value: f"{value * 100:+.1f}%" if item["relative"] else f"{value:+.3g}"  # noqa: E731
+    estimate = "-" if item["estimate"] is None else shown(item["estimate"])
+    interval = item["interval"]
+    between = f" [95% {shown(interval['low'])} to {shown(interval['high'])}]" if interval else ""
+    runs = f"{item['runs']} pair{'s' if item['runs'] != 1 else ''} of runs"
+    needed = f"; about {item['repeats_needed']} pairs would decide it" if item["repeats_needed"] else ""
+    note = f"; {item['note']}" if item["note"] else ""
+    return (
+        f"{item['status'].upper():<9} {item['kind']:<9} {item['criterion']:<28} estimate {estimate}{between} "
+        f"(n {item['n_baseline']}/{item['n_candidate']}, {runs}{needed}){note}"
+    )
+
+
+def _interval_text(interval: dict) -> str:
+    return f"[{interval['low']:,.2f}, {interval['high']:,.2f}]"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
@@ -209,3 +209,29 @@ def results_json(results: list[QualityResult], context: dict) -> dict:
         "decode_tok_s_batch32": "tokens/s",
     }
     return {"context": context, "units": units, "results": [asdict(result) for result in results]}
+
+
+def score_configuration(source: ModelSource, config: EngineConfig, total_tokens: int = 4096) -> dict:
+    """One engine configuration's quality against the file's own weights (unquantized, float32
+    on a CPU) on the held-out text: {"perplexity", "perplexity_change_perc",
+    "kl_divergence_mean_nats", "top1_agreement_perc", "evaluated_tokens", "configuration"}. Its
+    weights, dtypes and kernels are the configuration's; its cache holds one window per sequence
+    and nothing is compiled (windows are scored in whole-sequence prefills)."""
+    windows, _ = held_out_windows(source, total_tokens)
+    scoring = {"num_kv_blocks": WINDOW_TOKENS // config.block_size + 64, "compile_decode": "off"}
+    reference_engine = LLMEngine(
+        EngineConfig(model=config.model, device=config.device, dtype=config.dtype, quantization=UNQUANTIZED, **scoring),
+        source=source,
+    )
+    reference = score_windows(reference_engine, windows, None)
+    del reference_engine
+    engine = LLMEngine(replace(config, **scoring), source=source)
+    scores = score_windows(engine, windows, reference.log_probs)
+    return {
+        "configuration": configuration_key(engine.quantization, dtype_name(engine.dtype), dtype_name(engine.kv_dtype)),
+        "perplexity": scores.perplexity,
+        "perplexity_change_perc": 100.0 * (scores.perplexity / reference.perplexity - 1.0),
+        "kl_divergence_mean_nats": scores.kl_nats / scores.tokens,
+        "top1_agreement_perc": 100.0 * scores.top1_agreements / scores.tokens,
+        "evaluated_tokens": scores.tokens,
+    }

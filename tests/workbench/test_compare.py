@@ -8,9 +8,18 @@ from engine import ConfigError
 from workbench.compare import Criterion, compare, format_comparison
 
 
-def report(variant, **values):
+def report(variant, error=1e-6, **values):
+    """A report whose figures carry an interval of relative standard error `error` (the default:
+    so narrow that each decision turns on the point estimate, except at the threshold itself)."""
     metrics = {
-        name: {"value": value, "unit": "ms" if name.endswith("_ms") else "tok/s", "n": 20}
+        name: {
+            "value": value,
+            "unit": "ms" if name.endswith("_ms") else "tok/s",
+            "n": 20,
+            "interval": None
+            if value is None or value != value
+            else {"low": value, "high": value, "standard_error": abs(value) * error, "method": "constructed"},
+        }
         for name, value in values.items()
     }
     return {"scenario": {"name": "s"}, "variant": variant, "seed": 0, "complete": True, "metrics": metrics}
@@ -28,39 +37,44 @@ def test_criteria_parse_relative_and_absolute():
 
 
 @pytest.mark.parametrize(
-    "candidate, intended, tolerated, passed",
+    "candidate, intended, tolerated, statuses",
     [
         (
             report("on", output_tok_s=125.0, ttft_p99_ms=850.0),
             ["output_tok_s:+20%"],
             ["ttft_p99_ms:+10%"],
-            [True, True],
+            ["reached", "within"],
         ),
         (
             report("on", output_tok_s=110.0, ttft_p99_ms=850.0),
             ["output_tok_s:+20%"],
             ["ttft_p99_ms:+10%"],
-            [False, True],
+            ["short", "within"],
         ),
         (
             report("on", output_tok_s=125.0, ttft_p99_ms=900.0),
             ["output_tok_s:+20%"],
             ["ttft_p99_ms:+10%"],
-            [True, False],
+            ["reached", "crossed"],
         ),
-        (report("on", output_tok_s=95.0, ttft_p99_ms=300.0), ["ttft_p99_ms:-50%"], ["output_tok_s:-10%"], [True, True]),
+        (
+            report("on", output_tok_s=95.0, ttft_p99_ms=300.0),
+            ["ttft_p99_ms:-50%"],
+            ["output_tok_s:-10%"],
+            ["reached", "within"],
+        ),
         (
             report("on", output_tok_s=80.0, ttft_p99_ms=300.0),
             ["ttft_p99_ms:-50%"],
             ["output_tok_s:-10%"],
-            [True, False],
+            ["reached", "crossed"],
         ),
     ],
 )
-def test_decision_checks(candidate, intended, tolerated, passed):
+def test_decision_checks(candidate, intended, tolerated, statuses):
     result = compare(BASE, candidate, intended, tolerated)
-    assert [check["passed"] for check in result["checks"]] == passed
-    assert result["verdict"].startswith("accept" if all(passed) else "reject")
+    assert [check["status"] for check in result["checks"]] == statuses
+    assert result["decision"] == ("accept" if statuses == ["reached", "within"] else "reject")
     assert all(check["n_baseline"] == 20 and check["n_candidate"] == 20 for check in result["checks"])
 
 
@@ -79,64 +93,86 @@ def test_unknown_metric_in_a_criterion_is_named():
 
 def test_the_comparison_record_and_table_exactly():
     baseline = report("off", output_tok_s=100.0, ttft_p99_ms=800.0, preemptions=4)
-    baseline["metrics"]["only_in_baseline"] = {"value": 1.0, "unit": "x", "n": 3}
-    candidate = report("on", output_tok_s=120.0, ttft_p99_ms=880.0, preemptions=6)
+    baseline["metrics"]["only_in_baseline"] = {"value": 1.0, "unit": "x", "n": 3, "interval": None}
+    baseline["metrics"]["ttft_p99_ms"]["interval"] = {
+        "low": 760.0,
+        "high": 840.0,
+        "standard_error": 20.0,
+        "method": "m",
+    }
+    candidate = report("on", output_tok_s=125.0, ttft_p99_ms=880.0, preemptions=6)
     candidate["metrics"]["ttft_p99_ms"]["n"] = 19
-    result = compare(baseline, candidate, ["output_tok_s:+20%", "preemptions:+3"], ["ttft_p99_ms:+10%"])
-    # Exactly at the threshold passes; +2 preemptions falls short of an intended +3.
-    assert [(check["criterion"], check["passed"], check["observed"]) for check in result["checks"]] == [
-        ("output_tok_s:+20%", True, pytest.approx(0.2)),
-        ("preemptions:+3", False, 2.0),
-        ("ttft_p99_ms:+10%", True, pytest.approx(0.1)),
+    candidate["metrics"]["ttft_p99_ms"]["interval"] = {
+        "low": 836.0,
+        "high": 924.0,
+        "standard_error": 22.0,
+        "method": "m",
+    }
+    result = compare(baseline, candidate, ["output_tok_s:+20%", "preemptions:+3"], ["ttft_p99_ms:+5%"])
+    # +25% is past +20% beyond doubt; +2 preemptions falls short of an intended +3; the TTFT's
+    # +10%: 1.1 * sqrt(0.025^2 + 0.025^2) = 0.0389 standard error, so +2.4% to +17.6%, which may
+    # or may not cross the tolerated +5%; (0.0762 / 0.05)^2 = 2.3 pairs would decide it.
+    assert [(check["criterion"], check["status"], check["estimate"]) for check in result["checks"]] == [
+        ("output_tok_s:+20%", "reached", pytest.approx(0.25)),
+        ("preemptions:+3", "short", 2.0),
+        ("ttft_p99_ms:+5%", "uncertain", pytest.approx(0.1)),
     ]
     assert [(check["kind"], check["n_baseline"], check["n_candidate"]) for check in result["checks"]] == [
         ("intended", 20, 20),
         ("intended", 20, 20),
         ("tolerated", 20, 19),
     ]
-    assert result["verdict"] == "reject: not met: preemptions:+3"
+    assert result["verdict"] == "reject: not met beyond doubt: preemptions:+3"
     assert result["baseline"] == {"scenario": "s", "variant": "off", "seed": 0, "complete": True}
     assert format_comparison(result).splitlines() == [
         "baseline:  s / off (seed 0)",
         "candidate: s / on (seed 0)",
         "",
-        "metric                                 baseline    candidate        delta      rel  n (b/c)  unit",
+        "metric                                 baseline    candidate        delta      rel  n (b/c)  unit; "
+        "95% intervals",
         "only_in_baseline                           1.00            -            -        -  3/0  x",
-        "output_tok_s                             100.00       120.00        20.00   +20.0%  20/20  tok/s",
-        "preemptions                                   4            6            2   +50.0%  20/20  tok/s",
-        "ttft_p99_ms                              800.00       880.00        80.00   +10.0%  20/19  ms",
+        "output_tok_s                             100.00       125.00        25.00   +25.0%  20/20  tok/s; "
+        "b [100.00, 100.00], c [125.00, 125.00]",
+        "preemptions                                   4            6            2   +50.0%  20/20  tok/s; "
+        "b [4.00, 4.00], c [6.00, 6.00]",
+        "ttft_p99_ms                              800.00       880.00        80.00   +10.0%  20/19  ms; "
+        "b [760.00, 840.00], c [836.00, 924.00]",
         "",
         "decision record:",
-        "  PASS intended  output_tok_s:+20%            observed +20.0% (n 20/20) ",
-        "  FAIL intended  preemptions:+3               observed +2 (n 20/20) ",
-        "  PASS tolerated ttft_p99_ms:+10%             observed +10.0% (n 20/19) ",
-        "verdict: reject: not met: preemptions:+3",
+        "  REACHED   intended  output_tok_s:+20%            estimate +25.0% [95% +25.0% to +25.0%] (n 20/20, 1 pair of "
+        "runs)",
+        "  SHORT     intended  preemptions:+3               estimate +2 [95% +2 to +2] (n 20/20, 1 pair of runs)",
+        "  UNCERTAIN tolerated ttft_p99_ms:+5%              estimate +10.0% [95% +2.4% to +17.6%] (n 20/19, 1 pair of "
+        "runs; about 3 pairs would decide it)",
+        "verdict: reject: not met beyond doubt: preemptions:+3",
     ]
 
 
 @pytest.mark.parametrize(
-    "value, tolerated, passed",
+    "value, tolerated, status",
     [
-        (90.0, "-10%", True),
-        (89.0, "-10%", False),
-        (150.0, "-10%", True),
-        (110.0, "+10%", True),
-        (111.0, "+10%", False),
-        (50.0, "+10%", True),
+        (91.0, "-10%", "within"),
+        (90.0, "-10%", "uncertain"),  # on the bound: the evidence cannot say which side
+        (89.0, "-10%", "crossed"),
+        (150.0, "-10%", "within"),
+        (109.0, "+10%", "within"),
+        (111.0, "+10%", "crossed"),
+        (50.0, "+10%", "within"),
     ],
 )
-def test_a_tolerated_regression_allows_exactly_its_amount_in_its_direction(value, tolerated, passed):
+def test_a_tolerated_regression_allows_its_amount_in_its_direction(value, tolerated, status):
     candidate = report("on", output_tok_s=value, ttft_p99_ms=800.0)  # the baseline has 100
     (check,) = compare(BASE, candidate, [], [f"output_tok_s:{tolerated}"])["checks"]
-    assert check["passed"] is passed
+    assert check["status"] == status
 
 
 def test_unmeasurable_metrics_and_incomplete_runs_give_no_pass_and_no_verdict():
     missing = report("on", output_tok_s=None, ttft_p99_ms=float("nan"))
     result = compare(BASE, missing, ["output_tok_s:+1%"], ["ttft_p99_ms:+1%"])
-    assert [(check["passed"], check["note"]) for check in result["checks"]] == [
-        (False, "not measurable in both runs")
+    assert [(check["status"], check["note"]) for check in result["checks"]] == [
+        ("uncertain", "not measurable in both runs")
     ] * 2
+    assert result["decision"] == "inconclusive"
     zero = report("off", output_tok_s=0.0, ttft_p99_ms=800.0)
     rows = {row["metric"]: row for row in compare(zero, BASE, [], [])["metrics"]}
     assert (
@@ -187,25 +223,27 @@ def test_the_verdict_names_each_incomplete_run_and_the_record_keeps_the_criteria
     failing = compare(
         BASE, report("on", output_tok_s=1.0, ttft_p99_ms=9000.0), ["output_tok_s:+1%"], ["ttft_p99_ms:+1%"]
     )
-    assert failing["verdict"] == "reject: not met: output_tok_s:+1%, ttft_p99_ms:+1%"
+    assert failing["verdict"] == "reject: not met beyond doubt: output_tok_s:+1%, ttft_p99_ms:+1%"
 
 
 @pytest.mark.parametrize(
-    "value, criterion, kind, passed",
+    "value, criterion, kind, status",
     [
-        (100.0, "output_tok_s:+0", "intended", True),
-        (99.0, "output_tok_s:+0", "intended", False),
-        (100.0, "output_tok_s:+0", "tolerated", True),
-        (101.0, "output_tok_s:+0", "tolerated", False),
-        (50.0, "output_tok_s:-50%", "intended", True),
-        (51.0, "output_tok_s:-50%", "intended", False),
+        (101.0, "output_tok_s:+0", "intended", "reached"),
+        (100.0, "output_tok_s:+0", "intended", "uncertain"),
+        (99.0, "output_tok_s:+0", "intended", "short"),
+        (99.0, "output_tok_s:-0", "intended", "reached"),  # the sign of zero says the direction
+        (99.0, "output_tok_s:+0", "tolerated", "within"),
+        (101.0, "output_tok_s:+0", "tolerated", "crossed"),
+        (49.0, "output_tok_s:-50%", "intended", "reached"),
+        (51.0, "output_tok_s:-50%", "intended", "short"),
     ],
 )
-def test_criteria_at_zero_and_at_their_boundary(value, criterion, kind, passed):
+def test_criteria_at_zero_and_at_their_boundary(value, criterion, kind, status):
     candidate = report("on", output_tok_s=value, ttft_p99_ms=800.0)
     intended, tolerated = ([criterion], []) if kind == "intended" else ([], [criterion])
     (check,) = compare(BASE, candidate, intended, tolerated)["checks"]
-    assert check["passed"] is passed
+    assert check["status"] == status
 
 
 def test_a_metric_in_one_report_only_and_a_run_without_variant():
@@ -221,7 +259,10 @@ def test_a_metric_in_one_report_only_and_a_run_without_variant():
     )
     lines = format_comparison(result).splitlines()
     assert lines[1] == "candidate: s / - (seed 0)"
-    assert lines[-2] == "  FAIL intended  new_metric:+1                observed - (n 0/20) not measurable in both runs"
+    assert lines[-2] == (
+        "  UNCERTAIN intended  new_metric:+1                estimate - (n 0/20, 1 pair of runs); not measurable in "
+        "both runs"
+    )
 
 
 def test_runs_of_another_model_hardware_or_workload_are_named_as_unlike():

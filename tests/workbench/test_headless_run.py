@@ -31,6 +31,9 @@ def test_a_run_writes_every_file_with_every_required_field(tmp_path, tiny_llama)
     assert set(report["versions"]) >= {"workbench", "torch", "python", "device", "model"}
     assert report["versions"]["model"]["files"]["model.safetensors"]  # sha256 of the weights
     assert report["scenario"]["engine"]["max_num_batched_tokens"] == 64  # the full resolved configuration
+    # The machine's speed before the first request and after the last (real weights, timed here).
+    assert set(report["machine_probe"]) == {"start", "end"}
+    assert all(probe["copy_gb_s"] > 0 and probe["matmul_gflop_s"] > 0 for probe in report["machine_probe"].values())
     metrics = report["metrics"]
     duration = metrics["duration_s"]["value"]
     # 12 chats of 6 output tokens and 2 bursts of 3: 78 tokens; 5 gaps per chat and 2 per burst request.

@@ -30,8 +30,9 @@ def tiny_scenario(directory, **engine_settings) -> Scenario:
 
 def arms_preset(tmp_path, directory) -> str:
     """Two arms on one fixed cache size: float32 weights and cache, against int8 weights with a
-    bfloat16 cache (twice the tokens in the same bytes); an intended gain no run reaches, so the
-    verdict is known."""
+    bfloat16 cache (twice the tokens in the same bytes); an intended gain no run can reach (ten more
+    points of goodput, both arms meeting their minute-long SLOs with every request), so the verdict
+    is known whatever the machine's speed does to the latencies."""
     path = tmp_path / "arms.toml"
     path.write_text(f"""
 name = "tiny-arms"
@@ -65,7 +66,7 @@ engine = {{ quantization = "int8", kv_cache_dtype = "bfloat16" }}
 [decision]
 baseline = "plain"
 candidate = "int8"
-intended = ["tpot_p50_ms:-99%"]
+intended = ["goodput_perc:+10"]
 tolerated = ["ttft_p99_ms:+1000%"]
 """)
     return str(path)

@@ -22,6 +22,22 @@ def add_to(commands) -> None:
         help="override a preset setting, e.g. engine.max_num_seqs=16 or traffic.rate=4 (engine keys: docs/knobs.md)",
     )
     bench.add_argument("--seed", type=at_least(int, 0), help="override the preset's seed")
+    bench.add_argument(
+        "--repeat",
+        type=at_least(int, 1),
+        default=1,
+        metavar="N",
+        help="run every variant N times, interleaved (A B A B ...), each repeat with traffic seed + its index; "
+        "the decision is judged on the paired repeats (default 1)",
+    )
+    bench.add_argument(
+        "--same-traffic", action="store_true", help="with --repeat: every repeat sends the same traffic (one seed)"
+    )
+    bench.add_argument(
+        "--shuffle",
+        action="store_true",
+        help="with --repeat: run each repeat's variants in a seeded random order instead of the preset's",
+    )
     bench.add_argument("--out", required=True, type=Path, help="folder for report.json, CSVs, PNGs and the run log")
     bench.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     bench.add_argument(
@@ -37,14 +53,15 @@ def add_to(commands) -> None:
 def run(args) -> int:
     from engine import LLMEngine
     from engine.config import default_compile_decode
+    from engine.errors import ConfigError
     from engine.loading.model_source import read_model
     from engine.simulation import is_simulated
     from workbench.backends.loader import server_tokenizer
     from workbench.backends.local import LocalBackend
     from workbench.backends.remote import RemoteBackend
-    from workbench.compare import compare, format_comparison
     from workbench.presets import load_preset
     from workbench.process_tuning import freeze_loaded_heap
+    from workbench.quality_terms import add_quality_figures, quality_metrics_named, refuse_on_a_server
     from workbench.run_recorder import RUN_LOG_NAME
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
@@ -53,9 +70,17 @@ def run(args) -> int:
     defaults = {"compile_decode": default_compile_decode(otherwise="blocking")}
     base = load_preset(args.preset, overrides, engine_defaults=defaults)
     variants = [args.variant] if args.variant else list(base.variants) or [None]
+    schedule = repeat_schedule(variants, args.repeat, base.seed, same_traffic=args.same_traffic, shuffle=args.shuffle)
     scenarios = {
-        variant: load_preset(args.preset, overrides, variant, engine_defaults=defaults) for variant in variants
+        (variant, seed): load_preset(args.preset, [*overrides, f"seed={seed}"], variant, engine_defaults=defaults)
+        for _, variant, seed in schedule
     }  # validate all first
+    decision = base.decision
+    quality_named = quality_metrics_named(decision.intended + decision.tolerated) if decision else []
+    if quality_named and args.server:
+        refuse_on_a_server(decision.intended + decision.tolerated, args.server)
+    if quality_named and is_simulated(base.engine.model):
+        raise ConfigError(f"decision: quality terms need a model's weights; {base.engine.model} has none")
     if args.server:
         tokenizer = server_tokenizer(args.tokenizer)
         make_backend = lambda scenario: RemoteBackend(
@@ -66,33 +91,88 @@ def run(args) -> int:
         )
     else:
         source = None if is_simulated(base.engine.model) else read_model(base.engine.model)
+        if quality_named and source.tokenizer is None:
+            raise ConfigError(
+                f"decision: quality terms score held-out text, which needs the model's tokenizer; {source.path} has none"
+            )
         make_backend = lambda scenario: LocalBackend(LLMEngine(scenario.engine, source=source))  # noqa: E731
-    reports = {}
-    for variant, scenario in scenarios.items():
-        out_dir = args.out / variant if variant and len(variants) > 1 else args.out
-        print(f"running {scenario.name}{' / ' + variant if variant else ''} -> {out_dir}", file=sys.stderr)
+    reports: dict[int, dict] = {}  # repeat -> variant -> report
+    stopped = None
+    for repeat, variant, seed in schedule:
+        scenario = scenarios[(variant, seed)]
+        out_dir = run_folder(args.out, variant, repeat, several_variants=len(variants) > 1, repeats=args.repeat)
+        name = f"{scenario.name}{' / ' + variant if variant else ''}" + (
+            f" (repeat {repeat} of {args.repeat}, seed {seed})" if args.repeat > 1 else ""
+        )
+        print(f"running {name} -> {out_dir}", file=sys.stderr)
         backend = make_backend(scenario)
         freeze_loaded_heap()  # no full collection walks the model again during the measured run
         try:
-            reports[variant] = _run_one(scenario, variant, out_dir, backend, plots=not args.no_plots)
+            report = _run_one(scenario, variant, out_dir, backend, not args.no_plots)
+            if quality_named and variant in (decision.baseline, decision.candidate):
+                report = add_quality_figures(out_dir / "report.json", source, scenario.engine, _say)
+            reports.setdefault(repeat, {})[variant] = report
         except KeyboardInterrupt:  # Ctrl+C ends the bench, not just this variant
-            name = f"{scenario.name}{' / ' + variant if variant else ''}"
             if (out_dir / RUN_LOG_NAME).exists():
                 print(f"workbench: interrupted; the partial report of {name} is in {out_dir}", file=sys.stderr)
             else:
                 print(f"workbench: interrupted while warming up; {name} did not start", file=sys.stderr)
-            return 130
+            stopped = 130
+            break
         finally:
             backend.close()
-        _print_summary(reports[variant])
-    decision = base.decision
-    if decision and decision.baseline in reports and decision.candidate in reports:
-        result = compare(reports[decision.baseline], reports[decision.candidate], decision.intended, decision.tolerated)
-        text = format_comparison(result)
-        (args.out / "comparison.txt").write_text(text + "\n")
-        (args.out / "comparison.json").write_text(json.dumps(result, indent=2) + "\n")
-        print(text)
-    return 0
+        _print_summary(reports[repeat][variant])
+    if decision and (stopped is None or args.repeat > 1):
+        pairs = [
+            (runs[decision.baseline], runs[decision.candidate])
+            for runs in reports.values()
+            if decision.baseline in runs and decision.candidate in runs
+        ]
+        if pairs:
+            _write_decision(args.out, pairs, decision, args.repeat)
+    return stopped or 0
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def repeat_schedule(
+    variants: list, repeats: int, seed: int, same_traffic: bool = False, shuffle: bool = False
+) -> list[tuple[int, str | None, int]]:
+    """(repeat, variant, traffic seed) in the order to run them: each repeat runs every variant
+    before the next repeat starts (interleaved), in the preset's order or a seeded random one."""
+    import random
+
+    order = random.Random(seed)
+    schedule = []
+    for repeat in range(1, repeats + 1):
+        names = list(variants)
+        if shuffle:
+            order.shuffle(names)
+        schedule += [(repeat, variant, seed if same_traffic else seed + repeat - 1) for variant in names]
+    return schedule
+
+
+def run_folder(out: Path, variant: str | None, repeat: int, several_variants: bool, repeats: int) -> Path:
+    """out/VARIANT, or out/repeat-K/VARIANT when repeating (out itself for a single variant)."""
+    folder = out / f"repeat-{repeat}" if repeats > 1 else out
+    return folder / variant if variant and several_variants else folder
+
+
+def _write_decision(out: Path, pairs: list[tuple[dict, dict]], decision, planned: int) -> None:
+    from workbench.compare import compare, compare_repeats, format_comparison
+
+    if planned == 1:
+        result = compare(*pairs[0], decision.intended, decision.tolerated)
+    else:
+        result = compare_repeats(pairs, decision.intended, decision.tolerated)
+        if len(pairs) < planned:
+            result["verdict"] += f" (from {len(pairs)} of {planned} planned repeats: the others did not complete)"
+    text = format_comparison(result)
+    (out / "comparison.txt").write_text(text + "\n")
+    (out / "comparison.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(text)
 
 
 def _run_one(scenario, variant, out_dir: Path, backend, plots: bool) -> dict:

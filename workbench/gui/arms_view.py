@@ -4,7 +4,8 @@ quality each arm costs, and the decision's verdict.
 
 "Run both arms" runs `workbench bench --preset P` in a process of its own (the arms one after the
 other, each on a fresh engine, exactly as the command line does, while the window's engine stays
-as it is); "Open arms…" shows a folder that command wrote before.
+as it is), N times interleaved with "repeats: N" (`--repeat N`: the verdict on the paired
+repeats); "Open arms…" shows a folder that command wrote before.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
+    QSpinBox,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -32,7 +34,8 @@ from workbench.arms import Arms, read_arms
 from workbench.gui.form_widgets import choice_box
 from workbench.presets import load_preset, preset_names
 
-VERDICT_COLOURS = {"accept": "#2ecc71", "reject": "#e74c3c"}  # anything else (no verdict, no decision): the default
+# Anything else (no verdict, no decision): the default colour.
+VERDICT_COLOURS = {"accept": "#2ecc71", "reject": "#e74c3c", "inconclusive": "#f39c12"}
 
 
 class ArmsView(QWidget):
@@ -53,6 +56,13 @@ class ArmsView(QWidget):
             "workbench bench --preset P, in a process of its own: each arm on a fresh engine, one after the other"
         )
         self.run_button.clicked.connect(lambda: self.run_requested.emit(self.preset.currentText()))
+        self.repeats = QSpinBox()
+        self.repeats.setRange(1, 50)
+        self.repeats.setPrefix("repeats: ")
+        self.repeats.setToolTip(
+            "Run the arms this many times, interleaved (A B A B ...), and judge the decision on the paired repeats: "
+            "accept, reject or inconclusive (workbench bench --repeat N)"
+        )
         self.open_button = QPushButton("Open arms…")
         self.open_button.setToolTip("A folder written by workbench bench --preset P (one sub-folder per variant)")
         self.open_button.clicked.connect(lambda: self.open_arms())
@@ -76,7 +86,7 @@ class ArmsView(QWidget):
         for label in (self.kv_why, self.checks, self.verdict):
             label.setWordWrap(True)
         controls = QHBoxLayout()
-        for widget in (self.preset, self.run_button, self.open_button):
+        for widget in (self.preset, self.repeats, self.run_button, self.open_button):
             controls.addWidget(widget)
         controls.addStretch(1)
         layout = QVBoxLayout(self)
@@ -100,13 +110,16 @@ class ArmsView(QWidget):
             self.status.setText("the arms of the last run are still running")
             return
         self._out = out or Path(tempfile.mkdtemp(prefix="workbench-arms-"))
+        repeats = self.repeats.value()
         arguments = ["-m", "workbench", "bench", "--preset", preset, "--out", str(self._out), "--no-plots"]
+        arguments += ["--repeat", str(repeats)] if repeats > 1 else []
         self.process = process = QProcess(self)
         process.setProcessChannelMode(QProcess.ProcessChannelMode.MergedChannels)
         process.readyReadStandardOutput.connect(self._show_progress)
         process.finished.connect(self._finished)
         self.run_button.setEnabled(False)
-        self.status.setText(f"running {preset}'s arms into {self._out} …")
+        times = f", {repeats} times each, interleaved" if repeats > 1 else ""
+        self.status.setText(f"running {preset}'s arms{times} into {self._out} …")
         self._output = ""
         process.start(sys.executable, arguments)
 
@@ -142,6 +155,7 @@ class ArmsView(QWidget):
             return None
         self.status.setText(
             f"{folder}: baseline {arms.baseline!r}, candidate {arms.candidate!r}"
+            + (f", {arms.repeats} repeats (figures: means over them)" if arms.repeats > 1 else "")
             + ("".join(f"\nwarning: {difference}" for difference in arms.differences))
         )
         self.table.setHorizontalHeaderLabels(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.workbench.tiny_runs import arms_preset
+from workbench.gui.arms_view import VERDICT_COLOURS
 
 
 def test_run_both_arms_shows_them_side_by_side_with_the_verdict(window, qtbot, tmp_path, tiny_llama):
@@ -23,9 +24,27 @@ def test_run_both_arms_shows_them_side_by_side_with_the_verdict(window, qtbot, t
     assert rows["TPOT p50 (ms/token)"][0].endswith("(n=6)") and rows["KV capacity (tokens)"][2] == "+100.0%"
     assert arms.kv_why.text().startswith("KV capacity: ") and "bfloat16 (engine.kv_cache_dtype)" in arms.kv_why.text()
     assert (
-        arms.verdict.text() == "verdict: reject: not met: tpot_p50_ms:-99%" and "#e74c3c" in arms.verdict.styleSheet()
+        arms.verdict.text() == "verdict: reject: not met beyond doubt: goodput_perc:+10"
+        and "#e74c3c" in arms.verdict.styleSheet()
     )
     assert arms.run_button.isEnabled()
+
+
+def test_repeated_arms_show_means_over_the_repeats_and_a_verdict_on_them(window, qtbot, tmp_path, tiny_llama):
+    directory, _ = tiny_llama
+    arms = window.arms
+    arms.repeats.setValue(2)
+    with qtbot.waitSignal(arms.finished, timeout=240_000) as ended:
+        arms.run_arms(arms_preset(tmp_path, directory), tmp_path / "arms")
+        assert "2 times each, interleaved" in arms.status.text()
+    assert ended.args == [True]
+    assert sorted(path.name for path in (tmp_path / "arms").iterdir() if path.is_dir()) == ["repeat-1", "repeat-2"]
+    tpot = next(row for row in range(arms.table.rowCount()) if arms.table.item(row, 0).text().startswith("TPOT p50"))
+    assert arms.table.item(tpot, 1).text().endswith("(n=12, mean of 2 runs)")
+    assert "2 repeats (figures: means over them)" in arms.status.text()
+    assert "2 pairs of runs" in arms.checks.text()
+    word = arms.verdict.text().removeprefix("verdict: ").split(":")[0]
+    assert word in ("accept", "reject", "inconclusive") and VERDICT_COLOURS[word] in arms.verdict.styleSheet()
 
 
 def test_a_failed_bench_says_what_it_said_last(window, qtbot, tmp_path):

@@ -1,0 +1,143 @@
+"""The verdict on constructed evidence: each of the three outcomes, pairing by repeat, the
+estimate of the repeats that would decide, subgroups too small to judge, and an A/A comparison
+that must not come out "accept" more often than the nominal rate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from workbench.compare import compare, compare_repeats, format_comparison
+from workbench.intervals import Interval
+from workbench.verdict import MIN_SUBGROUP_REQUESTS, Term, decide
+
+
+def term(kind, threshold, low, high, estimate=None, n=100, runs=5, metric_is_tag=False):
+    estimate = (low + high) / 2 if estimate is None else estimate
+    return Term(
+        kind=kind,
+        criterion=f"m:{threshold * 100:+g}%",
+        threshold=threshold,
+        relative=True,
+        estimate=estimate,
+        interval=Interval(low, high, (high - low) / 3.92, "constructed"),
+        runs=runs,
+        n_baseline=n,
+        n_candidate=n,
+        subgroup=metric_is_tag,
+    )
+
+
+@pytest.mark.parametrize(
+    "kind, threshold, low, high, status",
+    [
+        ("intended", +0.10, 0.12, 0.20, "reached"),
+        ("intended", +0.10, 0.02, 0.08, "short"),
+        ("intended", +0.10, 0.05, 0.15, "uncertain"),
+        ("intended", -0.10, -0.30, -0.10, "reached"),  # a reduction: the whole interval at or below -10%
+        ("intended", -0.10, -0.30, -0.05, "uncertain"),
+        ("intended", -0.10, -0.02, 0.04, "short"),
+        ("tolerated", +0.10, 0.00, 0.10, "within"),
+        ("tolerated", +0.10, 0.11, 0.20, "crossed"),
+        ("tolerated", +0.10, 0.05, 0.15, "uncertain"),
+        ("tolerated", -0.10, -0.08, 0.30, "within"),  # a throughput drop tolerated down to -10%
+        ("tolerated", -0.10, -0.20, -0.12, "crossed"),
+    ],
+)
+def test_each_term_is_judged_on_its_whole_interval(kind, threshold, low, high, status):
+    assert term(kind, threshold, low, high).status == status
+
+
+def test_the_three_verdicts():
+    reached, within = term("intended", 0.1, 0.12, 0.2), term("tolerated", 0.1, 0.0, 0.05)
+    assert decide([reached, within])[0] == "accept"
+    assert decide([reached, term("tolerated", 0.1, 0.12, 0.2)]) == ("reject", "reject: not met beyond doubt: m:+10%")
+    assert decide([term("intended", 0.1, 0.0, 0.05), within])[0] == "reject"
+    word, text = decide([term("intended", 0.1, 0.05, 0.15, estimate=0.15, runs=5), within])
+    # Half-width 0.05 at 5 runs, 0.05 from the threshold: 5 * (0.05 / 0.05)^2 = 5, so one more.
+    assert word == "inconclusive" and text.endswith("about 6 paired repeats would decide it")
+    word, text = decide([reached, term("tolerated", 0.1, 0.05, 0.15)])
+    assert word == "accept" and "cannot yet rule out crossing m:+10%" in text
+    assert decide([])[0] == "none"
+
+
+def test_repeats_needed_grow_with_the_square_of_the_interval_over_the_distance():
+    assert term("intended", 0.1, 0.0, 0.3, estimate=0.15, runs=3).repeats_needed() == 3 * 9  # (0.15/0.05)^2 = 9
+    assert term("intended", 0.1, 0.0, 0.2, estimate=0.1, runs=3).repeats_needed() is None  # on the threshold
+    assert term("intended", 0.1, 0.12, 0.2).repeats_needed() is None  # decided
+
+
+def test_a_tag_with_too_few_requests_is_not_judged_and_says_so():
+    small = term("intended", 0.1, 0.5, 0.6, n=MIN_SUBGROUP_REQUESTS - 1, metric_is_tag=True)
+    assert small.status == "uncertain" and "too few requests in this tag" in small.note
+    assert decide([small])[0] == "inconclusive"
+    assert term("intended", 0.1, 0.5, 0.6, n=MIN_SUBGROUP_REQUESTS, metric_is_tag=True).status == "reached"
+
+
+def run(value, standard_error=None, n=200, seed=0, name="output_tok_s", unit="output tokens/s"):
+    interval = None
+    if standard_error is not None:
+        interval = {
+            "low": value - 1.96 * standard_error,
+            "high": value + 1.96 * standard_error,
+            "standard_error": standard_error,
+            "method": "constructed",
+        }
+    metrics = {name: {"value": value, "unit": unit, "n": n, "interval": interval}}
+    return {"scenario": {"name": "s"}, "variant": None, "seed": seed, "complete": True, "metrics": metrics}
+
+
+def test_pairing_by_repeat_removes_the_machines_drift_between_repeats():
+    # The machine's speed moves by a third between repeats, and the candidate is 10% faster than
+    # the baseline of its own repeat every time (within +-1%).
+    speeds = [300.0, 220.0, 260.0, 330.0, 240.0]
+    gains = [1.10, 1.09, 1.11, 1.10, 1.095]
+    pairs = [(run(speed, seed=i), run(speed * gain, seed=i)) for i, (speed, gain) in enumerate(zip(speeds, gains))]
+    result = compare_repeats(pairs, ["output_tok_s:+5%"], [])
+    assert result["decision"] == "accept"
+    check = result["checks"][0]
+    assert check["runs"] == 5 and check["interval"]["method"] == "Student's t over 5 paired repeats"
+    assert 0.085 < check["interval"]["low"] < check["estimate"] < check["interval"]["high"] < 0.11
+    # Unpaired, the per-variant intervals overlap widely: the table's own intervals say so.
+    rows = {row["metric"]: row for row in result["metrics"]}
+    assert rows["output_tok_s"]["candidate_interval"]["low"] < rows["output_tok_s"]["baseline_interval"]["high"]
+    assert rows["output_tok_s"]["n_baseline"] == 5 * 200  # the requests of all runs
+    text = format_comparison(result)
+    assert "5 repeats of each" in text and "REACHED" in text and "5 pairs of runs" in text
+
+
+def test_one_pair_takes_its_interval_from_the_two_runs_and_without_one_is_inconclusive():
+    with_errors = compare(
+        run(500.0, standard_error=10.0, name="ttft_p99_ms", unit="ms"),
+        run(400.0, standard_error=10.0, name="ttft_p99_ms", unit="ms"),
+        ["ttft_p99_ms:-10%"],
+        [],
+    )
+    check = with_errors["checks"][0]
+    assert check["estimate"] == pytest.approx(-0.2) and check["interval"]["method"].startswith("delta method")
+    assert with_errors["decision"] == "accept"
+    # output tok/s has no interval within a run: one pair cannot decide on it.
+    without = compare(run(100.0), run(150.0), ["output_tok_s:+10%"], [])
+    assert without["decision"] == "inconclusive"
+    assert "no interval (one run each" in without["checks"][0]["note"]
+
+
+def aa_accept_rate(repeats: int, experiments: int, seed: int = 0) -> float:
+    """Two identical variants: every run's throughput is the machine's speed of its repeat
+    (drifting by 15% between repeats) times request-level noise of 3%."""
+    rng = np.random.default_rng(seed)
+    accepted = 0
+    for _ in range(experiments):
+        pairs = []
+        for index in range(repeats):
+            speed = 300.0 * rng.lognormal(0.0, 0.15)
+            pairs.append((run(speed * rng.lognormal(0, 0.03), seed=index), run(speed * rng.lognormal(0, 0.03))))
+        accepted += compare_repeats(pairs, ["output_tok_s:+0%"], [])["decision"] == "accept"
+    return accepted / experiments
+
+
+def test_an_a_a_comparison_is_accepted_no_more_often_than_the_nominal_rate():
+    # "+0%": any gain. The one-sided error of a 95% two-sided interval is 2.5%; over 2,000
+    # experiments the rate's standard error is 0.35 points.
+    assert aa_accept_rate(repeats=5, experiments=2000) <= 0.035
+    assert aa_accept_rate(repeats=2, experiments=2000) <= 0.035

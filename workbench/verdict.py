@@ -1,0 +1,129 @@
+"""Whether a decision's evidence carries it: accept, reject or inconclusive.
+
+Each term of a decision (an intended change or a tolerated regression, `workbench.compare.Criterion`)
+is judged on the interval of the change it names, candidate against baseline:
+
+- an intended change is **reached** when its whole interval lies past the threshold, **short**
+  when its whole interval lies short of it, otherwise **uncertain**;
+- a tolerated regression is **crossed** when its whole interval lies beyond the bound, **within**
+  when its whole interval lies inside it, otherwise **uncertain**.
+
+The verdict: **accept** when every intended change is reached and no tolerated bound is crossed
+(an uncertain tolerated term is named in the verdict); **reject** when an intended change is
+short or a tolerated bound is crossed; otherwise **inconclusive**, with an estimate of the repeats
+that would decide it (an interval narrows as one over the square root of the runs). A term on a
+tag's requests (`chat/ttft_p99_ms`) whose n is under `MIN_SUBGROUP_REQUESTS` in either run is
+not judged: it is uncertain, and says why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from workbench.intervals import Interval
+
+# A tag's figures from fewer requests than this are not used for a verdict.
+MIN_SUBGROUP_REQUESTS = 10
+
+REACHED, SHORT, WITHIN, CROSSED, UNCERTAIN = "reached", "short", "within", "crossed", "uncertain"
+
+
+@dataclass(frozen=True)
+class Term:
+    """One decision term with its evidence: the change's point estimate and interval (relative
+    changes as fractions, absolute ones in the metric's unit)."""
+
+    kind: str  # "intended" or "tolerated"
+    criterion: str  # as declared, e.g. "tpot_p50_ms:-10%"
+    threshold: float  # signed
+    relative: bool
+    estimate: float | None
+    interval: Interval | None
+    runs: int  # pairs of runs behind the estimate
+    n_baseline: int  # requests (or steps) behind the figure, per run
+    n_candidate: int
+    subgroup: bool = False  # the metric is a tag's
+    caveat: str = ""  # what else the reader must know, e.g. the interval widened by the machine's drift
+
+    @property
+    def status(self) -> str:
+        if self.interval is None or self.estimate is None or self._too_few_requests:
+            return UNCERTAIN
+        # Oriented so that "further in the threshold's direction" is larger.
+        direction = math.copysign(1.0, self.threshold)
+        nearest, furthest = sorted((direction * self.interval.low, direction * self.interval.high))
+        bound = direction * self.threshold
+        if self.kind == "intended":
+            return REACHED if nearest >= bound else SHORT if furthest < bound else UNCERTAIN
+        return CROSSED if nearest > bound else WITHIN if furthest <= bound else UNCERTAIN
+
+    @property
+    def _too_few_requests(self) -> bool:
+        return self.subgroup and min(self.n_baseline, self.n_candidate) < MIN_SUBGROUP_REQUESTS
+
+    @property
+    def note(self) -> str:
+        if self.estimate is None:
+            reason = "not measurable in both runs"
+        elif self._too_few_requests:
+            reason = (
+                f"too few requests in this tag (n {self.n_baseline}/{self.n_candidate}, under "
+                f"{MIN_SUBGROUP_REQUESTS}): not judged"
+            )
+        elif self.interval is None:
+            reason = "no interval (one run each, and this figure has none within a run): repeat the runs"
+        else:
+            reason = ""
+        return "; ".join(part for part in (reason, self.caveat) if part)
+
+    def repeats_needed(self) -> int | None:
+        """About how many paired repeats would move an uncertain term's interval off its threshold
+        (its half-width shrinking as 1/sqrt(runs)); None where no estimate can be made."""
+        if self.status != UNCERTAIN or self.interval is None or self.estimate is None or self._too_few_requests:
+            return None
+        distance = abs(self.estimate - self.threshold)
+        if distance == 0:
+            return None
+        needed = self.runs * (self.interval.half_width / distance) ** 2
+        return max(self.runs + 1, math.ceil(needed - 1e-9))  # 1e-9: 9.000000000000002 is 9
+
+    def as_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "criterion": self.criterion,
+            "relative": self.relative,
+            "estimate": self.estimate,
+            "interval": None if self.interval is None else self.interval.as_dict(),
+            "status": self.status,
+            "runs": self.runs,
+            "n_baseline": self.n_baseline,
+            "n_candidate": self.n_candidate,
+            "repeats_needed": self.repeats_needed(),
+            "note": self.note,
+        }
+
+
+def decide(terms: list[Term]) -> tuple[str, str]:
+    """(the verdict's word, the verdict with its reasons)."""
+    if not terms:
+        return "none", "no decision: no intended gain or tolerated regression was declared"
+    intended = [term for term in terms if term.kind == "intended"]
+    tolerated = [term for term in terms if term.kind == "tolerated"]
+    failed = [term.criterion for term in intended if term.status == SHORT]
+    failed += [term.criterion for term in tolerated if term.status == CROSSED]
+    if failed:
+        return "reject", f"reject: not met beyond doubt: {', '.join(failed)}"
+    open_intended = [term for term in intended if term.status != REACHED]
+    open_tolerated = [term.criterion for term in tolerated if term.status == UNCERTAIN]
+    if not open_intended:
+        caveat = f" (cannot yet rule out crossing {', '.join(open_tolerated)})" if open_tolerated else ""
+        return "accept", f"accept: every intended gain reached beyond doubt, no tolerated bound crossed{caveat}"
+    needed = [term.repeats_needed() for term in open_intended]
+    estimate = (
+        f"; about {max(needed)} paired repeats would decide it" if needed and all(n is not None for n in needed) else ""
+    )
+    return "inconclusive", (
+        f"inconclusive: the intervals of {', '.join(term.criterion for term in open_intended)} include the "
+        f"threshold{estimate}"
+    )
