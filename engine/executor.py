@@ -16,7 +16,6 @@ import torch
 from engine.background_compile import BackgroundCompile
 from engine.batch import ScheduledBatch, ScheduledSequence, slot_mappings
 from engine.compile_cache import CompileClock, CompileProgress, graph_key, use_persistent_compile_cache
-from engine.host_allocator import keep_freed_memory_for_reuse
 from engine.kv_layout import KvLayout
 from engine.model import AttentionMetadata, CausalLM, PrefillChunk
 from engine.quantization import BATCHED_ROWS, has_batched_copy
@@ -75,8 +74,6 @@ class TorchExecutor:
         self.model = model
         self.device = device
         self.block_size = block_size
-        if device.type == "cpu":
-            keep_freed_memory_for_reuse()
         config = model.config
         self.scratch_block = num_blocks
         self.layout = KvLayout.of(config)
