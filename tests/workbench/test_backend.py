@@ -78,7 +78,7 @@ def test_a_backend_without_server_state_reports_it_as_not_exposed(tmp_path):
     assert report["complete"] and metrics["requests_finished"]["value"] == 12
     assert metrics["ttft_p50_ms"]["n"] == 12 and metrics["ttft_p50_ms"]["value"] > 0  # latency needs no server state
     for name in ("kv_usage_peak_perc", "kv_usage_mean_perc", "preemptions", "prefix_cache_hit_perc", "prefill_tok_s"):
-        assert metrics[name] == {"value": None, "unit": NOT_EXPOSED, "n": 0}, name
+        assert metrics[name] == {"value": None, "unit": NOT_EXPOSED, "n": 0, "interval": None}, name
     assert report["backend"]["name"] == "tokens-only test backend"
     assert "kv_cache" in report["backend"]["not_exposed"] and "token_ids" not in report["backend"]["not_exposed"]
 

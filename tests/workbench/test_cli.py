@@ -114,7 +114,10 @@ def test_bench_repeats_interleave_the_variants_and_judge_the_paired_repeats(tmp_
     preset.write_text(PRESET)
     out = tmp_path / "runs"
     assert main(["bench", "--preset", str(preset), "--out", str(out), "--repeat", "3", "--no-plots"]) == 0
-    started = [line for line in capsys.readouterr().err.splitlines() if line.startswith("running ")]
+    printed = capsys.readouterr()
+    started = [line for line in printed.err.splitlines() if line.startswith("running ")]
+    # Each run's summary gives every latency figure with its n and its interval within the run.
+    assert any(line.startswith("  ttft_p99_ms") and "(n=13, 95% " in line for line in printed.out.splitlines())
     assert [line.split(" -> ")[0].removeprefix("running sim-isolation / ") for line in started] == [
         f"{variant} (repeat {repeat} of 3, seed {repeat})"  # the preset's seed is 1
         for repeat in (1, 2, 3)

@@ -93,7 +93,8 @@ def run(args) -> int:
         source = None if is_simulated(base.engine.model) else read_model(base.engine.model)
         if quality_named and source.tokenizer is None:
             raise ConfigError(
-                f"decision: quality terms score held-out text, which needs the model's tokenizer; {source.path} has none"
+                "decision: quality terms score held-out text, which needs the model's tokenizer; "
+                f"{source.path} has none"
             )
         make_backend = lambda scenario: LocalBackend(LLMEngine(scenario.engine, source=source))  # noqa: E731
     reports: dict[int, dict] = {}  # repeat -> variant -> report
@@ -208,7 +209,9 @@ def _print_summary(report: dict) -> None:
     def line(name: str) -> str:
         entry = metrics[name]
         value = "-" if entry["value"] is None else f"{entry['value']:,.1f}"
-        return f"  {name:<28} {value:>10} {entry['unit']} (n={entry['n']})"
+        interval = entry.get("interval")
+        between = f", 95% {interval['low']:,.1f} to {interval['high']:,.1f}" if interval else ""
+        return f"  {name:<28} {value:>10} {entry['unit']} (n={entry['n']}{between})"
 
     names = [
         "output_tok_s",

@@ -58,7 +58,6 @@ class ArmsView(QWidget):
         self.run_button.clicked.connect(lambda: self.run_requested.emit(self.preset.currentText()))
         self.repeats = QSpinBox()
         self.repeats.setRange(1, 50)
-        self.repeats.setPrefix("repeats: ")
         self.repeats.setToolTip(
             "Run the arms this many times, interleaved (A B A B ...), and judge the decision on the paired repeats: "
             "accept, reject or inconclusive (workbench bench --repeat N)"
@@ -86,11 +85,17 @@ class ArmsView(QWidget):
         for label in (self.kv_why, self.checks, self.verdict):
             label.setWordWrap(True)
         controls = QHBoxLayout()
-        for widget in (self.preset, self.repeats, self.run_button, self.open_button):
+        for widget in (self.preset, self.run_button, self.open_button):
             controls.addWidget(widget)
         controls.addStretch(1)
+        # On a row of its own: beside the others it made the window wider than an 800-pixel screen.
+        repeats_row = QHBoxLayout()
+        repeats_row.addWidget(QLabel("Repeats:"))
+        repeats_row.addWidget(self.repeats)
+        repeats_row.addStretch(1)
         layout = QVBoxLayout(self)
         layout.addLayout(controls)
+        layout.addLayout(repeats_row)
         layout.addWidget(self.status)
         # The table as tall as its rows, the reasons and the verdict right under it: stretched, the
         # table squeezed the labels' wrapped lines into each other at 1280x800.
