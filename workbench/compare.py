@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ConfigError
-from workbench.intervals import Interval, change_from_errors, change_over_repeats, repeats_interval
+from workbench.intervals import Interval, change_from_errors, repeats_interval
 from workbench.machine_probe import machine_drift
 from workbench.verdict import Term, decide
 
@@ -131,7 +131,7 @@ def term(criterion: Criterion, kind: str, pairs: list[tuple[dict, dict]]) -> Ter
     elif len(pairs) == 1:
         interval = _interval_of_one_pair(*entries[0], criterion.relative)
     else:
-        interval = change_over_repeats(changes)
+        interval = repeats_interval(changes, what="paired repeats")
     return Term(
         kind=kind,
         criterion=str(criterion),

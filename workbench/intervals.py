@@ -5,8 +5,8 @@ Within one run, a latency percentile's interval comes from a bootstrap over its 
 requests' (goodput) from Wilson's score interval; each carries its standard error, so that a
 single pair of runs can still give an interval for the change between them (the delta method:
 `change_from_errors`). That interval covers the request-to-request noise within each run only,
-not the drift of the machine between runs: only repeats do (`change_over_repeats`, Student's t
-over the paired changes, one per repeat).
+not the drift of the machine between runs: only repeats do (`repeats_interval` over the paired
+changes, one per repeat: Student's t).
 
 Every interval names its method, its level and its n, so that a reader can redo it.
 """
@@ -89,26 +89,16 @@ def share_interval(hits: int, total: int) -> Interval | None:
     return Interval(float(100 * low), float(100 * high), 100 * error, f"Wilson score, n={total}")
 
 
-def repeats_interval(values: list[float]) -> Interval | None:
-    """The t interval of the mean of one value per run; None under two runs."""
+def repeats_interval(values: list[float], what: str = "runs") -> Interval | None:
+    """The t interval of the mean of one value per run (or per paired repeat: `what`); None
+    under two."""
     data = np.asarray(values, dtype=np.float64)
     if data.size < 2:
         return None
     error = float(data.std(ddof=1) / math.sqrt(data.size))
     spread = float(stats.t.ppf(0.5 + LEVEL / 2, data.size - 1)) * error
     mean = float(data.mean())
-    return Interval(mean - spread, mean + spread, error, f"Student's t over {data.size} runs")
-
-
-def change_over_repeats(changes: list[float]) -> Interval | None:
-    """The interval of the mean paired change (one per repeat: candidate against the baseline run
-    of the same repeat)."""
-    interval = repeats_interval(changes)
-    if interval is None:
-        return None
-    return Interval(
-        interval.low, interval.high, interval.standard_error, f"Student's t over {len(changes)} paired repeats"
-    )
+    return Interval(mean - spread, mean + spread, error, f"Student's t over {data.size} {what}")
 
 
 def change_from_errors(

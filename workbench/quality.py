@@ -142,8 +142,7 @@ def evaluate(
         scores = score_windows(engine, windows, reference)  # None for the first: it is the reference
         if is_reference:
             reference = scores.log_probs
-        perplexity, kl, agree, count = scores.perplexity, scores.kl_nats, scores.top1_agreements, scores.tokens
-        baseline = results[0].perplexity if results else perplexity
+        baseline = results[0].perplexity if results else scores.perplexity
         results.append(
             QualityResult(
                 option=label,
@@ -152,11 +151,7 @@ def evaluate(
                 ),
                 quantization=quantization,
                 group_size=group_size,
-                perplexity=perplexity,
-                perplexity_change_perc=100.0 * (perplexity / baseline - 1.0),
-                kl_divergence_mean_nats=kl / count,
-                top1_agreement_perc=100.0 * agree / count,
-                evaluated_tokens=count,
+                **quality_figures(scores, baseline),
                 weight_bytes=engine.weight_bytes,
                 unquantized_weight_bytes=engine.unquantized_weight_bytes,
                 load_time_s=load_time,
@@ -229,8 +224,15 @@ def score_configuration(source: ModelSource, config: EngineConfig, total_tokens:
     scores = score_windows(engine, windows, reference.log_probs)
     return {
         "configuration": configuration_key(engine.quantization, dtype_name(engine.dtype), dtype_name(engine.kv_dtype)),
+        **quality_figures(scores, reference.perplexity),
+    }
+
+
+def quality_figures(scores: WindowScores, reference_perplexity: float) -> dict:
+    """What the ledger and the reports keep of one configuration's scores against the reference."""
+    return {
         "perplexity": scores.perplexity,
-        "perplexity_change_perc": 100.0 * (scores.perplexity / reference.perplexity - 1.0),
+        "perplexity_change_perc": 100.0 * (scores.perplexity / reference_perplexity - 1.0),
         "kl_divergence_mean_nats": scores.kl_nats / scores.tokens,
         "top1_agreement_perc": 100.0 * scores.top1_agreements / scores.tokens,
         "evaluated_tokens": scores.tokens,
