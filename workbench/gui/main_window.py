@@ -469,9 +469,10 @@ class MainWindow(QMainWindow):
         # While warming up the titles' seconds move: a redraw once a second, not on every tick.
         progress = self._compile_progress()
         waiting = f"warming up, {progress.elapsed_s:.0f} s" if progress is not None else ""
-        if self._live.refresh() or new_store or waiting != self._waiting_shown:
+        whole = self.worker.at_rest() and not waiting
+        if self._live.refresh() or new_store or waiting != self._waiting_shown or whole != self.plots.whole:
             self._waiting_shown = waiting
-            self.plots.update_from(self._live.snapshot(), waiting=waiting)
+            self.plots.update_from(self._live.snapshot(), waiting=waiting, whole=whole)
 
     def _plot_tick(self) -> None:
         """Redraw, then wait long enough that drawing takes at most PLOT_BUDGET of the time: the
@@ -647,7 +648,7 @@ class MainWindow(QMainWindow):
         log, store = run
         self.follow_live()
         self.viewing_past_run = True
-        self.plots.update_from(store.snapshot())
+        self.plots.update_from(store.snapshot(), whole=log.complete)
         self.plots.show_source(Path(folder).name)
         self._past = past_traces(log)
         if self._past.store is None:

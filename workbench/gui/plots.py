@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 
+from workbench.intervals import LEVEL, RESAMPLES, SEED, percentile_interval
 from workbench.metrics_store import MetricsSnapshot
 from workbench.rolling_percentiles import ROLLING_WINDOW, rolling_index, rolling_percentiles
 
@@ -169,7 +170,9 @@ class _LatencyPoints:
 class LatencyPlot:
     """One point per ended request at its finish time (TTFT and e2e, or TPOT), rolling p50/p90/p99
     over the last ROLLING_WINDOW requests, and the SLO threshold. Hovering a point shows its
-    request; each point carries its index into the snapshot's requests (`request_at`)."""
+    request; each point carries its index into the snapshot's requests (`request_at`). Once the
+    run is whole (`whole`: every request sent has ended, no traffic left) the title's percentiles
+    get their 95% bootstrap intervals on a second line; while requests still end they would move."""
 
     MODES = ("ttft+e2e", "tpot")
 
@@ -194,6 +197,7 @@ class LatencyPlot:
         )
         self.plot.addItem(self.slo_line)
         self.mode = mode
+        self.whole = False
 
     def set_mode(self, mode: str) -> None:
         self.mode = mode
@@ -222,7 +226,7 @@ class LatencyPlot:
         requests = snapshot.requests
         finish = requests["finish_s"]
         # Redrawn only when a request ended (or the mode, SLO or range changed): steps come far more often.
-        drawn = (finish.size, finish[-1] if finish.size else None, self.mode, snapshot.slo, x_range)
+        drawn = (finish.size, finish[-1] if finish.size else None, self.mode, snapshot.slo, x_range, self.whole)
         if drawn == self._drawn:
             self.snapshot = snapshot
             return
@@ -250,11 +254,12 @@ class LatencyPlot:
         thinned = "" if drawn_points >= len(shown) * finish.size else f", {drawn_points:,} points drawn"
         if n:
             summary = np.percentile(every, [50, 90, 99])
-            set_title(
-                self.plot,
-                f"{shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} "
-                f"(n={n}{thinned})",
+            title = (
+                f"{shown[0].upper()} p50 {summary[0]:,.0f} / p90 {summary[1]:,.0f} / p99 {summary[2]:,.0f} {unit} "
+                f"(n={n}{thinned})"
             )
+            set_title(self.plot, title + (f"<br>{percentile_intervals_line(every, unit)}" if self.whole else ""))
+            self.plot.titleLabel.setToolTip(INTERVALS_METHOD if self.whole else "")
         else:
             set_title(self.plot, f"{shown[0].upper()}: no request finished yet (n=0)")
         threshold = snapshot.slo.tpot_ms if shown[0] == "tpot" else snapshot.slo.ttft_ms
@@ -361,6 +366,23 @@ def _faded(pen_or_brush):
     colour.setAlpha(70)
     pen_or_brush.setColor(colour)
     return pen_or_brush
+
+
+INTERVALS_METHOD = (
+    f"{LEVEL:.0%} intervals of each percentile: bootstrap over the n requests "
+    f"(percentile method, {RESAMPLES:,} resamples, seed {SEED}), as in report.json"
+)
+
+
+def percentile_intervals_line(values: np.ndarray, unit: str) -> str:
+    """The 95% intervals of p50, p90 and p99 over one value per request (INTERVALS_METHOD)."""
+    if values.size < 2:
+        return f"no interval from n={values.size}"
+    bounds = []
+    for q in (50, 90, 99):
+        interval = percentile_interval(values, q)
+        bounds.append(f"p{q} {interval.low:,.0f}–{interval.high:,.0f}")
+    return f"{LEVEL:.0%} bootstrap: " + " / ".join(bounds) + f" {unit}"
 
 
 def percentile_summary(snapshot: MetricsSnapshot, key: str) -> str:

@@ -113,6 +113,7 @@ class PlotsView(QWidget):
         )
         self.latency_mode.currentIndexChanged.connect(self._mode_changed)
         self.snapshot: MetricsSnapshot | None = None  # the last data drawn
+        self.whole = False  # whether that data is a whole run (see update_from)
         self.baseline: MetricsSnapshot | None = None  # a past run drawn faded under the live one
         self.baseline_name = ""
         self._ghosts: list = []
@@ -190,10 +191,12 @@ class PlotsView(QWidget):
         for name in self.not_exposed:
             show_not_exposed(self.plots[name].plot, PLOT_NEEDS[name][1])
 
-    def update_from(self, snapshot: MetricsSnapshot, waiting: str = "") -> None:
+    def update_from(self, snapshot: MetricsSnapshot, waiting: str = "", whole: bool = False) -> None:
         """`waiting`: why no step has come yet, in a few words (the engine warming up), put in
-        each per-step plot's title until the first step arrives."""
-        self.snapshot = snapshot
+        each per-step plot's title until the first step arrives. `whole`: the run has ended (no
+        request in flight, no traffic left), so its latency percentiles get their intervals."""
+        self.snapshot, self.whole = snapshot, whole
+        self.latency.whole = whole
         x_range = self._time_range(snapshot)
         for name, plot in self.plots.items():
             if name not in self.not_exposed:
@@ -205,7 +208,7 @@ class PlotsView(QWidget):
     def redraw(self) -> None:
         """Draw the last data again, for a new range (the engine may be idle, or this may be a past run)."""
         if self.snapshot is not None:
-            self.update_from(self.snapshot)
+            self.update_from(self.snapshot, whole=self.whole)
 
     def _time_range(self, snapshot: MetricsSnapshot) -> tuple[float, float] | None:
         """The seconds to draw, set on the shared time axis. Following: the last N seconds. The

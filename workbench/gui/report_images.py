@@ -24,7 +24,9 @@ def export_plot_images(log: RunLog, out_dir: Path, width: int = 1200, height: in
     )  # antialiased grids and fills cost most of a frame
     snapshot = MetricsStore.from_run_log(log).snapshot()
     written = []
-    for name, plot in all_plots().items():
+    plots = all_plots()
+    plots["latency"].whole = log.complete  # a finished run's percentiles with their intervals
+    for name, plot in plots.items():
         plot.update(snapshot)
         if not plot.plot.getAxis("bottom").labelText:  # the window states the run's time once; each picture does
             plot.plot.setLabel("bottom", "time since start", units="s")

@@ -15,6 +15,7 @@ from engine import EngineConfig
 from tests.workbench.gui.window_helpers import all_ended, load
 from tests.workbench.tiny_runs import tiny_scenario
 from workbench.headless import run_headless
+from workbench.intervals import percentile_interval
 from workbench.quality_ledger import configuration_key, record
 from workbench.report import build_report
 from workbench.run_log import read_run_log
@@ -138,6 +139,13 @@ def test_injected_traffic_fills_the_plots_and_the_table(window, qtbot, tiny_conf
     assert plots["kv_occupancy"].used.getData()[0].size > 0
     assert plots["queue_depth"].curves["running"].getData()[1].max() > 0
     assert plots["latency"].points["ttft"].getData()[0].size == 6
+    # The run is whole: its percentiles get their intervals, as report.json computes them.
+    ttft = window.worker.store.snapshot().requests["ttft_ms"]
+    p99 = percentile_interval(ttft, 99)
+    title = plots["latency"].plot.title_text
+    assert "(n=6)<br>95% bootstrap: p50 " in title and f"/ p99 {p99.low:,.0f}–{p99.high:,.0f} ms" in title
+    assert "1,000 resamples, seed 0" in plots["latency"].plot.titleLabel.toolTip()
+    assert window.minimumSizeHint().width() <= 1280  # the second line does not widen the window
     assert window.requests.model.rowCount() == 6
     goodput = window.plots.goodput
     assert goodput.text().startswith("goodput ") and "of n=6)" in goodput.text() and not goodput.wordWrap()

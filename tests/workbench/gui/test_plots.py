@@ -11,6 +11,7 @@ import pyqtgraph as pg
 from engine.metrics import RequestMetrics, StepStats
 from tests.workbench.gui.window_helpers import filled_store
 from workbench.gui.plots import all_plots
+from workbench.intervals import percentile_interval
 from workbench.metrics_store import MetricsStore
 from workbench.scenario import SLO
 
@@ -40,6 +41,27 @@ def test_every_plot_shows_the_snapshot_with_units(qtbot):
     assert "n=200" in latency.plot.titleLabel.text and latency.slo_line.value() == 60.0
     assert latency.plot.getAxis("left").labelUnits == "ms"
     assert snapshot.goodput == (21, 200)  # TTFT = 50 + 0.5 i ms meets the 60 ms SLO for i <= 20
+
+
+def test_the_latency_title_gives_intervals_once_the_run_is_whole(qtbot):
+    """While requests still end the percentiles move, so they stand alone; a whole run's get the
+    intervals report.json gives them (TTFT = 50 + 0.5 i ms for i < 200 in filled_store)."""
+    snapshot = filled_store().snapshot()
+    _view, plots = plots_in_a_view(qtbot)
+    latency = plots["latency"]
+    latency.update(snapshot)
+    assert "<br>" not in latency.plot.title_text and latency.plot.titleLabel.toolTip() == ""
+    latency.whole = True
+    latency.update(snapshot)
+    ttft = snapshot.requests["ttft_ms"]
+    expected = [percentile_interval(ttft, q) for q in (50, 90, 99)]
+    assert latency.plot.title_text.endswith(
+        "(n=200)<br>95% bootstrap: "
+        + " / ".join(f"p{q} {i.low:,.0f}–{i.high:,.0f}" for q, i in zip((50, 90, 99), expected))
+        + " ms"
+    )
+    assert expected[0].low < 99.75 < expected[0].high  # the interval holds the run's p50
+    assert "bootstrap over the n requests" in latency.plot.titleLabel.toolTip()
 
 
 def test_repeated_updates_do_not_lose_references(qtbot):
