@@ -22,6 +22,7 @@ from pathlib import Path
 from engine.errors import ConfigError
 from workbench.intervals import Interval, change_from_errors, repeats_interval
 from workbench.machine_probe import machine_drift
+from workbench.report import CONFIGURATION_PREFIXES
 from workbench.verdict import Term, decide
 
 REPORT_KEYS = ("scenario", "seed", "complete", "metrics")
@@ -142,7 +143,8 @@ def term(criterion: Criterion, kind: str, pairs: list[tuple[dict, dict]]) -> Ter
         runs=len(pairs),
         n_baseline=min(first.get("n") or 0 for first, _ in entries),
         n_candidate=min(second.get("n") or 0 for _, second in entries),
-        subgroup="/" in criterion.metric,
+        subgroup="/" in criterion.metric and not criterion.metric.startswith(CONFIGURATION_PREFIXES),
+        unit=next((entry["unit"] for pair in entries for entry in pair if entry.get("unit")), ""),
     )
 
 
@@ -255,22 +257,49 @@ def compare_repeats(pairs: list[tuple[dict, dict]], intended: list[str], tolerat
 
 def summarise_runs(reports: list[dict]) -> dict:
     """Reports of one variant's runs as one: each figure the mean of the runs' values, n the
-    requests (or steps) of all runs together, the interval Student's t over the per-run values."""
+    requests (or steps) of all runs together, the interval Student's t over the per-run values
+    (within the figure's bounds: `_within_bounds`). A deterministic figure
+    (the same in every run: memory, quality) keeps its one run's n and zero-width interval."""
     metrics = {}
     for name in sorted({name for report in reports for name in report["metrics"]}):
         entries = [report["metrics"].get(name) or {} for report in reports]
         values = [entry.get("value") for entry in entries]
         present = [value for value in values if _number(value)]
         unit = next(entry["unit"] for entry in entries if entry)
-        interval = repeats_interval(present) if len(present) == len(values) else None
+        intervals = [Interval.from_dict(entry.get("interval")) for entry in entries]
+        exact = all(interval is not None and interval.is_exact for interval in intervals) and len(set(values)) == 1
+        if exact:
+            interval, n = intervals[0], entries[0].get("n") or 0
+        else:
+            interval = repeats_interval(present) if len(present) == len(values) else None
+            n = sum(entry.get("n") or 0 for entry in entries)
+            if interval is not None:
+                interval = _within_bounds(interval, name, present)
         metrics[name] = {
             "value": sum(present) / len(present) if present else None,
             "unit": unit,
-            "n": sum(entry.get("n") or 0 for entry in entries),
+            "n": n,
             "runs": len(present),
             "interval": None if interval is None else interval.as_dict(),
         }
     return {"metrics": metrics}
+
+
+def _within_bounds(interval: Interval, name: str, values: list[float]) -> Interval:
+    """Student's t is symmetric and knows no bounds: a figure that cannot be negative keeps its
+    interval at 0 and above, a share of requests, tokens or blocks (`_perc`) at 100 and below."""
+    low, high, clipped = interval.low, interval.high, []
+    if low < 0 <= min(values):
+        low = 0.0
+        clipped.append("at 0")
+    if name.endswith("_perc") and high > 100 >= max(values):
+        high = 100.0
+        clipped.append("at 100")
+    if not clipped:
+        return interval
+    return dataclasses.replace(
+        interval, low=low, high=high, method=f"{interval.method}, clipped {' and '.join(clipped)}"
+    )
 
 
 def differences(baseline: dict, candidate: dict) -> list[str]:
@@ -374,7 +403,12 @@ def format_comparison(result: dict) -> str:
 
 def describe_term(item: dict) -> str:
     """One line of a decision record: status, term, estimate, interval, n, runs and why."""
-    shown = lambda value: f"{value * 100:+.1f}%" if item["relative"] else f"{value:+.3g}"  # noqa: E731
+    if item["relative"]:
+        shown = lambda value: f"{value * 100:+.1f}%"  # noqa: E731
+    else:
+        metric, _, threshold = item["criterion"].partition(":")
+        unit = "pp" if threshold.endswith("pp") else short_unit(metric, item.get("unit", ""))
+        shown = lambda value: f"{value:+.3g}{'' if unit == 'pp' else ' '}{unit}"  # noqa: E731
     estimate = "-" if item["estimate"] is None else shown(item["estimate"])
     interval = item["interval"]
     between = f" [95% {shown(interval['low'])} to {shown(interval['high'])}]" if interval else ""
@@ -385,6 +419,21 @@ def describe_term(item: dict) -> str:
         f"{item['status'].upper():<9} {item['kind']:<9} {item['criterion']:<28} estimate {estimate}{between} "
         f"(n {item['n_baseline']}/{item['n_candidate']}, {runs}{needed}){note}"
     )
+
+
+# A change's unit from the metric's name, where the name says it.
+_SHORT_UNITS = {"_ms": "ms", "_tok_s": "tok/s", "_req_s": "req/s", "_perc": "pp", "_mib": "MiB"}
+
+
+def short_unit(metric: str, unit: str) -> str:
+    """The unit of an absolute change, short enough for a record's line: from the metric's name
+    (a change of a percentage is in points), else the first word of its unit ("nats/token")."""
+    for suffix, short in _SHORT_UNITS.items():
+        if metric.endswith(suffix):
+            return short
+    if unit.startswith("%"):
+        return "pp"
+    return unit.replace(",", " ").split(" ")[0]
 
 
 def _interval_text(interval: dict) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from engine.config import EngineConfig
 from engine.errors import ConfigError
 from engine.loading.model_file import ModelSource
+from workbench.intervals import Interval
 from workbench.quality import score_configuration
 from workbench.quality_ledger import configuration_key, measured_quality, record
 
@@ -71,14 +72,14 @@ def add_quality_figures(report_path: Path, source: ModelSource, config: EngineCo
         figures = score_configuration(source, config)
         record(source.path, {figures.pop("configuration"): figures})
     tokens = figures["evaluated_tokens"]
-    method = f"deterministic: the same {tokens} held-out tokens for every configuration (no run-to-run noise)"
+    why = f"the same {tokens} held-out tokens for every configuration (no run-to-run noise)"
     for name, (field, unit) in QUALITY_METRICS.items():
         value = figures[field]
         report["metrics"][PREFIX + name] = {
             "value": value,
             "unit": unit,
             "n": tokens,
-            "interval": {"low": value, "high": value, "standard_error": 0.0, "method": method},
+            "interval": Interval.exact(value, why).as_dict(),
         }
     report_path.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
     return report

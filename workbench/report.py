@@ -9,8 +9,9 @@ every request that arrived (rejected, aborted and unfinished ones are misses); o
 every token generated, aborted and unfinished requests' included. `notes` in the report says so.
 
 Metric names carry their unit (`ttft_p99_ms`, `output_tok_s`); per-tag figures are prefixed with
-the tag (`chat/ttft_p99_ms`). Each entry is {"value", "unit", "n"}, n being the number of
-requests (or steps) behind the value.
+the tag (`chat/ttft_p99_ms`); the engine's memory is under `memory/` and quality scores (added
+by workbench/quality_terms.py) under `quality/`. Each entry is {"value", "unit", "n", "interval"},
+n being the number of requests (or steps) behind the value.
 """
 
 from __future__ import annotations
@@ -54,6 +55,16 @@ SERVER_STATE_METRICS = {
     "batch_composition": ("prefill_tok_s",),
 }
 
+MEMORY_PREFIX = "memory/"
+# Report name -> (the run header's engine field, its unit): what the engine's memory holds.
+MEMORY_METRICS = {
+    "weights_mib": ("weight_bytes", "MiB of weights, every part"),
+    "kv_cache_mib": ("kv_cache_bytes", "MiB of KV cache allocated"),
+    "kv_capacity_tokens": ("kv_capacity_tokens", "tokens the KV cache holds"),
+}
+# Figures of the configuration rather than of a tag's requests: a name under these is no subgroup.
+CONFIGURATION_PREFIXES = (MEMORY_PREFIX, "quality/")
+
 NOTES = {
     "latency": "ttft, tpot, itl, e2e and queue_time cover finished requests (stop or length) only",
     "goodput": "requests meeting every SLO over every request that arrived: rejected, aborted, failed and unfinished "
@@ -64,7 +75,20 @@ NOTES = {
     "interval": "95% within the run: latency statistics by bootstrap over requests, goodput by Wilson's score "
     "interval (each names its method and n); itl has none (its values cluster by request) and run-wide figures "
     "(throughput, KV usage) have none within one run: `workbench bench --repeat N` gives them across runs",
+    "memory": "memory/ figures are the engine's own accounting of what it allocated (n = 1 engine); no run-to-run "
+    "noise moves them, so their interval has zero width",
 }
+
+
+def memory_metrics(engine: dict) -> dict:
+    """The engine's weights and KV cache in the report (a server that does not say has none)."""
+    metrics = {}
+    for name, (field, unit) in MEMORY_METRICS.items():
+        value = engine.get(field)
+        if isinstance(value, (int, float)):
+            value = value / 2**20 if field.endswith("_bytes") else value
+            metrics[MEMORY_PREFIX + name] = _metric(value, unit, 1, Interval.exact(value, "the engine's allocation"))
+    return metrics
 
 
 def _metric(value: float | None, unit: str, n: int, interval: Interval | None = None) -> dict:
@@ -169,6 +193,7 @@ def build_report(log: RunLog) -> dict:
             last.prefix_cache_query_tokens_total if last else 0,
         ),
     }
+    metrics.update(memory_metrics(header["engine"]))
     for capability, names in SERVER_STATE_METRICS.items():
         if capability in not_exposed:
             metrics.update({name: _metric(None, NOT_EXPOSED, 0) for name in names})

@@ -44,6 +44,7 @@ class Term:
     n_baseline: int  # requests (or steps) behind the figure, per run
     n_candidate: int
     subgroup: bool = False  # the metric is a tag's
+    unit: str = ""  # the metric's: an absolute change is in it
     caveat: str = ""  # what else the reader must know, e.g. the interval widened by the machine's drift
 
     @property
@@ -93,6 +94,7 @@ class Term:
             "kind": self.kind,
             "criterion": self.criterion,
             "relative": self.relative,
+            "unit": self.unit,
             "estimate": self.estimate,
             "interval": None if self.interval is None else self.interval.as_dict(),
             "status": self.status,

@@ -14,7 +14,7 @@ def report(variant, error=1e-6, **values):
     metrics = {
         name: {
             "value": value,
-            "unit": "ms" if name.endswith("_ms") else "tok/s",
+            "unit": "ms" if name.endswith("_ms") else "events" if name == "preemptions" else "tok/s",
             "n": 20,
             "interval": None
             if value is None or value != value
@@ -133,7 +133,7 @@ def test_the_comparison_record_and_table_exactly():
         "only_in_baseline                           1.00            -            -        -  3/0  x",
         "output_tok_s                             100.00       125.00        25.00   +25.0%  20/20  tok/s; "
         "b [100.00, 100.00], c [125.00, 125.00]",
-        "preemptions                                   4            6            2   +50.0%  20/20  tok/s; "
+        "preemptions                                   4            6            2   +50.0%  20/20  events; "
         "b [4.00, 4.00], c [6.00, 6.00]",
         "ttft_p99_ms                              800.00       880.00        80.00   +10.0%  20/19  ms; "
         "b [760.00, 840.00], c [836.00, 924.00]",
@@ -141,7 +141,8 @@ def test_the_comparison_record_and_table_exactly():
         "decision record:",
         "  REACHED   intended  output_tok_s:+20%            estimate +25.0% [95% +25.0% to +25.0%] (n 20/20, 1 pair of "
         "runs)",
-        "  SHORT     intended  preemptions:+3               estimate +2 [95% +2 to +2] (n 20/20, 1 pair of runs)",
+        "  SHORT     intended  preemptions:+3               estimate +2 events [95% +2 events to +2 events] (n 20/20, "
+        "1 pair of runs)",
         "  UNCERTAIN tolerated ttft_p99_ms:+5%              estimate +10.0% [95% +2.4% to +17.6%] (n 20/19, 1 pair of "
         "runs; about 3 pairs would decide it)",
         "verdict: reject: not met beyond doubt: preemptions:+3",

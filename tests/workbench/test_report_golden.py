@@ -329,3 +329,14 @@ def test_latency_percentiles_carry_a_bootstrap_interval_around_them_and_itl_none
     assert ttft["interval"]["method"].endswith("n=3")
     assert metrics["itl_p50_ms"]["interval"] is None
     assert metrics["long/ttft_p50_ms"]["interval"] is None  # one request: no interval
+
+
+def test_the_engines_memory_is_in_the_report_in_mib_and_a_server_without_it_has_none():
+    engine = {"kv_blocks": 7, "weight_bytes": 3 * 2**20, "kv_cache_bytes": 2**19, "kv_capacity_tokens": 112}
+    metrics = build_report(RunLog({**LOG.header, "engine": engine}, LOG.steps, LOG.requests, LOG.footer))["metrics"]
+    assert metric({"metrics": metrics}, "memory/weights_mib") == (3.0, 1)
+    assert metric({"metrics": metrics}, "memory/kv_cache_mib") == (0.5, 1)
+    assert metrics["memory/kv_capacity_tokens"]["unit"] == "tokens the KV cache holds"
+    interval = metrics["memory/weights_mib"]["interval"]
+    assert interval["low"] == interval["high"] == 3.0 and interval["method"].startswith("deterministic")
+    assert not [name for name in build_report(LOG)["metrics"] if name.startswith("memory/")]  # LOG's engine says none

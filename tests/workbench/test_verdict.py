@@ -122,6 +122,53 @@ def test_one_pair_takes_its_interval_from_the_two_runs_and_without_one_is_inconc
     assert "no interval (one run each" in without["checks"][0]["note"]
 
 
+def with_exact(report: dict, name: str, value: float, n: int = 1) -> dict:
+    interval = Interval.exact(value, "constructed").as_dict()
+    unit = "MiB" if name.endswith("_mib") else "% of tokens"
+    report["metrics"][name] = {"value": value, "unit": unit, "n": n, "interval": interval}
+    return report
+
+
+def test_memory_and_quality_figures_are_judged_whole_and_keep_one_runs_n_over_repeats():
+    """memory/ and quality/ name no tag: a term on them is judged (n = 1 engine is not a small
+    subgroup), and over repeats they keep their zero-width interval and one run's n."""
+    pairs = [
+        (
+            with_exact(with_exact(run(300.0 + i, seed=i), "memory/weights_mib", 513.0), "quality/top1", 100.0, 4082),
+            with_exact(with_exact(run(280.0 + i, seed=i), "memory/weights_mib", 171.4), "quality/top1", 99.2, 4082),
+        )
+        for i in range(3)
+    ]
+    result = compare_repeats(pairs, ["memory/weights_mib:-50%"], ["quality/top1:-5pp"])
+    assert [check["status"] for check in result["checks"]] == ["reached", "within"]
+    assert result["decision"] == "accept"
+    rows = {row["metric"]: row for row in result["metrics"]}
+    assert rows["quality/top1"]["n_candidate"] == 4082 and rows["memory/weights_mib"]["n_baseline"] == 1
+    assert rows["memory/weights_mib"]["candidate_interval"]["high"] == 171.4
+    assert rows["output_tok_s"]["n_baseline"] == 3 * 200  # a measured figure still sums its runs' requests
+    text = format_comparison(result)  # an absolute change shows its unit: points here
+    assert "estimate -0.8pp [95% -0.8pp to -0.8pp] (n 4082/4082, 3 pairs of runs)" in text
+    assert "estimate -66.6% [95% -66.6% to -66.6%] (n 1/1" in text
+
+
+def test_an_interval_across_runs_stays_within_what_the_figure_can_be():
+    # Goodput of 0, 0 and 30% (and 100, 100, 70%): Student's t reaches below 0 (above 100); a
+    # share of requests cannot. A latency can exceed any bound above zero.
+    pairs = [
+        (run(low, name="goodput_perc", unit="%"), run(high, name="goodput_perc", unit="%"))
+        for low, high in ((0, 100), (0, 100), (30, 70))
+    ]
+    row = compare_repeats(pairs, [], [])["metrics"][0]
+    assert row["baseline_interval"]["low"] == 0.0 and row["baseline_interval"]["method"].endswith(", clipped at 0")
+    assert 30 < row["baseline_interval"]["high"] < 100
+    assert row["candidate_interval"]["high"] == 100.0 and row["candidate_interval"]["method"].endswith("clipped at 100")
+    latency = [
+        (run(value, name="ttft_p99_ms", unit="ms"), run(value, name="ttft_p99_ms", unit="ms"))
+        for value in (80, 90, 130)
+    ]
+    assert compare_repeats(latency, [], [])["metrics"][0]["baseline_interval"]["high"] > 100
+
+
 def aa_accept_rate(repeats: int, experiments: int, seed: int = 0) -> float:
     """Two identical variants: every run's throughput is the machine's speed of its repeat
     (drifting by 15% between repeats) times request-level noise of 3%."""
