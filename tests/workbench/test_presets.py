@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from engine import ConfigError
+from engine import ConfigError, EngineConfig
 from workbench.presets import load_preset, preset_names
 from workbench.scenario import SLO
 from workbench.traffic import LengthDistribution, TrafficProfile
@@ -40,6 +40,14 @@ def test_long_prompt_isolation_variants_differ_only_in_admission():
     assert off.events == on.events and off.seed == on.seed
     assert off.traffic is None and on.traffic is None  # only the scripted arrivals
     assert max(event.prompt_tokens for event in on.events) <= 8192 - 32  # scaled to the model's context
+
+
+def test_the_a_a_preset_runs_two_identical_arms_of_the_default_configuration_on_int4_vs_nones_traffic():
+    a, b = (load_preset("same-twice", variant=name) for name in ("a", "b"))
+    assert a.engine == b.engine and a.traffic == b.traffic and a.slo == b.slo and a.seed == b.seed
+    assert a.engine.quantization == EngineConfig().quantization
+    assert a.traffic == load_preset("int4-vs-none").traffic
+    assert a.decision.intended == ["tpot_p50_ms:-0%"]
 
 
 def test_the_32k_scenario_runs_on_gemma_within_its_context():
