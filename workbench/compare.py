@@ -23,7 +23,7 @@ from engine.errors import ConfigError
 from workbench.intervals import Interval, change_from_errors, repeats_interval
 from workbench.machine_probe import machine_drift
 from workbench.report import CONFIGURATION_PREFIXES
-from workbench.verdict import Term, decide
+from workbench.verdict import Term, decide, repeats_needed_text
 
 REPORT_KEYS = ("scenario", "seed", "complete", "metrics")
 # Figures that move with the machine's speed: latencies, token and request rates.
@@ -413,7 +413,7 @@ def describe_term(item: dict) -> str:
     interval = item["interval"]
     between = f" [95% {shown(interval['low'])} to {shown(interval['high'])}]" if interval else ""
     runs = f"{item['runs']} pair{'s' if item['runs'] != 1 else ''} of runs"
-    needed = f"; about {item['repeats_needed']} pairs would decide it" if item["repeats_needed"] else ""
+    needed = f"; {repeats_needed_text(item['repeats_needed'])}" if item["repeats_needed"] else ""
     note = f"; {item['note']}" if item["note"] else ""
     return (
         f"{item['status'].upper():<9} {item['kind']:<9} {item['criterion']:<28} estimate {estimate}{between} "

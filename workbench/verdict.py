@@ -25,6 +25,8 @@ from workbench.intervals import Interval
 
 # A tag's figures from fewer requests than this are not used for a verdict.
 MIN_SUBGROUP_REQUESTS = 10
+# Beyond this many paired repeats an estimate of how many would decide a term is not advice.
+PRACTICAL_REPEATS = 100
 
 REACHED, SHORT, WITHIN, CROSSED, UNCERTAIN = "reached", "short", "within", "crossed", "uncertain"
 
@@ -106,6 +108,16 @@ class Term:
         }
 
 
+def repeats_needed_text(needed: int) -> str:
+    """How many paired repeats would decide a term, in words; past PRACTICAL_REPEATS the number
+    means only that the estimate sits almost on the threshold (an A/A check's, always)."""
+    if needed > PRACTICAL_REPEATS:
+        return (
+            f"more than {PRACTICAL_REPEATS} paired repeats would be needed: the estimate sits almost on the threshold"
+        )
+    return f"about {needed} paired repeats would decide it"
+
+
 def decide(terms: list[Term]) -> tuple[str, str]:
     """(the verdict's word, the verdict with its reasons)."""
     if not terms:
@@ -122,9 +134,7 @@ def decide(terms: list[Term]) -> tuple[str, str]:
         caveat = f" (cannot yet rule out crossing {', '.join(open_tolerated)})" if open_tolerated else ""
         return "accept", f"accept: every intended gain reached beyond doubt, no tolerated bound crossed{caveat}"
     needed = [term.repeats_needed() for term in open_intended]
-    estimate = (
-        f"; about {max(needed)} paired repeats would decide it" if needed and all(n is not None for n in needed) else ""
-    )
+    estimate = f"; {repeats_needed_text(max(needed))}" if needed and all(n is not None for n in needed) else ""
     return "inconclusive", (
         f"inconclusive: the intervals of {', '.join(term.criterion for term in open_intended)} include the "
         f"threshold{estimate}"

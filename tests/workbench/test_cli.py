@@ -121,7 +121,7 @@ def test_bench_repeats_interleave_the_variants_and_judge_the_paired_repeats(tmp_
     assert [line.split(" -> ")[0].removeprefix("running sim-isolation / ") for line in started] == [
         f"{variant} (repeat {repeat} of 3, seed {repeat})"  # the preset's seed is 1
         for repeat in (1, 2, 3)
-        for variant in ("admission-off", "admission-on")
+        for variant in (("admission-off", "admission-on") if repeat != 2 else ("admission-on", "admission-off"))
     ]
     for repeat in (1, 2, 3):
         report = json.loads((out / f"repeat-{repeat}" / "admission-on" / "report.json").read_text())
@@ -140,7 +140,14 @@ def test_bench_repeats_interleave_the_variants_and_judge_the_paired_repeats(tmp_
 def test_repeat_schedules_interleave_shuffle_by_seed_and_can_keep_one_traffic_seed():
     from workbench.cli.bench import repeat_schedule
 
-    assert repeat_schedule(["a", "b"], 2, seed=5) == [(1, "a", 5), (1, "b", 5), (2, "a", 6), (2, "b", 6)]
+    assert repeat_schedule(["a", "b"], 3, seed=5) == [  # counterbalanced: A B, B A, A B
+        (1, "a", 5),
+        (1, "b", 5),
+        (2, "b", 6),
+        (2, "a", 6),
+        (3, "a", 7),
+        (3, "b", 7),
+    ]
     assert [seed for _, _, seed in repeat_schedule(["a", "b"], 3, seed=5, same_traffic=True)] == [5] * 6
     shuffled = repeat_schedule(list("abcd"), 4, seed=1, shuffle=True)
     orders = ["".join(variant for repeat, variant, _ in shuffled if repeat == r) for r in (1, 2, 3, 4)]

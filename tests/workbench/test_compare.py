@@ -144,7 +144,7 @@ def test_the_comparison_record_and_table_exactly():
         "  SHORT     intended  preemptions:+3               estimate +2 events [95% +2 events to +2 events] (n 20/20, "
         "1 pair of runs)",
         "  UNCERTAIN tolerated ttft_p99_ms:+5%              estimate +10.0% [95% +2.4% to +17.6%] (n 20/19, 1 pair of "
-        "runs; about 3 pairs would decide it)",
+        "runs; about 3 paired repeats would decide it)",
         "verdict: reject: not met beyond doubt: preemptions:+3",
     ]
 

@@ -65,6 +65,12 @@ def test_repeats_needed_grow_with_the_square_of_the_interval_over_the_distance()
     assert term("intended", 0.1, 0.0, 0.3, estimate=0.15, runs=3).repeats_needed() == 3 * 9  # (0.15/0.05)^2 = 9
     assert term("intended", 0.1, 0.0, 0.2, estimate=0.1, runs=3).repeats_needed() is None  # on the threshold
     assert term("intended", 0.1, 0.12, 0.2).repeats_needed() is None  # decided
+    # Almost on the threshold (an A/A check's estimate): the count is no advice, and says so.
+    almost = term("intended", 0.0, -0.5, 0.5, estimate=0.007, runs=4)
+    assert almost.repeats_needed() > 20_000
+    assert decide([almost])[1].endswith(
+        "more than 100 paired repeats would be needed: the estimate sits almost on the threshold"
+    )
 
 
 def test_a_tag_with_too_few_requests_is_not_judged_and_says_so():

@@ -27,7 +27,7 @@ def add_to(commands) -> None:
         type=at_least(int, 1),
         default=1,
         metavar="N",
-        help="run every variant N times, interleaved (A B A B ...), each repeat with traffic seed + its index; "
+        help="run every variant N times, interleaved (A B, B A, A B ...), each repeat with traffic seed + its index; "
         "the decision is judged on the paired repeats (default 1)",
     )
     bench.add_argument(
@@ -142,13 +142,16 @@ def repeat_schedule(
     variants: list, repeats: int, seed: int, same_traffic: bool = False, shuffle: bool = False
 ) -> list[tuple[int, str | None, int]]:
     """(repeat, variant, traffic seed) in the order to run them: each repeat runs every variant
-    before the next repeat starts (interleaved), in the preset's order or a seeded random one."""
+    before the next repeat starts (interleaved), in the preset's order and its reverse by turns
+    (A B, B A, A B, ...: counterbalanced) or in a seeded random order. The machine drifts within
+    minutes, and a fixed order hands a drift that lasts a run to one arm: an A/A check in A B
+    order once rejected identical arms (docs/scenarios.md, "A/A on the bundled model")."""
     import random
 
     order = random.Random(seed)
     schedule = []
     for repeat in range(1, repeats + 1):
-        names = list(variants)
+        names = list(variants) if repeat % 2 else list(reversed(variants))
         if shuffle:
             order.shuffle(names)
         schedule += [(repeat, variant, seed if same_traffic else seed + repeat - 1) for variant in names]

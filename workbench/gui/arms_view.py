@@ -59,8 +59,8 @@ class ArmsView(QWidget):
         self.repeats = QSpinBox()
         self.repeats.setRange(1, 50)
         self.repeats.setToolTip(
-            "Run the arms this many times, interleaved (A B A B ...), and judge the decision on the paired repeats: "
-            "accept, reject or inconclusive (workbench bench --repeat N)"
+            "Run the arms this many times, interleaved (A B, B A, A B ...), and judge the decision on the paired "
+            "repeats: accept, reject or inconclusive (workbench bench --repeat N)"
         )
         self.open_button = QPushButton("Open arms…")
         self.open_button.setToolTip("A folder written by workbench bench --preset P (one sub-folder per variant)")
