@@ -255,7 +255,7 @@ class LatencyPlot:
         if n:
             summary = np.percentile(every, [50, 90, 99])
             title = (
-                f"{shown[0].upper()} p50 {summary[0]:,.0f} / p90 {summary[1]:,.0f} / p99 {summary[2]:,.0f} {unit} "
+                f"{shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} "
                 f"(n={n}{thinned})"
             )
             set_title(self.plot, title + (f"<br>{percentile_intervals_line(every, unit)}" if self.whole else ""))
@@ -381,7 +381,7 @@ def percentile_intervals_line(values: np.ndarray, unit: str) -> str:
     bounds = []
     for q in (50, 90, 99):
         interval = percentile_interval(values, q)
-        bounds.append(f"p{q} {interval.low:,.0f}–{interval.high:,.0f}")
+        bounds.append(f"p{q} {interval.low:.0f}–{interval.high:.0f}")  # no thousands commas: titles are narrow
     return f"{LEVEL:.0%} bootstrap: " + " / ".join(bounds) + f" {unit}"
 
 

@@ -57,7 +57,7 @@ def test_the_latency_title_gives_intervals_once_the_run_is_whole(qtbot):
     expected = [percentile_interval(ttft, q) for q in (50, 90, 99)]
     assert latency.plot.title_text.endswith(
         "(n=200)<br>95% bootstrap: "
-        + " / ".join(f"p{q} {i.low:,.0f}–{i.high:,.0f}" for q, i in zip((50, 90, 99), expected))
+        + " / ".join(f"p{q} {i.low:.0f}–{i.high:.0f}" for q, i in zip((50, 90, 99), expected))
         + " ms"
     )
     assert expected[0].low < 99.75 < expected[0].high  # the interval holds the run's p50
