@@ -64,6 +64,24 @@ def test_the_latency_title_gives_intervals_once_the_run_is_whole(qtbot):
     assert "bootstrap over the n requests" in latency.plot.titleLabel.toolTip()
 
 
+def test_a_whole_runs_intervals_are_computed_once_not_on_every_zoom(qtbot, monkeypatch):
+    import workbench.gui.plots as plots_module
+
+    computed = []
+    real = plots_module.percentile_intervals_line
+    monkeypatch.setattr(plots_module, "percentile_intervals_line", lambda *args: computed.append(1) or real(*args))
+    snapshot = filled_store().snapshot()
+    _view, plots = plots_in_a_view(qtbot)
+    latency = plots["latency"]
+    latency.whole = True
+    for x_range in (None, (0.0, 50.0), (10.0, 20.0)):  # the title is the whole run's whatever is drawn
+        latency.update(snapshot, x_range)
+    assert len(computed) == 1 and "95% bootstrap" in latency.plot.title_text
+    latency.set_mode("tpot")
+    latency.update(snapshot)
+    assert len(computed) == 2  # another column, other intervals
+
+
 def test_repeated_updates_do_not_lose_references(qtbot):
     snapshot = filled_store().snapshot()
     _view, plots = plots_in_a_view(qtbot)
