@@ -422,7 +422,7 @@ def describe_term(item: dict) -> str:
 
 
 # A change's unit from the metric's name, where the name says it.
-_SHORT_UNITS = {"_ms": "ms", "_tok_s": "tok/s", "_req_s": "req/s", "_perc": "pp", "_mib": "MiB"}
+_SHORT_UNITS = {"_ms": "ms", "_tok_s": "tok/s", "_req_s": "req/s", "_mib": "MiB"}
 
 
 def short_unit(metric: str, unit: str) -> str:

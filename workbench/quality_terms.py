@@ -22,8 +22,9 @@ from engine.loading.model_file import ModelSource
 from workbench.intervals import Interval
 from workbench.quality import score_configuration
 from workbench.quality_ledger import configuration_key, measured_quality, record
+from workbench.report import QUALITY_PREFIX
 
-PREFIX = "quality/"
+PREFIX = QUALITY_PREFIX
 # Term name -> (ledger field, unit).
 QUALITY_METRICS = {
     "ppl": ("perplexity", "perplexity on held-out ShareGPT replies"),

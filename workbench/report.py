@@ -62,8 +62,9 @@ MEMORY_METRICS = {
     "kv_cache_mib": ("kv_cache_bytes", "MiB of KV cache allocated"),
     "kv_capacity_tokens": ("kv_capacity_tokens", "tokens the KV cache holds"),
 }
+QUALITY_PREFIX = "quality/"  # figures workbench/quality_terms.py adds
 # Figures of the configuration rather than of a tag's requests: a name under these is no subgroup.
-CONFIGURATION_PREFIXES = (MEMORY_PREFIX, "quality/")
+CONFIGURATION_PREFIXES = (MEMORY_PREFIX, QUALITY_PREFIX)
 
 NOTES = {
     "latency": "ttft, tpot, itl, e2e and queue_time cover finished requests (stop or length) only",
