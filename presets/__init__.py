@@ -1,4 +1,5 @@
-"""The presets (one TOML file per scenario) and the catalogue of model shapes and hardware
-(catalogue/*.toml), shipped as package data: workbench/presets.py and engine/simulation/catalogue.py find
-them with importlib.resources, in a checkout and in an installed wheel alike (reading them
-relative to the source tree found nothing once installed)."""
+"""The presets (one TOML file per scenario), the catalogue of model shapes and hardware
+(catalogue/*.toml) and the recorded traces presets replay (traces/), shipped as package data:
+workbench/presets.py and engine/simulation/catalogue.py find them with importlib.resources, in a
+checkout and in an installed wheel alike (reading them relative to the source tree found nothing
+once installed)."""

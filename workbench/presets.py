@@ -46,6 +46,7 @@ def load_preset(
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
     raw.setdefault("name", path.stem)
+    _resolve_trace_files(raw, path.parent)
     if engine_defaults:
         engine = raw.setdefault("engine", {})
         if isinstance(engine, dict):  # anything else is refused by build, naming the table
@@ -65,3 +66,15 @@ def load_preset(
     for assignment in overrides:
         apply_override(raw, assignment)
     return build(Scenario, raw, where)
+
+
+def _resolve_trace_files(raw: dict, folder: Path) -> None:
+    """A preset's trace_file (its own, and its variants') is relative to the preset's folder, so
+    a preset and its trace travel together; a --set override stays relative to where it is typed."""
+    variants = raw.get("variants") if isinstance(raw.get("variants"), dict) else {}
+    tables = [raw.get("traffic")] + [
+        variant.get("traffic") for variant in variants.values() if isinstance(variant, dict)
+    ]
+    for table in tables:
+        if isinstance(table, dict) and isinstance(table.get("trace_file"), str) and table["trace_file"]:
+            table["trace_file"] = str(folder / table["trace_file"])  # an absolute path stays as it is

@@ -195,6 +195,11 @@ def build_report(log: RunLog) -> dict:
         ),
     }
     metrics.update(memory_metrics(header["engine"]))
+    if header.get("trace_replay"):
+        replay = header["trace_replay"]
+        metrics["requests_clipped"] = _metric(
+            replay["clipped"], f"requests cut to the context of {replay['max_model_len']} tokens", replay["requests"]
+        )
     for capability, names in SERVER_STATE_METRICS.items():
         if capability in not_exposed:
             metrics.update({name: _metric(None, NOT_EXPOSED, 0) for name in names})

@@ -52,6 +52,8 @@ class RequestPlan:
                 self._open_loop = itertools.takewhile(lambda arrival: arrival < self._stop_at, self._traffic.arrivals)
                 self._traffic_next = next(self._open_loop, None)
                 self._traffic_left = None if self._stop_at < float("inf") else self._traffic.known_count
+        # A replayed trace's file, rows and requests cut to the context, for the run's header.
+        self.trace_summary = self._traffic.trace_summary if self._traffic is not None else None
         # How many requests the plan holds, if that is known without drawing every arrival time
         # (traffic that ends by a duration, a rate change or a stop event is not).
         self.total: int | None = self.known_left()

@@ -24,6 +24,7 @@ def _run_header(
     requests_planned: int | None,
     start_time: float,
     machine_probe: dict | None,
+    trace_replay: dict | None,
 ) -> dict:
     """The run log's first line: everything needed to read and reproduce the run."""
     description = backend.describe()
@@ -38,6 +39,7 @@ def _run_header(
         "requests_planned": requests_planned,
         "trace_columns": TRACE_COLUMNS,
         "machine_probe": machine_probe,  # workbench/machine_probe.py, before the first request (headless runs)
+        "trace_replay": trace_replay,  # a replayed trace: its file, rows read, requests, how many were cut to fit
     }
 
 
@@ -74,6 +76,7 @@ class RunRecorder:
             requests_planned=runner.total_requests,
             start_time=runner.start_time,
             machine_probe=machine_probe,
+            trace_replay=runner.plan.trace_summary if runner.plan is not None else None,
         )
         return cls(path, header, trace=scenario.get("trace", "auto"))
 

@@ -15,8 +15,6 @@ event changes the pace without changing the random draws before it.
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +26,7 @@ from engine.errors import ConfigError
 from engine.settings import check_finite
 from workbench.backends.protocol import Chat
 from workbench.prompts import PromptMaker
+from workbench.trace_replay import TraceRow, TraceWindow, fit_lengths, read_trace_rows, select_rows
 
 ARRIVAL_KINDS = ("poisson", "gamma", "constant", "ramp", "closed_loop")
 LENGTH_KINDS = ("fixed", "uniform", "normal", "lognormal")
@@ -82,7 +81,9 @@ class TrafficProfile:
     output_len: LengthDistribution = field(
         default_factory=lambda: LengthDistribution(mean=64)
     )  # sharegpt: its low and high clip the reference reply's length
-    trace_file: str = ""  # CSV or JSONL: arrival_s, prompt or prompt_tokens, output_tokens
+    trace_file: str = ""  # CSV or JSONL, one request a row (workbench/trace_replay.py); relative to a preset's folder
+    trace_start_s: float = 0.0  # trace: replay from this arrival time on (trace seconds)
+    time_scale: float = 1.0  # trace: arrival times are multiplied by this (0.5 = twice as fast)
     shared_prefix_tokens: int = 0  # a common "system prompt" before every synthetic prompt
     temperature: float = 0.0
     ignore_eos: bool = True  # fixed output lengths make runs comparable
@@ -108,6 +109,11 @@ class TrafficProfile:
             raise ConfigError("num_requests, duration_s: set at least one, or the traffic never ends")
         if self.prompts == "trace" and not self.trace_file:
             raise ConfigError("trace_file: prompts = 'trace' needs a trace file")
+        if self.time_scale <= 0 or self.trace_start_s < 0:
+            raise ConfigError(
+                f"time_scale, trace_start_s: expected time_scale > 0 and trace_start_s >= 0, got "
+                f"{self.time_scale} and {self.trace_start_s}"
+            )
 
     def rate_at(self, time_s: float) -> float:
         if self.arrival == "ramp":
@@ -181,11 +187,11 @@ class PlannedTraffic:
         arrival_rng, self._rng = np.random.default_rng(seed).spawn(2)
         self._rate_changes = list(rate_changes)
         self._prefix: list[int] = []
+        self.trace_summary: dict | None = None  # a trace's file, rows and clipped count, for the run's header
         if profile.prompts == "trace":
-            trace = read_trace(Path(profile.trace_file), prompt_maker, self._rng, profile.tag)
-            self._trace = iter(trace)
-            self.known_count: int | None = len(trace)
-            self.arrivals: Iterator[float | None] = iter([request.arrival_s for request in trace])
+            self._trace = self._read_trace()
+            self.known_count: int | None = len(self._trace)
+            self.arrivals: Iterator[float | None] = iter([row.arrival_s for row, _ in self._trace])
             return
         if profile.prompts == "synthetic" and profile.shared_prefix_tokens > max_model_len - 3:
             raise ConfigError(
@@ -207,11 +213,45 @@ class PlannedTraffic:
             limited_by_count = not profile.duration_s and not self._rate_changes
             self.known_count = profile.num_requests if limited_by_count else None
 
+    def _read_trace(self) -> list[tuple[TraceRow, list[int] | None]]:
+        """The trace's rows this run replays, each with its text prompt's tokens (None for a
+        length); counts the requests whose lengths must be cut to the model's context."""
+        profile, path = self.profile, Path(self.profile.trace_file)
+        window = TraceWindow(profile.trace_start_s, profile.time_scale, profile.duration_s, profile.num_requests)
+        rows = read_trace_rows(path)
+        chosen = []
+        for row in select_rows(rows, window, str(path)):
+            prompt_ids = None
+            if row.prompt_text is not None:
+                if self._maker.tokenizer is None:
+                    raise ConfigError(f"{path}:{row.line}: a text prompt needs a model with a tokenizer")
+                prompt_ids = self._maker.tokenizer.encode(row.prompt_text)
+                if not prompt_ids:
+                    raise ConfigError(f"{path}:{row.line}: column 'prompt': the text has no tokens")
+            chosen.append((row, prompt_ids))
+        clipped = sum(
+            fit_lengths(len(ids or ()) or row.prompt_tokens, row.output_tokens, self._max_model_len)[2]
+            for row, ids in chosen
+        )
+        self._trace_sent = 0
+        self.trace_summary = {
+            "file": str(path),
+            "rows_in_file": len(rows),
+            "requests": len(chosen),
+            "clipped": clipped,
+            "max_model_len": self._max_model_len,
+        }
+        return chosen
+
     def next_request(self, arrival_s: float | None) -> PlannedRequest:
         """The contents of the next request, which arrives at `arrival_s`."""
         profile, limit = self.profile, self._max_model_len
         if profile.prompts == "trace":
-            return next(self._trace)
+            row, prompt_ids = self._trace[self._trace_sent]
+            self._trace_sent += 1
+            prompt_len, output, _ = fit_lengths(len(prompt_ids or ()) or row.prompt_tokens, row.output_tokens, limit)
+            prompt = prompt_ids[:prompt_len] if prompt_ids else self._maker.synthetic(prompt_len, self._rng)
+            return PlannedRequest(arrival_s, tuple(prompt), output, profile.tag)
         if profile.prompts == "sharegpt":
             prompt, reply_len, messages = self._maker.sharegpt(self._rng)
             if len(prompt) > limit - 2:  # cut to fit: the chat no longer says what the prompt holds
@@ -236,50 +276,5 @@ def injected_request(
     tag: str,
 ) -> PlannedRequest:
     """An injected request: a synthetic prompt and an output length, both clipped to the model."""
-    prompt = prompt_maker.synthetic(min(prompt_tokens, max_model_len - 2), rng)
-    output = max(1, min(output_tokens, max_model_len - len(prompt) - 1))
-    return PlannedRequest(arrival_s, tuple(prompt), output, tag)
-
-
-def read_trace(path: Path, prompt_maker: PromptMaker, rng: np.random.Generator, tag: str) -> list[PlannedRequest]:
-    """Replay a trace: CSV with a header row, or JSONL, one request per row with arrival_s,
-    prompt (text) or prompt_tokens (a length), and output_tokens."""
-    if not path.exists():
-        raise ConfigError(f"{path}: trace file not found")
-    if path.suffix == ".jsonl":
-        rows = []
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
-            if line.strip():
-                try:
-                    rows.append((number, json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise ConfigError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
-    elif path.suffix == ".csv":
-        with path.open(newline="") as handle:
-            rows = list(enumerate(csv.DictReader(handle), start=2))
-    else:
-        raise ConfigError(f"{path}: expected a .csv or .jsonl trace")
-    planned = []
-    for number, row in rows:
-        where = f"{path}:{number}"
-        try:
-            arrival = float(row["arrival_s"])
-            output = int(row["output_tokens"])
-            if row.get("prompt"):
-                if prompt_maker.tokenizer is None:
-                    raise ConfigError(f"{where}: a text prompt needs a model with a tokenizer")
-                prompt = prompt_maker.tokenizer.encode(str(row["prompt"]))
-            else:
-                prompt = prompt_maker.synthetic(int(row["prompt_tokens"]), rng)
-        except KeyError as exc:
-            raise ConfigError(
-                f"{where}: missing column {exc.args[0]!r} (need arrival_s, prompt or prompt_tokens, output_tokens)"
-            ) from exc
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(
-                f"{where}: expected numbers for arrival_s, prompt_tokens and output_tokens ({exc})"
-            ) from exc
-        if arrival < 0 or output < 1 or not prompt:
-            raise ConfigError(f"{where}: expected arrival_s >= 0, output_tokens >= 1 and a non-empty prompt")
-        planned.append(PlannedRequest(arrival, tuple(prompt), output, tag))
-    return sorted(planned, key=lambda request: request.arrival_s)
+    prompt_len, output, _ = fit_lengths(prompt_tokens, output_tokens, max_model_len)
+    return PlannedRequest(arrival_s, tuple(prompt_maker.synthetic(prompt_len, rng)), output, tag)

@@ -11,7 +11,7 @@ import pytest
 from engine import ConfigError
 from engine.sharegpt import load_sharegpt
 from workbench.prompts import PromptMaker
-from workbench.traffic import LengthDistribution, PlannedTraffic, TrafficProfile, arrival_times, read_trace
+from workbench.traffic import LengthDistribution, PlannedTraffic, TrafficProfile, arrival_times
 
 
 def gaps(profile, seed=0, changes=()):
@@ -146,43 +146,60 @@ def test_sharegpt_prompts_carry_their_reference_reply_length(smollm_source):
     assert len({request.max_tokens for request in planned}) > 1
 
 
+def trace_plan(tmp_path, text, suffix=".csv", max_model_len=64, maker=None, **settings):
+    trace = tmp_path / f"trace{suffix}"
+    trace.write_text(text)
+    profile = TrafficProfile(prompts="trace", trace_file=str(trace), **{"num_requests": 0, **settings})
+    traffic = PlannedTraffic(profile, maker or PromptMaker(None, vocab_size=100), 0, max_model_len)
+    planned = [traffic.next_request(arrival) for arrival in traffic.arrivals]
+    return [(request.arrival_s, len(request.prompt_token_ids), request.max_tokens) for request in planned], traffic
+
+
 def test_trace_replay_from_csv_and_jsonl(tmp_path):
-    maker = PromptMaker(None, vocab_size=100)
-    csv_trace = tmp_path / "trace.csv"
-    csv_trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.5,12,4\n0.1,30,8\n")
-    planned = read_trace(csv_trace, maker, np.random.default_rng(0), tag="trace")
-    assert [(request.arrival_s, len(request.prompt_token_ids), request.max_tokens) for request in planned] == [
-        (0.1, 30, 8),
-        (0.5, 12, 4),
-    ]
-    jsonl_trace = tmp_path / "trace.jsonl"
-    jsonl_trace.write_text('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 2}\n')
-    assert len(read_trace(jsonl_trace, maker, np.random.default_rng(0), tag="trace")) == 1
+    planned, _ = trace_plan(tmp_path, "arrival_s,prompt_tokens,output_tokens\n0.5,12,4\n0.1,30,8\n")
+    assert planned == [(0.1, 30, 8), (0.5, 12, 4)]
+    jsonl = '{"arrival_s": 0.25, "prompt_tokens": 7, "output_tokens": 3}\n\n{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 2}\n'
+    planned, traffic = trace_plan(tmp_path, jsonl, ".jsonl", tag="replayed")
+    assert planned == [(0.0, 5, 2), (0.25, 7, 3)]
+    tagged = PlannedTraffic(traffic.profile, PromptMaker(None, vocab_size=100), 0, 64)
+    assert {tagged.next_request(arrival).tag for arrival in tagged.arrivals} == {"replayed"}
 
 
-def test_bad_trace_rows_name_file_and_line(tmp_path):
-    maker = PromptMaker(None, vocab_size=100)
-    trace = tmp_path / "bad.csv"
-    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.5,12,4\nsoon,3,4\n")
-    with pytest.raises(ConfigError, match=r"bad.csv:3: expected numbers"):
-        read_trace(trace, maker, np.random.default_rng(0), tag="trace")
-    missing = tmp_path / "missing.jsonl"
-    missing.write_text('{"arrival_s": 0, "output_tokens": 2}\n')
-    with pytest.raises(ConfigError, match=r"missing.jsonl:1: missing column 'prompt_tokens'"):
-        read_trace(missing, maker, np.random.default_rng(0), tag="trace")
-
-
-def test_planned_traffic_from_a_trace_keeps_its_rows_and_tag(tmp_path):
-    trace = tmp_path / "trace.jsonl"
-    trace.write_text(
-        '{"arrival_s": 0.25, "prompt_tokens": 7, "output_tokens": 3}\n\n'
-        '{"arrival_s": 0.0, "prompt_tokens": 4, "output_tokens": 9}\n'
+def test_vidurs_columns_are_read_as_the_azure_trace_ships_them(tmp_path):
+    planned, _ = trace_plan(
+        tmp_path, "arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,374,44\n4.314579,396,109\n", max_model_len=8192
     )
-    profile = TrafficProfile(prompts="trace", trace_file=str(trace), num_requests=0, tag="replayed")
-    planned = plan_traffic(profile, PromptMaker(None, vocab_size=100), 0, max_model_len=64)
-    assert [
-        (request.arrival_s, len(request.prompt_token_ids), request.max_tokens, request.tag) for request in planned
-    ] == [(0.0, 4, 9, "replayed"), (0.25, 7, 3, "replayed")]
+    assert planned == [(0.0, 374, 44), (4.314579, 396, 109)]
+
+
+VIDUR_ROWS = "arrived_at,num_prefill_tokens,num_decode_tokens\n" + "".join(
+    f"{second}.0,{10 + second},{2 + second}\n" for second in range(10)
+)
+
+
+def test_a_window_of_the_trace_is_rebased_scaled_and_cut(tmp_path):
+    # From trace second 4 on, ten times as slow: rows 4..9 arrive at 0, 10, ... 50 run seconds.
+    planned, _ = trace_plan(tmp_path, VIDUR_ROWS, trace_start_s=4, time_scale=10)
+    assert planned == [(10.0 * k, 14 + k, 6 + k) for k in range(6)]
+    # duration_s counts run seconds (after scaling); num_requests takes the first N after that.
+    planned, _ = trace_plan(tmp_path, VIDUR_ROWS, trace_start_s=4, time_scale=10, duration_s=25)
+    assert [arrival for arrival, _, _ in planned] == [0.0, 10.0, 20.0]
+    planned, _ = trace_plan(tmp_path, VIDUR_ROWS, time_scale=0.5, num_requests=3)
+    assert [arrival for arrival, _, _ in planned] == [0.0, 0.5, 1.0]
+
+
+def test_lengths_beyond_the_context_are_cut_and_counted(tmp_path):
+    rows = "arrival_s,prompt_tokens,output_tokens\n0,10,4\n1,100,4\n2,30,40\n3,61,1\n"
+    planned, traffic = trace_plan(tmp_path, rows, max_model_len=64)
+    # 100 prompt tokens leave room for one output token; 30 + 40 is cut to 30 + 33; 61 + 1 fits.
+    assert planned == [(0.0, 10, 4), (1.0, 62, 1), (2.0, 30, 33), (3.0, 61, 1)]
+    assert traffic.trace_summary == {
+        "file": str(tmp_path / "trace.csv"),
+        "rows_in_file": 4,
+        "requests": 4,
+        "clipped": 2,
+        "max_model_len": 64,
+    }
 
 
 @pytest.mark.parametrize(
@@ -190,7 +207,9 @@ def test_planned_traffic_from_a_trace_keeps_its_rows_and_tag(tmp_path):
     [
         (None, ".csv", "trace file not found"),
         ("{not json\n", ".jsonl", r"trace.jsonl:1: not valid JSON"),
+        ("[1, 2]\n", ".jsonl", r"trace.jsonl:1: expected a JSON object"),
         ("arrival_s,prompt_tokens,output_tokens\n", ".txt", r"trace.txt: expected a .csv or .jsonl trace"),
+        ("arrival_s,prompt_tokens,output_tokens\n", ".csv", r"trace.csv: the trace has no requests"),
         (
             '{"arrival_s": 0, "prompt": "hello", "output_tokens": 2}\n',
             ".jsonl",
@@ -199,22 +218,41 @@ def test_planned_traffic_from_a_trace_keeps_its_rows_and_tag(tmp_path):
         (
             '{"arrival_s": -1, "prompt_tokens": 3, "output_tokens": 2}\n',
             ".jsonl",
-            r"trace.jsonl:1: expected arrival_s >= 0, output_tokens >= 1",
+            r"trace.jsonl:1: column 'arrival_s': expected seconds >= 0, got -1",
         ),
         (
             '{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 0}\n',
             ".jsonl",
-            r"expected arrival_s >= 0, output_tokens >= 1",
+            r"trace.jsonl:1: column 'output_tokens': expected at least 1 output token, got 0",
         ),
         ("arrival_s,output_tokens\n0,2\n", ".csv", r"trace.csv:2: missing column 'prompt_tokens'"),
+        (
+            "arrived_at,num_prefill_tokens,num_decode_tokens\n0.5,12,4\nsoon,3,4\n",
+            ".csv",
+            r"trace.csv:3: column 'arrived_at': expected a number, got 'soon'",
+        ),
+        (
+            "arrived_at,num_prefill_tokens,num_decode_tokens\n0.5,12.5,4\n",
+            ".csv",
+            r"trace.csv:2: column 'num_prefill_tokens': expected a whole number, got '12.5'",
+        ),
+        ("arrival_s,prompt_tokens,output_tokens\n0,3,nan\n", ".csv", r"column 'output_tokens': expected a whole"),
     ],
 )
 def test_every_bad_trace_names_what_is_wrong(tmp_path, content, suffix, message):
     trace = tmp_path / f"trace{suffix}"
     if content is not None:
         trace.write_text(content)
+    profile = TrafficProfile(prompts="trace", trace_file=str(trace))
     with pytest.raises(ConfigError, match=message):
-        read_trace(trace, PromptMaker(None, vocab_size=100), np.random.default_rng(0), tag="trace")
+        PlannedTraffic(profile, PromptMaker(None, vocab_size=100), 0, max_model_len=64)
+
+
+def test_an_empty_window_says_where_the_trace_runs(tmp_path):
+    with pytest.raises(ConfigError, match=r"no request in the window \(trace_start_s = 20.*run from 0 to 9 s"):
+        trace_plan(tmp_path, VIDUR_ROWS, trace_start_s=20)
+    with pytest.raises(ConfigError, match=r"time_scale > 0"):
+        TrafficProfile(prompts="trace", trace_file="x.csv", time_scale=0)
 
 
 def test_a_shared_prefix_starts_every_synthetic_prompt():
@@ -363,12 +401,17 @@ class CharacterTokenizer:
 
 
 def test_text_prompts_and_one_token_outputs_in_a_trace(tmp_path):
-    trace = tmp_path / "trace.csv"
-    trace.write_text("arrival_s,prompt,output_tokens\n0,hello,1\n")
     maker = PromptMaker(None, vocab_size=100)
     maker.tokenizer = CharacterTokenizer()
-    (request,) = read_trace(trace, maker, np.random.default_rng(0), tag="trace")
-    assert request.prompt_token_ids == tuple(CharacterTokenizer().encode("hello")) and request.max_tokens == 1
+    rows = "arrival_s,prompt,output_tokens\n0,hello,1\n1,a prompt longer than the context,4\n"
+    trace = tmp_path / "trace.csv"
+    trace.write_text(rows)
+    traffic = PlannedTraffic(TrafficProfile(prompts="trace", trace_file=str(trace)), maker, 0, max_model_len=12)
+    first, second = [traffic.next_request(arrival) for arrival in traffic.arrivals]
+    assert first.prompt_token_ids == tuple(CharacterTokenizer().encode("hello")) and first.max_tokens == 1
+    # A text prompt is cut to the context like a length: its first 10 tokens and one output token.
+    assert second.prompt_token_ids == tuple(CharacterTokenizer().encode("a prompt l")) and second.max_tokens == 1
+    assert traffic.trace_summary["clipped"] == 1
 
 
 class CountingPromptMaker(PromptMaker):

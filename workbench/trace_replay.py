@@ -1,0 +1,155 @@
+"""Replaying a recorded request trace: which rows a run takes, when each arrives, and how its
+lengths fit the model.
+
+A trace is a CSV file with a header row, or JSONL, one request per row: its arrival time, its
+prompt (text, or a length in tokens) and its output length. Two spellings of the columns are read:
+the workbench's own (`arrival_s`, `prompt` or `prompt_tokens`, `output_tokens`) and Microsoft
+Vidur's, in which the Azure LLM inference trace is published (`arrived_at`, `num_prefill_tokens`,
+`num_decode_tokens`).
+
+The rows a run replays, in this order:
+  1. the window: rows arriving at or after `trace_start_s` (trace seconds), rebased to start at 0;
+  2. time scaling: arrival times multiplied by `time_scale` (Vidur's time_scale_factor: 0.5
+     replays the trace twice as fast, 10 ten times as slow);
+  3. `duration_s`: rows arriving within that many run seconds (0 = all);
+  4. `num_requests`: the first N of those (0 = all).
+Lengths are then fitted to the model: a prompt longer than the context leaves room for one output
+token, an output is cut to what the context leaves; each request so cut is counted, and the
+count goes into the run's header and report (`requests_clipped`).
+
+Only the numbers of each row are kept (a few dozen bytes); its prompt's tokens are made when the
+request falls due, so an hour of production traffic costs nothing until it is sent.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import ConfigError
+
+# The column each quantity is read from, in the order tried: the workbench's name, then Vidur's.
+COLUMNS = {
+    "arrival_s": ("arrival_s", "arrived_at"),
+    "prompt_tokens": ("prompt_tokens", "num_prefill_tokens"),
+    "output_tokens": ("output_tokens", "num_decode_tokens"),
+}
+_EXPECTED = (
+    "arrival_s (or arrived_at), prompt or prompt_tokens (or num_prefill_tokens), output_tokens (or num_decode_tokens)"
+)
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    line: int  # where it was read, for messages
+    arrival_s: float
+    output_tokens: int
+    prompt_tokens: int = 0  # a length, when the row has no text
+    prompt_text: str | None = None
+
+
+@dataclass(frozen=True)
+class TraceWindow:
+    """Which rows of a trace a run replays, and how fast (see the module's docstring)."""
+
+    start_s: float = 0.0
+    time_scale: float = 1.0
+    duration_s: float = 0.0
+    num_requests: int = 0
+
+
+def _column(row: dict, quantity: str, where: str):
+    for name in COLUMNS[quantity]:
+        value = row.get(name)
+        if value not in (None, ""):
+            return name, value
+    raise ConfigError(f"{where}: missing column {COLUMNS[quantity][0]!r} (expected {_EXPECTED})")
+
+
+def _number(row: dict, quantity: str, where: str, whole: bool = False) -> tuple[str, float | int]:
+    """(the column read, its value): a finite number, or a whole one for a count of tokens."""
+    name, value = _column(row, quantity, where)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not math.isfinite(number) or (whole and not number.is_integer()):
+        raise ConfigError(f"{where}: column {name!r}: expected {'a whole' if whole else 'a'} number, got {value!r}")
+    return name, int(number) if whole else number
+
+
+def parse_row(row: dict, where: str) -> TraceRow:
+    """One request of a trace; `where` (file:line) names it in every message."""
+    line = int(where.rsplit(":", 1)[1])
+    arrival_name, arrival = _number(row, "arrival_s", where)
+    output_name, output = _number(row, "output_tokens", where, whole=True)
+    if arrival < 0:
+        raise ConfigError(f"{where}: column {arrival_name!r}: expected seconds >= 0, got {arrival:g}")
+    if output < 1:
+        raise ConfigError(f"{where}: column {output_name!r}: expected at least 1 output token, got {output}")
+    text = row.get("prompt")
+    if text not in (None, ""):
+        return TraceRow(line, arrival, output, prompt_text=str(text))
+    prompt_name, prompt = _number(row, "prompt_tokens", where, whole=True)
+    if prompt < 1:
+        raise ConfigError(f"{where}: column {prompt_name!r}: expected at least 1 prompt token, got {prompt}")
+    return TraceRow(line, arrival, output, prompt_tokens=prompt)
+
+
+def read_trace_rows(path: Path) -> list[TraceRow]:
+    """Every row of the trace at `path`, in arrival order; a bad row is refused with its line and column."""
+    if not path.exists():
+        raise ConfigError(f"{path}: trace file not found")
+    if path.suffix == ".jsonl":
+        rows = []
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(record, dict):
+                raise ConfigError(f"{path}:{number}: expected a JSON object with {_EXPECTED}")
+            rows.append(parse_row(record, f"{path}:{number}"))
+    elif path.suffix == ".csv":
+        with path.open(newline="") as handle:
+            rows = [parse_row(row, f"{path}:{number}") for number, row in enumerate(csv.DictReader(handle), start=2)]
+    else:
+        raise ConfigError(f"{path}: expected a .csv or .jsonl trace")
+    if not rows:
+        raise ConfigError(f"{path}: the trace has no requests")
+    return sorted(rows, key=lambda row: row.arrival_s)
+
+
+def select_rows(rows: list[TraceRow], window: TraceWindow, where: str) -> list[TraceRow]:
+    """The rows a run replays, with their arrival times in run seconds (module docstring)."""
+    chosen = []
+    for row in rows:
+        if row.arrival_s < window.start_s:
+            continue
+        arrival = (row.arrival_s - window.start_s) * window.time_scale
+        if window.duration_s and arrival > window.duration_s:
+            break
+        chosen.append(TraceRow(row.line, arrival, row.output_tokens, row.prompt_tokens, row.prompt_text))
+        if window.num_requests and len(chosen) == window.num_requests:
+            break
+    if not chosen:
+        last = rows[-1].arrival_s
+        raise ConfigError(
+            f"{where}: no request in the window (trace_start_s = {window.start_s:g}, duration_s = "
+            f"{window.duration_s:g} after time_scale = {window.time_scale:g}); the trace's arrivals run from "
+            f"{rows[0].arrival_s:g} to {last:g} s"
+        )
+    return chosen
+
+
+def fit_lengths(prompt_tokens: int, output_tokens: int, max_model_len: int) -> tuple[int, int, bool]:
+    """(prompt, output, clipped): the prompt cut to leave room for one output token, the output cut
+    to what the context leaves."""
+    prompt = min(prompt_tokens, max_model_len - 2)
+    output = max(1, min(output_tokens, max_model_len - prompt - 1))
+    return prompt, output, (prompt, output) != (prompt_tokens, output_tokens)
