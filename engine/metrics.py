@@ -35,6 +35,8 @@ class StepStats:
 
 # The finish reason a run's report gives requests still waiting or running when the run ended.
 UNFINISHED = "unfinished"
+# The finish reasons of a request that ended as asked (latency percentiles cover these only).
+FINISHED_REASONS = ("stop", "length")
 
 
 @dataclass

@@ -95,7 +95,7 @@ def run_headless(
         interrupted = True
     finally:
         recorder.close()
-    report = write_report_files(read_run_log(log_path), out_dir)
+    report = write_report_files(read_run_log(log_path, with_traces=True), out_dir)
     if interrupted:
         raise KeyboardInterrupt
     return report

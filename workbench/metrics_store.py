@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.metrics import RequestMetrics, StepStats
-from workbench.report import FINISHED_REASONS
+from engine.metrics import FINISHED_REASONS, RequestMetrics, StepStats
 from workbench.run_log import RunLog, request_metrics
 from workbench.scenario import SLO
 from workbench.step_overview import StepOverview

@@ -21,12 +21,12 @@ import dataclasses
 import json
 from pathlib import Path
 
-from engine.metrics import UNFINISHED, RequestMetrics, StepStats, percentiles
+from engine.metrics import FINISHED_REASONS, UNFINISHED, RequestMetrics, StepStats, percentiles
+from workbench.explain import explain, explanation_record
 from workbench.intervals import Interval, mean_interval, percentile_interval, share_interval
 from workbench.run_log import RunLog, request_metrics
 from workbench.scenario import SLO
 
-FINISHED_REASONS = ("stop", "length")
 LATENCIES = {  # report name -> how to read it from RequestMetrics
     "ttft": lambda metrics: [metrics.ttft_ms],
     "tpot": lambda metrics: [metrics.tpot_ms],
@@ -242,6 +242,8 @@ def build_report(log: RunLog) -> dict:
             if probe
         },
         "metrics": metrics,
+        # Why the tail waited (workbench/explain.py): only where the trace lines were read.
+        **({"explain": explanation_record(explain(log))} if log.traces_read else {}),
         "notes": NOTES,
     }
 

@@ -22,7 +22,7 @@ def save_run(target: Path, write_log_copy: Callable[[Path], None]) -> tuple[RunL
     steps) and the report files; the log read back and its report. OSError, EngineError."""
     target.mkdir(parents=True, exist_ok=True)
     write_log_copy(target / RUN_LOG_NAME)
-    log = read_run_log(target / RUN_LOG_NAME)
+    log = read_run_log(target / RUN_LOG_NAME, with_traces=True)
     return log, write_report_files(log, target)
 
 

@@ -54,6 +54,7 @@ class RunLog:
     traces: list[dict] = dataclasses.field(default_factory=list)  # trace lines as written (trace_log.read_trace)
     # Lines that could not be used: (line number from 1, why), in file order.
     skipped_lines: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+    traces_read: bool = False  # the trace lines were read (empty `traces` then means the log has none)
 
     @property
     def complete(self) -> bool:
@@ -100,7 +101,9 @@ def read_run_log(path: Path, with_traces: bool = False) -> RunLog:
         reason = f" ({RunLog({}, [], [], None, skipped_lines=skipped).skipped_summary(path)})" if skipped else ""
         raise ConfigError(f"{path}: no usable header line; not a workbench run log{reason}")
     footer = records["footer"][-1] if records["footer"] else None
-    return RunLog(records["header"][0], records["step"], records["request"], footer, records["trace"], skipped)
+    return RunLog(
+        records["header"][0], records["step"], records["request"], footer, records["trace"], skipped, with_traces
+    )
 
 
 def _parse(line: bytes) -> tuple[dict | None, str | None]:

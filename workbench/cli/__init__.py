@@ -6,8 +6,10 @@ run function; `main` only dispatches and turns errors into one line and an exit 
     workbench presets              list the presets
     workbench bench --preset NAME [--variant V] [--set table.key=value ...] [--seed N] --out DIR
     workbench quality --quant none,int8,int4 [--group-size 32,64,128] [--json OUT]
+    workbench sweep --preset NAME --vary TABLE.KEY=V1,V2 [--rates R1,R2 | --find-max-rate] --out DIR
     workbench compare RUN_A RUN_B [--intended 'metric:+20%' ...] [--tolerated 'metric:+10%' ...]
     workbench trace RUN_DIR [--step N | --request ID]
+    workbench explain RUN_DIR [--above p90] [--tag T]
 """
 
 from __future__ import annotations
@@ -16,14 +18,29 @@ import argparse
 import sys
 
 from engine.errors import EngineError
-from workbench.cli import bench, calibrate, compare, estimate, export_hf, gui, presets_list, quality, serve, trace
+from workbench.cli import (
+    bench,
+    calibrate,
+    compare,
+    estimate,
+    explain,
+    export_hf,
+    gui,
+    presets_list,
+    quality,
+    serve,
+    sweep,
+    trace,
+)
 
 COMMANDS = (
     presets_list,
     gui,
     bench,
+    sweep,
     compare,
     trace,
+    explain,
     quality,
     estimate,
     serve,

@@ -1,5 +1,5 @@
-"""What several commands share: argument types that refuse bad numbers with the value named, and
-the options of a command that drives a server."""
+"""What several commands share: argument types that refuse bad numbers with the value named, the
+options of a command that drives a server, and the backend a run of a scenario gets from them."""
 
 from __future__ import annotations
 
@@ -54,3 +54,28 @@ def add_server_model_options(command: argparse.ArgumentParser) -> None:
         help="with --server: end a request with an error when the server sends nothing "
         f"for this long (default: {DEFAULT_REQUEST_TIMEOUT_S:g})",
     )
+
+
+def backend_factory(args, base):
+    """(make_backend, source): a function giving a fresh backend for each scenario run from these
+    arguments (the server at --server, or the in-process engine of the scenario's [engine]
+    table), and the model file read once for the in-process runs (None for a server or a
+    simulated GPU). `base` is the scenario whose model the runs share."""
+    from engine import LLMEngine
+    from engine.loading.model_source import read_model
+    from engine.simulation import is_simulated
+    from workbench.backends.loader import server_tokenizer
+    from workbench.backends.local import LocalBackend
+    from workbench.backends.remote import RemoteBackend
+
+    if args.server:
+        tokenizer = server_tokenizer(args.tokenizer)
+
+        def remote(scenario):
+            return RemoteBackend(
+                args.server, tokenizer, model=args.served_model, request_timeout_s=args.request_timeout
+            )
+
+        return remote, None
+    source = None if is_simulated(base.engine.model) else read_model(base.engine.model)
+    return (lambda scenario: LocalBackend(LLMEngine(scenario.engine, source=source))), source

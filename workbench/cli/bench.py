@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from workbench.cli.arguments import add_server_model_options, at_least
+from workbench.cli.arguments import add_server_model_options, at_least, backend_factory
 
 
 def add_to(commands) -> None:
@@ -51,14 +51,9 @@ def add_to(commands) -> None:
 
 
 def run(args) -> int:
-    from engine import LLMEngine
     from engine.config import default_compile_decode
     from engine.errors import ConfigError
-    from engine.loading.model_source import read_model
     from engine.simulation import is_simulated
-    from workbench.backends.loader import server_tokenizer
-    from workbench.backends.local import LocalBackend
-    from workbench.backends.remote import RemoteBackend
     from workbench.presets import load_preset
     from workbench.process_tuning import freeze_loaded_heap
     from workbench.quality_terms import add_quality_figures, quality_metrics_named, refuse_on_a_server
@@ -81,22 +76,11 @@ def run(args) -> int:
         refuse_on_a_server(decision.intended + decision.tolerated, args.server)
     if quality_named and is_simulated(base.engine.model):
         raise ConfigError(f"decision: quality terms need a model's weights; {base.engine.model} has none")
-    if args.server:
-        tokenizer = server_tokenizer(args.tokenizer)
-        make_backend = lambda scenario: RemoteBackend(
-            args.server,
-            tokenizer,
-            model=args.served_model,  # noqa: E731
-            request_timeout_s=args.request_timeout,
+    make_backend, source = backend_factory(args, base)
+    if quality_named and source.tokenizer is None:
+        raise ConfigError(
+            f"decision: quality terms score held-out text, which needs the model's tokenizer; {source.path} has none"
         )
-    else:
-        source = None if is_simulated(base.engine.model) else read_model(base.engine.model)
-        if quality_named and source.tokenizer is None:
-            raise ConfigError(
-                "decision: quality terms score held-out text, which needs the model's tokenizer; "
-                f"{source.path} has none"
-            )
-        make_backend = lambda scenario: LocalBackend(LLMEngine(scenario.engine, source=source))  # noqa: E731
     reports: dict[int, dict] = {}  # repeat -> variant -> report
     stopped = None
     for repeat, variant, seed in schedule:
@@ -122,7 +106,7 @@ def run(args) -> int:
             break
         finally:
             backend.close()
-        _print_summary(reports[repeat][variant])
+        print_summary(reports[repeat][variant])
     if decision and (stopped is None or args.repeat > 1):
         pairs = [
             (runs[decision.baseline], runs[decision.candidate])
@@ -206,7 +190,7 @@ def _run_one(scenario, variant, out_dir: Path, backend, plots: bool) -> dict:
     return report
 
 
-def _print_summary(report: dict) -> None:
+def print_summary(report: dict) -> None:
     metrics = report["metrics"]
 
     def line(name: str) -> str:

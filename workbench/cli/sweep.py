@@ -1,0 +1,170 @@
+"""`workbench sweep`: a preset at every combination of some settings and arrival rates (sweep.csv and
+its charts), or the highest arrival rate that meets the preset's SLOs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from workbench.cli.arguments import add_server_model_options, at_least, backend_factory
+
+
+def add_to(commands) -> None:
+    sweep = commands.add_parser(
+        "sweep", help="run a preset across settings and arrival rates: sweep.csv, throughput vs p99, goodput vs rate"
+    )
+    sweep.add_argument("--preset", required=True, help="a preset name (see `workbench presets`) or a .toml file")
+    sweep.add_argument("--variant", help="sweep this variant of the preset (default: the preset's own settings)")
+    sweep.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2,...",
+        help="a setting and its values, e.g. engine.max_num_seqs=8,16,32 (repeat for a grid; keys: docs/knobs.md)",
+    )
+    sweep.add_argument(
+        "--rates", metavar="R1,R2,...", help="arrival rates in requests/s to run each combination at (traffic.rate)"
+    )
+    sweep.add_argument(
+        "--find-max-rate",
+        action="store_true",
+        help="search for the highest arrival rate meeting the preset's SLOs (each combination of --vary)",
+    )
+    sweep.add_argument(
+        "--goodput-target",
+        type=at_least(float, 0.0, inclusive=False),
+        default=90.0,
+        metavar="PERCENT",
+        help="with --find-max-rate: the share of arrived requests that must meet every SLO (default 90)",
+    )
+    sweep.add_argument(
+        "--tolerance",
+        type=at_least(float, 0.0, inclusive=False),
+        default=0.1,
+        metavar="FRACTION",
+        help="with --find-max-rate: stop when the bracket's ends are within this fraction (default 0.1)",
+    )
+    sweep.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="TABLE.KEY=VALUE",
+        help="a setting fixed for every point, e.g. traffic.num_requests=2000",
+    )
+    sweep.add_argument("--seed", type=at_least(int, 0), help="override the preset's seed")
+    sweep.add_argument("--out", required=True, type=Path, help="folder for sweep.csv, the charts and a run per point")
+    sweep.add_argument("--no-plots", action="store_true", help="skip the charts")
+    sweep.add_argument("--server", metavar="URL", help="run every point against this OpenAI-compatible server")
+    add_server_model_options(sweep)
+    sweep.set_defaults(handler=run)
+
+
+def _rates(text: str | None) -> list[float]:
+    from engine.errors import ConfigError
+
+    if not text:
+        return []
+    rates = []
+    for item in text.split(","):
+        try:
+            rate = float(item)
+        except ValueError:
+            rate = float("nan")
+        if not rate > 0 or rate == float("inf"):
+            raise ConfigError(f"--rates: expected positive numbers of requests/s, got {item.strip()!r}")
+        rates.append(rate)
+    return rates
+
+
+def run(args) -> int:
+    from engine.config import default_compile_decode
+    from engine.errors import ConfigError
+    from workbench.cli.bench import print_summary
+    from workbench.headless import run_headless
+    from workbench.presets import load_preset
+    from workbench.sweep import RATE_KEY, SWEEP_CSV, parse_vary, plan_points, sweep_row, write_sweep_csv
+
+    varies = [parse_vary(text) for text in args.vary]
+    rates = _rates(args.rates)
+    if args.find_max_rate and (rates or any(vary.key == RATE_KEY for vary in varies)):
+        raise ConfigError("--find-max-rate searches the rate itself: leave out --rates and --vary traffic.rate")
+    if not varies and not rates and not args.find_max_rate:
+        raise ConfigError("nothing to sweep: give --vary KEY=V1,V2,..., --rates R1,R2,... or --find-max-rate")
+    overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
+    defaults = {"compile_decode": default_compile_decode(otherwise="blocking")}
+
+    def scenario_for(point_overrides: list[str]):
+        return load_preset(args.preset, [*overrides, *point_overrides], args.variant, engine_defaults=defaults)
+
+    points = plan_points(varies, rates)
+    scenarios = {point.index: scenario_for(point.overrides()) for point in points}  # every point checked first
+    base = scenarios[points[0].index] if points else scenario_for([])
+    if args.find_max_rate:
+        _check_rate_search(base)
+    make_backend, _ = backend_factory(args, base)
+    args.out.mkdir(parents=True, exist_ok=True)
+    keys = list(points[0].settings) if points else []
+
+    def run_point(name: str, scenario, folder: Path) -> dict:
+        print(f"running {name} -> {folder}", file=sys.stderr)
+        backend = make_backend(scenario)
+        try:
+            report = run_headless(scenario, folder, backend=backend)
+        finally:
+            backend.close()
+        print_summary(report)
+        return report
+
+    rows = []
+    if not args.find_max_rate:
+        for point in points:
+            report = run_point(point.label(), scenarios[point.index], args.out / point.folder)
+            rows.append(sweep_row(point, report))
+            write_sweep_csv(args.out / SWEEP_CSV, keys, rows)
+    else:
+        searches = points or [None]
+        for point in searches:
+            rows += _search(args, point, scenario_for, run_point, first_index=len(rows) + 1)
+            write_sweep_csv(args.out / SWEEP_CSV, keys + [RATE_KEY], rows)
+    print(f"sweep: {len(rows)} points -> {args.out / SWEEP_CSV}")
+    if not args.no_plots:
+        from workbench.gui.sweep_chart import export_sweep_images
+        from workbench.sweep import read_sweep
+
+        for path in export_sweep_images(read_sweep(args.out), args.out):
+            print(f"chart: {path}")
+    return 0
+
+
+def _check_rate_search(scenario) -> None:
+    from engine.errors import ConfigError
+
+    if scenario.traffic is None or scenario.traffic.arrival == "closed_loop" or scenario.traffic.prompts == "trace":
+        raise ConfigError(
+            "--find-max-rate: the preset's traffic needs an arrival rate (poisson, gamma, constant or ramp); "
+            "a trace's pace is traffic.time_scale (sweep it with --vary) and closed-loop traffic has no rate"
+        )
+    if not any(value is not None for value in (scenario.slo.ttft_ms, scenario.slo.tpot_ms, scenario.slo.e2e_ms)):
+        raise ConfigError("--find-max-rate: the preset has no [slo]; goodput needs at least one SLO")
+
+
+def _search(args, point, scenario_for, run_point, first_index: int) -> list[dict]:
+    """One search of the highest rate for a combination of the varied settings (or the preset as
+    is); its runs are points from `first_index` on. Returns their sweep.csv rows."""
+    from workbench.sweep import RATE_KEY, SweepPoint, find_max_rate, sweep_row
+
+    fixed = point.overrides() if point else []
+    start = scenario_for(fixed).traffic.rate
+    rows = []
+
+    def run_at(rate: float) -> dict:
+        index = first_index + len(rows)
+        probe = SweepPoint(index, {**(point.settings if point else {}), RATE_KEY: f"{rate:.6g}"})
+        report = run_point(probe.label(), scenario_for(probe.overrides()), args.out / probe.folder)
+        rows.append(sweep_row(probe, report))
+        return report
+
+    result = find_max_rate(run_at, start, args.goodput_target, args.tolerance)
+    print(f"{point.label() + ': ' if point else ''}{result.describe()}")
+    return rows
