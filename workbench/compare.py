@@ -317,6 +317,8 @@ def differences(baseline: dict, candidate: dict) -> list[str]:
 def _model(report: dict):
     model = report.get("versions", {}).get("model")
     if isinstance(model, dict):  # a model file: what its bytes hash to, wherever it lies
+        if model.get("simulated"):  # simulated:MODEL@HARDWARE: the model's shape (the hardware is compared apart)
+            return model["simulated"].partition("@")[0]
         return model.get("files") or model.get("path")
     return model or report.get("scenario", {}).get("engine", {}).get("model")
 

@@ -2,7 +2,8 @@
 lengths fit the model.
 
 A trace is a CSV file with a header row, or JSONL, one request per row: its arrival time, its
-prompt (text, or a length in tokens) and its output length. Two spellings of the columns are read:
+prompt (text, or a length in tokens), its output length and, optionally, its tag (else the
+traffic's). Two spellings of the columns are read:
 the workbench's own (`arrival_s`, `prompt` or `prompt_tokens`, `output_tokens`) and Microsoft
 Vidur's, in which the Azure LLM inference trace is published (`arrived_at`, `num_prefill_tokens`,
 `num_decode_tokens`).
@@ -24,6 +25,7 @@ request falls due, so an hour of production traffic costs nothing until it is se
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -49,6 +51,7 @@ class TraceRow:
     output_tokens: int
     prompt_tokens: int = 0  # a length, when the row has no text
     prompt_text: str | None = None
+    tag: str | None = None  # the row's own tag, if it has one
 
 
 @dataclass(frozen=True)
@@ -90,13 +93,14 @@ def parse_row(row: dict, where: str) -> TraceRow:
         raise ConfigError(f"{where}: column {arrival_name!r}: expected seconds >= 0, got {arrival:g}")
     if output < 1:
         raise ConfigError(f"{where}: column {output_name!r}: expected at least 1 output token, got {output}")
+    tag = str(row["tag"]) if row.get("tag") not in (None, "") else None
     text = row.get("prompt")
     if text not in (None, ""):
-        return TraceRow(line, arrival, output, prompt_text=str(text))
+        return TraceRow(line, arrival, output, prompt_text=str(text), tag=tag)
     prompt_name, prompt = _number(row, "prompt_tokens", where, whole=True)
     if prompt < 1:
         raise ConfigError(f"{where}: column {prompt_name!r}: expected at least 1 prompt token, got {prompt}")
-    return TraceRow(line, arrival, output, prompt_tokens=prompt)
+    return TraceRow(line, arrival, output, prompt_tokens=prompt, tag=tag)
 
 
 def read_trace_rows(path: Path) -> list[TraceRow]:
@@ -134,7 +138,7 @@ def select_rows(rows: list[TraceRow], window: TraceWindow, where: str) -> list[T
         arrival = (row.arrival_s - window.start_s) * window.time_scale
         if window.duration_s and arrival > window.duration_s:
             break
-        chosen.append(TraceRow(row.line, arrival, row.output_tokens, row.prompt_tokens, row.prompt_text))
+        chosen.append(dataclasses.replace(row, arrival_s=arrival))
         if window.num_requests and len(chosen) == window.num_requests:
             break
     if not chosen:

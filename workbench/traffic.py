@@ -251,7 +251,7 @@ class PlannedTraffic:
             self._trace_sent += 1
             prompt_len, output, _ = fit_lengths(len(prompt_ids or ()) or row.prompt_tokens, row.output_tokens, limit)
             prompt = prompt_ids[:prompt_len] if prompt_ids else self._maker.synthetic(prompt_len, self._rng)
-            return PlannedRequest(arrival_s, tuple(prompt), output, profile.tag)
+            return PlannedRequest(arrival_s, tuple(prompt), output, row.tag or profile.tag)
         if profile.prompts == "sharegpt":
             prompt, reply_len, messages = self._maker.sharegpt(self._rng)
             if len(prompt) > limit - 2:  # cut to fit: the chat no longer says what the prompt holds

@@ -17,6 +17,7 @@ from workbench.backends.remote import RemoteBackend
 from workbench.backends.server_state import parse_server_state
 from workbench.headless import run_headless
 from workbench.presets import load_preset
+from workbench.run_log import read_run_log
 
 pytestmark = pytest.mark.slow  # loads SmolLM2 in the server
 
@@ -291,3 +292,28 @@ def test_1500_streams_are_in_flight_at_the_server_at_once(tokenizer):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_a_run_against_a_server_is_explained_as_far_as_it_can_be_and_replays_on_a_simulated_gpu(
+    server, tmp_path, capsys
+):
+    from workbench.cli import main
+
+    recorded = tmp_path / "recorded"
+    scenario = load_preset("chat-steady", ["traffic.num_requests=4", "traffic.rate=8", "traffic.output_len.high=16"])
+    backend = RemoteBackend(server, read_tokenizer("smollm2-135m"))
+    try:
+        run_headless(scenario, recorded, backend=backend)
+    finally:
+        backend.close()
+    assert main(["explain", str(recorded)]) == 0
+    printed = capsys.readouterr().out
+    assert "at the server before the first token" in printed and "Not attributable: a server's run" in printed
+    # A term on what the server does not expose is refused before anything is sent.
+    refused = tmp_path / "refused"
+    assert main(["replay", str(recorded), "--intended", "prefill_tok_s:+10%", "--out", str(refused)]) == 2
+    assert "batch_composition capability, which the original run's backend" in capsys.readouterr().err
+    replayed = tmp_path / "replayed"
+    code = main(["replay", str(recorded), "--backend", "simulated:llama-2-7b@h100-80gb", "--out", str(replayed)])
+    assert code == 0 and read_run_log(replayed / "run.jsonl").header["backend"]["name"] == "in-process engine"
+    assert len(read_run_log(replayed / "run.jsonl").requests) == 4

@@ -158,11 +158,15 @@ def trace_plan(tmp_path, text, suffix=".csv", max_model_len=64, maker=None, **se
 def test_trace_replay_from_csv_and_jsonl(tmp_path):
     planned, _ = trace_plan(tmp_path, "arrival_s,prompt_tokens,output_tokens\n0.5,12,4\n0.1,30,8\n")
     assert planned == [(0.1, 30, 8), (0.5, 12, 4)]
-    jsonl = '{"arrival_s": 0.25, "prompt_tokens": 7, "output_tokens": 3}\n\n{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 2}\n'
+    jsonl = (
+        '{"arrival_s": 0.25, "prompt_tokens": 7, "output_tokens": 3}\n\n'
+        '{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 2, "tag": "own"}\n'
+    )
     planned, traffic = trace_plan(tmp_path, jsonl, ".jsonl", tag="replayed")
     assert planned == [(0.0, 5, 2), (0.25, 7, 3)]
     tagged = PlannedTraffic(traffic.profile, PromptMaker(None, vocab_size=100), 0, 64)
-    assert {tagged.next_request(arrival).tag for arrival in tagged.arrivals} == {"replayed"}
+    # A row's own tag wins over the traffic's.
+    assert [tagged.next_request(arrival).tag for arrival in tagged.arrivals] == ["own", "replayed"]
 
 
 def test_vidurs_columns_are_read_as_the_azure_trace_ships_them(tmp_path):

@@ -10,6 +10,7 @@ run function; `main` only dispatches and turns errors into one line and an exit 
     workbench compare RUN_A RUN_B [--intended 'metric:+20%' ...] [--tolerated 'metric:+10%' ...]
     workbench trace RUN_DIR [--step N | --request ID]
     workbench explain RUN_DIR [--above p90] [--tag T]
+    workbench replay RUN_DIR [--set table.key=value ...] [--backend MODEL|URL] --out DIR
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from workbench.cli import (
     gui,
     presets_list,
     quality,
+    replay,
     serve,
     sweep,
     trace,
@@ -41,6 +43,7 @@ COMMANDS = (
     compare,
     trace,
     explain,
+    replay,
     quality,
     estimate,
     serve,

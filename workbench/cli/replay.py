@@ -1,0 +1,133 @@
+"""`workbench replay`: a recorded run's requests sent again through any backend with other settings,
+a run folder of its own, a per-request comparison and a decision record against the original."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from workbench.cli.arguments import add_server_model_options
+
+
+def add_to(commands) -> None:
+    replay = commands.add_parser(
+        "replay", help="what if: re-send a recorded run's requests with other settings or on another backend"
+    )
+    replay.add_argument("run", type=Path, help="the recorded run's folder (holding run.jsonl and report.json)")
+    replay.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="TABLE.KEY=VALUE",
+        help="a setting changed for the replay, e.g. engine.max_num_seqs=16 (keys: docs/knobs.md)",
+    )
+    replay.add_argument(
+        "--backend",
+        metavar="WHERE",
+        help="where to replay: a model for the in-process engine (smollm2-135m, a .gguf, simulated:MODEL@GPU) "
+        "or a server's URL (http://HOST:PORT); default: the original run's engine settings",
+    )
+    replay.add_argument("--intended", action="append", default=[], metavar="METRIC:+N%", help="the gain intended")
+    replay.add_argument(
+        "--tolerated", action="append", default=[], metavar="METRIC:-N%", help="the regression tolerated"
+    )
+    replay.add_argument("--out", required=True, type=Path, help="folder for the replay's run and the comparison")
+    replay.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    add_server_model_options(replay)
+    replay.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from engine.errors import ConfigError
+    from workbench.cli.arguments import backend_factory
+    from workbench.cli.bench import print_summary
+    from workbench.compare import compare, format_comparison, load_report
+    from workbench.headless import run_headless
+    from workbench.replay import (
+        PER_REQUEST_CSV,
+        REPLAY_NOTE,
+        REPLAY_TRACE,
+        per_request_rows,
+        per_request_summary,
+        recorded_requests,
+        replay_scenario,
+        write_per_request_csv,
+        write_replay_trace,
+    )
+    from workbench.run_log import read_run_log
+    from workbench.run_recorder import RUN_LOG_NAME
+
+    folder = args.run if args.run.is_dir() else args.run.parent
+    original = read_run_log(folder / RUN_LOG_NAME)
+    original_report = load_report(folder)
+    requests = recorded_requests(original, str(folder / RUN_LOG_NAME))
+    overrides = list(args.overrides)
+    args.server = None
+    if args.backend and args.backend.startswith(("http://", "https://")):
+        args.server = args.backend
+    elif args.backend:
+        overrides.insert(0, f"engine.model={args.backend}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    trace = args.out / REPLAY_TRACE
+    write_replay_trace(requests, trace)
+    scenario = replay_scenario(original, trace.resolve(), overrides, f"{folder / RUN_LOG_NAME} (replayed)")
+    make_backend, _ = backend_factory(args, scenario)
+    backend = make_backend(scenario)
+    try:
+        _refuse_terms_not_exposed(args.intended + args.tolerated, original_report, backend, folder)
+        unknown_lengths = sum(not request.length_known for request in requests)
+        print(
+            f"replaying {len(requests)} requests of {folder} on {backend.name} -> {args.out}"
+            f" (prompts: synthetic tokens of the recorded lengths"
+            f"{f'; {unknown_lengths} unfinished ones with the output they had produced' if unknown_lengths else ''})",
+            file=sys.stderr,
+        )
+        report = run_headless(scenario, args.out, backend=backend)
+    finally:
+        backend.close()
+    if not args.no_plots:
+        from workbench.gui.report_images import export_plot_images
+
+        export_plot_images(read_run_log(args.out / RUN_LOG_NAME), args.out)
+    print_summary(report)
+    rows = per_request_rows(original, read_run_log(args.out / RUN_LOG_NAME))
+    write_per_request_csv(rows, args.out / PER_REQUEST_CSV)
+    result = compare(original_report, report, args.intended, args.tolerated)
+    # The traffic differs in the scenario's words only: the same requests were sent again.
+    result["differences"] = [line for line in result["differences"] if not line.startswith("workload")]
+    result["replay"] = REPLAY_NOTE
+    text = format_comparison(result)
+    (args.out / "comparison.txt").write_text(text + "\n")
+    (args.out / "comparison.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(text)
+    print(f"replay: {REPLAY_NOTE}")
+    print(per_request_summary(rows))
+    if len(rows) < len(requests):
+        raise ConfigError(f"the replay ended {len(rows)} of {len(requests)} requests; see {args.out}")
+    return 0
+
+
+def _refuse_terms_not_exposed(terms: list[str], original_report: dict, backend, folder: Path) -> None:
+    """A decision term on a figure one of the two backends cannot see is refused before the replay."""
+    from engine.errors import ConfigError
+    from workbench.compare import Criterion
+    from workbench.report import SERVER_STATE_METRICS
+
+    sides = (
+        (
+            f"the original run's backend ({original_report.get('backend', {}).get('name', '?')})",
+            original_report.get("backend", {}).get("not_exposed", []),
+        ),
+        (f"the replay's backend ({backend.name})", backend.capabilities.missing()),
+    )
+    for text in terms:
+        metric = Criterion.parse(text).metric.rsplit("/", 1)[-1]
+        for capability, names in SERVER_STATE_METRICS.items():
+            for who, missing in sides:
+                if metric in names and capability in missing:
+                    raise ConfigError(
+                        f"decision term {text!r}: {metric} needs the {capability} capability, which {who} does not "
+                        f"expose; drop the term or replay on a backend that has it"
+                    )
