@@ -25,6 +25,8 @@ _SEPARATORS = re.compile(r"[\s,]*")
 class Conversation:
     prompt: str  # the first human turn
     reply: str  # the assistant's answer to it
+    # Every exchange from the first on, (human turn, the assistant's answer), while they alternate.
+    exchanges: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,24 @@ def load_sharegpt() -> ShareGPT:
 
 
 def _first_exchange(turns: list[dict]) -> Conversation | None:
-    for first, second in zip(turns, turns[1:]):
-        if first.get("from") == "human" and second.get("from") == "gpt" and first.get("value") and second.get("value"):
-            return Conversation(first["value"], second["value"])
+    """The conversation from its first human turn answered by the assistant, with the exchanges
+    that follow it while human and assistant alternate."""
+
+    def answered(index: int) -> bool:
+        first, second = turns[index], turns[index + 1]
+        return (
+            first.get("from") == "human"
+            and second.get("from") == "gpt"
+            and bool(first.get("value"))
+            and bool(second.get("value"))
+        )
+
+    for start in range(len(turns) - 1):
+        if answered(start):
+            exchanges = []
+            index = start
+            while index + 1 < len(turns) and answered(index):
+                exchanges.append((turns[index]["value"], turns[index + 1]["value"]))
+                index += 2
+            return Conversation(exchanges[0][0], exchanges[0][1], tuple(exchanges))
     return None

@@ -32,6 +32,8 @@ import numpy as np
 from engine.metrics import FINISHED_REASONS
 from engine.step_trace import WAITING, WAITING_LONG
 from workbench.run_log import RunLog
+from workbench.traces.log import read_trace
+from workbench.traces.text import format_request
 
 # Cause keys in the order shown, with what each means to a reader.
 CAUSES = {
@@ -266,6 +268,7 @@ class Explanation:
     tail: GroupShares
     everyone: GroupShares
     slowest: list[RequestTime]
+    tail_times: list[RequestTime]  # every request of the tail
     traced: bool
     not_attributable: str | None  # what this run cannot split, or None
 
@@ -291,6 +294,7 @@ def explain(log: RunLog, above_percentile: float = 90.0, tag: str | None = None,
         tail=group_shares(tail),
         everyone=group_shares(times),
         slowest=sorted(times, key=lambda time: time.e2e_s, reverse=True)[:slowest],
+        tail_times=tail,
         traced=bool(log.traces),
         not_attributable=not_attributable,
     )
@@ -359,3 +363,14 @@ def format_explanation(explanation: Explanation, title: str) -> str:
             f"  {time.request_id:<16} {1000 * time.e2e_s:>10,.0f} ms  {CAUSES[time.main_cause()]} ({share:.0f}%)"
         )
     return "\n".join(lines)
+
+
+def request_history(log: RunLog, request_id: str) -> str:
+    """`workbench trace --request`'s text for one request of a log read with its traces ("" when
+    the log has none or no such request)."""
+    record = next((record for record in log.requests if record["request_id"] == request_id), None)
+    if record is None or not log.traces:
+        return ""
+    arrival, finish = record["arrival_time"], record["finish_time"] or float("inf")
+    steps = [read_trace(step) for step in log.traces if arrival <= step["time_s"] <= finish + 1e-9]
+    return format_request(steps, request_id, arrival, log.header["start_time"])

@@ -21,6 +21,7 @@ from workbench.step_overview import StepOverview
 STEP_LINES = (  # per-step series drawn as lines
     "kv_used_perc",
     "kv_used_plus_cached_perc",
+    "prefix_hit_perc",
     "waiting",
     "waiting_long",
     "running",
@@ -175,6 +176,13 @@ class MetricsStore:
             "start_s": stats.time_s - stats.step_duration_s - self.start_time,
             "kv_used_perc": 100.0 * stats.kv_blocks_used / total,
             "kv_used_plus_cached_perc": 100.0 * (stats.kv_blocks_used + stats.kv_blocks_cached_free) / total,
+            # The run's prefix-cache hit rate so far (the report's prefix_cache_hit_perc at the end);
+            # 0 before any prompt token was looked up (NaN marks a row not yet written).
+            "prefix_hit_perc": (
+                100.0 * stats.prefix_cache_hit_tokens_total / stats.prefix_cache_query_tokens_total
+                if stats.prefix_cache_query_tokens_total
+                else 0.0
+            ),
             "waiting": stats.num_waiting,
             "waiting_long": stats.num_waiting_long,
             "running": stats.num_running,

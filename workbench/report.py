@@ -195,6 +195,12 @@ def build_report(log: RunLog) -> dict:
         ),
     }
     metrics.update(memory_metrics(header["engine"]))
+    if (log.footer or {}).get("sessions_cut_by_context") is not None:
+        metrics["sessions_cut_by_context"] = _metric(
+            log.footer["sessions_cut_by_context"],
+            "sessions ended early: their next prompt would not fit",
+            len(requests),
+        )
     if header.get("trace_replay"):
         replay = header["trace_replay"]
         metrics["requests_clipped"] = _metric(

@@ -110,6 +110,7 @@ class RunRecorder:
                     "traces_full": self._full_traces,
                     "problems": result.problems,
                     "machine_probe": machine_probe,
+                    "sessions_cut_by_context": result.sessions_cut_by_context,
                 },
             )
         self.close()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.metrics import UNFINISHED, RequestMetrics, StepStats
+from engine.metrics import FINISHED_REASONS, UNFINISHED, RequestMetrics, StepStats
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from workbench.backends.protocol import Backend, BackendUpdate
@@ -45,6 +45,7 @@ class RunResult:
     num_unfinished: int = 0  # sent, still waiting or running at the end
     num_not_sent: int = 0  # planned, but the run stopped before they were due
     problems: list[str] = field(default_factory=list)  # the backend's, outside any one request
+    sessions_cut_by_context: int | None = None  # sessions traffic: ended early, their next prompt too long
 
 
 class ScenarioRunner:
@@ -72,6 +73,7 @@ class ScenarioRunner:
         self._in_flight: dict[str, None] = {}  # sent and not ended, in order of sending
         self.result = RunResult(start_time=backend.clock(), duration_s=0.0)
         self._closed_loop_in_flight: set[str] = set()
+        self._session_turns: dict[str, PlannedRequest] = {}  # request id -> the session turn it is
         self._prompt_maker = PromptMaker(backend.tokenizer, backend.vocab_size)
         self._inject_rng = np.random.default_rng(scenario.seed if scenario else 0)
         self.load_traffic(scenario)
@@ -109,6 +111,7 @@ class ScenarioRunner:
             self.result.duration_s = self.backend.clock() - self.start_time
             self._account_for_the_rest()
             self.result.problems = self.backend.problems()
+            self.result.sessions_cut_by_context = self.plan.sessions_cut_by_context if self.plan else None
         return self.result
 
     def _account_for_the_rest(self) -> None:
@@ -259,6 +262,8 @@ class ScenarioRunner:
         self._in_flight[request_id] = None
         prompt = list(request.prompt_token_ids)
         self.backend.submit(prompt, params, arrival_time=arrival_time, request_id=request_id, messages=request.messages)
+        if request.session is not None:
+            self._session_turns[request_id] = request
         self.on_send(request_id, prompt)
         return request_id
 
@@ -275,5 +280,10 @@ class ScenarioRunner:
 
     def _record_end(self, ended: EndedRequest) -> None:
         self._in_flight.pop(ended.request_id, None)
+        turn = self._session_turns.pop(ended.request_id, None)
+        if turn is not None and self.plan is not None:
+            finish = ended.metrics.finish_time
+            ended_s = (finish if finish is not None else self.backend.clock()) - self.start_time
+            self.plan.request_ended(turn, ended_s, ended.metrics.finish_reason in FINISHED_REASONS)
         self.result.requests.append(ended)
         self.on_request_end(ended)

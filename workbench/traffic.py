@@ -26,11 +26,12 @@ from engine.errors import ConfigError
 from engine.settings import check_finite
 from workbench.backends.protocol import Chat
 from workbench.prompts import PromptMaker
+from workbench.sessions import Sessions, Turn
 from workbench.trace_replay import TraceRow, TraceWindow, fit_lengths, read_trace_rows, select_rows
 
 ARRIVAL_KINDS = ("poisson", "gamma", "constant", "ramp", "closed_loop")
 LENGTH_KINDS = ("fixed", "uniform", "normal", "lognormal")
-PROMPT_SOURCES = ("synthetic", "sharegpt", "trace")
+PROMPT_SOURCES = ("synthetic", "sharegpt", "trace", "sessions")
 
 
 @dataclass
@@ -76,7 +77,7 @@ class TrafficProfile:
     concurrency: int = 8  # closed_loop only
     num_requests: int = 100  # stop issuing after this many (0 = no limit: duration_s decides)
     duration_s: float = 0.0  # stop issuing after this long (0 = no limit: num_requests decides)
-    prompts: str = "synthetic"  # synthetic | sharegpt | trace
+    prompts: str = "synthetic"  # synthetic | sharegpt | trace | sessions (workbench/sessions.py)
     prompt_len: LengthDistribution = field(default_factory=lambda: LengthDistribution(mean=128))
     output_len: LengthDistribution = field(
         default_factory=lambda: LengthDistribution(mean=64)
@@ -84,6 +85,8 @@ class TrafficProfile:
     trace_file: str = ""  # CSV or JSONL, one request a row (workbench/trace_replay.py); relative to a preset's folder
     trace_start_s: float = 0.0  # trace: replay from this arrival time on (trace seconds)
     time_scale: float = 1.0  # trace: arrival times are multiplied by this (0.5 = twice as fast)
+    think_time_s: float = 5.0  # sessions: mean seconds from a turn's last token to the next turn (exponential)
+    turns: int = 4  # sessions: at most this many turns each (a ShareGPT conversation may have fewer)
     shared_prefix_tokens: int = 0  # a common "system prompt" before every synthetic prompt
     temperature: float = 0.0
     ignore_eos: bool = True  # fixed output lengths make runs comparable
@@ -109,6 +112,13 @@ class TrafficProfile:
             raise ConfigError("num_requests, duration_s: set at least one, or the traffic never ends")
         if self.prompts == "trace" and not self.trace_file:
             raise ConfigError("trace_file: prompts = 'trace' needs a trace file")
+        if self.prompts == "sessions" and self.arrival == "closed_loop":
+            raise ConfigError("arrival: sessions start by an arrival process (poisson, gamma, ...), not closed_loop")
+        if self.turns < 1 or self.think_time_s < 0:
+            raise ConfigError(
+                f"turns, think_time_s: expected turns >= 1 and think_time_s >= 0, got {self.turns} and "
+                f"{self.think_time_s}"
+            )
         if self.time_scale <= 0 or self.trace_start_s < 0:
             raise ConfigError(
                 f"time_scale, trace_start_s: expected time_scale > 0 and trace_start_s >= 0, got "
@@ -129,6 +139,7 @@ class PlannedRequest:
     max_tokens: int
     tag: str
     messages: Chat | None = None  # the chat the prompt was templated from (ShareGPT prompts on a chat model)
+    session: int | None = None  # sessions: which one it is a turn of (its next turn follows its end)
 
 
 def unit_gaps(profile: TrafficProfile, rng: np.random.Generator, count: int) -> np.ndarray:
@@ -188,11 +199,17 @@ class PlannedTraffic:
         self._rate_changes = list(rate_changes)
         self._prefix: list[int] = []
         self.trace_summary: dict | None = None  # a trace's file, rows and clipped count, for the run's header
+        self.sessions = (
+            Sessions(profile, prompt_maker, self._rng, max_model_len) if profile.prompts == "sessions" else None
+        )
         if profile.prompts == "trace":
             self._trace = self._read_trace()
             self.known_count: int | None = len(self._trace)
             self.arrivals: Iterator[float | None] = iter([row.arrival_s for row, _ in self._trace])
             return
+        self.sessions = (
+            Sessions(profile, prompt_maker, self._rng, max_model_len) if profile.prompts == "sessions" else None
+        )
         if profile.prompts == "synthetic" and profile.shared_prefix_tokens > max_model_len - 3:
             raise ConfigError(
                 f"shared_prefix_tokens: {profile.shared_prefix_tokens} leaves no room for a prompt and an output "
@@ -210,7 +227,8 @@ class PlannedTraffic:
             self.arrivals = arrival_times(profile, arrival_rng, self._rate_changes)
             # A duration or a rate change can end the traffic before num_requests: then only
             # drawing every arrival tells how many there are.
-            limited_by_count = not profile.duration_s and not self._rate_changes
+            # Sessions' later turns follow their earlier ones' ends: only the run tells how many.
+            limited_by_count = not profile.duration_s and not self._rate_changes and self.sessions is None
             self.known_count = profile.num_requests if limited_by_count else None
 
     def _read_trace(self) -> list[tuple[TraceRow, list[int] | None]]:
@@ -252,6 +270,8 @@ class PlannedTraffic:
             prompt_len, output, _ = fit_lengths(len(prompt_ids or ()) or row.prompt_tokens, row.output_tokens, limit)
             prompt = prompt_ids[:prompt_len] if prompt_ids else self._maker.synthetic(prompt_len, self._rng)
             return PlannedRequest(arrival_s, tuple(prompt), output, row.tag or profile.tag)
+        if self.sessions is not None:
+            return self._session_request(self.sessions.start(), arrival_s)
         if profile.prompts == "sharegpt":
             prompt, reply_len, messages = self._maker.sharegpt(self._rng)
             if len(prompt) > limit - 2:  # cut to fit: the chat no longer says what the prompt holds
@@ -264,6 +284,17 @@ class PlannedTraffic:
         prompt = self._prefix + self._maker.synthetic(prompt_len, self._rng)
         output = profile.output_len.sample(self._rng, limit - len(prompt) - 1)
         return PlannedRequest(arrival_s, tuple(prompt), output, profile.tag)
+
+    def follow_up(self, session: int, ended_s: float) -> PlannedRequest | None:
+        """A session's next turn, arriving a think time after its previous turn ended at `ended_s`
+        (seconds after the start); None once the session is over."""
+        turn = self.sessions.next_turn(session)
+        return None if turn is None else self._session_request(turn, ended_s + self.sessions.think_time())
+
+    def _session_request(self, turn: Turn, arrival_s: float | None) -> PlannedRequest:
+        return PlannedRequest(
+            arrival_s, turn.prompt_token_ids, turn.max_tokens, self.profile.tag, turn.messages, session=turn.session
+        )
 
 
 def injected_request(

@@ -36,6 +36,7 @@ from engine.simulation import is_simulated, parse
 from engine.simulation.catalogue import hardware_profile
 from workbench.backends.loader import EngineInfo, ServerInfo
 from workbench.compare import compare, format_comparison, load_report
+from workbench.explain import explain, request_history
 from workbench.gui.arms_view import ArmsView
 from workbench.gui.block_map import BlockMapView
 from workbench.gui.engine_panel import EnginePanel
@@ -46,12 +47,15 @@ from workbench.gui.report_images import export_plot_images
 from workbench.gui.requests_view import RequestsView
 from workbench.gui.runs_panel import RunsPanel
 from workbench.gui.step_panel import StepPanel, step_keys
+from workbench.gui.sweep_view import SweepView
 from workbench.gui.traffic_panel import TrafficPanel
+from workbench.gui.why_view import WhyView
 from workbench.kv_capacity import kv_cache_note
 from workbench.live_metrics import LiveMetrics
 from workbench.process_tuning import freeze_loaded_heap
 from workbench.request_rows import ENDED_STATES
 from workbench.run_files import PastTraces, open_run, past_traces, save_run
+from workbench.run_log import RunLog, read_run_log
 from workbench.run_recorder import RUN_LOG_NAME
 from workbench.scenario import Scenario
 from workbench.traces.store import TraceStore
@@ -106,8 +110,14 @@ class MainWindow(QMainWindow):
         self.selected_request: str | None = None
         self._past: PastTraces | None = None  # an opened run's step traces
         self.memory = MemoryPanel()
+        self._why_log: RunLog | None = None  # the run the Why tab explains, read with its traces
+        self.why = WhyView(
+            history=lambda request_id: request_history(self._why_log, request_id) if self._why_log else ""
+        )
         self.arms = ArmsView()
         self.arms.run_requested.connect(self.run_arms)
+        self.sweep_view = SweepView()
+        self.sweep_view.run_chosen.connect(self.open_sweep_point)
         self.runs = RunsPanel(
             [
                 ("Save run…", self.save_run),
@@ -163,6 +173,7 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.block_map, "KV block map")
         self.tabs.addTab(self.step_panel, "Step")
         step_keys(self.block_map, self.move_step)  # scrub while watching the map
+        self.tabs.addTab(self.why, "Why")
         self.tabs.addTab(self.memory, "Memory")
         self.tabs.addTab(self.runs, "Runs")
 
@@ -179,6 +190,7 @@ class MainWindow(QMainWindow):
         self.views = QTabWidget()
         self.views.addTab(centre, "Live")
         self.views.addTab(self.arms, "Arms: two variants side by side")
+        self.views.addTab(self.sweep_view, "Sweep")
         self.main_splitter = QSplitter()
         self.main_splitter.addWidget(scroll)
         self.main_splitter.addWidget(self.views)
@@ -239,6 +251,8 @@ class MainWindow(QMainWindow):
         self.plots.step_moved.connect(self.move_step)
         self.step_panel.step_requested.connect(self.select_step)
         self.step_panel.live_requested.connect(self.follow_live)
+        self.why.explain_requested.connect(self.explain_current_run)
+        self.why.request_chosen.connect(self.select_request)
 
     # ----- engine --------------------------------------------------------------------------------
 
@@ -651,6 +665,7 @@ class MainWindow(QMainWindow):
         self.plots.update_from(store.snapshot(), whole=log.complete)
         self.plots.show_source(Path(folder).name)
         self._past = past_traces(log)
+        self._explain(log, Path(folder).name, self.why.above.value())
         if self._past.store is None:
             self.step_panel.show_not_exposed(self._past.note)
         note = "\n".join(filter(None, [log.skipped_summary(Path(folder) / RUN_LOG_NAME), self._past.note]))
@@ -658,6 +673,25 @@ class MainWindow(QMainWindow):
             f"viewing {folder} ({'complete' if log.complete else 'incomplete'}); 'Back to live' returns"
             + (f"\n{note}" if note else "")
         )
+
+    def explain_current_run(self, above_percentile: float) -> None:
+        """The Why tab for the run going on now, from its log as written so far."""
+        try:
+            log = read_run_log(self.worker.run_log_path, with_traces=True)
+        except EngineError as error:
+            self.on_failed(f"explain: {error}")
+            return
+        self._explain(log, "the current run", above_percentile)
+
+    def _explain(self, log: RunLog, source: str, above_percentile: float) -> None:
+        self._why_log = log
+        self.why.show_explanation(explain(log, above_percentile), source)
+
+    def open_sweep_point(self, folder: str) -> None:
+        """A sweep's point was clicked: its run in the Live view, its Why tab filled."""
+        self.views.setCurrentIndex(0)
+        self.open_run(folder)
+        self.tabs.setCurrentWidget(self.why)
 
     def back_to_live(self) -> None:
         self.follow_live()

@@ -22,6 +22,7 @@ RECENT_POINTS = 500  # newest requests drawn one by one between two redraws of t
 COLORS = {
     "used": "#4C9BE8",
     "cached": "#9B59B6",
+    "prefix_hits": "#16A085",
     "waiting": "#E67E22",
     "waiting_long": "#C0392B",
     "running": "#27AE60",
@@ -83,10 +84,12 @@ class KvOccupancyPlot:
         self.plot.setYRange(0, 100)
         self.used = _line(self.plot, COLORS["used"], "used")
         self.cached = _line(self.plot, COLORS["cached"], "used + cached free prefixes")
+        self.prefix_hits = _line(self.plot, COLORS["prefix_hits"], "prefix-cache hits, % of prompt tokens so far")
 
     def update(self, snapshot: MetricsSnapshot, x_range: XRange = None) -> None:
         self.used.setData(*snapshot.overview.line("kv_used_perc", x_range))
         self.cached.setData(*snapshot.overview.line("kv_used_plus_cached_perc", x_range))
+        self.prefix_hits.setData(*snapshot.overview.line("prefix_hit_perc", x_range))
         size = (
             f", {snapshot.kv_cache_bytes / 2**20:,.0f} MiB" if snapshot.kv_cache_bytes else ""
         )  # a server may not say

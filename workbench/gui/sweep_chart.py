@@ -43,7 +43,10 @@ def _series(plot: pg.PlotItem, rows: list[dict], x: str, y: str, color: str, nam
         return
     xs = np.array([row[x] for row in points], dtype=float)
     ys = np.array([row[y] for row in points], dtype=float)
-    plot.plot(xs, ys, pen=pg.mkPen(color, width=2), symbol="o", symbolBrush=color, symbolSize=8, name=name or None)
+    curve = plot.plot(
+        xs, ys, pen=pg.mkPen(color, width=2), symbol="o", symbolBrush=color, symbolSize=8, name=name or None
+    )
+    curve.sweep_rows = points  # the window opens a clicked point's run
     low = np.array(
         [row.get(f"{y}_low") if row.get(f"{y}_low") is not None else value for row, value in zip(points, ys)]
     )

@@ -1,0 +1,70 @@
+"""The Why tab and the Sweep view on constructed runs: an opened run's tail explained with the
+cause that binds, a click on its segment showing a request's history, and a sweep's point opening
+its run."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPointF, Qt
+
+from engine import EngineConfig
+from workbench.cli import main
+from workbench.headless import run_headless
+from workbench.scenario import SLO, Scenario, ScenarioEvent
+
+SIMULATED = "simulated:llama-3-8b@a100-80gb"
+
+
+def slot_bound_run(folder):
+    """Eight requests at once, two slots: only max_num_seqs makes anyone wait."""
+    scenario = Scenario(
+        name="slots",
+        engine=EngineConfig(model=SIMULATED, max_num_seqs=2, long_prompt_threshold=0),
+        traffic=None,
+        events=[ScenarioEvent(at_s=0.0, action="inject", count=8, prompt_tokens=64, output_tokens=16, tag="chat")],
+        slo=SLO(ttft_ms=60_000),
+    )
+    run_headless(scenario, folder)
+
+
+def test_an_opened_run_is_explained_and_a_click_on_the_tails_cause_shows_a_history(window, qtbot, tmp_path):
+    slot_bound_run(tmp_path)
+    window.open_run(str(tmp_path))
+    why = window.why
+    assert why.explanation is not None and why.explanation.everyone.n == 8
+    causes = [cause for _, _, cause in why._segments]
+    assert "max_num_seqs" in causes and "kv_blocks" not in causes
+    # A real click in the middle of the tail bar's max_num_seqs segment.
+    window.tabs.setCurrentWidget(why)
+    qtbot.waitExposed(why.plot_widget)
+    qtbot.wait(50)  # laid out at its shown size
+    start, end, _ = next(segment for segment in why._segments if segment[2] == "max_num_seqs")
+    scene_point = why.plot.vb.mapViewToScene(QPointF((start + end) / 2, 1.0))
+    view_point = why.plot_widget.mapFromScene(scene_point)
+    qtbot.mouseClick(why.plot_widget.viewport(), Qt.MouseButton.LeftButton, pos=view_point)
+    history = why.detail.toPlainText()
+    assert "waiting for a sequence slot (max_num_seqs)" in history
+    assert "waited at the head of waiting: max_num_seqs (2) reached" in history
+    assert window.selected_request == history.split(":", 1)[0]
+
+
+def test_the_current_run_is_explained_from_its_log(window, qtbot, tmp_path):
+    slot_bound_run(tmp_path)
+    window.worker.run_log_path.parent.mkdir(parents=True, exist_ok=True)
+    window.worker.run_log_path.write_bytes((tmp_path / "run.jsonl").read_bytes())
+    window.why.explain_requested.emit(50.0)
+    assert window.why.explanation.above_percentile == 50.0 and window.why.slowest.count() == 5
+
+
+def test_a_sweeps_point_opens_its_run(window, tmp_path):
+    code = main(
+        ["sweep", "--preset", "chat-steady", "--set", f"engine.model={SIMULATED}", "--set", "traffic.num_requests=20"]
+        + ["--vary", "engine.max_num_seqs=1,8", "--no-plots", "--out", str(tmp_path)]
+    )
+    assert code == 0 and window.sweep_view.open(str(tmp_path))
+    chart = window.sweep_view.plots["throughput_vs_latency"]
+    curves = [curve for curve in chart.listDataItems() if hasattr(curve, "sweep_rows")]
+    assert sum(len(curve.sweep_rows) for curve in curves) == 2
+    window.sweep_view.open_point(curves[0].sweep_rows[1])
+    assert window.viewing_past_run and window.tabs.currentWidget() is window.why
+    assert window.why.explanation.everyone.n == 20
+    assert not window.sweep_view.open(str(tmp_path / "nowhere")) and "no sweep here" in window.sweep_view.caption.text()

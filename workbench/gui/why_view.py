@@ -1,0 +1,182 @@
+"""The Why tab: where the tail's time went (workbench/explain.py), as two stacked bars, the tail's
+and everyone's, one segment per cause, and the slowest requests. A click on a segment shows the
+history of the slowest tail request whose main cause it is; a click on a request in the list
+shows its history (the `workbench trace --request` text).
+
+The window fills it from an opened run, or from the current run's log when "Explain the current
+run" is pressed (the log is read from disk: the engine thread is not disturbed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QPlainTextEdit,
+    QPushButton,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workbench.explain import CAUSES, Explanation
+
+CAUSE_COLOURS = {
+    "mid_step": "#95A5A6",
+    "max_num_seqs": "#E67E22",
+    "token_budget": "#F1C40F",
+    "kv_blocks": "#C0392B",
+    "long_prompt_policy": "#9B59B6",
+    "other_wait": "#7F8C8D",
+    "prefill": "#16A085",
+    "left_out": "#D35400",
+    "decode": "#4C9BE8",
+    "preempted": "#8E44AD",
+    "waiting_untraced": "#E67E22",
+    "server_before_first_token": "#34495E",
+}
+
+
+class WhyView(QWidget):
+    explain_requested = Signal(float)  # the percentile of the tail: the window explains the current run
+    request_chosen = Signal(str)  # a request to show: the window marks its steps
+
+    def __init__(self, history: Callable[[str], str] = lambda request_id: ""):
+        super().__init__()
+        self._history = history
+        self.explanation: Explanation | None = None
+        self._segments: list[tuple[float, float, str]] = []  # the tail bar: (start %, end %, cause)
+        self.above = QDoubleSpinBox()
+        self.above.setRange(1.0, 99.9)
+        self.above.setValue(90.0)
+        self.above.setPrefix("tail: at or above p")
+        self.above.setToolTip("The tail: requests whose arrival-to-last-token time is at or above this percentile.")
+        self.explain_button = QPushButton("Explain the current run")
+        self.explain_button.setToolTip("Read the current run's log and its step traces, and split each request's time.")
+        self.explain_button.clicked.connect(lambda: self.explain_requested.emit(self.above.value()))
+        self.summary = QLabel("Explain the current run, or open a run (Runs tab), to see where the tail's time went.")
+        self.summary.setWordWrap(True)
+        self.plot_widget = pg.PlotWidget()
+        self.plot = self.plot_widget.getPlotItem()
+        self.plot.setLabel("bottom", "share of the group's time from arrival to last token", units="%")
+        self.plot.getAxis("bottom").enableAutoSIPrefix(False)
+        self.plot.hideButtons()
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.addLegend(offset=(-5, 5), colCount=3, labelTextSize="8pt")
+        self.plot_widget.scene().sigMouseClicked.connect(self._clicked)
+        self.slowest = QListWidget()
+        self.slowest.setToolTip("The slowest requests: click one for its history.")
+        self.slowest.itemClicked.connect(lambda item: self.show_history(item.data(Qt.ItemDataRole.UserRole)))
+        self.detail = QPlainTextEdit()
+        self.detail.setReadOnly(True)
+        self.detail.setPlaceholderText("A request's history: every step that touched it.")
+
+        controls = QHBoxLayout()
+        controls.addWidget(self.above)
+        controls.addWidget(self.explain_button)
+        controls.addWidget(self.summary, 1)
+        # The bars beside the requests: the tabs under the plots are wide and short.
+        requests = QSplitter(Qt.Orientation.Vertical)
+        requests.addWidget(self.slowest)
+        requests.addWidget(self.detail)
+        body = QSplitter()
+        body.addWidget(self.plot_widget)
+        body.addWidget(requests)
+        body.setStretchFactor(0, 3)
+        body.setStretchFactor(1, 2)
+        self.plot_widget.setMinimumSize(240, 110)
+        layout = QVBoxLayout(self)
+        layout.addLayout(controls)
+        layout.addWidget(body, 1)
+
+    def show_explanation(self, explanation: Explanation, source: str) -> None:
+        self.explanation = explanation
+        self.plot.clear()
+        self.plot.legend.clear()
+        self.slowest.clear()
+        self.detail.clear()
+        tail, everyone = explanation.tail, explanation.everyone
+        above = f"p{explanation.above_percentile:g}"
+        if not everyone.n:
+            self.summary.setText(f"{source}: no finished request to explain")
+            return
+        rows = [(1.0, tail, f"tail (at or above {above}, n={tail.n})"), (0.0, everyone, f"all (n={everyone.n})")]
+        self._segments = []
+        for cause, meaning in CAUSES.items():
+            widths = [shares.share_perc.get(cause, 0.0) for _, shares, _ in rows]
+            if not any(widths):
+                continue
+            starts = [
+                sum(shares.share_perc.get(earlier, 0.0) for earlier in self._before(cause)) for _, shares, _ in rows
+            ]
+            bar = pg.BarGraphItem(
+                x0=starts, y=[y for y, _, _ in rows], height=0.6, width=widths, brush=CAUSE_COLOURS[cause], pen="w"
+            )
+            self.plot.addItem(bar)
+            self.plot.legend.addItem(bar, meaning)
+            self._segments.append((starts[0], starts[0] + widths[0], cause))
+        self.plot.getAxis("left").setTicks([[(y, label) for y, _, label in rows]])
+        self.plot.setXRange(0, 100, padding=0.02)
+        self.plot.setYRange(-0.6, 1.6, padding=0)
+        self.plot.setTitle(
+            f"{source}: where the time went, tail (at or above {above} = {explanation.threshold_ms:,.0f} ms) and all",
+            size="9pt",
+        )
+        note = f" Not attributable: {explanation.not_attributable}." if explanation.not_attributable else ""
+        self.summary.setText(
+            f"Mean arrival to last token: tail {tail.e2e_mean_ms or 0:,.0f} ms (n = {tail.n}), "
+            f"all {everyone.e2e_mean_ms:,.0f} ms (n = {everyone.n}). Click a segment of the tail's bar for "
+            f"its slowest request's history.{note}"
+        )
+        for time in explanation.slowest:
+            share = 100.0 * time.seconds.max() / time.seconds.sum() if time.seconds.sum() else 0.0
+            self.slowest.addItem(
+                f"{time.request_id}  {1000 * time.e2e_s:,.0f} ms  {CAUSES[time.main_cause()]} ({share:.0f}%)"
+            )
+            self.slowest.item(self.slowest.count() - 1).setData(Qt.ItemDataRole.UserRole, time.request_id)
+
+    def _before(self, cause: str) -> list[str]:
+        names = list(CAUSES)
+        return names[: names.index(cause)]
+
+    def _clicked(self, event) -> None:
+        if self.explanation is None or not self._segments:
+            return
+        point = self.plot.vb.mapSceneToView(event.scenePos())
+        if abs(point.y() - 1.0) > 0.3:  # only the tail's bar
+            return
+        cause = next((cause for start, end, cause in self._segments if start <= point.x() <= end), None)
+        if cause is not None:
+            self.show_cause(cause)
+
+    def show_cause(self, cause: str) -> str | None:
+        """The history of the slowest request of the tail whose main cause is `cause` (its id), if any."""
+        candidates = [time for time in self.explanation.tail_times if time.main_cause() == cause]
+        if not candidates:
+            self.detail.setPlainText(f"No request of the tail spent most of its time on: {CAUSES[cause]}.")
+            return None
+        slowest = max(candidates, key=lambda time: time.e2e_s)
+        self.show_history(slowest.request_id)
+        return slowest.request_id
+
+    def show_history(self, request_id: str) -> None:
+        seconds = next(
+            (
+                time.seconds
+                for time in self.explanation.tail_times + self.explanation.slowest
+                if time.request_id == request_id
+            ),
+            np.zeros(len(CAUSES)),
+        )
+        split = ", ".join(
+            f"{CAUSES[cause]} {1000 * value:,.0f} ms" for cause, value in zip(CAUSES, seconds) if value > 1e-6
+        )
+        self.detail.setPlainText(f"{request_id}: {split}\n\n{self._history(request_id)}")
+        self.request_chosen.emit(request_id)
