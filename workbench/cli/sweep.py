@@ -132,7 +132,8 @@ def run(args) -> int:
         from workbench.gui.sweep_chart import export_sweep_images
         from workbench.sweep import read_sweep
 
-        for path in export_sweep_images(read_sweep(args.out), args.out):
+        target = args.goodput_target if args.find_max_rate else None
+        for path in export_sweep_images(read_sweep(args.out), args.out, target):
             print(f"chart: {path}")
     return 0
 

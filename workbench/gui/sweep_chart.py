@@ -110,8 +110,10 @@ def sweep_plots(sweep: Sweep, target_perc: float | None = None) -> dict[str, pg.
     return plots
 
 
-def export_sweep_images(sweep: Sweep, out_dir: Path, width: int = 1000, height: int = 600) -> list[Path]:
-    """The sweep's charts as PNGs in out_dir, drawn offscreen."""
+def export_sweep_images(
+    sweep: Sweep, out_dir: Path, target_perc: float | None = None, width: int = 1000, height: int = 600
+) -> list[Path]:
+    """The sweep's charts as PNGs in out_dir, drawn offscreen; `target_perc`: a rate search's goodput target."""
     if not os.environ.get("DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     import pyqtgraph.exporters
@@ -120,7 +122,7 @@ def export_sweep_images(sweep: Sweep, out_dir: Path, width: int = 1000, height: 
     QApplication.instance() or QApplication([])
     pg.setConfigOptions(background="w", foreground="k", antialias=True)
     written = []
-    for name, plot in sweep_plots(sweep).items():
+    for name, plot in sweep_plots(sweep, target_perc).items():
         view = pg.GraphicsLayoutWidget()
         view.addItem(plot)
         view.resize(width, height)

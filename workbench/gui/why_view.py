@@ -28,6 +28,21 @@ from PySide6.QtWidgets import (
 
 from workbench.explain import CAUSES, Explanation
 
+# The legend's names (the plot is narrow; the full meanings are in the summary and the history).
+SHORT_NAMES = {
+    "mid_step": "mid-step arrival",
+    "max_num_seqs": "slot (max_num_seqs)",
+    "token_budget": "token budget",
+    "kv_blocks": "KV blocks",
+    "long_prompt_policy": "long-prompt policy",
+    "other_wait": "other wait",
+    "prefill": "prefill",
+    "left_out": "left out of a step",
+    "decode": "decode",
+    "preempted": "preempted",
+    "waiting_untraced": "waiting (no traces)",
+    "server_before_first_token": "at the server, before token 1",
+}
 CAUSE_COLOURS = {
     "mid_step": "#95A5A6",
     "max_num_seqs": "#E67E22",
@@ -69,7 +84,9 @@ class WhyView(QWidget):
         self.plot.getAxis("bottom").enableAutoSIPrefix(False)
         self.plot.hideButtons()
         self.plot.setMouseEnabled(x=False, y=False)
-        self.plot.addLegend(offset=(-5, 5), colCount=3, labelTextSize="8pt")
+        # The legend is a row under the bars, never over them (as the live plots' legends).
+        self.legend = pg.LegendItem(colCount=4, horSpacing=4, verSpacing=-8, labelTextSize="8pt", frame=False)
+        self.plot.layout.addItem(self.legend, 4, 1)
         self.plot_widget.scene().sigMouseClicked.connect(self._clicked)
         self.slowest = QListWidget()
         self.slowest.setToolTip("The slowest requests: click one for its history.")
@@ -99,7 +116,7 @@ class WhyView(QWidget):
     def show_explanation(self, explanation: Explanation, source: str) -> None:
         self.explanation = explanation
         self.plot.clear()
-        self.plot.legend.clear()
+        self.legend.clear()
         self.slowest.clear()
         self.detail.clear()
         tail, everyone = explanation.tail, explanation.everyone
@@ -109,7 +126,7 @@ class WhyView(QWidget):
             return
         rows = [(1.0, tail, f"tail (at or above {above}, n={tail.n})"), (0.0, everyone, f"all (n={everyone.n})")]
         self._segments = []
-        for cause, meaning in CAUSES.items():
+        for cause in CAUSES:
             widths = [shares.share_perc.get(cause, 0.0) for _, shares, _ in rows]
             if not any(widths):
                 continue
@@ -120,15 +137,12 @@ class WhyView(QWidget):
                 x0=starts, y=[y for y, _, _ in rows], height=0.6, width=widths, brush=CAUSE_COLOURS[cause], pen="w"
             )
             self.plot.addItem(bar)
-            self.plot.legend.addItem(bar, meaning)
+            self.legend.addItem(bar, SHORT_NAMES[cause])
             self._segments.append((starts[0], starts[0] + widths[0], cause))
         self.plot.getAxis("left").setTicks([[(y, label) for y, _, label in rows]])
         self.plot.setXRange(0, 100, padding=0.02)
         self.plot.setYRange(-0.6, 1.6, padding=0)
-        self.plot.setTitle(
-            f"{source}: where the time went, tail (at or above {above} = {explanation.threshold_ms:,.0f} ms) and all",
-            size="9pt",
-        )
+        self.plot.setTitle(f"{source}: tail (>= {above} = {explanation.threshold_ms:,.0f} ms) and all", size="9pt")
         note = f" Not attributable: {explanation.not_attributable}." if explanation.not_attributable else ""
         self.summary.setText(
             f"Mean arrival to last token: tail {tail.e2e_mean_ms or 0:,.0f} ms (n = {tail.n}), "
