@@ -31,6 +31,7 @@ from workbench.prompts import PromptMaker
 
 @dataclass
 class _Session:
+    rng: np.random.Generator  # its own: its turns and think times do not depend on when others end
     exchanges: tuple[tuple[str, str], ...] | None  # ShareGPT's (question, answer) pairs; None: synthetic
     turns: int  # how many turns it will have at most
     sent: int = 0  # turns sent so far
@@ -49,6 +50,9 @@ class Turn:
 
 class Sessions:
     def __init__(self, profile, maker: PromptMaker, rng: np.random.Generator, max_model_len: int):
+        """`rng` is the parent of every session's own generator (one spawned per session, in the
+        order sessions start): the same seed gives each session the same turns whatever the
+        timing of the others' ends."""
         self.profile, self._maker, self._rng, self._limit = profile, maker, rng, max_model_len
         self._sessions: list[_Session] = []
         self.cut_by_context = 0  # sessions ended because their next prompt would not fit
@@ -57,17 +61,18 @@ class Sessions:
 
     def start(self) -> Turn:
         """A new session's first turn."""
+        (rng,) = self._rng.spawn(1)
         if self._maker.tokenizer is not None:
-            conversation = self._conversations[int(self._rng.integers(0, len(self._conversations)))]
-            session = _Session(conversation.exchanges, min(self.profile.turns, len(conversation.exchanges)))
+            conversation = self._conversations[int(rng.integers(0, len(self._conversations)))]
+            session = _Session(rng, conversation.exchanges, min(self.profile.turns, len(conversation.exchanges)))
         else:
-            session = _Session(None, self.profile.turns)
+            session = _Session(rng, None, self.profile.turns)
         self._sessions.append(session)
         return self._turn(len(self._sessions) - 1)  # a first turn too long for the context is cut to fit
 
-    def think_time(self) -> float:
+    def think_time(self, session: int) -> float:
         mean = self.profile.think_time_s
-        return float(self._rng.exponential(mean)) if mean > 0 else 0.0
+        return float(self._sessions[session].rng.exponential(mean)) if mean > 0 else 0.0
 
     def next_turn(self, session: int) -> Turn | None:
         """The session's next turn, or None once it is over."""
@@ -91,14 +96,14 @@ class Sessions:
             low, high = self.profile.output_len.low, self.profile.output_len.high or self._limit
             output = min(max(reply, low), high, max(1, self._limit - len(prompt) - 1))
         else:
-            question = self.profile.prompt_len.sample(self._rng, self._limit - 2)
-            answer = self._maker.synthetic(state.last_output, self._rng) if state.sent else []
-            prompt = state.prompt + answer + self._maker.synthetic(question, self._rng)
+            question = self.profile.prompt_len.sample(state.rng, self._limit - 2)
+            answer = self._maker.synthetic(state.last_output, state.rng) if state.sent else []
+            prompt = state.prompt + answer + self._maker.synthetic(question, state.rng)
             if len(prompt) > self._limit - 2:
                 if state.sent:
                     return None
                 prompt = prompt[: self._limit - 2]
-            output = self.profile.output_len.sample(self._rng, self._limit - len(prompt) - 1)
+            output = self.profile.output_len.sample(state.rng, self._limit - len(prompt) - 1)
             state.prompt, state.last_output, messages = prompt, output, None
         state.sent += 1
         return Turn(session, state.sent, tuple(prompt), output, messages)

@@ -42,15 +42,7 @@ FIGURES = (
     "preemptions",
     "requests_finished",
 )
-_WITH_INTERVALS = {
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "tpot_p50_ms",
-    "tpot_p99_ms",
-    "e2e_p50_ms",
-    "e2e_p99_ms",
-    "goodput_perc",
-}
+_WITH_INTERVALS = {name for name in FIGURES if name.endswith("_ms")} | {"goodput_perc"}  # percentiles, goodput
 
 
 @dataclass(frozen=True)
@@ -146,9 +138,6 @@ class Sweep:
     folder: Path
     keys: list[str]
     rows: list[dict] = field(default_factory=list)
-
-    def label(self, row: dict) -> str:
-        return ", ".join(f"{key.rsplit('.', 1)[-1]}={row[key]}" for key in self.keys)
 
 
 def read_sweep(folder: Path) -> Sweep:

@@ -289,7 +289,7 @@ class PlannedTraffic:
         """A session's next turn, arriving a think time after its previous turn ended at `ended_s`
         (seconds after the start); None once the session is over."""
         turn = self.sessions.next_turn(session)
-        return None if turn is None else self._session_request(turn, ended_s + self.sessions.think_time())
+        return None if turn is None else self._session_request(turn, ended_s + self.sessions.think_time(session))
 
     def _session_request(self, turn: Turn, arrival_s: float | None) -> PlannedRequest:
         return PlannedRequest(

@@ -49,6 +49,18 @@ def test_a_sessions_next_turn_carries_the_conversation_so_far_and_comes_after_a_
     assert second.session == third.session == first.session
 
 
+def test_each_session_gets_the_same_turns_whatever_the_order_the_others_end_in():
+    def turns(order):
+        traffic = PlannedTraffic(sessions_profile(), PromptMaker(None, vocab_size=100), 7, max_model_len=4096)
+        drawn = {}
+        for step in order:  # "s": start the next session; a number: that session's next turn
+            request = traffic.next_request(0.0) if step == "s" else traffic.follow_up(step, 1.0)
+            drawn.setdefault(request.session, []).append((request.prompt_token_ids, request.arrival_s))
+        return drawn
+
+    assert turns(["s", "s", 0, 1, 0, 1]) == turns(["s", 0, 0, "s", 1, 1])
+
+
 def test_a_session_that_outgrows_the_context_ends_and_is_counted():
     traffic = PlannedTraffic(sessions_profile(), PromptMaker(None, vocab_size=100), 0, max_model_len=128)
     first = traffic.next_request(0.0)

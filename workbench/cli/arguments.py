@@ -25,6 +25,26 @@ def at_least(kind: type, minimum: float, inclusive: bool = True):
     return parse
 
 
+def add_set_option(command: argparse.ArgumentParser, help: str, metavar: str = "TABLE.KEY=VALUE") -> None:
+    """`--set KEY=VALUE`, repeatable, into `overrides` (engine keys: docs/knobs.md)."""
+    command.add_argument("--set", dest="overrides", action="append", default=[], metavar=metavar, help=help)
+
+
+def read_run_for(run, with_traces: bool):
+    """(the run.jsonl path, the log) of a run folder or a run.jsonl given on the command line; a
+    damaged line is said on stderr, the rest is read."""
+    import sys
+
+    from workbench.run_log import read_run_log
+    from workbench.run_recorder import RUN_LOG_NAME
+
+    path = run / RUN_LOG_NAME if run.is_dir() else run
+    log = read_run_log(path, with_traces=with_traces)
+    if log.skipped_lines:
+        print(f"workbench: {log.skipped_summary(path)}", file=sys.stderr)
+    return path, log
+
+
 def port_number(text: str) -> int:
     """An argparse type: a TCP port, 1 to 65535."""
     port = at_least(int, 1)(text)

@@ -6,20 +6,15 @@ import json
 import sys
 from pathlib import Path
 
-from workbench.cli.arguments import add_server_model_options, at_least, backend_factory
+from workbench.cli.arguments import add_server_model_options, add_set_option, at_least, backend_factory
 
 
 def add_to(commands) -> None:
     bench = commands.add_parser("bench", help="run a preset headless and write its report")
     bench.add_argument("--preset", required=True, help="a preset name (see `workbench presets`) or a .toml file")
     bench.add_argument("--variant", help="run only this variant (default: every variant, then compare)")
-    bench.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="TABLE.KEY=VALUE",
-        help="override a preset setting, e.g. engine.max_num_seqs=16 or traffic.rate=4 (engine keys: docs/knobs.md)",
+    add_set_option(
+        bench, "override a preset setting, e.g. engine.max_num_seqs=16 or traffic.rate=4 (engine keys: docs/knobs.md)"
     )
     bench.add_argument("--seed", type=at_least(int, 0), help="override the preset's seed")
     bench.add_argument(

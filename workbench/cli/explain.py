@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from workbench.cli.arguments import at_least
+from workbench.cli.arguments import at_least, read_run_for
 
 
 def percentile(text: str) -> float:
@@ -41,13 +40,8 @@ def add_to(commands) -> None:
 def run(args) -> int:
     from engine.errors import ConfigError
     from workbench.explain import explain, explanation_record, format_explanation
-    from workbench.run_log import read_run_log
-    from workbench.run_recorder import RUN_LOG_NAME
 
-    path = args.run / RUN_LOG_NAME if args.run.is_dir() else args.run
-    log = read_run_log(path, with_traces=True)
-    if log.skipped_lines:
-        print(f"workbench: {log.skipped_summary(path)}", file=sys.stderr)
+    path, log = read_run_for(args.run, with_traces=True)
     tags = sorted({record["tag"] for record in log.requests})
     if args.tag is not None and args.tag not in tags:
         raise ConfigError(f"--tag: no request tagged {args.tag!r} in {path}; its tags are {', '.join(tags) or 'none'}")

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from workbench.cli.arguments import add_server_model_options
+from workbench.cli.arguments import add_server_model_options, add_set_option
 
 
 def add_to(commands) -> None:
@@ -15,14 +15,7 @@ def add_to(commands) -> None:
         "replay", help="what if: re-send a recorded run's requests with other settings or on another backend"
     )
     replay.add_argument("run", type=Path, help="the recorded run's folder (holding run.jsonl and report.json)")
-    replay.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="TABLE.KEY=VALUE",
-        help="a setting changed for the replay, e.g. engine.max_num_seqs=16 (keys: docs/knobs.md)",
-    )
+    add_set_option(replay, "a setting changed for the replay, e.g. engine.max_num_seqs=16 (keys: docs/knobs.md)")
     replay.add_argument(
         "--backend",
         metavar="WHERE",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workbench.cli.arguments import at_least, port_number
+from workbench.cli.arguments import add_set_option, at_least, port_number
 from workbench.server import DEFAULT_MAX_REQUEST_BYTES
 
 
@@ -12,13 +12,10 @@ def add_to(commands) -> None:
     serve.add_argument(
         "--model", help="the model to serve (short for --set engine.model=MODEL): smollm2-135m, gemma3-270m or a path"
     )
-    serve.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
+    add_set_option(
+        serve,
+        "an engine setting, e.g. engine.model=simulated:llama-2-7b@h100-80gb (every key: docs/knobs.md)",
         metavar="engine.KEY=VALUE",
-        help="an engine setting, e.g. engine.model=simulated:llama-2-7b@h100-80gb (every key: docs/knobs.md)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     serve.add_argument("--port", type=port_number, default=8000)

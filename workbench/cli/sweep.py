@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from workbench.cli.arguments import add_server_model_options, at_least, backend_factory
+from workbench.cli.arguments import add_server_model_options, add_set_option, at_least, backend_factory
 
 
 def add_to(commands) -> None:
@@ -44,14 +44,7 @@ def add_to(commands) -> None:
         metavar="FRACTION",
         help="with --find-max-rate: stop when the bracket's ends are within this fraction (default 0.1)",
     )
-    sweep.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="TABLE.KEY=VALUE",
-        help="a setting fixed for every point, e.g. traffic.num_requests=2000",
-    )
+    add_set_option(sweep, "a setting fixed for every point, e.g. traffic.num_requests=2000")
     sweep.add_argument("--seed", type=at_least(int, 0), help="override the preset's seed")
     sweep.add_argument("--out", required=True, type=Path, help="folder for sweep.csv, the charts and a run per point")
     sweep.add_argument("--no-plots", action="store_true", help="skip the charts")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from workbench.cli.arguments import at_least
+from workbench.cli.arguments import at_least, read_run_for
 
 
 def add_to(commands) -> None:
@@ -21,15 +20,10 @@ def add_to(commands) -> None:
 
 def run(args) -> int:
     from engine.errors import ConfigError
-    from workbench.run_log import read_run_log
-    from workbench.run_recorder import RUN_LOG_NAME
     from workbench.traces.log import read_trace, why_no_traces
     from workbench.traces.text import format_request, format_step
 
-    path = args.run / RUN_LOG_NAME if args.run.is_dir() else args.run
-    log = read_run_log(path, with_traces=True)
-    if log.skipped_lines:
-        print(f"workbench: {log.skipped_summary(path)}", file=sys.stderr)
+    path, log = read_run_for(args.run, with_traces=True)
     if not log.traces:
         raise ConfigError(f"{path}: this run log has no step traces: {why_no_traces(log.header)}")
     first, last = log.traces[0]["step"], log.traces[-1]["step"]

@@ -9,19 +9,38 @@ from workbench.metrics_store import MetricsStore
 from workbench.run_log import RunLog
 
 
-def export_plot_images(log: RunLog, out_dir: Path, width: int = 1200, height: int = 500) -> list[Path]:
+def drawing_offscreen(antialias: bool) -> None:
+    """A Qt application to draw pictures in, offscreen where there is no display (CI), white."""
     if not os.environ.get("DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # headless machines and CI
     import pyqtgraph as pg
-    import pyqtgraph.exporters
     from PySide6.QtWidgets import QApplication
+
+    QApplication.instance() or QApplication([])
+    pg.setConfigOptions(background="w", foreground="k", antialias=antialias)
+
+
+def export_png(plot, path: Path, width: int, height: int) -> Path:
+    """One pyqtgraph PlotItem as a PNG `width` pixels wide, laid out at width x height."""
+    import pyqtgraph as pg
+    import pyqtgraph.exporters
+
+    view = pg.GraphicsLayoutWidget()
+    view.addItem(plot)
+    view.resize(width, height)
+    exporter = pyqtgraph.exporters.ImageExporter(plot)
+    exporter.parameters()["width"] = width
+    exporter.export(str(path))
+    view.close()
+    return path
+
+
+def export_plot_images(log: RunLog, out_dir: Path, width: int = 1200, height: int = 500) -> list[Path]:
+    drawing_offscreen(antialias=False)  # antialiased grids and fills cost most of a frame
+    import pyqtgraph as pg
 
     from workbench.gui.plots import all_plots
 
-    QApplication.instance() or QApplication([])
-    pg.setConfigOptions(
-        background="w", foreground="k", antialias=False
-    )  # antialiased grids and fills cost most of a frame
     snapshot = MetricsStore.from_run_log(log).snapshot()
     written = []
     plots = all_plots()
@@ -33,13 +52,5 @@ def export_plot_images(log: RunLog, out_dir: Path, width: int = 1200, height: in
         for item in plot.plot.listDataItems():  # a picture is drawn once: lines as wide as reads best
             if item.opts["pen"] is not None:
                 item.setPen(pg.mkPen(pg.mkPen(item.opts["pen"]).color(), width=2))
-        view = pg.GraphicsLayoutWidget()
-        view.addItem(plot.plot)
-        view.resize(width, height)
-        exporter = pyqtgraph.exporters.ImageExporter(plot.plot)
-        exporter.parameters()["width"] = width
-        path = out_dir / f"{name}.png"
-        exporter.export(str(path))
-        written.append(path)
-        view.close()
+        written.append(export_png(plot.plot, out_dir / f"{name}.png", width, height))
     return written

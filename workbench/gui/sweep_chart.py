@@ -11,12 +11,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
 
+from workbench.gui.report_images import drawing_offscreen, export_png
 from workbench.sweep import RATE_KEY, Sweep
 
 LATENCIES = {
@@ -114,22 +114,8 @@ def export_sweep_images(
     sweep: Sweep, out_dir: Path, target_perc: float | None = None, width: int = 1000, height: int = 600
 ) -> list[Path]:
     """The sweep's charts as PNGs in out_dir, drawn offscreen; `target_perc`: a rate search's goodput target."""
-    if not os.environ.get("DISPLAY"):
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    import pyqtgraph.exporters
-    from PySide6.QtWidgets import QApplication
-
-    QApplication.instance() or QApplication([])
-    pg.setConfigOptions(background="w", foreground="k", antialias=True)
-    written = []
-    for name, plot in sweep_plots(sweep, target_perc).items():
-        view = pg.GraphicsLayoutWidget()
-        view.addItem(plot)
-        view.resize(width, height)
-        exporter = pyqtgraph.exporters.ImageExporter(plot)
-        exporter.parameters()["width"] = width
-        path = out_dir / f"{name}.png"
-        exporter.export(str(path))
-        written.append(path)
-        view.close()
-    return written
+    drawing_offscreen(antialias=True)
+    return [
+        export_png(plot, out_dir / f"{name}.png", width, height)
+        for name, plot in sweep_plots(sweep, target_perc).items()
+    ]
