@@ -68,7 +68,7 @@ def test_a_replay_on_another_backend_names_the_difference(recorded, tmp_path):
     assert main(["replay", str(recorded), "--backend", "simulated:llama-2-7b@h100-80gb", "--out", str(tmp_path)]) == 0
     comparison = json.loads((tmp_path / "comparison.json").read_text())
     assert any(line.startswith("model:") for line in comparison["differences"])
-    assert (tmp_path / "latency.png").exists()
+    assert (tmp_path / "latency.png").exists() and (tmp_path / "per_request.png").stat().st_size > 10_000
 
 
 def test_bad_replays_get_one_line(recorded, tmp_path, capsys):

@@ -317,3 +317,18 @@ def test_a_run_against_a_server_is_explained_as_far_as_it_can_be_and_replays_on_
     code = main(["replay", str(recorded), "--backend", "simulated:llama-2-7b@h100-80gb", "--out", str(replayed)])
     assert code == 0 and read_run_log(replayed / "run.jsonl").header["backend"]["name"] == "in-process engine"
     assert len(read_run_log(replayed / "run.jsonl").requests) == 4
+
+
+def test_a_sweep_runs_every_point_against_the_server(server, tmp_path, capsys):
+    from workbench.cli import main
+    from workbench.sweep import read_sweep
+
+    code = main(
+        ["sweep", "--preset", "chat-steady", "--server", server, "--set", "traffic.num_requests=4"]
+        + ["--set", "traffic.output_len.high=16", "--rates", "4,16", "--no-plots", "--out", str(tmp_path)]
+    )
+    sweep = read_sweep(tmp_path)
+    assert code == 0 and [row["traffic.rate"] for row in sweep.rows] == ["4", "16"]
+    assert all(row["complete"] and row["requests_finished"] == 4 for row in sweep.rows)
+    header = read_run_log(tmp_path / "point-01" / "run.jsonl").header
+    assert header["backend"]["name"] != "in-process engine"

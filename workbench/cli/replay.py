@@ -87,6 +87,10 @@ def run(args) -> int:
     print_summary(report)
     rows = per_request_rows(original, read_run_log(args.out / RUN_LOG_NAME))
     write_per_request_csv(rows, args.out / PER_REQUEST_CSV)
+    if not args.no_plots:
+        from workbench.gui.replay_chart import export_per_request_image
+
+        export_per_request_image(rows, args.out / "per_request.png")
     result = compare(original_report, report, args.intended, args.tolerated)
     # The traffic differs in the scenario's words only: the same requests were sent again.
     result["differences"] = [line for line in result["differences"] if not line.startswith("workload")]
