@@ -113,7 +113,7 @@ def sweep_row(point: SweepPoint, report: dict) -> dict:
     return row
 
 
-def columns(keys: list[str]) -> list[str]:
+def csv_columns(keys: list[str]) -> list[str]:
     figures = []
     for name in FIGURES:
         figures.append(name)
@@ -126,7 +126,7 @@ def columns(keys: list[str]) -> list[str]:
 
 def write_sweep_csv(path: Path, keys: list[str], rows: list[dict]) -> None:
     with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns(keys))
+        writer = csv.DictWriter(handle, fieldnames=csv_columns(keys))
         writer.writeheader()
         writer.writerows(rows)
 

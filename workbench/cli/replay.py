@@ -36,7 +36,7 @@ def run(args) -> int:
     from engine.errors import ConfigError
     from workbench.cli.arguments import backend_factory
     from workbench.cli.bench import print_summary
-    from workbench.compare import compare, format_comparison, load_report
+    from workbench.compare import Criterion, compare, format_comparison, load_report
     from workbench.headless import run_headless
     from workbench.replay import (
         PER_REQUEST_CSV,
@@ -53,6 +53,8 @@ def run(args) -> int:
     from workbench.run_recorder import RUN_LOG_NAME
 
     folder = args.run if args.run.is_dir() else args.run.parent
+    terms = args.intended + args.tolerated
+    criteria = [Criterion.parse(text) for text in terms]  # a bad term stops the replay before anything runs
     original = read_run_log(folder / RUN_LOG_NAME)
     original_report = load_report(folder)
     requests = recorded_requests(original, str(folder / RUN_LOG_NAME))
@@ -69,7 +71,7 @@ def run(args) -> int:
     make_backend, _ = backend_factory(args, scenario)
     backend = make_backend(scenario)
     try:
-        _refuse_terms_not_exposed(args.intended + args.tolerated, original_report, backend, folder)
+        _refuse_terms_not_exposed(terms, criteria, original_report, backend)
         unknown_lengths = sum(not request.length_known for request in requests)
         print(
             f"replaying {len(requests)} requests of {folder} on {backend.name} -> {args.out}"
@@ -80,16 +82,15 @@ def run(args) -> int:
         report = run_headless(scenario, args.out, backend=backend)
     finally:
         backend.close()
-    if not args.no_plots:
-        from workbench.gui.report_images import export_plot_images
-
-        export_plot_images(read_run_log(args.out / RUN_LOG_NAME), args.out)
     print_summary(report)
-    rows = per_request_rows(original, read_run_log(args.out / RUN_LOG_NAME))
+    replayed = read_run_log(args.out / RUN_LOG_NAME)
+    rows = per_request_rows(original, replayed)
     write_per_request_csv(rows, args.out / PER_REQUEST_CSV)
     if not args.no_plots:
         from workbench.gui.replay_chart import export_per_request_image
+        from workbench.gui.report_images import export_plot_images
 
+        export_plot_images(replayed, args.out)
         export_per_request_image(rows, args.out / "per_request.png")
     result = compare(original_report, report, args.intended, args.tolerated)
     # The traffic differs in the scenario's words only: the same requests were sent again.
@@ -106,10 +107,9 @@ def run(args) -> int:
     return 0
 
 
-def _refuse_terms_not_exposed(terms: list[str], original_report: dict, backend, folder: Path) -> None:
+def _refuse_terms_not_exposed(terms: list[str], criteria: list, original_report: dict, backend) -> None:
     """A decision term on a figure one of the two backends cannot see is refused before the replay."""
     from engine.errors import ConfigError
-    from workbench.compare import Criterion
     from workbench.report import SERVER_STATE_METRICS
 
     sides = (
@@ -119,8 +119,8 @@ def _refuse_terms_not_exposed(terms: list[str], original_report: dict, backend, 
         ),
         (f"the replay's backend ({backend.name})", backend.capabilities.missing()),
     )
-    for text in terms:
-        metric = Criterion.parse(text).metric.rsplit("/", 1)[-1]
+    for text, criterion in zip(terms, criteria):
+        metric = criterion.metric.rsplit("/", 1)[-1]
         for capability, names in SERVER_STATE_METRICS.items():
             for who, missing in sides:
                 if metric in names and capability in missing:

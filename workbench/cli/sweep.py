@@ -99,27 +99,29 @@ def run(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     keys = list(points[0].settings) if points else []
 
-    def run_point(name: str, scenario, folder: Path) -> dict:
-        print(f"running {name} -> {folder}", file=sys.stderr)
+    varied_keys = keys + [RATE_KEY] if args.find_max_rate else keys
+    rows = []
+
+    def run_point(point, scenario) -> dict:
+        """Run one point, add its row and rewrite sweep.csv (an interrupted sweep keeps its points)."""
+        folder = args.out / point.folder
+        print(f"running {point.label() or 'the preset'} -> {folder}", file=sys.stderr)
         backend = make_backend(scenario)
         try:
             report = run_headless(scenario, folder, backend=backend)
         finally:
             backend.close()
         print_summary(report)
+        rows.append(sweep_row(point, report))
+        write_sweep_csv(args.out / SWEEP_CSV, varied_keys, rows)
         return report
 
-    rows = []
-    if not args.find_max_rate:
-        for point in points:
-            report = run_point(point.label(), scenarios[point.index], args.out / point.folder)
-            rows.append(sweep_row(point, report))
-            write_sweep_csv(args.out / SWEEP_CSV, keys, rows)
+    if args.find_max_rate:
+        for point in points or [None]:
+            _search(args, point, scenario_for, run_point, first_index=len(rows) + 1)
     else:
-        searches = points or [None]
-        for point in searches:
-            rows += _search(args, point, scenario_for, run_point, first_index=len(rows) + 1)
-            write_sweep_csv(args.out / SWEEP_CSV, keys + [RATE_KEY], rows)
+        for point in points:
+            run_point(point, scenarios[point.index])
     print(f"sweep: {len(rows)} points -> {args.out / SWEEP_CSV}")
     if not args.no_plots:
         from workbench.gui.sweep_chart import export_sweep_images
@@ -143,22 +145,19 @@ def _check_rate_search(scenario) -> None:
         raise ConfigError("--find-max-rate: the preset has no [slo]; goodput needs at least one SLO")
 
 
-def _search(args, point, scenario_for, run_point, first_index: int) -> list[dict]:
+def _search(args, point, scenario_for, run_point, first_index: int) -> None:
     """One search of the highest rate for a combination of the varied settings (or the preset as
-    is); its runs are points from `first_index` on. Returns their sweep.csv rows."""
-    from workbench.sweep import RATE_KEY, SweepPoint, find_max_rate, sweep_row
+    is); its runs are points from `first_index` on."""
+    from workbench.sweep import RATE_KEY, SweepPoint, find_max_rate
 
-    fixed = point.overrides() if point else []
-    start = scenario_for(fixed).traffic.rate
-    rows = []
+    start = scenario_for(point.overrides() if point else []).traffic.rate
+    runs = 0
 
     def run_at(rate: float) -> dict:
-        index = first_index + len(rows)
-        probe = SweepPoint(index, {**(point.settings if point else {}), RATE_KEY: f"{rate:.6g}"})
-        report = run_point(probe.label(), scenario_for(probe.overrides()), args.out / probe.folder)
-        rows.append(sweep_row(probe, report))
-        return report
+        nonlocal runs
+        probe = SweepPoint(first_index + runs, {**(point.settings if point else {}), RATE_KEY: f"{rate:.6g}"})
+        runs += 1
+        return run_point(probe, scenario_for(probe.overrides()))
 
     result = find_max_rate(run_at, start, args.goodput_target, args.tolerance)
     print(f"{point.label() + ': ' if point else ''}{result.describe()}")
-    return rows
