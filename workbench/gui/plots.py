@@ -84,7 +84,8 @@ class KvOccupancyPlot:
         self.plot.setYRange(0, 100)
         self.used = _line(self.plot, COLORS["used"], "used")
         self.cached = _line(self.plot, COLORS["cached"], "used + cached free prefixes")
-        self.prefix_hits = _line(self.plot, COLORS["prefix_hits"], "prefix-cache hits, % of prompt tokens so far")
+        # The run's hit rate so far, % of prompt tokens (a short name: the legend row sets the plot's width).
+        self.prefix_hits = _line(self.plot, COLORS["prefix_hits"], "prefix-cache hits")
 
     def update(self, snapshot: MetricsSnapshot, x_range: XRange = None) -> None:
         self.used.setData(*snapshot.overview.line("kv_used_perc", x_range))

@@ -33,7 +33,8 @@ def test_an_opened_run_is_explained_and_a_click_on_the_tails_cause_shows_a_histo
     assert why.explanation is not None and why.explanation.everyone.n == 8
     causes = [cause for _, _, cause in why._segments]
     assert "max_num_seqs" in causes and "kv_blocks" not in causes
-    # A real click in the middle of the tail bar's max_num_seqs segment.
+    # A real click in the middle of the tail bar's max_num_seqs segment, at a laptop's window size.
+    window.resize(1280, 800)
     window.tabs.setCurrentWidget(why)
     qtbot.waitExposed(why.plot_widget)
     qtbot.wait(50)  # laid out at its shown size
