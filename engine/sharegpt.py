@@ -23,10 +23,18 @@ _SEPARATORS = re.compile(r"[\s,]*")
 
 @dataclass(frozen=True)
 class Conversation:
-    prompt: str  # the first human turn
-    reply: str  # the assistant's answer to it
     # Every exchange from the first on, (human turn, the assistant's answer), while they alternate.
-    exchanges: tuple[tuple[str, str], ...] = ()
+    exchanges: tuple[tuple[str, str], ...]
+
+    @property
+    def prompt(self) -> str:
+        """The first human turn."""
+        return self.exchanges[0][0]
+
+    @property
+    def reply(self) -> str:
+        """The assistant's answer to it."""
+        return self.exchanges[0][1]
 
 
 @dataclass(frozen=True)
@@ -81,5 +89,5 @@ def _first_exchange(turns: list[dict]) -> Conversation | None:
             while index + 1 < len(turns) and answered(index):
                 exchanges.append((turns[index]["value"], turns[index + 1]["value"]))
                 index += 2
-            return Conversation(exchanges[0][0], exchanges[0][1], tuple(exchanges))
+            return Conversation(tuple(exchanges))
     return None

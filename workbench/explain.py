@@ -88,20 +88,30 @@ class RequestTime:
     def main_cause(self) -> str:
         return list(CAUSES)[int(np.argmax(self.seconds))]
 
+    def main_cause_perc(self) -> float:
+        """The main cause's share of the request's time, %."""
+        total = self.seconds.sum()
+        return 100.0 * self.seconds.max() / total if total else 0.0
+
 
 class _QueueReasons:
     """Per queue, the time each cause held it, accumulated over the steps: a request that waited in
     a queue from step a to step b (inclusive) waited `between(queue, a, b)`."""
 
     def __init__(self, steps: list[dict], lengths: np.ndarray):
+        self._steps = steps
         self._cumulative = {}
         for queue in (WAITING, WAITING_LONG):
             per_step = np.zeros((len(steps) + 1, len(CAUSES)))
-            for index, step in enumerate(steps):
-                reason = next((held[2] for held in step["held"] if held[1] == queue), None)
-                # No held head while a request waited: it arrived during this step (counted apart).
-                per_step[index + 1, _INDEX[cause_of(reason) if reason else "other_wait"]] = lengths[index]
+            for index in range(len(steps)):
+                per_step[index + 1, _INDEX[self.cause_at(queue, index)]] = lengths[index]
             self._cumulative[queue] = np.cumsum(per_step, axis=0)
+
+    def cause_at(self, queue: str, step: int) -> str:
+        """Why the queue's head waited in this step (no held head while a request waited: it
+        arrived during the step, which is counted apart)."""
+        reason = next((held[2] for held in self._steps[step]["held"] if held[1] == queue), None)
+        return cause_of(reason) if reason else "other_wait"
 
     def between(self, queue: str, first: int, last: int) -> np.ndarray:
         if last < first:
@@ -180,7 +190,7 @@ def attribute_traced(log: RunLog) -> list[RequestTime]:
             if admitted_from is not None:
                 state = waiting.pop(request_id, None)
                 if time is not None and state is not None:
-                    _count_wait(time, state, admitted_from, index, reasons, steps)
+                    _count_wait(time, state, admitted_from, index, reasons)
                     arrival = records[request_id]["arrival_time"]
                     cause = "preempted" if recompute else "prefill"
                     time.add(cause, ends[index] - max(arrival, previous_ends[index]))
@@ -198,20 +208,17 @@ def attribute_traced(log: RunLog) -> list[RequestTime]:
         for request_id, _, finish_reason, _ in step["emitted"]:
             if finish_reason and request_id in running:
                 stop_running(request_id, index)
-    return [time for time in times.values()]
+    return list(times.values())
 
 
-def _count_wait(
-    time: RequestTime, state: _Waiting, queue: str, admitted_at: int, reasons: _QueueReasons, steps: list[dict]
-) -> None:
+def _count_wait(time: RequestTime, state: _Waiting, queue: str, admitted_at: int, reasons: _QueueReasons) -> None:
     """A wait that ended with admission from `queue` in step `admitted_at`."""
     waited = reasons.between(queue, state.since, admitted_at - 1)
     if state.partial is not None:
         step, seconds = state.partial
         if step < admitted_at:  # waited part of its arrival step; admitted in it, it is prefill
-            reason = next((held[2] for held in steps[step]["held"] if held[1] == queue), None)
             waited = waited.copy()
-            waited[_INDEX[cause_of(reason) if reason else "other_wait"]] += seconds
+            waited[_INDEX[reasons.cause_at(queue, step)]] += seconds
     if state.preempted:
         time.add("preempted", float(waited.sum()))
     else:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,14 +134,12 @@ def write_per_request_csv(rows: list[dict], path: Path) -> None:
 
 def per_request_summary(rows: list[dict]) -> str:
     """e.g. "e2e: 180 of 200 paired requests faster, 20 slower; median change -1,234 ms (n = 200)"."""
-    changes = sorted(row["change_e2e_ms"] for row in rows if row["change_e2e_ms"] is not None)
+    changes = [row["change_e2e_ms"] for row in rows if row["change_e2e_ms"] is not None]
     if not changes:
         return "e2e: no request finished in both runs"
     faster = sum(change < 0 for change in changes)
     slower = sum(change > 0 for change in changes)
-    middle = len(changes) // 2
-    median = changes[middle] if len(changes) % 2 else (changes[middle - 1] + changes[middle]) / 2
     return (
         f"e2e: {faster} of {len(changes)} requests finished in both runs faster in the replay, {slower} slower; "
-        f"median change {median:+,.0f} ms (n = {len(changes)})"
+        f"median change {statistics.median(changes):+,.0f} ms (n = {len(changes)})"
     )

@@ -57,9 +57,6 @@ class RequestPlan:
                 self._open_loop = itertools.takewhile(lambda arrival: arrival < self._stop_at, self._traffic.arrivals)
                 self._traffic_next = next(self._open_loop, None)
                 self._traffic_left = None if self._stop_at < float("inf") else self._traffic.known_count
-        # A replayed trace's file, rows and requests cut to the context, for the run's header.
-        self.trace_summary = self._traffic.trace_summary if self._traffic is not None else None
-        self._sessions = self._traffic.sessions if self._traffic is not None else None
         # How many requests the plan holds, if that is known without drawing every arrival time
         # (traffic that ends by a duration, a rate change or a stop event is not).
         self.total: int | None = self.known_left()
@@ -85,15 +82,21 @@ class RequestPlan:
         return self._traffic_next is not None or bool(self._injections) or bool(self._follow_ups)
 
     @property
+    def trace_summary(self) -> dict | None:
+        """A replayed trace's file, rows and requests cut to the context, for the run's header."""
+        return self._traffic.trace_summary if self._traffic is not None else None
+
+    @property
     def sessions_cut_by_context(self) -> int | None:
         """Sessions ended because their next prompt would not fit the context (None: no sessions)."""
-        return self._sessions.cut_by_context if self._sessions is not None else None
+        sessions = self._traffic.sessions if self._traffic is not None else None
+        return sessions.cut_by_context if sessions is not None else None
 
     def request_ended(self, request: PlannedRequest, ended_s: float, finished: bool) -> None:
         """A sent request ended at `ended_s` (seconds after the start): a session's next turn, if it
         has one, joins the timed requests; a turn that did not finish ends its session."""
-        if request.session is None or not finished or self._traffic is None:
-            return
+        if request.session is None or not finished or ended_s >= self._stop_at:
+            return  # its next turn would be due after the stop
         follow_up = self._traffic.follow_up(request.session, ended_s)
         if follow_up is not None and follow_up.arrival_s < self._stop_at:
             heapq.heappush(self._follow_ups, (follow_up.arrival_s, next(self._follow_up_order), follow_up))
@@ -135,7 +138,7 @@ class RequestPlan:
         self._traffic_next, self._traffic_left, self.closed_loop_left = None, 0, 0
         self._injections.clear()
         self._follow_ups.clear()
-        self._traffic = None  # sessions in flight plan no next turn
+        self._stop_at = float("-inf")  # as a stop event now: sessions in flight plan no next turn
 
     def count_rest(self) -> int:
         """How many requests are left; the plan is empty afterwards. Unless the number is known,

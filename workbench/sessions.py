@@ -42,7 +42,6 @@ class _Session:
 @dataclass(frozen=True)
 class Turn:
     session: int
-    number: int  # from 1
     prompt_token_ids: tuple[int, ...]
     max_tokens: int
     messages: Chat | None
@@ -85,28 +84,28 @@ class Sessions:
         return turn
 
     def _turn(self, session: int) -> Turn | None:
+        """The session's next turn; None when its prompt would not fit the context (a first turn's
+        is cut to fit instead, as ShareGPT prompts are)."""
         state = self._sessions[session]
         if state.exchanges is not None:
             prompt, messages, reply = self._sharegpt_prompt(state.exchanges[: state.sent + 1])
-            first = state.sent == 0
-            if len(prompt) > self._limit - 2:
-                if not first:
-                    return None
-                prompt, messages = prompt[: self._limit - 2], None
-            low, high = self.profile.output_len.low, self.profile.output_len.high or self._limit
-            output = min(max(reply, low), high, max(1, self._limit - len(prompt) - 1))
         else:
             question = self.profile.prompt_len.sample(state.rng, self._limit - 2)
             answer = self._maker.synthetic(state.last_output, state.rng) if state.sent else []
-            prompt = state.prompt + answer + self._maker.synthetic(question, state.rng)
-            if len(prompt) > self._limit - 2:
-                if state.sent:
-                    return None
-                prompt = prompt[: self._limit - 2]
-            output = self.profile.output_len.sample(state.rng, self._limit - len(prompt) - 1)
-            state.prompt, state.last_output, messages = prompt, output, None
+            prompt, messages = state.prompt + answer + self._maker.synthetic(question, state.rng), None
+        if len(prompt) > self._limit - 2:
+            if state.sent:
+                return None
+            prompt, messages = prompt[: self._limit - 2], None
+        room = self._limit - len(prompt) - 1
+        if state.exchanges is not None:  # the reference answer's length, within output_len's low and high
+            low, high = self.profile.output_len.low, self.profile.output_len.high or self._limit
+            output = min(max(reply, low), high, max(1, room))
+        else:
+            output = self.profile.output_len.sample(state.rng, room)
+            state.prompt, state.last_output = prompt, output
         state.sent += 1
-        return Turn(session, state.sent, tuple(prompt), output, messages)
+        return Turn(session, tuple(prompt), output, messages)
 
     def _sharegpt_prompt(self, exchanges: tuple[tuple[str, str], ...]) -> tuple[list[int], Chat | None, int]:
         """The prompt of the turn asking exchanges[-1]'s question after the earlier exchanges, the

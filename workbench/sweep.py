@@ -43,6 +43,7 @@ FIGURES = (
     "requests_finished",
 )
 _WITH_INTERVALS = {name for name in FIGURES if name.endswith("_ms")} | {"goodput_perc"}  # percentiles, goodput
+_WITH_N = ("ttft_p99_ms", "goodput_perc")  # their n: requests finished, requests arrived
 
 
 @dataclass(frozen=True)
@@ -99,29 +100,29 @@ def plan_points(varies: list[Vary], rates: list[float]) -> list[SweepPoint]:
     ]
 
 
+def _figure_columns(name: str) -> dict[str, Callable[[dict], object]]:
+    """A figure's columns in sweep.csv (its value, its interval's ends, its n), each with how to
+    read it from the figure's report entry."""
+    columns = {name: lambda entry: entry.get("value")}
+    if name in _WITH_INTERVALS:
+        columns[f"{name}_low"] = lambda entry: (entry.get("interval") or {}).get("low")
+        columns[f"{name}_high"] = lambda entry: (entry.get("interval") or {}).get("high")
+    if name in _WITH_N:
+        columns[f"{name.rsplit('_', 1)[0]}_n"] = lambda entry: entry.get("n")
+    return columns
+
+
 def sweep_row(point: SweepPoint, report: dict) -> dict:
     """One row of sweep.csv: the point, its settings, whether its run was complete, its figures."""
     row = {"point": point.index, "folder": point.folder, **point.settings, "complete": report["complete"]}
     for name in FIGURES:
         entry = report["metrics"].get(name) or {}
-        row[name] = entry.get("value")
-        if name in _WITH_INTERVALS:
-            interval = entry.get("interval") or {}
-            row[f"{name}_low"], row[f"{name}_high"] = interval.get("low"), interval.get("high")
-        if name in ("ttft_p99_ms", "goodput_perc"):
-            row[f"{name.rsplit('_', 1)[0]}_n"] = entry.get("n")
+        row.update({column: read(entry) for column, read in _figure_columns(name).items()})
     return row
 
 
 def csv_columns(keys: list[str]) -> list[str]:
-    figures = []
-    for name in FIGURES:
-        figures.append(name)
-        if name in _WITH_INTERVALS:
-            figures += [f"{name}_low", f"{name}_high"]
-        if name in ("ttft_p99_ms", "goodput_perc"):
-            figures.append(f"{name.rsplit('_', 1)[0]}_n")
-    return ["point", "folder", *keys, "complete", *figures]
+    return ["point", "folder", *keys, "complete", *(column for name in FIGURES for column in _figure_columns(name))]
 
 
 def write_sweep_csv(path: Path, keys: list[str], rows: list[dict]) -> None:

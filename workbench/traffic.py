@@ -203,13 +203,11 @@ class PlannedTraffic:
             Sessions(profile, prompt_maker, self._rng, max_model_len) if profile.prompts == "sessions" else None
         )
         if profile.prompts == "trace":
-            self._trace = self._read_trace()
-            self.known_count: int | None = len(self._trace)
-            self.arrivals: Iterator[float | None] = iter([row.arrival_s for row, _ in self._trace])
+            trace = self._read_trace()
+            self._trace = iter(trace)
+            self.known_count: int | None = len(trace)
+            self.arrivals: Iterator[float | None] = iter([row.arrival_s for row, _ in trace])
             return
-        self.sessions = (
-            Sessions(profile, prompt_maker, self._rng, max_model_len) if profile.prompts == "sessions" else None
-        )
         if profile.prompts == "synthetic" and profile.shared_prefix_tokens > max_model_len - 3:
             raise ConfigError(
                 f"shared_prefix_tokens: {profile.shared_prefix_tokens} leaves no room for a prompt and an output "
@@ -251,7 +249,6 @@ class PlannedTraffic:
             fit_lengths(len(ids or ()) or row.prompt_tokens, row.output_tokens, self._max_model_len)[2]
             for row, ids in chosen
         )
-        self._trace_sent = 0
         self.trace_summary = {
             "file": str(path),
             "rows_in_file": len(rows),
@@ -265,8 +262,7 @@ class PlannedTraffic:
         """The contents of the next request, which arrives at `arrival_s`."""
         profile, limit = self.profile, self._max_model_len
         if profile.prompts == "trace":
-            row, prompt_ids = self._trace[self._trace_sent]
-            self._trace_sent += 1
+            row, prompt_ids = next(self._trace)
             prompt_len, output, _ = fit_lengths(len(prompt_ids or ()) or row.prompt_tokens, row.output_tokens, limit)
             prompt = prompt_ids[:prompt_len] if prompt_ids else self._maker.synthetic(prompt_len, self._rng)
             return PlannedRequest(arrival_s, tuple(prompt), output, row.tag or profile.tag)

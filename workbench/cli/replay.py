@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from workbench.cli.arguments import add_server_model_options, add_set_option
+from workbench.cli.arguments import add_server_model_options, add_set_option, read_run_for
 
 
 def add_to(commands) -> None:
@@ -52,12 +52,12 @@ def run(args) -> int:
     from workbench.run_log import read_run_log
     from workbench.run_recorder import RUN_LOG_NAME
 
-    folder = args.run if args.run.is_dir() else args.run.parent
     terms = args.intended + args.tolerated
     criteria = [Criterion.parse(text) for text in terms]  # a bad term stops the replay before anything runs
-    original = read_run_log(folder / RUN_LOG_NAME)
+    log_path, original = read_run_for(args.run, with_traces=False)
+    folder = log_path.parent
     original_report = load_report(folder)
-    requests = recorded_requests(original, str(folder / RUN_LOG_NAME))
+    requests = recorded_requests(original, str(log_path))
     overrides = list(args.overrides)
     args.server = None
     if args.backend and args.backend.startswith(("http://", "https://")):
@@ -67,7 +67,7 @@ def run(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     trace = args.out / REPLAY_TRACE
     write_replay_trace(requests, trace)
-    scenario = replay_scenario(original, trace.resolve(), overrides, f"{folder / RUN_LOG_NAME} (replayed)")
+    scenario = replay_scenario(original, trace.resolve(), overrides, f"{log_path} (replayed)")
     make_backend, _ = backend_factory(args, scenario)
     backend = make_backend(scenario)
     try:

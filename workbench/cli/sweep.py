@@ -98,7 +98,6 @@ def run(args) -> int:
     make_backend, _ = backend_factory(args, base)
     args.out.mkdir(parents=True, exist_ok=True)
     keys = list(points[0].settings) if points else []
-
     varied_keys = keys + [RATE_KEY] if args.find_max_rate else keys
     rows = []
 

@@ -10,8 +10,7 @@ import numpy as np
 import pyqtgraph as pg
 
 from workbench.gui.report_images import drawing_offscreen, export_png
-
-_PALETTE = ["#4C9BE8", "#E67E22", "#27AE60", "#9B59B6", "#C0392B", "#16A085"]
+from workbench.gui.theme import series_colour
 
 
 def per_request_plot(rows: list[dict]) -> pg.PlotItem:
@@ -27,7 +26,7 @@ def per_request_plot(rows: list[dict]) -> pg.PlotItem:
     tags = sorted({row["tag"] for row in paired})
     for index, tag in enumerate(tags):
         mine = [row for row in paired if row["tag"] == tag]
-        color = _PALETTE[index % len(_PALETTE)]
+        color = series_colour(index)
         plot.plot(
             [row["original_e2e_ms"] for row in mine],
             [row["replay_e2e_ms"] for row in mine],

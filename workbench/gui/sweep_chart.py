@@ -17,6 +17,7 @@ import numpy as np
 import pyqtgraph as pg
 
 from workbench.gui.report_images import drawing_offscreen, export_png
+from workbench.gui.theme import series_colour
 from workbench.sweep import RATE_KEY, Sweep
 
 LATENCIES = {
@@ -24,7 +25,6 @@ LATENCIES = {
     "ttft_p99_ms": "p99 time to first token",
     "e2e_p99_ms": "p99 end-to-end latency",
 }
-_PALETTE = ["#4C9BE8", "#E67E22", "#27AE60", "#9B59B6", "#C0392B", "#16A085", "#7F8C8D"]
 
 
 def _groups(sweep: Sweep, along: str) -> dict[str, list[dict]]:
@@ -74,7 +74,7 @@ def throughput_latency_plot(sweep: Sweep, latency: str = "tpot_p99_ms") -> pg.Pl
     plot.addLegend(offset=(70, 10))  # top left: a trade-off curve rises to the right
     for index, (name, rows) in enumerate(_groups(sweep, along).items()):
         labelled = [{**row, "label": str(row[along]) if along else ""} for row in rows]
-        _series(plot, labelled, "output_tok_s", latency, _PALETTE[index % len(_PALETTE)], name, labels=True)
+        _series(plot, labelled, "output_tok_s", latency, series_colour(index), name, labels=True)
     plot.getViewBox().setDefaultPadding(0.12)  # room for the labels right of the last points
     return plot
 
@@ -95,7 +95,7 @@ def goodput_rate_plot(sweep: Sweep, target_perc: float | None = None) -> pg.Plot
         for name, rows in _groups(sweep, RATE_KEY).items()
     }
     for index, (name, rows) in enumerate(rows_by_rate.items()):
-        _series(plot, rows, RATE_KEY, "goodput_perc", _PALETTE[index % len(_PALETTE)], name, labels=False)
+        _series(plot, rows, RATE_KEY, "goodput_perc", series_colour(index), name, labels=False)
     if target_perc is not None:
         plot.addItem(pg.InfiniteLine(pos=target_perc, angle=0, pen=pg.mkPen("#E74C3C", style=pg.QtCore.Qt.DashLine)))
     plot.setYRange(0, 105)

@@ -6,6 +6,13 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 
+# Lines of a chart that draws one series per group (a sweep's, a replay's tags), in turn.
+SERIES_COLOURS = ("#4C9BE8", "#E67E22", "#27AE60", "#9B59B6", "#C0392B", "#16A085", "#7F8C8D")
+
+
+def series_colour(index: int) -> str:
+    return SERIES_COLOURS[index % len(SERIES_COLOURS)]
+
 
 def is_dark() -> bool:
     hints = QGuiApplication.styleHints()

@@ -127,19 +127,18 @@ class WhyView(QWidget):
             return
         rows = [(1.0, tail, f"tail (at or above {above}, n={tail.n})"), (0.0, everyone, f"all (n={everyone.n})")]
         self._segments = []
+        starts = [0.0] * len(rows)  # where each bar's next segment begins
         for cause in CAUSES:
             widths = [shares.share_perc.get(cause, 0.0) for _, shares, _ in rows]
             if not any(widths):
                 continue
-            starts = [
-                sum(shares.share_perc.get(earlier, 0.0) for earlier in self._before(cause)) for _, shares, _ in rows
-            ]
             bar = pg.BarGraphItem(
                 x0=starts, y=[y for y, _, _ in rows], height=0.6, width=widths, brush=CAUSE_COLOURS[cause], pen="w"
             )
             self.plot.addItem(bar)
             self.legend.addItem(bar, SHORT_NAMES[cause])
             self._segments.append((starts[0], starts[0] + widths[0], cause))
+            starts = [start + width for start, width in zip(starts, widths)]
         self.plot.getAxis("left").setTicks([[(y, label) for y, _, label in rows]])
         self.plot.setXRange(0, 100, padding=0.02)
         self.plot.setYRange(-0.6, 1.6, padding=0)
@@ -151,15 +150,11 @@ class WhyView(QWidget):
             f"its slowest request's history.{note}"
         )
         for time in explanation.slowest:
-            share = 100.0 * time.seconds.max() / time.seconds.sum() if time.seconds.sum() else 0.0
             self.slowest.addItem(
-                f"{time.request_id}  {1000 * time.e2e_s:,.0f} ms  {CAUSES[time.main_cause()]} ({share:.0f}%)"
+                f"{time.request_id}  {1000 * time.e2e_s:,.0f} ms  {CAUSES[time.main_cause()]} "
+                f"({time.main_cause_perc():.0f}%)"
             )
             self.slowest.item(self.slowest.count() - 1).setData(Qt.ItemDataRole.UserRole, time.request_id)
-
-    def _before(self, cause: str) -> list[str]:
-        names = list(CAUSES)
-        return names[: names.index(cause)]
 
     def _clicked(self, event) -> None:
         if self.explanation is None or not self._segments:
