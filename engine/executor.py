@@ -119,8 +119,14 @@ class TorchExecutor:
 
     @property
     def compiling(self) -> bool:
-        """Whether the decode graph's background compile is still running."""
-        return self._background_compile is not None and self._background_compile.running
+        """Whether the decode graph's background compile is still running. Its thread outlives the
+        moment the graph became usable by a few statements: from that moment the graph counts as
+        compiled, so that `decode_mode` and `compile_progress` never say both at once."""
+        return (
+            self._background_compile is not None
+            and self._background_compile.running
+            and self.decode_graph.mode == DecodeGraph.COMPILING
+        )
 
     @property
     def compile_progress(self) -> CompileProgress | None:

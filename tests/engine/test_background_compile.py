@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ import pytest
 from benchmarks.server_processes import wait_until
 from engine.background_compile import kill_compiler_processes
 from engine.config import COMPILE_DECODE_ENVIRONMENT
+from engine.executor import DecodeGraph
+from tests.tiny_models import tiny_engine
 
 
 def run_with_the_default_compile(script: str, inductor_cache, timeout_s: float = 600) -> subprocess.CompletedProcess:
@@ -75,6 +78,31 @@ def test_an_engine_closed_mid_compile_gives_way_to_the_next_one(tmp_path):
     )
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert finished.stdout.splitlines() == ["eager (compile stopped)"] * 3 + ["same tokens"]
+
+
+def test_a_graph_that_became_usable_counts_as_compiled_while_its_thread_ends(tiny_llama, monkeypatch):
+    """The compile thread still runs a few statements after the graph became usable: meanwhile
+    the engine says compiled and reports no compile in progress (the window's status line once
+    said "decode compiled" and "warming up, compiling the decode graph" at once). The compile
+    itself is replaced by marking the graph usable, and the thread held just after it."""
+    marked, release = threading.Event(), threading.Event()
+
+    def usable_at_once(graph, examples):
+        graph.mode = "compiled"
+        marked.set()
+        release.wait(timeout=60)
+
+    monkeypatch.setattr(DecodeGraph, "compile", usable_at_once)
+    directory, _ = tiny_llama
+    engine = tiny_engine(directory, compile_decode="background")
+    try:
+        assert marked.wait(timeout=60)
+        assert engine.executor._background_compile.running  # the thread has not ended
+        assert engine.executor.decode_mode == "compiled"
+        assert not engine.executor.compiling and engine.executor.compile_progress is None
+    finally:
+        release.set()
+        engine.close()
 
 
 def test_only_the_compilers_this_process_started_are_killed(tmp_path):

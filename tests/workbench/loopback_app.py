@@ -7,9 +7,11 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
+import httpx
 import uvicorn
 
 from benchmarks.server_processes import wait_until
+from workbench.backends.server_state import ServerState, parse_server_state
 
 
 @contextlib.contextmanager
@@ -27,3 +29,10 @@ def served(app) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def server_state(url: str) -> ServerState:
+    """What a server's /metrics says now. A server streaming to 1,500 clients on two cores took
+    over httpx's default 5 s to answer on a loaded machine: the wait is generous, as this is a
+    probe, not a timing."""
+    return parse_server_state(httpx.get(f"{url}/metrics", timeout=120).text)

@@ -12,13 +12,9 @@ import httpx
 import pytest
 
 from benchmarks.server_processes import wait_until
-from workbench.backends.server_state import parse_server_state
+from tests.workbench.loopback_app import server_state
 
 pytestmark = pytest.mark.slow  # loads SmolLM2 in the server
-
-
-def state(url: str):
-    return parse_server_state(httpx.get(f"{url}/metrics").text)
 
 
 def assert_openai_error(response: httpx.Response, status: int, message: str) -> None:
@@ -111,7 +107,7 @@ def test_rejected_requests_are_not_counted_as_successes(server):
 def test_a_client_that_leaves_a_non_streaming_request_aborts_it(server, tokenizer):
     """vLLM aborts on disconnect; ours kept generating (10 clients that left after 1 s still had
     15,000 tokens generated) and held shutdown for minutes."""
-    generated_before = state(server).generation_tokens_total
+    generated_before = server_state(server).generation_tokens_total
     body = {
         "prompt": tokenizer.encode("Tell me a long story."),
         "max_tokens": 400,
@@ -121,9 +117,10 @@ def test_a_client_that_leaves_a_non_streaming_request_aborts_it(server, tokenize
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{server}/v1/completions", json=body, timeout=httpx.Timeout(30, read=1.0))
     wait_until(
-        lambda: state(server).num_running == 0 and state(server).kv_usage == 0.0, "the abandoned request to be aborted"
+        lambda: server_state(server).num_running == 0 and server_state(server).kv_usage == 0.0,
+        "the abandoned request to be aborted",
     )
-    assert state(server).generation_tokens_total - generated_before < 400
+    assert server_state(server).generation_tokens_total - generated_before < 400
 
 
 def test_many_streams_that_leave_in_every_phase_leave_nothing_behind(server, tokenizer):
@@ -140,7 +137,9 @@ def test_many_streams_that_leave_in_every_phase_leave_nothing_behind(server, tok
         for stream in streams:
             stream.__exit__(None, None, None)
     wait_until(
-        lambda: (lambda now: now.num_running == 0 and now.num_waiting == 0 and now.kv_usage == 0.0)(state(server)),
+        lambda: (lambda now: now.num_running == 0 and now.num_waiting == 0 and now.kv_usage == 0.0)(
+            server_state(server)
+        ),
         "every abandoned stream to be aborted",
     )
     assert httpx.post(f"{server}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30).status_code == 200
@@ -162,6 +161,6 @@ def test_a_slow_reader_holds_only_its_own_request(server, tokenizer):
             next(lines)
             time.sleep(0.2)
     wait_until(
-        lambda: (lambda now: now.num_running == 0 and now.kv_usage == 0.0)(state(server)),
+        lambda: (lambda now: now.num_running == 0 and now.kv_usage == 0.0)(server_state(server)),
         "the slow reader's request to end",
     )

@@ -97,6 +97,28 @@ def test_an_engine_that_cannot_even_abort_stops_serving_and_says_why(serving, ti
     assert refused.status_code == 503 and refused.json()["error"]["type"] == "ServiceUnavailableError"
 
 
+def test_a_request_sent_after_the_shutdown_began_is_refused_and_never_reaches_the_engine(
+    serving, tiny_llama, monkeypatch
+):
+    """Once the shutdown has ended every request, a later one is answered 503 at once: added, it
+    would be stepped after the HTTP event loop closed, and delivering its tokens there stopped
+    the engine loop's thread."""
+    directory, _ = tiny_llama
+    engine = tiny_engine(directory)
+    added = []
+    add_request = engine.add_request
+    monkeypatch.setattr(
+        engine, "add_request", lambda *args, **kwargs: (added.append(1), add_request(*args, **kwargs))[1]
+    )
+    url, loop = serving(engine)
+    body = {"prompt": [1, 2, 3], "max_tokens": 5, "ignore_eos": True}
+    assert httpx.post(f"{url}/v1/completions", json=body, timeout=30).status_code == 200
+    loop.end_all_requests()
+    refused = httpx.post(f"{url}/v1/completions", json=body, timeout=30)
+    assert refused.status_code == 503 and refused.json()["error"]["message"] == "the server is shutting down"
+    assert len(added) == 1 and not engine.has_unfinished()
+
+
 @pytest.mark.slow  # the bundled model, for its tokenizer
 def test_text_is_tokenized_off_the_event_loop(serving, monkeypatch):
     """While one prompt is being tokenized, /health still answers (a 10 MB prompt froze the

@@ -13,17 +13,13 @@ import pytest
 from benchmarks.server_processes import free_port, start_workbench_server, wait_until
 from engine import EngineConfig, EngineError, LLMEngine, SamplingParams
 from engine.loading.model_source import read_tokenizer
+from tests.workbench.loopback_app import server_state
 from workbench.backends.remote import RemoteBackend
-from workbench.backends.server_state import parse_server_state
 from workbench.headless import run_headless
 from workbench.presets import load_preset
 from workbench.run_log import read_run_log
 
 pytestmark = pytest.mark.slow  # loads SmolLM2 in the server
-
-
-def state(url: str):
-    return parse_server_state(httpx.get(f"{url}/metrics").text)
 
 
 def test_greedy_tokens_over_http_are_the_in_process_engines(server, tokenizer):
@@ -99,7 +95,7 @@ def test_a_preset_through_the_server_gives_a_full_report_and_live_server_state(s
 
     def watch() -> None:
         while not watcher_done.is_set():
-            seen_usage.append(state(server).kv_usage)
+            seen_usage.append(server_state(server).kv_usage)
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch)
@@ -117,7 +113,8 @@ def test_a_preset_through_the_server_gives_a_full_report_and_live_server_state(s
     assert report["metrics"]["kv_usage_peak_perc"]["value"] > 0 and report["metrics"]["kv_usage_peak_perc"]["n"] > 0
     assert max(seen_usage) > 0
     wait_until(
-        lambda: state(server).kv_usage == 0.0 and state(server).num_running == 0, "KV usage back to 0 after the run"
+        lambda: server_state(server).kv_usage == 0.0 and server_state(server).num_running == 0,
+        "KV usage back to 0 after the run",
     )
 
 
@@ -129,16 +126,19 @@ def test_a_client_that_goes_away_frees_its_blocks(server, tokenizer):
         "ignore_eos": True,
         "stream": True,
     }
-    generated_before = state(server).generation_tokens_total
+    generated_before = server_state(server).generation_tokens_total
     with httpx.stream("POST", f"{server}/v1/completions", json=body, timeout=60) as response:
         for line in response.iter_lines():
             if line.startswith("data: "):  # streaming: the request holds blocks while we read
-                during = state(server)
+                during = server_state(server)
                 break
     assert during.kv_usage > 0 and during.num_running == 1
     # The stream is closed: the server aborts the request at its next step and frees its blocks.
-    wait_until(lambda: state(server).kv_usage == 0.0 and state(server).num_running == 0, "the aborted request's blocks")
-    assert state(server).generation_tokens_total - generated_before < 400  # stopped, not run to its end
+    wait_until(
+        lambda: server_state(server).kv_usage == 0.0 and server_state(server).num_running == 0,
+        "the aborted request's blocks",
+    )
+    assert server_state(server).generation_tokens_total - generated_before < 400  # stopped, not run to its end
     assert (
         'vllm:request_success_total{finished_reason="abort",model_name="smollm2-135m"} 1.0'
         in httpx.get(f"{server}/metrics").text
@@ -178,7 +178,7 @@ def test_models_version_and_metrics_speak_vllms_dialect(server):
         "vllm:cache_config_info",
     ):
         assert name in text, name
-    assert state(server).num_blocks > 0 and state(server).block_size == 16
+    assert server_state(server).num_blocks > 0 and server_state(server).block_size == 16
 
 
 def test_a_dropped_server_ends_each_request_with_an_error_and_the_run_goes_on(tokenizer):
@@ -247,7 +247,7 @@ def test_256_concurrent_streams_and_an_abort_from_the_client(tokenizer):
         ended = {}
         while len(ended) < 256:
             ended.update({output.request_id: output for output in backend.advance().outputs if output.finished})
-        assert state(url).num_running == 1  # the long one, still going
+        assert server_state(url).num_running == 1  # the long one, still going
         backend.abort("long")
         while backend.has_unfinished():
             ended.update({output.request_id: output for output in backend.advance().outputs if output.finished})
@@ -280,14 +280,15 @@ def test_1500_streams_are_in_flight_at_the_server_at_once(tokenizer):
                     arrival_time=backend.clock(),
                 )
             wait_until(
-                lambda: (lambda now: now.num_running + now.num_waiting)(state(url)) == 1500,
+                lambda: (lambda now: now.num_running + now.num_waiting)(server_state(url)) == 1500,
                 "1,500 requests at the server",
                 60,
             )
         finally:
             backend.close()
         wait_until(
-            lambda: state(url).num_running == 0 and state(url).num_waiting == 0, "the server to drop the closed streams"
+            lambda: server_state(url).num_running == 0 and server_state(url).num_waiting == 0,
+            "the server to drop the closed streams",
         )
     finally:
         process.terminate()

@@ -34,6 +34,7 @@ from engine.outputs import RequestOutput
 from workbench.server.metrics import ServerMetrics
 
 _IDLE_WAIT_S = 0.05
+_SHUTTING_DOWN = "the server is shutting down"
 
 
 class EngineFailure(Exception):
@@ -48,6 +49,7 @@ class EngineLoop:
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._stopped = threading.Event()
+        self._shutting_down = False  # set by "end all": later requests are refused
         self.failure: str | None = None  # why the loop stopped serving, if it did
 
     def start(self) -> None:
@@ -82,7 +84,9 @@ class EngineLoop:
     def end_all_requests(self) -> None:
         """Abort every request and end its stream with "the server is shutting down" (safe from
         any thread): a shutdown waits for open requests, and one held while the graph compiles
-        or a long stream would keep the process up for minutes."""
+        or a long stream would keep the process up for minutes. A request submitted after this
+        is refused with the same words: the HTTP event loop it would answer on is closing (one
+        added and stepped after it had closed stopped this thread)."""
         self._commands.put(("end all", None, None))
 
     # ----- loop thread ---------------------------------------------------------------------------
@@ -113,7 +117,7 @@ class EngineLoop:
                     self._deliver(output)
                 if not engine.has_unfinished():
                     self.metrics.idle(engine.block_manager.num_used_blocks, engine.num_kv_blocks)
-        self._end_open_streams("the server is shutting down")
+        self._end_open_streams(_SHUTTING_DOWN)
 
     def _fail_requests_in_flight(self, error: Exception) -> None:
         """Abort every unfinished request (freeing its blocks) and end its stream with the error."""
@@ -139,6 +143,9 @@ class EngineLoop:
     def _handle(self, kind: str, argument, done: concurrent.futures.Future | None) -> None:
         if kind == "add":
             request_id, prompt_token_ids, params, loop, outputs = argument
+            if self._shutting_down:
+                done.set_exception(EngineFailure(_SHUTTING_DOWN))
+                return
             try:
                 self._streams[request_id] = (loop, outputs)
                 self.engine.add_request(prompt_token_ids, params, request_id=request_id)
@@ -152,9 +159,10 @@ class EngineLoop:
         elif kind == "abort":
             self.engine.abort(argument)
         elif kind == "end all":
+            self._shutting_down = True
             for request_id in list(self._streams):
                 self.engine.abort(request_id)
-            self._end_open_streams("the server is shutting down")
+            self._end_open_streams(_SHUTTING_DOWN)
 
     def _deliver(self, output: RequestOutput) -> None:
         stream = self._streams.get(output.request_id)

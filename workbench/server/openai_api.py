@@ -263,6 +263,8 @@ async def _serve(loop: EngineLoop, request: Request, body: _Sampling, prompt_ids
         outputs = await loop.submit(request_id, prompt_ids, params)
     except EngineError as error:
         raise BadRequest(str(error)) from error
+    except EngineFailure as error:  # submitted after the shutdown began
+        raise BadRequest(str(error), 503) from error
     first = await _until_disconnected(request, outputs.get())
     if first is None:
         loop.abort(request_id)
