@@ -12,7 +12,7 @@ from pathlib import Path
 
 from engine.errors import ConfigError
 from engine.quantization import UNQUANTIZED
-from workbench.compare import compare, compare_repeats, describe_term, load_report, summarise_runs
+from workbench.compare import Change, change_of, compare, compare_repeats, describe_term, load_report, summarise_runs
 from workbench.kv_capacity import count_text, mib_text, why_kv_capacity_differs
 from workbench.quality_ledger import EXACT, measured_quality
 
@@ -22,7 +22,7 @@ class ArmsRow:
     what: str  # with its unit
     baseline: str
     candidate: str
-    change: str  # relative, or "" where a ratio says nothing
+    change: str  # relative (points for a share) with its 95% interval as the decision has it, or ""
 
 
 @dataclass
@@ -38,14 +38,14 @@ class Arms:
     repeats: int = 1  # pairs of runs behind the figures (bench --repeat)
 
 
-# (metric in report.json, label with unit, decimals)
+# (metric in report.json, label with unit, decimals, relative change): a share changes in points.
 _SPEED_ROWS = (
-    ("ttft_p50_ms", "TTFT p50 (ms)", 0),
-    ("ttft_p99_ms", "TTFT p99 (ms)", 0),
-    ("tpot_p50_ms", "TPOT p50 (ms/token)", 1),
-    ("tpot_p99_ms", "TPOT p99 (ms/token)", 1),
-    ("output_tok_s", "output (tokens/s)", 1),
-    ("goodput_perc", "goodput (% of requests meeting every SLO)", 1),
+    ("ttft_p50_ms", "TTFT p50 (ms)", 0, True),
+    ("ttft_p99_ms", "TTFT p99 (ms)", 0, True),
+    ("tpot_p50_ms", "TPOT p50 (ms/token)", 1, True),
+    ("tpot_p99_ms", "TPOT p99 (ms/token)", 1, True),
+    ("output_tok_s", "output (tokens/s)", 1, True),
+    ("goodput_perc", "goodput (% of requests meeting every SLO)", 1, False),
 )
 
 
@@ -76,7 +76,10 @@ def read_arms(folder: Path) -> Arms:
         result = compare_repeats(pairs, intended, tolerated)
         # Each arm as its first run, its figures the means over the repeats.
         base, cand = ({**arm_runs[0], "metrics": summarise_runs(list(arm_runs))["metrics"]} for arm_runs in zip(*pairs))
-    rows = [_metric_row(label, base, cand, key, decimals) for key, label, decimals in _SPEED_ROWS]
+    rows = [
+        _metric_row(label, base, cand, key, decimals, change_text(change_of(key, pairs, relative), relative))
+        for key, label, decimals, relative in _SPEED_ROWS
+    ]
     rows += _memory_rows(base["engine"], cand["engine"])
     rows.append(ArmsRow("quality vs the file's own weights", _quality(base), _quality(cand), ""))
     return Arms(
@@ -96,7 +99,18 @@ def _variant_reports(folder: Path) -> dict[str, dict]:
     return {path.parent.name: load_report(path.parent) for path in sorted(folder.glob("*/report.json"))}
 
 
-def _metric_row(label: str, base: dict, cand: dict, key: str, decimals: int) -> ArmsRow:
+def change_text(change: Change, relative: bool) -> str:
+    """A change with its 95% interval as the decision record has it, or why it has none."""
+    if change.estimate is None:
+        return ""
+    shown = (lambda value: f"{value * 100:+.1f}%") if relative else (lambda value: f"{value:+.1f}pp")  # noqa: E731
+    if change.interval is None:
+        return f"{shown(change.estimate)} (no interval: one run each)"
+    low, high = ("no bound" if bound is None else shown(bound) for bound in (change.interval.low, change.interval.high))
+    return f"{shown(change.estimate)} [95% {low} to {high}]"
+
+
+def _metric_row(label: str, base: dict, cand: dict, key: str, decimals: int, change: str) -> ArmsRow:
     def shown(report: dict) -> str:
         metric = report["metrics"].get(key) or {}
         value = metric.get("value")
@@ -105,8 +119,7 @@ def _metric_row(label: str, base: dict, cand: dict, key: str, decimals: int) -> 
         runs = f", mean of {metric['runs']} runs" if metric.get("runs", 1) > 1 else ""
         return f"{value:,.{decimals}f} (n={metric.get('n')}{runs})"
 
-    first, second = (report["metrics"].get(key, {}).get("value") for report in (base, cand))
-    return ArmsRow(label, shown(base), shown(cand), _relative(first, second))
+    return ArmsRow(label, shown(base), shown(cand), change)
 
 
 def _relative(first: float | None, second: float | None) -> str:

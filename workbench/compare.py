@@ -20,7 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ConfigError
-from workbench.intervals import Interval, change_from_errors, repeats_interval
+from workbench.intervals import (
+    LEVEL,
+    PAIR_LEVEL,
+    Interval,
+    bounds_text,
+    change_of_percentile,
+    change_over_repeats,
+    difference_of_shares,
+    repeats_interval,
+    requests_to_bound,
+)
 from workbench.machine_probe import machine_drift
 from workbench.report import CONFIGURATION_PREFIXES
 from workbench.verdict import Term, decide, repeats_needed_text
@@ -111,55 +121,128 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not math.isnan(value)
 
 
+# A latency percentile's name (`ttft_p99_ms`, `chat/e2e_p90_ms`): its q.
+_PERCENTILE = re.compile(r"_p(?P<q>\d+)_ms$")
+# A share of requests (goodput): its change is in percentage points.
+_SHARE_SUFFIX = "goodput_perc"
+
+
+@dataclass(frozen=True)
+class Change:
+    """The change of one figure from baseline to candidate over pairs of runs: its estimate, its
+    95% interval (None where the data give none) and what else the reader must know."""
+
+    estimate: float | None
+    interval: Interval | None
+    caveat: str = ""
+
+
+def change_of(metric: str, pairs: list[tuple[dict, dict]], relative: bool) -> Change:
+    """The one definition of a change between two arms, for the decision record and the Arms
+    view alike (workbench/intervals.py names each method):
+
+    - a deterministic figure in every run (memory, quality): the exact change, no interval pretence;
+    - one pair of runs: a percentile from both runs' order-statistic intervals, goodput by
+      Newcombe's interval (in points), any other figure has no interval within a run;
+    - repeated pairs: Student's t over the paired changes (log ratios when relative)."""
+    entries = [
+        (baseline["metrics"].get(metric) or {}, candidate["metrics"].get(metric) or {}) for baseline, candidate in pairs
+    ]
+    firsts = [first.get("value") for first, _ in entries]
+    seconds = [second.get("value") for _, second in entries]
+    if not all(_number(value) for value in firsts + seconds) or (relative and not all(value > 0 for value in firsts)):
+        return Change(None, None)
+    if relative and metric.endswith(_SHARE_SUFFIX):
+        return Change(None, None, "a share of requests changes in points (pp), not in percent of itself")
+    changes = [(second - first) / first if relative else second - first for first, second in zip(firsts, seconds)]
+    if _all_exact(entries):
+        estimate = sum(changes) / len(changes)
+        return Change(estimate, Interval.exact(estimate, "the figure is deterministic in every run"))
+    caveat = _percentile_caveat(metric, entries, paired=len(pairs) == 1)
+    if len(pairs) == 1:
+        return Change(changes[0], _interval_of_one_pair(metric, *entries[0], relative), caveat)
+    interval = change_over_repeats(firsts, seconds, relative)
+    if interval is None:  # a relative change of a figure at 0 in some candidate run: no log ratio
+        return Change(sum(changes) / len(changes), None, caveat)
+    if relative:  # the geometric mean change, the centre of the log-ratio interval
+        estimate = math.expm1(sum(math.log1p(change) for change in changes) / len(changes))
+    else:
+        estimate = sum(changes) / len(changes)
+    if len(pairs) == 2:
+        caveat = "; ".join(
+            part
+            for part in (caveat, "2 pairs of runs: Student's t with 1 degree of freedom (12.7 standard errors wide)")
+            if part
+        )
+    return Change(estimate, interval, caveat)
+
+
+def _all_exact(entries: list[tuple[dict, dict]]) -> bool:
+    intervals = [Interval.from_dict(entry.get("interval")) for pair in entries for entry in pair]
+    return all(interval is not None and interval.is_exact for interval in intervals)
+
+
+def _percentile_caveat(metric: str, entries: list[tuple[dict, dict]], paired: bool) -> str:
+    """Where a run has too few requests to bound a percentile: which, and how many would."""
+    match = _PERCENTILE.search(metric)
+    if match is None:
+        return ""
+    q = int(match["q"])
+    level = PAIR_LEVEL if paired else LEVEL
+    needed = requests_to_bound(q, level)
+    fewest = min(entry.get("n") or 0 for pair in entries for entry in pair)
+    if fewest >= needed:
+        return ""
+    per = "per run for a comparison of one pair" if paired else "per run"
+    return f"p{q} of {fewest} requests: not bounded above; about {needed} requests {per} would bound it"
+
+
+def _interval_of_one_pair(metric: str, first: dict, second: dict, relative: bool) -> Interval | None:
+    if _PERCENTILE.search(metric):
+        a, b = (Interval.from_dict(entry.get("pair_interval")) for entry in (first, second))
+        return None if a is None or b is None else change_of_percentile(a, b, relative)
+    if metric.endswith(_SHARE_SUFFIX) and first.get("n") and second.get("n"):
+        return difference_of_shares(_hits(first), first["n"], _hits(second), second["n"])
+    return None
+
+
+def _hits(entry: dict) -> int:
+    """The requests meeting every SLO behind a goodput entry (its value is a percentage of n)."""
+    return round(entry["value"] * entry["n"] / 100)
+
+
 def term(criterion: Criterion, kind: str, pairs: list[tuple[dict, dict]]) -> Term:
     """The evidence for one criterion from pairs of runs (baseline, candidate), one pair per
-    repeat: the mean change and its interval (one pair: from the two runs' own intervals)."""
+    repeat: the change and its interval (`change_of`)."""
     names = set()
     for baseline, candidate in pairs:
         names |= set(baseline["metrics"]) | set(candidate["metrics"])
     if criterion.metric not in names:
         raise ConfigError(f"criterion {criterion}: no metric {criterion.metric!r} in the reports")
-    changes, entries = [], []
-    for baseline, candidate in pairs:
-        first, second = baseline["metrics"].get(criterion.metric), candidate["metrics"].get(criterion.metric)
-        entries.append((first or {}, second or {}))
-        change = _change(first, second, criterion.relative)
-        if change is not None:
-            changes.append(change)
-    estimate = sum(changes) / len(changes) if changes and len(changes) == len(pairs) else None
-    if estimate is None:
-        interval = None
-    elif len(pairs) == 1:
-        interval = _interval_of_one_pair(*entries[0], criterion.relative)
-    else:
-        interval = repeats_interval(changes, what="paired repeats")
+    if criterion.relative and criterion.metric.endswith(_SHARE_SUFFIX):
+        raise ConfigError(
+            f"criterion {criterion}: {criterion.metric} is a share of requests: state its change in points "
+            f"({criterion.metric}:{criterion.change * 100:+g}pp)"
+        )
+    entries = [
+        (baseline["metrics"].get(criterion.metric) or {}, candidate["metrics"].get(criterion.metric) or {})
+        for baseline, candidate in pairs
+    ]
+    change = change_of(criterion.metric, pairs, criterion.relative)
     return Term(
         kind=kind,
         criterion=str(criterion),
         threshold=criterion.change,
         relative=criterion.relative,
-        estimate=estimate,
-        interval=interval,
+        estimate=change.estimate,
+        interval=change.interval,
         runs=len(pairs),
         n_baseline=min(first.get("n") or 0 for first, _ in entries),
         n_candidate=min(second.get("n") or 0 for _, second in entries),
         subgroup="/" in criterion.metric and not criterion.metric.startswith(CONFIGURATION_PREFIXES),
         unit=next((entry["unit"] for pair in entries for entry in pair if entry.get("unit")), ""),
+        caveat=change.caveat,
     )
-
-
-def _change(first: dict | None, second: dict | None, relative: bool) -> float | None:
-    a, b = (entry["value"] if entry else None for entry in (first, second))
-    if not (_number(a) and _number(b)) or (relative and not a):
-        return None
-    return (b - a) / abs(a) if relative else b - a
-
-
-def _interval_of_one_pair(first: dict, second: dict, relative: bool) -> Interval | None:
-    a, b = Interval.from_dict(first.get("interval")), Interval.from_dict(second.get("interval"))
-    if a is None or b is None:
-        return None
-    return change_from_errors(first["value"], second["value"], a.standard_error, b.standard_error, relative)
 
 
 def drift_tolerance(terms: list[Term]) -> float:
@@ -180,13 +263,15 @@ def allow_for_drift(terms: list[Term], drift: float | None) -> list[Term]:
     for term in terms:
         metric = term.criterion.partition(":")[0]
         if term.relative and term.interval is not None and metric.endswith(_SPEED_SUFFIXES):
+            # On the ratio's scale, so that a widened change stays above -100%.
+            low, high = term.interval.low, term.interval.high
             interval = Interval(
-                term.interval.low - drift,
-                term.interval.high + drift,
+                None if low is None else (1 + low) * (1 - drift) - 1,
+                None if high is None else (1 + high) * (1 + drift) - 1,
                 term.interval.standard_error,
                 f"{term.interval.method}; widened by the machine's drift",
             )
-            term = dataclasses.replace(term, interval=interval, caveat=caveat)
+            term = dataclasses.replace(term, interval=interval, caveat="; ".join(filter(None, (term.caveat, caveat))))
         widened.append(term)
     return widened
 
@@ -413,7 +498,7 @@ def describe_term(item: dict) -> str:
         shown = lambda value: f"{value:+.3g}{'' if unit == 'pp' else ' '}{unit}"  # noqa: E731
     estimate = "-" if item["estimate"] is None else shown(item["estimate"])
     interval = item["interval"]
-    between = f" [95% {shown(interval['low'])} to {shown(interval['high'])}]" if interval else ""
+    between = f" [95% {bounds_text(interval['low'], interval['high'], shown)}]" if interval else ""
     runs = f"{item['runs']} pair{'s' if item['runs'] != 1 else ''} of runs"
     needed = f"; {repeats_needed_text(item['repeats_needed'])}" if item["repeats_needed"] else ""
     note = f"; {item['note']}" if item["note"] else ""
@@ -439,4 +524,4 @@ def short_unit(metric: str, unit: str) -> str:
 
 
 def _interval_text(interval: dict) -> str:
-    return f"[{interval['low']:,.2f}, {interval['high']:,.2f}]"
+    return f"[{bounds_text(interval['low'], interval['high'])}]"

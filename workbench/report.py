@@ -23,7 +23,7 @@ from pathlib import Path
 
 from engine.metrics import FINISHED_REASONS, UNFINISHED, RequestMetrics, StepStats, percentiles
 from workbench.explain import explain, explanation_record
-from workbench.intervals import Interval, mean_interval, percentile_interval, share_interval
+from workbench.intervals import PAIR_LEVEL, Interval, percentile_interval, share_interval
 from workbench.run_log import RunLog, request_metrics
 from workbench.scenario import SLO
 
@@ -73,9 +73,11 @@ NOTES = {
     "output_tok_s": "every output token generated, aborted and unfinished requests' included",
     "requests_not_sent": "planned requests the run ended before sending; they did not arrive and are in no other "
     "figure",
-    "interval": "95% within the run: latency statistics by bootstrap over requests, goodput by Wilson's score "
-    "interval (each names its method and n); itl has none (its values cluster by request) and run-wide figures "
-    "(throughput, KV usage) have none within one run: `workbench bench --repeat N` gives them across runs",
+    "interval": "95% within the run, each with its method and n: latency percentiles by order statistics "
+    "(distribution-free; a side that n requests cannot bound is null, e.g. the p99 of fewer than 368), goodput by "
+    "Clopper-Pearson. pair_interval is a percentile's 97.5% interval, two of which bound a change between a pair "
+    "of runs at 95%. Means, itl (its values cluster by request) and run-wide figures (throughput, KV usage) have "
+    "none within one run: `workbench bench --repeat N` gives them across runs",
     "memory": "memory/ figures are the engine's own accounting of what it allocated (n = 1 engine); no run-to-run "
     "noise moves them, so their interval has zero width",
 }
@@ -92,19 +94,19 @@ def memory_metrics(engine: dict) -> dict:
     return metrics
 
 
-def _metric(value: float | None, unit: str, n: int, interval: Interval | None = None) -> dict:
+def _metric(
+    value: float | None, unit: str, n: int, interval: Interval | None = None, pair_interval: Interval | None = None
+) -> dict:
     """One figure: its value, unit, n, and its 95% interval within the run where it has one
-    (workbench/intervals.py: {"low", "high", "standard_error", "method"}), else null."""
-    return {"value": value, "unit": unit, "n": n, "interval": None if interval is None else interval.as_dict()}
+    (workbench/intervals.py: {"low", "high", "standard_error", "method"}), else null; a
+    percentile also its PAIR_LEVEL interval, what a comparison of one pair of runs combines."""
+    entry = {"value": value, "unit": unit, "n": n, "interval": None if interval is None else interval.as_dict()}
+    if pair_interval is not None:
+        entry["pair_interval"] = pair_interval.as_dict()
+    return entry
 
 
-# How each latency statistic's interval is computed from one value per request.
-_STATISTIC_INTERVALS = {
-    "mean": mean_interval,
-    "p50": lambda values: percentile_interval(values, 50),
-    "p90": lambda values: percentile_interval(values, 90),
-    "p99": lambda values: percentile_interval(values, 99),
-}
+_PERCENTILES = {"p50": 50, "p90": 90, "p99": 99}
 
 
 def latency_metrics(requests: list[RequestMetrics], slo: SLO, duration_s: float, prefix: str = "") -> dict:
@@ -116,11 +118,16 @@ def latency_metrics(requests: list[RequestMetrics], slo: SLO, duration_s: float,
         stats = percentiles(values)
         unit = "ms/token" if name == "tpot" else "ms"
         present = [value for value in values if value is not None]
-        for statistic, interval_of in _STATISTIC_INTERVALS.items():
-            # Inter-token latencies cluster by request: resampling them one by one would give an
-            # interval narrower than the evidence, so they have none (notes).
-            interval = None if name == "itl" else interval_of(present)
-            out[f"{prefix}{name}_{statistic}_ms"] = _metric(getattr(stats, statistic), unit, stats.n, interval)
+        out[f"{prefix}{name}_mean_ms"] = _metric(stats.mean, unit, stats.n)
+        for statistic, q in _PERCENTILES.items():
+            # Inter-token latencies cluster by request: intervals over them one by one would be
+            # narrower than the evidence, so they have none (notes).
+            intervals = (
+                (None, None)
+                if name == "itl"
+                else (percentile_interval(present, q), percentile_interval(present, q, PAIR_LEVEL))
+            )
+            out[f"{prefix}{name}_{statistic}_ms"] = _metric(getattr(stats, statistic), unit, stats.n, *intervals)
     meeting = sum(1 for metrics in finished if slo.met_by(metrics))
     goodput = 100.0 * meeting / len(requests) if requests else None
     # The count is a metric of its own, not part of the unit: a comparison shows one unit for both runs.
@@ -146,17 +153,8 @@ def build_report(log: RunLog) -> dict:
 
     finished = [metrics for metrics in requests if metrics.finish_reason in FINISHED_REASONS]
     unfinished = _count(requests, UNFINISHED)
-    # Without a footer nobody knows which of the requests not logged were sent: they are counted
-    # as not sent (unknown when the number planned was: traffic that ends by a duration), and the
-    # report is incomplete anyway.
-    planned = header.get("requests_planned")
+    planned, not_sent = _planned_and_not_sent(log)
     not_exposed = header.get("backend", {}).get("not_exposed", [])  # run logs before backends: the engine, all exposed
-    if log.complete:
-        not_sent = log.footer.get("requests_not_sent", 0)  # None: saved mid-run, traffic by duration still arriving
-        if planned is None and not_sent is not None:
-            planned = len(requests) + not_sent  # every request sent is in a complete log
-    else:
-        not_sent = None if planned is None else max(0, planned - len(requests))
     output_tokens = sum(metrics.num_output_tokens for metrics in requests)
     prompt_tokens = sum(metrics.num_prompt_tokens for metrics in finished)
     prefill_tokens = sum(step.prefill_tokens for step in steps)
@@ -212,21 +210,7 @@ def build_report(log: RunLog) -> dict:
     for tag in sorted(set(tags)):
         tagged = [metrics for metrics, request_tag in zip(requests, tags) if request_tag == tag]
         metrics.update(latency_metrics(tagged, slo, duration, prefix=f"{tag}/"))
-    incomplete_because = [
-        reason
-        for reason, applies in (
-            ("the run log was not closed (crash or interruption)", not log.complete),
-            (f"requests still in flight when the run ended: {unfinished}", unfinished),
-            (f"planned requests never sent: {not_sent}", not_sent),
-            (
-                "saved while the run was going (requests in flight or still to send)",
-                (log.footer or {}).get("saved_mid_run"),
-            ),
-            *((problem, True) for problem in (log.footer or {}).get("problems", [])),
-            (log.skipped_summary(), log.skipped_lines),
-        )
-        if applies
-    ]
+    incomplete_because = incomplete_reasons(log)
     footer = log.footer or {}
     return {
         "schema": "workbench-report/4",
@@ -252,6 +236,39 @@ def build_report(log: RunLog) -> dict:
         **({"explain": explanation_record(explain(log))} if log.traces_read else {}),
         "notes": NOTES,
     }
+
+
+def _planned_and_not_sent(log: RunLog) -> tuple[int | None, int | None]:
+    """(requests planned, planned requests never sent); None where the log cannot say. Without a
+    footer nobody knows which of the requests not logged were sent: they are counted as not sent
+    (unknown when the number planned was: traffic that ends by a duration)."""
+    planned = log.header.get("requests_planned")
+    if log.complete:
+        not_sent = log.footer.get("requests_not_sent", 0)  # None: saved mid-run, traffic by duration still arriving
+        if planned is None and not_sent is not None:
+            planned = len(log.requests) + not_sent  # every request sent is in a complete log
+        return planned, not_sent
+    return planned, None if planned is None else max(0, planned - len(log.requests))
+
+
+def incomplete_reasons(log: RunLog) -> list[str]:
+    """Why a run is incomplete, none when it is complete: one definition for report.json's
+    `complete` and the window's opened run (a run saved mid-run has a footer, and is incomplete)."""
+    unfinished = sum(1 for record in log.requests if record.get("finish_reason") == UNFINISHED)
+    not_sent = _planned_and_not_sent(log)[1]
+    footer = log.footer or {}
+    return [
+        reason
+        for reason, applies in (
+            ("the run log was not closed (crash or interruption)", not log.complete),
+            (f"requests still in flight when the run ended: {unfinished}", unfinished),
+            (f"planned requests never sent: {not_sent}", not_sent),
+            ("saved while the run was going (requests in flight or still to send)", footer.get("saved_mid_run")),
+            *((problem, True) for problem in footer.get("problems", [])),
+            (log.skipped_summary(), log.skipped_lines),
+        )
+        if applies
+    ]
 
 
 def _count(requests: list[RequestMetrics], reason: str) -> int:

@@ -3,17 +3,24 @@
 Each term of a decision (an intended change or a tolerated regression, `workbench.compare.Criterion`)
 is judged on the interval of the change it names, candidate against baseline:
 
-- an intended change is **reached** when its whole interval lies past the threshold, **short**
-  when its whole interval lies short of it, otherwise **uncertain**;
-- a tolerated regression is **crossed** when its whole interval lies beyond the bound, **within**
-  when its whole interval lies inside it, otherwise **uncertain**.
+- an intended change is **reached** when its whole interval lies strictly past the threshold,
+  **short** when its whole interval lies at or short of it (a zero change is never a gain, not
+  even against "any gain", -0%), otherwise **uncertain**;
+- a tolerated regression is **crossed** when its whole interval lies strictly beyond the bound,
+  **within** when its whole interval lies strictly inside it (or is a single value no further
+  than the bound: a deterministic figure that did not move), otherwise **uncertain**.
+
+A side of an interval the data cannot bound (a p99 of 20 requests has no upper bound) is
+infinite: a term that needs it is uncertain, and its note says what would bound it. The interval
+is a 95% one whose coverage at that n has been shown (workbench/intervals.py), so the verdict
+claims that much and no more.
 
 The verdict: **accept** when every intended change is reached and no tolerated bound is crossed
 (an uncertain tolerated term is named in the verdict); **reject** when an intended change is
-short or a tolerated bound is crossed; otherwise **inconclusive**, with an estimate of the repeats
-that would decide it (an interval narrows as one over the square root of the runs). A term on a
-tag's requests (`chat/ttft_p99_ms`) whose n is under `MIN_SUBGROUP_REQUESTS` in either run is
-not judged: it is uncertain, and says why.
+short or a tolerated bound is crossed; otherwise **inconclusive**, with why (each open term's
+note) and an estimate of the repeats that would decide it (an interval narrows as one over the
+square root of the runs). A term on a tag's requests (`chat/ttft_p50_ms`) whose n is under
+`MIN_SUBGROUP_REQUESTS` in either run is not judged: it is uncertain, and says why.
 """
 
 from __future__ import annotations
@@ -53,13 +60,16 @@ class Term:
     def status(self) -> str:
         if self.interval is None or self.estimate is None or self._too_few_requests:
             return UNCERTAIN
-        # Oriented so that "further in the threshold's direction" is larger.
+        # Oriented so that "further in the threshold's direction" is larger; an unbounded side is infinite.
         direction = math.copysign(1.0, self.threshold)
-        nearest, furthest = sorted((direction * self.interval.low, direction * self.interval.high))
+        low = -math.inf if self.interval.low is None else self.interval.low
+        high = math.inf if self.interval.high is None else self.interval.high
+        nearest, furthest = sorted((direction * low, direction * high))
         bound = direction * self.threshold
         if self.kind == "intended":
-            return REACHED if nearest >= bound else SHORT if furthest < bound else UNCERTAIN
-        return CROSSED if nearest > bound else WITHIN if furthest <= bound else UNCERTAIN
+            return REACHED if nearest > bound else SHORT if furthest <= bound else UNCERTAIN
+        inside = furthest < bound or (nearest == furthest and furthest <= bound)
+        return CROSSED if nearest > bound else WITHIN if inside else UNCERTAIN
 
     @property
     def _too_few_requests(self) -> bool:
@@ -86,7 +96,7 @@ class Term:
         if self.status != UNCERTAIN or self.interval is None or self.estimate is None or self._too_few_requests:
             return None
         distance = abs(self.estimate - self.threshold)
-        if distance == 0:
+        if distance == 0 or not self.interval.identified:  # more requests per run, not more runs, would bound it
             return None
         needed = self.runs * (self.interval.half_width / distance) ** 2
         return max(self.runs + 1, math.ceil(needed - 1e-9))  # 1e-9: 9.000000000000002 is 9
@@ -127,15 +137,25 @@ def decide(terms: list[Term]) -> tuple[str, str]:
     failed = [term.criterion for term in intended if term.status == SHORT]
     failed += [term.criterion for term in tolerated if term.status == CROSSED]
     if failed:
-        return "reject", f"reject: not met beyond doubt: {', '.join(failed)}"
+        return "reject", f"reject: the 95% interval lies wholly on the wrong side of {', '.join(failed)}"
     open_intended = [term for term in intended if term.status != REACHED]
-    open_tolerated = [term.criterion for term in tolerated if term.status == UNCERTAIN]
+    open_tolerated = [term for term in tolerated if term.status == UNCERTAIN]
     if not open_intended:
-        caveat = f" (cannot yet rule out crossing {', '.join(open_tolerated)})" if open_tolerated else ""
-        return "accept", f"accept: every intended gain reached beyond doubt, no tolerated bound crossed{caveat}"
+        caveat = (
+            f"; cannot yet rule out crossing {', '.join(_with_reason(term) for term in open_tolerated)}"
+            if open_tolerated
+            else ""
+        )
+        return "accept", (
+            f"accept: every intended change reached (95% interval wholly past it), no tolerated bound crossed{caveat}"
+        )
     needed = [term.repeats_needed() for term in open_intended]
     estimate = f"; {repeats_needed_text(max(needed))}" if needed and all(n is not None for n in needed) else ""
     return "inconclusive", (
-        f"inconclusive: the intervals of {', '.join(term.criterion for term in open_intended)} include the "
-        f"threshold{estimate}"
+        f"inconclusive: undecided: {', '.join(_with_reason(term) for term in open_intended)}{estimate}"
     )
+
+
+def _with_reason(term: Term) -> str:
+    """The criterion and why it is open: its note, else that its interval holds the threshold."""
+    return f"{term.criterion} ({term.note or 'its 95% interval includes the threshold'})"

@@ -44,11 +44,12 @@ def test_the_arms_side_by_side_with_why_the_kv_capacity_changed_and_the_verdict(
     )
     assert rows["quality vs the file's own weights"].baseline.startswith("exact")
     assert rows["quality vs the file's own weights"].candidate == "not measured: workbench quality --quant int8"
-    assert arms.verdict == "reject: not met beyond doubt: goodput_perc:+10"
-    assert arms.checks[0].startswith(
-        "SHORT     intended  goodput_perc:+10             estimate +0pp [95% +0pp to +0pp]"
+    # 6 of 6 requests met the SLOs in each arm: that cannot show a 10-point gain, nor rule it out.
+    assert arms.verdict.startswith(
+        "inconclusive: undecided: goodput_perc:+10 (its 95% interval includes the threshold)"
     )
-    assert "(n 6/6, 1 pair of runs)" in arms.checks[0]
+    assert arms.checks[0].startswith("UNCERTAIN intended  goodput_perc:+10             estimate +0pp [95% -")
+    assert "(n 6/6, 1 pair of runs" in arms.checks[0] and "Newcombe" not in arms.checks[0]
     assert " tolerated ttft_p99_ms:+1000%" in arms.checks[1]  # within, or uncertain if the machine drifted
     versions = reports["int8"]["versions"]  # a measured cost comes from the ledger, with its n
     record(

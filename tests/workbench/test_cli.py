@@ -64,7 +64,7 @@ engine = { long_prompt_threshold = 32 }
 [decision]
 baseline = "admission-off"
 candidate = "admission-on"
-intended = ["chat/ttft_p99_ms:-1%"]
+intended = ["chat/ttft_p50_ms:-1%"]
 tolerated = ["requests_finished:+0"]
 """
 
@@ -90,12 +90,14 @@ def test_bench_runs_every_variant_writes_files_and_compares(tmp_path, capsys):
             assert pixels_unlike(folder / f"{name}.png", empty / f"{name}.png") > 5_000, name
     comparison = json.loads((out / "comparison.json").read_text())
     assert comparison["baseline"]["variant"] == "admission-off" and len(comparison["checks"]) == 2
-    # Twelve chats (at least MIN_SUBGROUP_REQUESTS): their TTFT interval is judged; the count of
-    # finished requests has no interval within a run, so the tolerated term stays open.
+    # Twelve chats (at least MIN_SUBGROUP_REQUESTS, and enough to bound a median): their TTFT
+    # interval is judged; the count of finished requests has no interval within a run, so the
+    # tolerated term stays open.
     assert [check["status"] for check in comparison["checks"]] == ["reached", "uncertain"]
     assert comparison["verdict"] == (
-        "accept: every intended gain reached beyond doubt, no tolerated bound crossed (cannot yet rule out crossing "
-        "requests_finished:+0)"
+        "accept: every intended change reached (95% interval wholly past it), no tolerated bound crossed; cannot "
+        "yet rule out crossing requests_finished:+0 (no interval (one run each, and this figure has none within a "
+        "run): repeat the runs)"
     )
     printed = capsys.readouterr().out
     assert "decision record:" in printed and "verdict: accept" in printed
@@ -104,7 +106,7 @@ def test_bench_runs_every_variant_writes_files_and_compares(tmp_path, capsys):
         main(["compare", str(out / "admission-off"), str(out / "admission-on"), "--intended", "output_tok_s:+1000%"])
         == 0
     )
-    assert "verdict: inconclusive: the intervals of output_tok_s:+1000% include the threshold" in (
+    assert "verdict: inconclusive: undecided: output_tok_s:+1000% (no interval (one run each" in (
         capsys.readouterr().out
     )
 
@@ -130,7 +132,7 @@ def test_bench_repeats_interleave_the_variants_and_judge_the_paired_repeats(tmp_
     comparison = json.loads((out / "comparison.json").read_text())
     assert comparison["repeats"] == 3 and comparison["baseline"]["seed"] == [1, 2, 3]
     (chats, finished) = comparison["checks"]
-    assert chats["runs"] == 3 and chats["interval"]["method"] == "Student's t over 3 paired repeats"
+    assert chats["runs"] == 3 and chats["interval"]["method"] == "Student's t over 3 paired repeats of the log ratio"
     assert chats["status"] == "reached" and finished["status"] == "within"  # the simulator repeats itself exactly
     rows = {row["metric"]: row for row in comparison["metrics"]}
     assert rows["requests_finished"]["n_baseline"] == 3 * 13 and rows["requests_finished"]["baseline"] == 13
@@ -197,3 +199,19 @@ def test_ctrl_c_in_any_command_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr("workbench.cli.presets_list.run", interrupted)
     assert main(["presets"]) == 130
     assert capsys.readouterr().err == "workbench: interrupted\n"
+
+
+@pytest.mark.parametrize("repeats, decision", [(1, "inconclusive"), (3, "reject")])
+def test_the_a_a_preset_on_a_deterministic_simulated_gpu_never_accepts(tmp_path, repeats, decision):
+    """Both arms are equal to the last digit: one pair's intervals hold 0 (inconclusive); over
+    repeats every paired change is exactly 0, and a zero change is no gain (it was "REACHED
+    intended tpot_p50_ms:-0% ... accept" before)."""
+    out = tmp_path / "aa"
+    arguments = ["bench", "--preset", "same-twice", "--set", "engine.model=simulated:llama-3-8b@a100-80gb"]
+    assert main([*arguments, "--repeat", str(repeats), "--no-plots", "--out", str(out)]) == 0
+    comparison = json.loads((out / "comparison.json").read_text())
+    (check,) = comparison["checks"]
+    assert comparison["decision"] == decision and check["estimate"] == 0.0
+    assert check["status"] == ("uncertain" if repeats == 1 else "short")
+    if repeats > 1:
+        assert (check["interval"]["low"], check["interval"]["high"]) == (0.0, 0.0)

@@ -6,19 +6,18 @@ import pytest
 
 from engine import ConfigError
 from workbench.compare import Criterion, compare, format_comparison
+from workbench.intervals import Interval
 
 
-def report(variant, error=1e-6, **values):
-    """A report whose figures carry an interval of relative standard error `error` (the default:
-    so narrow that each decision turns on the point estimate, except at the threshold itself)."""
+def report(variant, **values):
+    """A report whose figures are deterministic (a simulated backend's): each decision turns on
+    the exact change, strictly past its threshold or not."""
     metrics = {
         name: {
             "value": value,
             "unit": "ms" if name.endswith("_ms") else "events" if name == "preemptions" else "tok/s",
             "n": 20,
-            "interval": None
-            if value is None or value != value
-            else {"low": value, "high": value, "standard_error": abs(value) * error, "method": "constructed"},
+            "interval": None if value is None or value != value else Interval.exact(value, "constructed").as_dict(),
         }
         for name, value in values.items()
     }
@@ -92,37 +91,31 @@ def test_unknown_metric_in_a_criterion_is_named():
 
 
 def test_the_comparison_record_and_table_exactly():
-    baseline = report("off", output_tok_s=100.0, ttft_p99_ms=800.0, preemptions=4)
+    baseline = report("off", output_tok_s=100.0, ttft_p50_ms=800.0, preemptions=4)
     baseline["metrics"]["only_in_baseline"] = {"value": 1.0, "unit": "x", "n": 3, "interval": None}
-    baseline["metrics"]["ttft_p99_ms"]["interval"] = {
-        "low": 760.0,
-        "high": 840.0,
-        "standard_error": 20.0,
-        "method": "m",
-    }
-    candidate = report("on", output_tok_s=125.0, ttft_p99_ms=880.0, preemptions=6)
-    candidate["metrics"]["ttft_p99_ms"]["n"] = 19
-    candidate["metrics"]["ttft_p99_ms"]["interval"] = {
-        "low": 836.0,
-        "high": 924.0,
-        "standard_error": 22.0,
-        "method": "m",
-    }
-    result = compare(baseline, candidate, ["output_tok_s:+20%", "preemptions:+3"], ["ttft_p99_ms:+5%"])
-    # +25% is past +20% beyond doubt; +2 preemptions falls short of an intended +3; the TTFT's
-    # +10%: 1.1 * sqrt(0.025^2 + 0.025^2) = 0.0389 standard error, so +2.4% to +17.6%, which may
-    # or may not cross the tolerated +5%; (0.0762 / 0.05)^2 = 2.3 pairs would decide it.
+    candidate = report("on", output_tok_s=125.0, ttft_p50_ms=880.0, preemptions=6)
+    candidate["metrics"]["ttft_p50_ms"]["n"] = 19
+    for run, low, high, pair_low, pair_high in (
+        (baseline, 760.0, 840.0, 750.0, 850.0),
+        (candidate, 836.0, 924.0, 830.0, 930.0),
+    ):
+        entry = run["metrics"]["ttft_p50_ms"]
+        entry["interval"] = Interval(low, high, None, "m").as_dict()
+        entry["pair_interval"] = Interval(pair_low, pair_high, None, "m").as_dict()
+    result = compare(baseline, candidate, ["output_tok_s:+20%", "preemptions:+3"], ["ttft_p50_ms:+5%"])
+    # +25% is past +20% exactly; +2 preemptions falls short of an intended +3; the TTFT's +10%:
+    # from 830 / 850 - 1 = -2.4% to 930 / 750 - 1 = +24.0%, which may or may not cross +5%.
     assert [(check["criterion"], check["status"], check["estimate"]) for check in result["checks"]] == [
         ("output_tok_s:+20%", "reached", pytest.approx(0.25)),
         ("preemptions:+3", "short", 2.0),
-        ("ttft_p99_ms:+5%", "uncertain", pytest.approx(0.1)),
+        ("ttft_p50_ms:+5%", "uncertain", pytest.approx(0.1)),
     ]
     assert [(check["kind"], check["n_baseline"], check["n_candidate"]) for check in result["checks"]] == [
         ("intended", 20, 20),
         ("intended", 20, 20),
         ("tolerated", 20, 19),
     ]
-    assert result["verdict"] == "reject: not met beyond doubt: preemptions:+3"
+    assert result["verdict"] == "reject: the 95% interval lies wholly on the wrong side of preemptions:+3"
     assert result["baseline"] == {"scenario": "s", "variant": "off", "seed": 0, "complete": True}
     assert format_comparison(result).splitlines() == [
         "baseline:  s / off (seed 0)",
@@ -132,20 +125,20 @@ def test_the_comparison_record_and_table_exactly():
         "95% intervals",
         "only_in_baseline                           1.00            -            -        -  3/0  x",
         "output_tok_s                             100.00       125.00        25.00   +25.0%  20/20  tok/s; "
-        "b [100.00, 100.00], c [125.00, 125.00]",
+        "b [100.00 to 100.00], c [125.00 to 125.00]",
         "preemptions                                   4            6            2   +50.0%  20/20  events; "
-        "b [4.00, 4.00], c [6.00, 6.00]",
-        "ttft_p99_ms                              800.00       880.00        80.00   +10.0%  20/19  ms; "
-        "b [760.00, 840.00], c [836.00, 924.00]",
+        "b [4.00 to 4.00], c [6.00 to 6.00]",
+        "ttft_p50_ms                              800.00       880.00        80.00   +10.0%  20/19  ms; "
+        "b [760.00 to 840.00], c [836.00 to 924.00]",
         "",
         "decision record:",
         "  REACHED   intended  output_tok_s:+20%            estimate +25.0% [95% +25.0% to +25.0%] (n 20/20, 1 pair of "
         "runs)",
         "  SHORT     intended  preemptions:+3               estimate +2 events [95% +2 events to +2 events] (n 20/20, "
         "1 pair of runs)",
-        "  UNCERTAIN tolerated ttft_p99_ms:+5%              estimate +10.0% [95% +2.4% to +17.6%] (n 20/19, 1 pair of "
-        "runs; about 3 paired repeats would decide it)",
-        "verdict: reject: not met beyond doubt: preemptions:+3",
+        "  UNCERTAIN tolerated ttft_p50_ms:+5%              estimate +10.0% [95% -2.4% to +24.0%] (n 20/19, 1 pair of "
+        "runs; about 7 paired repeats would decide it)",
+        "verdict: reject: the 95% interval lies wholly on the wrong side of preemptions:+3",
     ]
 
 
@@ -153,7 +146,7 @@ def test_the_comparison_record_and_table_exactly():
     "value, tolerated, status",
     [
         (91.0, "-10%", "within"),
-        (90.0, "-10%", "uncertain"),  # on the bound: the evidence cannot say which side
+        (90.0, "-10%", "within"),  # exactly on the bound of a deterministic figure: no further than it
         (89.0, "-10%", "crossed"),
         (150.0, "-10%", "within"),
         (109.0, "+10%", "within"),
@@ -224,14 +217,17 @@ def test_the_verdict_names_each_incomplete_run_and_the_record_keeps_the_criteria
     failing = compare(
         BASE, report("on", output_tok_s=1.0, ttft_p99_ms=9000.0), ["output_tok_s:+1%"], ["ttft_p99_ms:+1%"]
     )
-    assert failing["verdict"] == "reject: not met beyond doubt: output_tok_s:+1%, ttft_p99_ms:+1%"
+    assert (
+        failing["verdict"]
+        == "reject: the 95% interval lies wholly on the wrong side of output_tok_s:+1%, ttft_p99_ms:+1%"
+    )
 
 
 @pytest.mark.parametrize(
     "value, criterion, kind, status",
     [
         (101.0, "output_tok_s:+0", "intended", "reached"),
-        (100.0, "output_tok_s:+0", "intended", "uncertain"),
+        (100.0, "output_tok_s:+0", "intended", "short"),  # an exact zero change is no gain
         (99.0, "output_tok_s:+0", "intended", "short"),
         (99.0, "output_tok_s:-0", "intended", "reached"),  # the sign of zero says the direction
         (99.0, "output_tok_s:+0", "tolerated", "within"),

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from engine import ConfigError, EngineConfig
+from workbench.intervals import PAIR_LEVEL, requests_to_bound
 from workbench.presets import load_preset, preset_names
 from workbench.scenario import SLO
 from workbench.traffic import LengthDistribution, TrafficProfile
+from workbench.verdict import MIN_SUBGROUP_REQUESTS
 
 REQUIRED = {"chat-steady", "chat-burst", "long-prompt-isolation", "kv-pressure", "prefix-sharing"}
 
@@ -162,3 +165,32 @@ def test_engine_defaults_fill_only_what_the_preset_and_the_overrides_leave_out(t
     preset = tmp_path / "eager.toml"
     preset.write_text('[engine]\ncompile_decode = "background"\n[traffic]\nnum_requests = 2\n')
     assert load_preset(str(preset), engine_defaults=defaults).engine.compile_decode == "background"
+
+
+def requests_behind(scenario, metric: str) -> int:
+    """How many requests a run of the scenario gives the metric: its tag's, or every request."""
+    tag = metric.rpartition("/")[0] or None
+    traffic = scenario.traffic
+    from_traffic = traffic.num_requests if traffic and tag in (None, traffic.tag) else 0
+    injected = sum(event.count for event in scenario.events if event.action == "inject" and tag in (None, event.tag))
+    return from_traffic + injected
+
+
+def test_every_presets_percentile_terms_can_be_decided_at_the_presets_n():
+    """A term on a percentile its runs cannot bound is undecidable by construction: the p99 of 20
+    chats has no upper bound (a comparison of one pair needs 437 requests a run). A tag too small
+    to judge at all (one long prompt) is recorded and said to be not judged, never decided."""
+    checked = 0
+    for name in preset_names():
+        scenario = load_preset(name)
+        if scenario.decision is None:
+            continue
+        for criterion in (*scenario.decision.intended, *scenario.decision.tolerated):
+            metric = criterion.partition(":")[0]
+            match = re.search(r"_p(\d+)_ms$", metric)
+            n = requests_behind(scenario, metric)
+            if match is None or ("/" in metric and n < MIN_SUBGROUP_REQUESTS):
+                continue
+            assert n >= requests_to_bound(int(match[1]), PAIR_LEVEL), (name, criterion, n)
+            checked += 1
+    assert checked >= 6

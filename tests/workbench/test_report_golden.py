@@ -4,9 +4,8 @@ several tokens, a single token, rejected, aborted, and still unfinished when the
 
 from __future__ import annotations
 
-import math
-
 import pytest
+from scipy import stats
 
 from workbench.report import build_report
 from workbench.run_log import RunLog
@@ -307,28 +306,30 @@ def test_what_a_backend_does_not_expose_is_said_not_zeroed():
     assert build_report(LOG)["backend"] == {"name": "in-process engine", "not_exposed": []}
 
 
-def test_the_golden_goodput_carries_wilsons_interval_worked_by_hand():
-    # 2 of 6: centre (2 + z²/2) / (6 + z²), half-width z * sqrt(p(1-p)/n + z²/4n²) / (1 + z²/n).
-    z, hits, total = 1.959963984540054, 2, 6
-    share = hits / total
-    centre = (share + z**2 / (2 * total)) / (1 + z**2 / total)
-    half = z * math.sqrt(share * (1 - share) / total + z**2 / (4 * total**2)) / (1 + z**2 / total)
+def test_the_golden_goodput_carries_clopper_pearsons_interval_worked_by_hand():
+    # 2 of 6: the 2.5% quantile of Beta(2, 5) and the 97.5% quantile of Beta(3, 4).
     interval = build_report(LOG)["metrics"]["goodput_perc"]["interval"]
     assert (interval["low"], interval["high"]) == (
-        pytest.approx(100 * (centre - half)),
-        pytest.approx(100 * (centre + half)),
+        pytest.approx(100 * stats.beta.ppf(0.025, 2, 5)),
+        pytest.approx(100 * stats.beta.ppf(0.975, 3, 4)),
     )
-    assert interval["method"] == "Wilson score, n=6"
+    assert (round(interval["low"], 2), round(interval["high"], 2)) == (4.33, 77.72)
+    assert interval["method"] == "Clopper-Pearson (exact binomial), n=6"
 
 
-def test_latency_percentiles_carry_a_bootstrap_interval_around_them_and_itl_none():
+def test_latency_percentiles_of_three_requests_say_they_cannot_be_bounded_and_itl_has_none():
     metrics = build_report(LOG)["metrics"]
     ttft = metrics["ttft_p50_ms"]
-    assert ttft["interval"]["low"] <= ttft["value"] <= ttft["interval"]["high"]
-    assert "bootstrap over requests, 1000 resamples, seed 0" in ttft["interval"]["method"]
-    assert ttft["interval"]["method"].endswith("n=3")
+    # 0.5^3 = 12.5% > 2.5%: neither the fastest nor the slowest of 3 bounds the median at 95%.
+    assert (ttft["interval"]["low"], ttft["interval"]["high"]) == (None, None)
+    assert ttft["interval"]["method"] == (
+        "order statistics (distribution-free), 95.0%, n=3; lower and upper bound not identified: p50 of 3 requests; "
+        "about 6 would bound it"
+    )
+    assert ttft["pair_interval"]["method"].startswith("order statistics (distribution-free), 97.5%, n=3")
+    assert metrics["ttft_mean_ms"]["interval"] is None  # a mean of skewed latencies: no shown coverage
     assert metrics["itl_p50_ms"]["interval"] is None
-    assert metrics["long/ttft_p50_ms"]["interval"] is None  # one request: no interval
+    assert metrics["long/ttft_p50_ms"]["interval"]["low"] is None  # one request
 
 
 def test_the_engines_memory_is_in_the_report_in_mib_and_a_server_without_it_has_none():

@@ -7,20 +7,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.compare import compare, compare_repeats, format_comparison
-from workbench.intervals import Interval
+from engine.errors import ConfigError
+from workbench.compare import allow_for_drift, compare, compare_repeats, format_comparison
+from workbench.intervals import PAIR_LEVEL, Interval, percentile_interval, share_interval
 from workbench.verdict import MIN_SUBGROUP_REQUESTS, Term, decide
 
 
 def term(kind, threshold, low, high, estimate=None, n=100, runs=5, metric_is_tag=False):
-    estimate = (low + high) / 2 if estimate is None else estimate
+    if estimate is None:
+        estimate = low if high is None else (low + high) / 2
     return Term(
         kind=kind,
         criterion=f"m:{threshold * 100:+g}%",
         threshold=threshold,
         relative=True,
         estimate=estimate,
-        interval=Interval(low, high, (high - low) / 3.92, "constructed"),
+        interval=Interval(low, high, None if high is None else (high - low) / 3.92, "constructed"),
         runs=runs,
         n_baseline=n,
         n_candidate=n,
@@ -34,10 +36,18 @@ def term(kind, threshold, low, high, estimate=None, n=100, runs=5, metric_is_tag
         ("intended", +0.10, 0.12, 0.20, "reached"),
         ("intended", +0.10, 0.02, 0.08, "short"),
         ("intended", +0.10, 0.05, 0.15, "uncertain"),
-        ("intended", -0.10, -0.30, -0.10, "reached"),  # a reduction: the whole interval at or below -10%
+        ("intended", -0.10, -0.30, -0.11, "reached"),  # a reduction: the whole interval below -10%
+        ("intended", -0.10, -0.30, -0.10, "uncertain"),  # touching the threshold is not past it
         ("intended", -0.10, -0.30, -0.05, "uncertain"),
         ("intended", -0.10, -0.02, 0.04, "short"),
-        ("tolerated", +0.10, 0.00, 0.10, "within"),
+        ("intended", -0.00, 0.00, 0.00, "short"),  # an exact zero change is never a gain, not even "any gain"
+        ("intended", +0.00, 0.00, 0.00, "short"),
+        ("intended", -0.10, -1.00, None, "uncertain"),  # no upper bound: cannot be reached
+        ("intended", +0.10, 0.12, None, "reached"),  # a gain bounded below is reached without an upper bound
+        ("tolerated", +0.10, 0.00, 0.09, "within"),
+        ("tolerated", +0.10, 0.00, 0.10, "uncertain"),  # touching the bound is not strictly inside it
+        ("tolerated", +0.10, 0.00, None, "uncertain"),
+        ("tolerated", +0.00, 0.00, 0.00, "within"),  # a deterministic figure that did not move
         ("tolerated", +0.10, 0.11, 0.20, "crossed"),
         ("tolerated", +0.10, 0.05, 0.15, "uncertain"),
         ("tolerated", -0.10, -0.08, 0.30, "within"),  # a throughput drop tolerated down to -10%
@@ -51,7 +61,10 @@ def test_each_term_is_judged_on_its_whole_interval(kind, threshold, low, high, s
 def test_the_three_verdicts():
     reached, within = term("intended", 0.1, 0.12, 0.2), term("tolerated", 0.1, 0.0, 0.05)
     assert decide([reached, within])[0] == "accept"
-    assert decide([reached, term("tolerated", 0.1, 0.12, 0.2)]) == ("reject", "reject: not met beyond doubt: m:+10%")
+    assert decide([reached, term("tolerated", 0.1, 0.12, 0.2)]) == (
+        "reject",
+        "reject: the 95% interval lies wholly on the wrong side of m:+10%",
+    )
     assert decide([term("intended", 0.1, 0.0, 0.05), within])[0] == "reject"
     word, text = decide([term("intended", 0.1, 0.05, 0.15, estimate=0.15, runs=5), within])
     # Half-width 0.05 at 5 runs, 0.05 from the threshold: 5 * (0.05 / 0.05)^2 = 5, so one more.
@@ -102,7 +115,7 @@ def test_pairing_by_repeat_removes_the_machines_drift_between_repeats():
     result = compare_repeats(pairs, ["output_tok_s:+5%"], [])
     assert result["decision"] == "accept"
     check = result["checks"][0]
-    assert check["runs"] == 5 and check["interval"]["method"] == "Student's t over 5 paired repeats"
+    assert check["runs"] == 5 and check["interval"]["method"] == "Student's t over 5 paired repeats of the log ratio"
     assert 0.085 < check["interval"]["low"] < check["estimate"] < check["interval"]["high"] < 0.11
     # Unpaired, the per-variant intervals overlap widely: the table's own intervals say so.
     rows = {row["metric"]: row for row in result["metrics"]}
@@ -110,22 +123,76 @@ def test_pairing_by_repeat_removes_the_machines_drift_between_repeats():
     assert rows["output_tok_s"]["n_baseline"] == 5 * 200  # the requests of all runs
     text = format_comparison(result)
     assert "5 repeats of each" in text and "REACHED" in text and "5 pairs of runs" in text
+    assert "beyond doubt" not in text
+
+
+def percentile_run(values: list[float], name="ttft_p50_ms", q=50) -> dict:
+    """A run whose report holds one percentile of `values` with its intervals, as report.py writes it."""
+    entry = {
+        "value": float(np.percentile(values, q)),
+        "unit": "ms",
+        "n": len(values),
+        "interval": percentile_interval(values, q).as_dict(),
+        "pair_interval": percentile_interval(values, q, PAIR_LEVEL).as_dict(),
+    }
+    return {"scenario": {"name": "s"}, "variant": None, "seed": 0, "complete": True, "metrics": {name: entry}}
 
 
 def test_one_pair_takes_its_interval_from_the_two_runs_and_without_one_is_inconclusive():
-    with_errors = compare(
-        run(500.0, standard_error=10.0, name="ttft_p99_ms", unit="ms"),
-        run(400.0, standard_error=10.0, name="ttft_p99_ms", unit="ms"),
-        ["ttft_p99_ms:-10%"],
+    rng = np.random.default_rng(0)
+    faster = compare(
+        percentile_run(list(rng.lognormal(6, 0.3, 100))),
+        percentile_run(list(rng.lognormal(6, 0.3, 100) * 0.5)),
+        ["ttft_p50_ms:-20%"],
         [],
     )
-    check = with_errors["checks"][0]
-    assert check["estimate"] == pytest.approx(-0.2) and check["interval"]["method"].startswith("delta method")
-    assert with_errors["decision"] == "accept"
+    check = faster["checks"][0]
+    assert check["estimate"] == pytest.approx(-0.5, abs=0.1) and "Bonferroni" in check["interval"]["method"]
+    assert -1 < check["interval"]["low"] < check["interval"]["high"] < -0.2
+    assert faster["decision"] == "accept"
     # output tok/s has no interval within a run: one pair cannot decide on it.
     without = compare(run(100.0), run(150.0), ["output_tok_s:+10%"], [])
     assert without["decision"] == "inconclusive"
     assert "no interval (one run each" in without["checks"][0]["note"]
+
+
+def test_a_p99_of_20_requests_is_not_decided_and_the_verdict_says_what_would_decide_it():
+    rng = np.random.default_rng(1)
+    chats = compare(
+        percentile_run(list(rng.lognormal(8, 0.2, 20)), "chat/ttft_p99_ms", 99),
+        percentile_run(list(rng.lognormal(8, 0.2, 20) / 10), "chat/ttft_p99_ms", 99),
+        ["chat/ttft_p99_ms:-50%"],
+        [],
+    )
+    check = chats["checks"][0]
+    assert check["status"] == "uncertain" and check["interval"]["high"] is None
+    assert check["estimate"] == pytest.approx(-0.9, abs=0.05)  # a tenfold drop, and still not decided
+    assert "p99 of 20 requests: not bounded above; about 437 requests per run" in chats["verdict"]
+    assert chats["decision"] == "inconclusive" and check["repeats_needed"] is None
+    assert "no upper bound from this n" in format_comparison(chats)
+
+
+def test_two_runs_of_ten_requests_each_at_100_percent_goodput_decide_nothing_about_a_loss():
+    both_met = [run(100.0, n=10, name="goodput_perc", unit="%")]
+    both_met[0]["metrics"]["goodput_perc"]["interval"] = share_interval(10, 10).as_dict()
+    result = compare(both_met[0], both_met[0], [], ["goodput_perc:-5pp"])
+    check = result["checks"][0]
+    assert check["status"] == "uncertain" and check["interval"]["low"] < -25 and check["interval"]["high"] > 25
+    assert "Newcombe" in check["interval"]["method"]
+    with pytest.raises(ConfigError, match=r"goodput_perc is a share of requests: state its change in points"):
+        compare(both_met[0], both_met[0], ["goodput_perc:+10%"], [])
+
+
+def test_a_relative_change_is_never_below_minus_100_percent_over_repeats_or_under_drift():
+    pairs = [(run(100.0 * speed, seed=i), run(5.0 * speed, seed=i)) for i, speed in enumerate((1.0, 3.0, 0.4))]
+    check = compare_repeats(pairs, ["output_tok_s:-50%"], [])["checks"][0]
+    assert check["interval"]["low"] > -1 and check["interval"]["method"].endswith("of the log ratio")
+    two = compare_repeats(pairs[:2], ["output_tok_s:-50%"], [])["checks"][0]
+    assert "2 pairs of runs: Student's t with 1 degree of freedom" in two["note"]
+    widened = allow_for_drift(
+        [Term("intended", "ttft_p50_ms:-50%", -0.5, True, -0.9, Interval(-0.99, -0.8, None, "x"), 1, 100, 100)], 0.5
+    )
+    assert widened[0].interval.low > -1
 
 
 def with_exact(report: dict, name: str, value: float, n: int = 1) -> dict:

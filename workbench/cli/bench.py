@@ -186,13 +186,17 @@ def _run_one(scenario, variant, out_dir: Path, backend, plots: bool) -> dict:
 
 
 def print_summary(report: dict) -> None:
+    from workbench.intervals import bounds_text
+
     metrics = report["metrics"]
 
     def line(name: str) -> str:
         entry = metrics[name]
         value = "-" if entry["value"] is None else f"{entry['value']:,.1f}"
         interval = entry.get("interval")
-        between = f", 95% {interval['low']:,.1f} to {interval['high']:,.1f}" if interval else ""
+        between = (
+            f", 95% {bounds_text(interval['low'], interval['high'], lambda bound: f'{bound:,.1f}')}" if interval else ""
+        )
         return f"  {name:<28} {value:>10} {entry['unit']} (n={entry['n']}{between})"
 
     names = [
