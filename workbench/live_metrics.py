@@ -69,5 +69,6 @@ class LiveMetrics:
             kv_capacity_tokens=store.kv_capacity_tokens,
             kv_cache_bytes=store.kv_cache_bytes,
             slo=store.slo,
+            requests_arrived=max(store.requests_sent, len(self.request_ids)),
             step_overview=self.steps,
         )

@@ -95,6 +95,7 @@ class MetricsSnapshot:
     kv_capacity_tokens: int
     kv_cache_bytes: int
     slo: SLO
+    requests_arrived: int = 0  # sent so far, ended or not: goodput's n, as in the report
     step_overview: StepOverview | None = field(default=None, repr=False)  # built from `steps` when first drawn
 
     @property
@@ -114,10 +115,17 @@ class MetricsSnapshot:
 
     @property
     def goodput(self) -> tuple[int, int]:
-        """(finished requests meeting every SLO, every ended request), as in the run report: a
-        rejected or aborted request counts as a miss."""
+        """(finished requests meeting every SLO, every request that arrived), as in the run
+        report: a rejected, aborted or still unfinished request counts as a miss."""
         finished = self.requests["finished"] == 1
-        return int((self.requests["meets_slo"][finished] == 1).sum()), int(finished.size)
+        meeting = int((self.requests["meets_slo"][finished] == 1).sum())
+        return meeting, max(self.requests_arrived, int(finished.size))
+
+    def finished_latencies(self, key: str) -> np.ndarray:
+        """One latency column (`ttft`, `tpot`, `e2e`) over the finished requests (stop or length)
+        that have it: what the report's percentiles cover."""
+        values = self.requests[f"{key}_ms"][self.requests["finished"] == 1]
+        return values[~np.isnan(values)]
 
 
 class MetricsStore:
@@ -144,6 +152,7 @@ class MetricsStore:
         # running token totals, and the totals just before the window.
         self._in_window: deque[tuple[float, float, float]] = deque()
         self._totals = self._before_window = (0.0, 0.0)
+        self._sent = 0  # requests sent (arrived) in this run, ended or not
         self._tags: list[str] = [""] * request_capacity
         self._ids: list[str] = [""] * request_capacity
         self._lock = threading.Lock()
@@ -209,6 +218,15 @@ class MetricsStore:
             (self._totals[1] - self._before_window[1]) / self.window_s,
         )
 
+    @property
+    def requests_sent(self) -> int:
+        return self._sent
+
+    def request_sent(self) -> None:
+        """A request arrived: goodput counts it from now on, ended or not."""
+        with self._lock:
+            self._sent += 1
+
     def add_request(self, metrics: RequestMetrics, tag: str = "", request_id: str = "") -> None:
         finish = metrics.finish_time if metrics.finish_time is not None else self.start_time
         values = {
@@ -242,7 +260,7 @@ class MetricsStore:
         wait for a copy of the whole run (at 500,000 steps, milliseconds each frame)."""
         with self._lock:
             filling = self._steps.filling and self._requests.filling
-            step_count, request_count = self._steps.count, self._requests.count
+            step_count, request_count, sent = self._steps.count, self._requests.count, self._sent
             if not filling:
                 steps, requests = self._steps.ordered(), self._requests.ordered()
                 tags, ids = _in_order(self._tags, self._requests), _in_order(self._ids, self._requests)
@@ -258,6 +276,7 @@ class MetricsStore:
             kv_capacity_tokens=self.kv_capacity_tokens,
             kv_cache_bytes=self.kv_cache_bytes,
             slo=self.slo,
+            requests_arrived=max(sent, request_count),
         )
 
 

@@ -364,6 +364,7 @@ class EngineWorker(QObject):
         return self._backend.clock() - self._runner.start_time
 
     def _on_send(self, request_id: str, prompt_token_ids: list[int]) -> None:
+        self.store.request_sent()
         self._requests.sent(request_id, self._runner.tags.get(request_id, ""), prompt_token_ids, self._seconds())
 
     def _on_update(self, update) -> None:

@@ -53,6 +53,7 @@ from workbench.gui.why_view import WhyView
 from workbench.kv_capacity import kv_cache_note
 from workbench.live_metrics import LiveMetrics
 from workbench.process_tuning import freeze_loaded_heap
+from workbench.report import incomplete_reasons
 from workbench.request_rows import ENDED_STATES
 from workbench.run_files import PastTraces, open_run, past_traces, save_run
 from workbench.run_log import RunLog, read_run_log
@@ -662,17 +663,22 @@ class MainWindow(QMainWindow):
         log, store = run
         self.follow_live()
         self.viewing_past_run = True
-        self.plots.update_from(store.snapshot(), whole=log.complete)
+        incomplete = incomplete_reasons(log)  # as report.json says: a run saved mid-run is incomplete
+        snapshot = store.snapshot()
+        self.plots.update_from(snapshot, whole=not incomplete)
         self.plots.show_source(Path(folder).name)
         self._past = past_traces(log)
         self._explain(log, Path(folder).name, self.why.above.value())
         if self._past.store is None:
             self.step_panel.show_not_exposed(self._past.note)
         note = "\n".join(filter(None, [log.skipped_summary(Path(folder) / RUN_LOG_NAME), self._past.note]))
-        self.runs.say(
-            f"viewing {folder} ({'complete' if log.complete else 'incomplete'}); 'Back to live' returns"
-            + (f"\n{note}" if note else "")
+        finished = int((snapshot.requests["finished"] == 1).sum())
+        state = (
+            "complete"
+            if not incomplete
+            else f"incomplete: {'; '.join(incomplete)}; {finished} finished of {snapshot.goodput[1]} arrived"
         )
+        self.runs.say(f"viewing {folder} ({state}); 'Back to live' returns" + (f"\n{note}" if note else ""))
 
     def explain_current_run(self, above_percentile: float) -> None:
         """The Why tab for the run going on now, from its log as written so far."""

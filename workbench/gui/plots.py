@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 
-from workbench.intervals import LEVEL, RESAMPLES, SEED, percentile_interval
+from workbench.intervals import LEVEL, percentile_interval
 from workbench.metrics_store import MetricsSnapshot
 from workbench.rolling_percentiles import ROLLING_WINDOW, rolling_index, rolling_percentiles
 
@@ -176,7 +176,7 @@ class LatencyPlot:
     over the last ROLLING_WINDOW requests, and the SLO threshold. Hovering a point shows its
     request; each point carries its index into the snapshot's requests (`request_at`). Once the
     run is whole (`whole`: every request sent has ended, no traffic left) the title's percentiles
-    get their 95% bootstrap intervals on a second line; while requests still end they would move."""
+    get their 95% intervals on a second line; while requests still end they would move."""
 
     MODES = ("ttft+e2e", "tpot")
 
@@ -252,7 +252,7 @@ class LatencyPlot:
         points = x[rolling_index(values.size)]
         for item, column in zip(self.rolling.values(), rolling_percentiles(values)):
             item.setData(points, column)
-        every = primary[~np.isnan(primary)]
+        every = snapshot.finished_latencies(shown[0])  # the report's: finished requests only
         n = every.size
         unit = "ms/token" if shown[0] == "tpot" else "ms"
         drawn_points = sum(len(self.points[key].item.data) for key in shown)
@@ -279,8 +279,8 @@ class LatencyPlot:
         self._fix_range_if_flat([requests[f"{key}_ms"][start:stop] for key in shown], threshold)
 
     def _intervals_line(self, values: np.ndarray, unit: str) -> str:
-        """The bootstrap costs ~0.1 s per 1,000 requests: computed once per run and mode, not on
-        every zoom or pan of a whole run."""
+        """Computed once per run and mode, not on every zoom or pan of a whole run: three
+        binomial tables over n and a sort of every request's latency."""
         key = (values.size, float(values.sum()), unit)
         if self._intervals[0] != key:
             self._intervals = (key, percentile_intervals_line(values, unit))
@@ -382,8 +382,8 @@ def _faded(pen_or_brush):
 
 
 INTERVALS_METHOD = (
-    f"{LEVEL:.0%} intervals of each percentile: bootstrap over the n requests "
-    f"(percentile method, {RESAMPLES:,} resamples, seed {SEED}), as in report.json"
+    f"{LEVEL:.0%} intervals of each percentile from the order statistics of the n requests (distribution-free), "
+    "as in report.json; ≥ marks a percentile too high for n requests to bound above (a p99 needs 368)"
 )
 
 
@@ -394,14 +394,19 @@ def percentile_intervals_line(values: np.ndarray, unit: str) -> str:
     bounds = []
     for q in (50, 90, 99):
         interval = percentile_interval(values, q)
-        bounds.append(f"p{q} {interval.low:.0f}–{interval.high:.0f}")  # no thousands commas: titles are narrow
-    return f"{LEVEL:.0%} bootstrap: " + " / ".join(bounds) + f" {unit}"
+        # No thousands commas: titles are narrow.
+        if interval.identified:
+            bounds.append(f"p{q} {interval.low:.0f}–{interval.high:.0f}")
+        elif interval.low is not None:
+            bounds.append(f"p{q} ≥{interval.low:.0f}")
+        else:
+            bounds.append(f"p{q} ?")
+    return f"{LEVEL:.0%}: " + " / ".join(bounds) + f" {unit}"
 
 
 def percentile_summary(snapshot: MetricsSnapshot, key: str) -> str:
     """p50 / p99 of one latency column over finished requests, with n."""
-    values = snapshot.requests[f"{key}_ms"]
-    values = values[~np.isnan(values)]
+    values = snapshot.finished_latencies(key)
     if not values.size:
         return "n=0"
     p50, p99 = np.percentile(values, [50, 99])

@@ -57,8 +57,8 @@ def _export_svg(plot: pg.PlotItem, path: Path) -> None:
 
 
 GOODPUT_MEANING = (
-    "Goodput: the share of ended requests meeting every SLO set before the run, with n; rejected and "
-    "aborted requests count as misses."
+    "Goodput: the share of arrived requests meeting every SLO set before the run, with n, as in report.json; "
+    "rejected, aborted and still unfinished requests count as misses."
 )
 
 
@@ -288,4 +288,4 @@ class PlotsView(QWidget):
         meeting, n = snapshot.goodput
         share = f"{100.0 * meeting / n:.1f}%" if n else "-"
         self.goodput.setText(f"goodput {share} ({meeting} of n={n})")
-        self.goodput.setToolTip(f"{GOODPUT_MEANING}\nNow: {meeting} of {n} ended requests meet every SLO.")
+        self.goodput.setToolTip(f"{GOODPUT_MEANING}\nNow: {meeting} of {n} arrived requests meet every SLO.")

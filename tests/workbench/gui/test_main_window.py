@@ -8,6 +8,7 @@ import itertools
 import json
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -322,6 +323,69 @@ def test_a_run_saved_mid_run_says_what_was_in_flight_and_what_was_still_to_send(
         reason.startswith("requests still in flight when the run ended: ") for reason in report["incomplete_because"]
     )
     window.worker.stop_traffic()
+
+
+def test_the_window_and_report_json_give_the_same_figures_for_a_run_saved_mid_run_live_and_opened(
+    window, qtbot, tiny_config, tmp_path, monkeypatch
+):
+    """The window's goodput counted ended requests (100.0% of n = 114) while the report counted
+    arrived ones (77.0% of 139); the opened run said "(complete)" and its TTFT percentiles counted
+    unfinished requests."""
+    load(window, qtbot, tiny_config)
+    traffic = TrafficProfile(
+        arrival="constant",
+        rate=20.0,
+        num_requests=40,
+        prompt_len=LengthDistribution(mean=12),
+        output_len=LengthDistribution(kind="uniform", low=2, high=300),
+    )
+    window.start_traffic(Scenario(name="t", traffic=traffic, slo=SLO(ttft_ms=5000)))
+    finished = lambda: sum(row.state == "finished" for row in window.worker.rows())  # noqa: E731
+    qtbot.waitUntil(lambda: finished() >= 3 and window.worker.requests_in_flight() >= 3, timeout=60_000)
+    live = {}
+    write = window.worker._write_log_copy
+
+    def write_and_read_the_window(path):  # on the worker thread: no step comes between the two
+        write(path)
+        live["snapshot"] = window.worker.store.snapshot()
+
+    monkeypatch.setattr(window.worker, "_write_log_copy", write_and_read_the_window)
+    saved = window.save_run(str(tmp_path / "mid"))
+    window.worker.stop_traffic()
+    report = json.loads((saved / "report.json").read_text())
+    metrics = report["metrics"]
+    goodput = (metrics["requests_meeting_slo"]["value"], metrics["goodput_perc"]["n"])
+    ttft = metrics["ttft_p50_ms"]
+    assert not report["complete"] and goodput[1] > ttft["n"]  # requests in flight: arrived, not finished
+    # What the window draws from the store at the moment the run was saved (its frames come at
+    # 20 Hz, so the last one drawn may be a step behind the saved log).
+    window.plots.update_from(live["snapshot"])
+
+    def shown_as_in_the_report():
+        snapshot = window.plots.snapshot
+        assert snapshot.goodput == goodput
+        assert window.plots.goodput.text() == (
+            f"goodput {metrics['goodput_perc']['value']:.1f}% ({goodput[0]} of n={goodput[1]})"
+        )
+        values = snapshot.finished_latencies("ttft")
+        assert values.size == ttft["n"] and float(np.percentile(values, 50)) == pytest.approx(ttft["value"])
+        title = window.plots.latency.plot.title_text
+        assert f"(n={ttft['n']}" in title and "<br>" not in title  # no intervals: the run is not whole
+
+    shown_as_in_the_report()
+    window.open_run(str(saved))
+    opened = window.plots.snapshot
+    assert opened.goodput == goodput and opened.finished_latencies("ttft").size == ttft["n"]
+    assert (
+        window.plots.goodput.text()
+        == f"goodput {metrics['goodput_perc']['value']:.1f}% ({goodput[0]} of n={goodput[1]})"
+    )
+    assert (
+        f"(n={ttft['n']}" in window.plots.latency.plot.title_text and "<br>" not in window.plots.latency.plot.title_text
+    )
+    status = window.runs.text.toPlainText()
+    assert "(incomplete: " in status and "saved while the run was going" in status and "(complete)" not in status
+    assert f"{ttft['n']} finished of {goodput[1]} arrived" in status
 
 
 def test_runs_tab_errors_are_messages(window, qtbot, tmp_path):
