@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.metrics import FINISHED_REASONS
+from engine.metrics import FINISHED_REASONS, UNFINISHED
 from engine.step_trace import WAITING, WAITING_LONG
 from workbench.run_log import RunLog
 from workbench.traces.log import read_trace
@@ -278,6 +278,21 @@ class Explanation:
     tail_times: list[RequestTime]  # every request of the tail
     traced: bool
     not_attributable: str | None  # what this run cannot split, or None
+    arrived: int = 0  # requests that arrived (of the tag): everyone.n of them finished
+    unfinished: int = 0  # of those, still in flight when the run ended (or was saved)
+
+    def left_out(self) -> str:
+        """What the figures leave out, in words ("" when every request that arrived finished)."""
+        missing = self.arrived - self.everyone.n
+        if not missing:
+            return ""
+        text = f"{missing} of {self.arrived} requests that arrived did not finish and are left out"
+        if self.unfinished:
+            text += (
+                f" ({self.unfinished} still in flight when the run ended: the slowest, likely, so this tail is the "
+                "finished requests' tail, not the run's)"
+            )
+        return text
 
 
 def explain(log: RunLog, above_percentile: float = 90.0, tag: str | None = None, slowest: int = 5) -> Explanation:
@@ -294,6 +309,7 @@ def explain(log: RunLog, above_percentile: float = 90.0, tag: str | None = None,
         times = [time for time in times if time.tag == tag]
     threshold = float(np.percentile([time.e2e_s for time in times], above_percentile)) if times else None
     tail = [time for time in times if threshold is not None and time.e2e_s >= threshold]
+    arrived = [record["finish_reason"] for record in log.requests if tag is None or record["tag"] == tag]
     return Explanation(
         above_percentile=above_percentile,
         threshold_ms=None if threshold is None else 1000.0 * threshold,
@@ -304,6 +320,8 @@ def explain(log: RunLog, above_percentile: float = 90.0, tag: str | None = None,
         tail_times=tail,
         traced=bool(log.traces),
         not_attributable=not_attributable,
+        arrived=len(arrived),
+        unfinished=arrived.count(UNFINISHED),
     )
 
 
@@ -329,6 +347,9 @@ def explanation_record(explanation: Explanation) -> dict:
         "not_attributable": explanation.not_attributable,
         "tail": group(explanation.tail),
         "all": group(explanation.everyone),
+        "arrived": explanation.arrived,
+        "unfinished": explanation.unfinished,
+        "left_out": explanation.left_out(),
         "slowest": [
             {"request_id": time.request_id, "e2e_ms": 1000.0 * time.e2e_s, "main_cause": time.main_cause()}
             for time in explanation.slowest
@@ -346,7 +367,9 @@ def format_explanation(explanation: Explanation, title: str) -> str:
     lines = [
         f"{title}: why requests took their time (arrival to last token, finished requests"
         f"{', tag ' + explanation.tag if explanation.tag else ''})",
-        f"tail: at or above {above} = {explanation.threshold_ms:,.0f} ms (n = {tail.n}); all: n = {everyone.n}",
+        f"tail: at or above {above} = {explanation.threshold_ms:,.0f} ms (n = {tail.n}); all: n = {everyone.n} "
+        f"finished of {explanation.arrived} arrived",
+        *([f"Left out: {explanation.left_out()}."] if explanation.left_out() else []),
         "",
         f"{'cause':<58} {'tail share':>10} {'tail mean':>11} {'all share':>10} {'all mean':>11}",
     ]

@@ -19,7 +19,10 @@ Each method is used only at the n where its coverage has been shown against know
 - repeated pairs of runs: Student's t over the paired changes, a relative one on the log ratio
   (`change_over_repeats`), so that it too stays above -100%;
 - a deterministic figure (memory, quality scores on fixed text): no interval pretence: its
-  change is exact (`Interval.exact`), and a zero change is no change.
+  change is exact (`Interval.exact`), and a zero change is no change;
+- a rate over a run (output tokens/s): batch means over `BLOCKS` equal time blocks, Student's t
+  (`rate_interval`): how steady the run was, for error bars; a decision on one pair of runs does
+  not use it (a run's ramp-up and drain are no stationary process), repeats do.
 
 A bound that is None is not identified by the data; every interval names its method, level and n.
 """
@@ -33,6 +36,8 @@ import numpy as np
 from scipy import stats
 
 LEVEL = 0.95
+# The time blocks of a rate's batch means.
+BLOCKS = 10
 # Each run's interval when two are combined into one for their change (Bonferroni).
 PAIR_LEVEL = 1 - (1 - LEVEL) / 2
 EXACT = "deterministic"  # the method of a figure without noise (Interval.exact)
@@ -189,6 +194,16 @@ def change_over_repeats(baselines: list[float], candidates: list[float], relativ
     return Interval(low, high, error, method)
 
 
+def rate_interval(event_times: list[float], start: float, duration: float) -> Interval | None:
+    """The batch-means interval of events per second (output tokens) over `duration` seconds
+    from `start`: the rate in each of BLOCKS equal blocks, Student's t over them; None without a
+    duration or events."""
+    if duration <= 0 or not event_times:
+        return None
+    counts = np.histogram(event_times, bins=BLOCKS, range=(start, start + duration))[0]
+    return repeats_interval(list(counts * BLOCKS / duration), what="equal time blocks (batch means)")
+
+
 def repeats_interval(values: list[float], what: str = "runs") -> Interval | None:
     """The t interval of the mean of one value per run; None under two."""
     data = np.asarray(values, dtype=np.float64)
@@ -197,7 +212,8 @@ def repeats_interval(values: list[float], what: str = "runs") -> Interval | None
     error = float(data.std(ddof=1) / math.sqrt(data.size))
     spread = float(stats.t.ppf(0.5 + LEVEL / 2, data.size - 1)) * error
     mean = float(data.mean())
-    return Interval(mean - spread, mean + spread, error, f"Student's t over {data.size} {what}")
+    few = "; 1 degree of freedom: 12.7 standard errors wide, little evidence" if data.size == 2 else ""
+    return Interval(mean - spread, mean + spread, error, f"Student's t over {data.size} {what}{few}")
 
 
 def bounds_text(low: float | None, high: float | None, show=lambda value: f"{value:,.2f}") -> str:

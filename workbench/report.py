@@ -23,7 +23,7 @@ from pathlib import Path
 
 from engine.metrics import FINISHED_REASONS, UNFINISHED, RequestMetrics, StepStats, percentiles
 from workbench.explain import explain, explanation_record
-from workbench.intervals import PAIR_LEVEL, Interval, percentile_interval, share_interval
+from workbench.intervals import PAIR_LEVEL, Interval, percentile_interval, rate_interval, share_interval
 from workbench.run_log import RunLog, request_metrics
 from workbench.scenario import SLO
 
@@ -75,9 +75,10 @@ NOTES = {
     "figure",
     "interval": "95% within the run, each with its method and n: latency percentiles by order statistics "
     "(distribution-free; a side that n requests cannot bound is null, e.g. the p99 of fewer than 368), goodput by "
-    "Clopper-Pearson. pair_interval is a percentile's 97.5% interval, two of which bound a change between a pair "
-    "of runs at 95%. Means, itl (its values cluster by request) and run-wide figures (throughput, KV usage) have "
-    "none within one run: `workbench bench --repeat N` gives them across runs",
+    "Clopper-Pearson, output_tok_s by batch means over 10 time blocks (how steady the run was: error bars, not a "
+    "comparison's interval). pair_interval is a percentile's 97.5% interval, two of which bound a change between a "
+    "pair of runs at 95%. Means, itl (its values cluster by request) and other run-wide figures (KV usage) have none "
+    "within one run: `workbench bench --repeat N` gives every figure's across runs",
     "memory": "memory/ figures are the engine's own accounting of what it allocated (n = 1 engine); no run-to-run "
     "noise moves them, so their interval has zero width",
 }
@@ -165,7 +166,12 @@ def build_report(log: RunLog) -> dict:
     metrics = {
         "duration_s": _metric(duration, "s", len(steps)),
         "request_throughput_req_s": _metric(per_second(len(finished)), "finished requests/s", len(finished)),
-        "output_tok_s": _metric(per_second(output_tokens), "output tokens/s (all generated, see notes)", len(requests)),
+        "output_tok_s": _metric(
+            per_second(output_tokens),
+            "output tokens/s (all generated, see notes)",
+            len(requests),
+            rate_interval([time for record in log.requests for time in record["token_times"]], start, duration),
+        ),
         "prompt_tok_s": _metric(per_second(prompt_tokens), "prompt tokens of finished requests/s", len(finished)),
         "prefill_tok_s": _metric(per_second(prefill_tokens), "prefilled tokens/s (recomputes included)", len(steps)),
         **latency_metrics(requests, slo, duration),
@@ -197,7 +203,7 @@ def build_report(log: RunLog) -> dict:
         metrics["sessions_cut_by_context"] = _metric(
             log.footer["sessions_cut_by_context"],
             "sessions ended early: their next prompt would not fit",
-            len(requests),
+            log.footer.get("sessions_started"),  # n in sessions (logs before it: unknown)
         )
     if header.get("trace_replay"):
         replay = header["trace_replay"]

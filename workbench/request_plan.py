@@ -92,6 +92,12 @@ class RequestPlan:
         sessions = self._traffic.sessions if self._traffic is not None else None
         return sessions.cut_by_context if sessions is not None else None
 
+    @property
+    def sessions_started(self) -> int | None:
+        """Sessions started so far: the n of `sessions_cut_by_context` (None: no sessions)."""
+        sessions = self._traffic.sessions if self._traffic is not None else None
+        return sessions.started if sessions is not None else None
+
     def request_ended(self, request: PlannedRequest, ended_s: float, finished: bool) -> None:
         """A sent request ended at `ended_s` (seconds after the start): a session's next turn, if it
         has one, joins the timed requests; a turn that did not finish ends its session."""

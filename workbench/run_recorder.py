@@ -111,6 +111,7 @@ class RunRecorder:
                     "problems": result.problems,
                     "machine_probe": machine_probe,
                     "sessions_cut_by_context": result.sessions_cut_by_context,
+                    "sessions_started": result.sessions_started,
                 },
             )
         self.close()

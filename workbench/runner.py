@@ -46,6 +46,7 @@ class RunResult:
     num_not_sent: int = 0  # planned, but the run stopped before they were due
     problems: list[str] = field(default_factory=list)  # the backend's, outside any one request
     sessions_cut_by_context: int | None = None  # sessions traffic: ended early, their next prompt too long
+    sessions_started: int | None = None  # sessions traffic: its n
 
 
 class ScenarioRunner:
@@ -112,6 +113,7 @@ class ScenarioRunner:
             self._account_for_the_rest()
             self.result.problems = self.backend.problems()
             self.result.sessions_cut_by_context = self.plan.sessions_cut_by_context if self.plan else None
+            self.result.sessions_started = self.plan.sessions_started if self.plan else None
         return self.result
 
     def _account_for_the_rest(self) -> None:

@@ -58,6 +58,10 @@ class Sessions:
         if maker.tokenizer is not None:
             self._conversations = load_sharegpt().conversations
 
+    @property
+    def started(self) -> int:
+        return len(self._sessions)
+
     def start(self) -> Turn:
         """A new session's first turn."""
         (rng,) = self._rng.spawn(1)

@@ -42,7 +42,8 @@ FIGURES = (
     "preemptions",
     "requests_finished",
 )
-_WITH_INTERVALS = {name for name in FIGURES if name.endswith("_ms")} | {"goodput_perc"}  # percentiles, goodput
+# Percentiles, goodput and output tok/s (its spread over time blocks) have an interval within a run.
+_WITH_INTERVALS = {name for name in FIGURES if name.endswith("_ms")} | {"goodput_perc", "output_tok_s"}
 _WITH_N = ("ttft_p99_ms", "goodput_perc")  # their n: requests finished, requests arrived
 
 

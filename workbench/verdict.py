@@ -85,7 +85,7 @@ class Term:
                 f"{MIN_SUBGROUP_REQUESTS}): not judged"
             )
         elif self.interval is None:
-            reason = "no interval (one run each, and this figure has none within a run): repeat the runs"
+            reason = "no interval for a change of this figure over one pair of runs: repeat the runs (--repeat)"
         else:
             reason = ""
         return "; ".join(part for part in (reason, self.caveat) if part)

@@ -96,8 +96,8 @@ def test_bench_runs_every_variant_writes_files_and_compares(tmp_path, capsys):
     assert [check["status"] for check in comparison["checks"]] == ["reached", "uncertain"]
     assert comparison["verdict"] == (
         "accept: every intended change reached (95% interval wholly past it), no tolerated bound crossed; cannot "
-        "yet rule out crossing requests_finished:+0 (no interval (one run each, and this figure has none within a "
-        "run): repeat the runs)"
+        "yet rule out crossing requests_finished:+0 (no interval for a change of this figure over one pair of runs: "
+        "repeat the runs (--repeat))"
     )
     printed = capsys.readouterr().out
     assert "decision record:" in printed and "verdict: accept" in printed
@@ -106,7 +106,7 @@ def test_bench_runs_every_variant_writes_files_and_compares(tmp_path, capsys):
         main(["compare", str(out / "admission-off"), str(out / "admission-on"), "--intended", "output_tok_s:+1000%"])
         == 0
     )
-    assert "verdict: inconclusive: undecided: output_tok_s:+1000% (no interval (one run each" in (
+    assert "verdict: inconclusive: undecided: output_tok_s:+1000% (no interval for a change of this figure" in (
         capsys.readouterr().out
     )
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from engine import EngineConfig
+from engine.metrics import UNFINISHED
 from workbench.cli import main
-from workbench.explain import CAUSES, attribute_traced, cause_of, explain
+from workbench.explain import CAUSES, attribute_traced, cause_of, explain, explanation_record, format_explanation
 from workbench.headless import run_headless
 from workbench.run_log import read_run_log
 from workbench.scenario import SLO, Scenario, ScenarioEvent
@@ -113,6 +114,22 @@ def test_the_tail_is_above_its_percentile_and_named_with_its_n(tmp_path):
     )
     assert explanation.tail.share_perc["max_num_seqs"] > explanation.everyone.share_perc["max_num_seqs"]
     assert sum(explanation.tail.share_perc.values()) == pytest.approx(100.0)
+
+
+def test_an_incomplete_runs_tail_says_the_requests_it_leaves_out(tmp_path):
+    """On a run saved mid-run, "the tail" of the finished requests said nothing of the ones still
+    in flight, the slowest ones."""
+    log = burst_run(tmp_path, count=20, max_num_seqs=4)
+    slowest = sorted(log.requests, key=lambda record: record["finish_time"])[-5:]
+    for record in slowest:  # as a run saved mid-run logs them
+        record["finish_reason"] = UNFINISHED
+    explanation = explain(log, above_percentile=90)
+    assert (explanation.everyone.n, explanation.arrived, explanation.unfinished) == (15, 20, 5)
+    assert explanation.left_out().startswith("5 of 20 requests that arrived did not finish and are left out (5 still")
+    text = format_explanation(explanation, "run")
+    assert "all: n = 15 finished of 20 arrived" in text and "Left out: 5 of 20" in text
+    assert explanation_record(explanation)["left_out"] == explanation.left_out()
+    assert explain(burst_run(tmp_path / "whole", count=4)).left_out() == ""
 
 
 @pytest.mark.parametrize(

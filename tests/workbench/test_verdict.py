@@ -153,7 +153,7 @@ def test_one_pair_takes_its_interval_from_the_two_runs_and_without_one_is_inconc
     # output tok/s has no interval within a run: one pair cannot decide on it.
     without = compare(run(100.0), run(150.0), ["output_tok_s:+10%"], [])
     assert without["decision"] == "inconclusive"
-    assert "no interval (one run each" in without["checks"][0]["note"]
+    assert "no interval for a change of this figure over one pair of runs" in without["checks"][0]["note"]
 
 
 def test_a_p99_of_20_requests_is_not_decided_and_the_verdict_says_what_would_decide_it():

@@ -126,7 +126,8 @@ def test_opening_a_run_with_a_damaged_line_shows_the_rest_and_names_the_line(win
     (tmp_path / RUN_LOG_NAME).write_bytes(b"".join(lines))
     window.open_run(str(tmp_path))
     assert window.error_label.text() == ""
-    assert window.runs.text.toPlainText().startswith(f"viewing {tmp_path} (complete)")
+    # As report.json says: a skipped line makes the run incomplete, and the window says so too.
+    assert window.runs.text.toPlainText().startswith(f"viewing {tmp_path} (incomplete: run.jsonl: 1 line skipped")
     assert "1 line skipped (line 4: not UTF-8 (byte 1))" in window.runs.text.toPlainText()
 
 
@@ -150,7 +151,10 @@ def test_injected_traffic_fills_the_plots_and_the_table(window, qtbot, tiny_conf
     assert window.requests.model.rowCount() == 6
     goodput = window.plots.goodput
     assert goodput.text().startswith("goodput ") and "of n=6)" in goodput.text() and not goodput.wordWrap()
-    assert goodput.sizeHint().width() < 200 and "rejected and aborted requests count as misses" in goodput.toolTip()
+    assert (
+        goodput.sizeHint().width() < 200
+        and "rejected, aborted and still unfinished requests count as misses" in goodput.toolTip()
+    )
 
 
 def test_stopping_traffic_lets_every_request_finish(window, qtbot, tiny_config):
@@ -299,16 +303,17 @@ def test_saved_run_can_be_opened_and_compared(window, qtbot, tiny_config, tmp_pa
     )
 
 
+def forty_chats(output_len: LengthDistribution) -> TrafficProfile:
+    """40 short prompts at 20 req/s, for a run saved while it goes."""
+    return TrafficProfile(
+        arrival="constant", rate=20.0, num_requests=40, prompt_len=LengthDistribution(mean=12), output_len=output_len
+    )
+
+
 def test_a_run_saved_mid_run_says_what_was_in_flight_and_what_was_still_to_send(window, qtbot, tiny_config, tmp_path):
     """It reported every planned request as "never sent", none unfinished, and a crash."""
     load(window, qtbot, tiny_config)
-    traffic = TrafficProfile(
-        arrival="constant",
-        rate=20.0,
-        num_requests=40,
-        prompt_len=LengthDistribution(mean=12),
-        output_len=LengthDistribution(kind="fixed", mean=400),
-    )  # long outputs: still running when saved
+    traffic = forty_chats(LengthDistribution(kind="fixed", mean=400))  # long outputs: still running when saved
     window.start_traffic(Scenario(name="t", traffic=traffic))
     qtbot.waitUntil(lambda: window.worker.requests_in_flight() >= 3, timeout=30_000)
     saved = window.save_run(str(tmp_path / "mid"))
@@ -332,13 +337,7 @@ def test_the_window_and_report_json_give_the_same_figures_for_a_run_saved_mid_ru
     arrived ones (77.0% of 139); the opened run said "(complete)" and its TTFT percentiles counted
     unfinished requests."""
     load(window, qtbot, tiny_config)
-    traffic = TrafficProfile(
-        arrival="constant",
-        rate=20.0,
-        num_requests=40,
-        prompt_len=LengthDistribution(mean=12),
-        output_len=LengthDistribution(kind="uniform", low=2, high=300),
-    )
+    traffic = forty_chats(LengthDistribution(kind="uniform", low=2, high=300))  # some end, some run on
     window.start_traffic(Scenario(name="t", traffic=traffic, slo=SLO(ttft_ms=5000)))
     finished = lambda: sum(row.state == "finished" for row in window.worker.rows())  # noqa: E731
     qtbot.waitUntil(lambda: finished() >= 3 and window.worker.requests_in_flight() >= 3, timeout=60_000)
