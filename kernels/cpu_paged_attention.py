@@ -13,47 +13,115 @@ the compiled decode graph calls it as one opaque operator.
 
 If the build fails (no C++ compiler), `available()` is False and the torch path is used; the
 reason is kept in `unavailable_reason` and said once as a warning.
+
+Building is guarded by a lock of our own, `build.flock` in the build directory: an flock, which
+the kernel releases when its holder dies, so a process killed mid-build (SIGKILL, a timeout)
+never blocks the next one. torch's own baton (a plain `lock` file it waits on forever) found while
+we hold ours is a dead builder's, and is removed. A process that waits for our lock longer than
+`LOCK_TIMEOUT_S` gives up with a message naming the file and takes the torch path. A build that is
+current (`built.json`: the source's and flags' hash, torch's version) is loaded directly, without
+either lock. A stop (SIGINT, SIGTERM: BaseExceptions) is never taken for a failed build.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import json
+import os
+import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 _SOURCE = Path(__file__).with_name("cpu_paged_attention.cpp")
+_CFLAGS = ["-O3", "-march=native", "-fopenmp"]
+_LDFLAGS = ["-fopenmp"]
+LOCK_TIMEOUT_S = 300.0  # a first build takes 10-20 s here; past this, another process is stuck
 _state: dict = {}  # "loaded": bool, "reason": str
 
 
 def _machine_tag() -> str:
     """The build uses -march=native: a build directory shared between different CPUs (a network
-    home) must not hand one machine's instructions to another."""
+    home) must not hand one machine's instructions to another; and a copy of the project at
+    another path builds its own (ninja rebuilt the shared one for each copy in turn)."""
     try:
         flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
     except (OSError, StopIteration):
         flags = ""
-    return hashlib.sha256(flags.encode()).hexdigest()[:8]
+    return hashlib.sha256(f"{flags}\n{_SOURCE.resolve()}".encode()).hexdigest()[:8]
+
+
+def _build_directory(name: str) -> Path:
+    from torch.utils.cpp_extension import get_default_build_root
+
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()) / name
+
+
+def _stamp() -> dict:
+    """What a current build was made from."""
+    source = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()
+    return {"source": source, "cflags": _CFLAGS, "ldflags": _LDFLAGS, "torch": torch.__version__}
+
+
+@contextmanager
+def _build_lock(directory: Path):
+    """Our flock on `directory/build.flock`, waited for at most LOCK_TIMEOUT_S; a torch `lock` file
+    found under it is a dead builder's and is removed."""
+    path = directory / "build.flock"
+    with path.open("a") as handle:
+        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{path}: another process has held the build lock for over {LOCK_TIMEOUT_S:.0f} s"
+                    ) from None
+                time.sleep(0.2)
+        try:
+            (directory / "lock").unlink(missing_ok=True)  # torch's baton: its owner is gone
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _load() -> None:
+    from torch.utils.cpp_extension import load
+
+    name = f"workbench_paged_attention_{_machine_tag()}"
+    directory = _build_directory(name)
+    directory.mkdir(parents=True, exist_ok=True)
+    library, stamp_file = directory / f"{name}.so", directory / "built.json"
+    current = library.exists() and stamp_file.exists() and json.loads(stamp_file.read_text()) == _stamp()
+    if current:
+        torch.ops.load_library(str(library))  # no lock, no baton: nothing is written
+    else:
+        with _build_lock(directory):
+            load(
+                name=name,
+                sources=[str(_SOURCE)],
+                extra_cflags=_CFLAGS,
+                extra_ldflags=_LDFLAGS,
+                build_directory=str(directory),
+                is_python_module=False,
+                verbose=False,
+            )
+            stamp_file.write_text(json.dumps(_stamp()))
+    torch.library.register_fake("workbench::paged_decode_attention")(_fake)
 
 
 def available() -> bool:
     """Build (the first time on this machine, 10-20 s) or load the operator; False if it cannot be."""
     if "loaded" not in _state:
         try:
-            from torch.utils.cpp_extension import load
-
-            load(
-                name=f"workbench_paged_attention_{_machine_tag()}",
-                sources=[str(_SOURCE)],
-                extra_cflags=["-O3", "-march=native", "-fopenmp"],
-                extra_ldflags=["-fopenmp"],
-                is_python_module=False,
-                verbose=False,
-            )
-            torch.library.register_fake("workbench::paged_decode_attention")(_fake)
+            _load()
             _state.update(loaded=True, reason="")
-        except Exception as error:  # a missing or failing compiler: keep serving on the torch path
+        except Exception as error:  # a missing or failing compiler, a stuck lock: keep serving on the torch path
             _state.update(loaded=False, reason=f"{type(error).__name__}: {str(error).splitlines()[0][:300]}")
             warnings.warn(
                 f"the CPU paged-attention operator could not be built ({_state['reason']}); "

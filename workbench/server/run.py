@@ -48,10 +48,12 @@ def leave_cores_to_http(reserved_cpus: int) -> int:
     return threads
 
 
-class _StopSignal(Exception):
+class _StopSignal(BaseException):
     """SIGINT or SIGTERM: uvicorn finishes its graceful shutdown, then raises the signal again,
     which lands here as this exception so that the engine loop and its compile are stopped too
-    and the process exits with status 0 (the default handlers killed it, or printed a traceback)."""
+    and the process exits with status 0 (the default handlers killed it, or printed a traceback).
+    A BaseException, as KeyboardInterrupt is: an `except Exception` on the load path (a build that
+    may fail) took a stop at warm-up for a failed build, and the server served on."""
 
 
 def _raise_stop(signum: int, frame) -> None:
