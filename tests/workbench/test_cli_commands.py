@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -234,3 +236,13 @@ def test_estimate_on_this_machine_says_where_it_saved_the_measurement(tmp_path, 
     assert "[this-machine]" in saved.read_text()
     assert main(arguments) == 0
     assert "measured this machine" not in capsys.readouterr().out  # read back, not measured again
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly():
+    """`workbench presets | head` printed "workbench: Broken pipe" (or Python's "Exception ignored"
+    at exit) and failed; a real pipe whose reader is gone before anything is written."""
+    command = [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())", "presets"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.close()  # the reader is gone: the command's first write meets a closed pipe
+    errors = process.stderr.read()
+    assert process.wait(timeout=120) == 0 and errors == ""

@@ -77,5 +77,13 @@ def test_bad_replays_get_one_line(recorded, tmp_path, capsys):
     assert "no run log here" in capsys.readouterr().err
     assert main(["replay", str(recorded), "--set", "engine.max_num_seq=2", "--out", str(tmp_path / "out")]) == 2
     assert "max_num_seq" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # a bad --set left a half-made --out
     assert main(["replay", str(recorded), "--intended", "fast", "--out", str(tmp_path / "out")]) == 2
     assert "expected METRIC:+N%" in capsys.readouterr().err
+    # Checked before anything runs: a metric the run does not have, an --out holding a run.
+    assert main(["replay", str(recorded), "--intended", "nosuchmetric:+5%", "--out", str(tmp_path / "out")]) == 2
+    assert "nosuchmetric:+5%: no such metric in " in capsys.readouterr().err and not (tmp_path / "out").exists()
+    before = (recorded / "run.jsonl").read_bytes()
+    assert main(["replay", str(recorded), "--out", str(recorded)]) == 2  # it overwrote the recorded run
+    assert "holds a run already (the run replayed)" in capsys.readouterr().err
+    assert (recorded / "run.jsonl").read_bytes() == before

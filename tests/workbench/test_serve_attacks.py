@@ -63,6 +63,7 @@ def assert_openai_error(response: httpx.Response, status: int, message: str) -> 
             "messages[0].content: not valid Unicode",
         ),
         ("/v1/completions", {"prompt": "hi", "stop": ["\ud800"]}, 400, "stop: not valid Unicode"),
+        ("/v1/completions", {"prompt": [1, True]}, 400, "prompt.list[int].1: Input should be a valid integer"),
     ],
 )
 def test_out_of_range_values_are_refused_as_vllm_refuses_them(server, path, body, status, message):

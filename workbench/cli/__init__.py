@@ -16,6 +16,7 @@ run function; `main` only dispatches and turns errors into one line and an exit 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from engine.errors import EngineError
@@ -59,13 +60,19 @@ def main(argv: list[str] | None = None) -> int:
         command.add_to(commands)
     args = parser.parse_args(argv)
     try:
-        return getattr(args, "handler", gui.run_without_arguments)(args)
+        code = getattr(args, "handler", gui.run_without_arguments)(args)
+        sys.stdout.flush()  # here, not at exit: a reader gone (`| head`) is then caught below
+        return code
     except EngineError as error:
         print(f"workbench: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl+C while loading, measuring quality, calibrating, exporting...
         print("workbench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `workbench ... | head` read what it wanted: end quietly, as `git log | head`
+        # Python flushes stdout again at exit: point it at /dev/null so that flush has nowhere to fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as error:  # a path that cannot be read or written: say which, without a traceback
         where = f"{error.filename}: " if error.filename else ""
         print(f"workbench: {where}{error.strerror or error}", file=sys.stderr)

@@ -4,6 +4,7 @@ a run folder of its own, a per-request comparison and a decision record against 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -57,6 +58,15 @@ def run(args) -> int:
     log_path, original = read_run_for(args.run, with_traces=False)
     folder = log_path.parent
     original_report = load_report(folder)
+    unknown = [str(criterion) for criterion in criteria if criterion.metric not in original_report["metrics"]]
+    if unknown:  # refused before the replay runs (minutes on a real model), not after
+        raise ConfigError(f"{', '.join(unknown)}: no such metric in {folder / 'report.json'}")
+    itself = args.out.resolve() == folder.resolve()
+    if itself or any((args.out / name).exists() for name in (RUN_LOG_NAME, "report.json")):
+        raise ConfigError(
+            f"--out {args.out}: holds a run already ({'the run replayed' if itself else 'its files'}); a replay "
+            "writes a run of its own: give a new or empty folder"
+        )
     requests = recorded_requests(original, str(log_path))
     overrides = list(args.overrides)
     args.server = None
@@ -64,12 +74,18 @@ def run(args) -> int:
         args.server = args.backend
     elif args.backend:
         overrides.insert(0, f"engine.model={args.backend}")
+    created = not args.out.exists()
     args.out.mkdir(parents=True, exist_ok=True)
     trace = args.out / REPLAY_TRACE
     write_replay_trace(requests, trace)
-    scenario = replay_scenario(original, trace.resolve(), overrides, f"{log_path} (replayed)")
-    make_backend, _ = backend_factory(args, scenario)
-    backend = make_backend(scenario)
+    try:
+        scenario = replay_scenario(original, trace.resolve(), overrides, f"{log_path} (replayed)")
+        make_backend, _ = backend_factory(args, scenario)
+        backend = make_backend(scenario)
+    except ConfigError:  # a bad --set or backend: no half-made --out left behind
+        if created:
+            shutil.rmtree(args.out)
+        raise
     try:
         _refuse_terms_not_exposed(terms, criteria, original_report, backend)
         unknown_lengths = sum(not request.length_known for request in requests)

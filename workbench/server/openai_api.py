@@ -26,7 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.exceptions import HTTPException
 
 from engine import EngineError, SamplingParams
@@ -86,7 +86,8 @@ class _Sampling(BaseModel):
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[int] = Field(min_length=1)
+    # Strict: a lax int took `[1, true]` for `[1, 1]` (a token id is an integer, not a boolean).
+    prompt: str | list[StrictInt] = Field(min_length=1)
 
 
 class ChatMessage(BaseModel):
