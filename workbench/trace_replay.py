@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 from dataclasses import dataclass
@@ -76,7 +77,7 @@ def _number(row: dict, quantity: str, where: str, whole: bool = False) -> tuple[
     """(the column read, its value): a finite number, or a whole one for a count of tokens."""
     name, value = _column(row, quantity, where)
     try:
-        number = float(value)
+        number = None if isinstance(value, bool) else float(value)  # JSON's true is no count
     except (TypeError, ValueError):
         number = None
     if number is None or not math.isfinite(number) or (whole and not number.is_integer()):
@@ -87,6 +88,8 @@ def _number(row: dict, quantity: str, where: str, whole: bool = False) -> tuple[
 def parse_row(row: dict, where: str) -> TraceRow:
     """One request of a trace; `where` (file:line) names it in every message."""
     line = int(where.rsplit(":", 1)[1])
+    if None in row:  # csv.DictReader's key for fields past the header's
+        raise ConfigError(f"{where}: {len(row[None])} more field(s) than the header names")
     arrival_name, arrival = _number(row, "arrival_s", where)
     output_name, output = _number(row, "output_tokens", where, whole=True)
     if arrival < 0:
@@ -103,13 +106,25 @@ def parse_row(row: dict, where: str) -> TraceRow:
     return TraceRow(line, arrival, output, prompt_tokens=prompt, tag=tag)
 
 
+def _utf8_text(path: Path) -> str:
+    """The file as UTF-8 text (a leading byte-order mark, as spreadsheets write it, is dropped);
+    UTF-16 or Latin-1 is refused naming the first line that is not UTF-8."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: not UTF-8 (line {line})") from None
+
+
 def read_trace_rows(path: Path) -> list[TraceRow]:
     """Every row of the trace at `path`, in arrival order; a bad row is refused with its line and column."""
     if not path.exists():
         raise ConfigError(f"{path}: trace file not found")
+    text = _utf8_text(path)
     if path.suffix == ".jsonl":
         rows = []
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
+        for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             try:
@@ -120,8 +135,8 @@ def read_trace_rows(path: Path) -> list[TraceRow]:
                 raise ConfigError(f"{path}:{number}: expected a JSON object with {_EXPECTED}")
             rows.append(parse_row(record, f"{path}:{number}"))
     elif path.suffix == ".csv":
-        with path.open(newline="") as handle:
-            rows = [parse_row(row, f"{path}:{number}") for number, row in enumerate(csv.DictReader(handle), start=2)]
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        rows = [parse_row(row, f"{path}:{number}") for number, row in enumerate(reader, start=2)]
     else:
         raise ConfigError(f"{path}: expected a .csv or .jsonl trace")
     if not rows:

@@ -11,6 +11,7 @@ import pytest
 from engine import ConfigError
 from engine.sharegpt import load_sharegpt
 from workbench.prompts import PromptMaker
+from workbench.trace_replay import read_trace_rows
 from workbench.traffic import LengthDistribution, PlannedTraffic, TrafficProfile, arrival_times
 
 
@@ -241,15 +242,33 @@ def test_lengths_beyond_the_context_are_cut_and_counted(tmp_path):
             r"trace.csv:2: column 'num_prefill_tokens': expected a whole number, got '12.5'",
         ),
         ("arrival_s,prompt_tokens,output_tokens\n0,3,nan\n", ".csv", r"column 'output_tokens': expected a whole"),
+        # As spreadsheets export: UTF-16, or Latin-1 (a traceback before).
+        ("arrival_s,prompt_tokens,output_tokens\n0,3,2\n".encode("utf-16"), ".csv", r"trace.csv: not UTF-8 \(line 1\)"),
+        ("arrival_s,prompt,output_tokens\n0,hi,2\n1,café,2\n".encode("latin-1"), ".csv", r"not UTF-8 \(line 3\)"),
+        ("arrival_s,prompt_tokens,output_tokens\n0,3,2,9\n", ".csv", r"trace.csv:2: 1 more field\(s\) than the header"),
+        (
+            '{"arrival_s": 0, "prompt_tokens": true, "output_tokens": 2}\n',
+            ".jsonl",
+            r"trace.jsonl:1: column 'prompt_tokens': expected a whole number, got True",
+        ),
     ],
 )
 def test_every_bad_trace_names_what_is_wrong(tmp_path, content, suffix, message):
     trace = tmp_path / f"trace{suffix}"
-    if content is not None:
+    if isinstance(content, bytes):
+        trace.write_bytes(content)
+    elif content is not None:
         trace.write_text(content)
     profile = TrafficProfile(prompts="trace", trace_file=str(trace))
     with pytest.raises(ConfigError, match=message):
         PlannedTraffic(profile, PromptMaker(None, vocab_size=100), 0, max_model_len=64)
+
+
+def test_a_utf8_trace_with_a_byte_order_mark_reads_as_without(tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("\ufeffarrival_s,prompt_tokens,output_tokens\n0,3,2\n", encoding="utf-8")
+    (row,) = read_trace_rows(trace)
+    assert (row.arrival_s, row.prompt_tokens, row.output_tokens) == (0.0, 3, 2)
 
 
 def test_an_empty_window_says_where_the_trace_runs(tmp_path):
