@@ -234,7 +234,7 @@ class LLMEngine:
         return request_id
 
     def _id_in_use(self, request_id: str) -> bool:
-        return request_id in self._sequences or any(output.request_id == request_id for output in self._undelivered)
+        return request_id in self._sequences or self.ended_unreported(request_id) is not None
 
     def _prompt_token_ids(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -282,6 +282,11 @@ class LLMEngine:
     def sequence(self, request_id: str) -> Sequence | None:
         """The live state of an unfinished request (for views that show queues and block tables)."""
         return self._sequences.get(request_id)
+
+    def ended_unreported(self, request_id: str) -> RequestOutput | None:
+        """A request that ended outside a step (aborted, rejected) and whose end the next step
+        reports; None otherwise."""
+        return next((output for output in self._undelivered if output.request_id == request_id), None)
 
     # ----- the loop ------------------------------------------------------------------------------
 

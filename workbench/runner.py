@@ -119,24 +119,27 @@ class ScenarioRunner:
     def _account_for_the_rest(self) -> None:
         """Report the requests the run ends without: those in flight as "unfinished" (with what
         they had so far), those never sent as a count."""
-        self.result.num_unfinished = len(self._in_flight)
-        for ended in self.in_flight_now("when the run ended"):
+        rest = self.in_flight_now("when the run ended")
+        self.result.num_unfinished = sum(ended.metrics.finish_reason == UNFINISHED for ended in rest)
+        for ended in rest:
             self._record_end(ended)
         self.result.num_not_sent = self.plan.count_rest() if self.plan is not None else 0
 
     def in_flight_now(self, when: str) -> list[EndedRequest]:
-        """The requests sent and not ended, as copies finished "unfinished" with what they have so
-        far (`when` goes into their detail); the run goes on untouched."""
+        """The requests sent whose end has not been recorded, as copies: "unfinished" with what they
+        have so far (`when` goes into their detail), or, for one that ended since the last update
+        (an abort), that end; the run goes on untouched."""
         unfinished = []
         for request_id in self._in_flight:
             progress = self.backend.progress(request_id)
             if progress is None:  # ended inside a step that was interrupted before it returned
                 continue
+            ended = progress.metrics.finish_reason
             metrics = dataclasses.replace(
                 progress.metrics,
                 token_times=list(progress.metrics.token_times),
-                finish_reason=UNFINISHED,
-                finish_detail=f"{progress.state} {when}",
+                finish_reason=ended or UNFINISHED,
+                finish_detail=progress.metrics.finish_detail if ended else f"{progress.state} {when}",
             )
             unfinished.append(EndedRequest(request_id, self.tags[request_id], metrics))
         return unfinished

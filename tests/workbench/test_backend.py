@@ -12,7 +12,7 @@ from workbench.report import NOT_EXPOSED, build_report
 from workbench.run_log import read_run_log
 from workbench.run_recorder import RunRecorder
 from workbench.runner import ScenarioRunner
-from workbench.scenario import Scenario
+from workbench.scenario import Scenario, ScenarioEvent
 from workbench.traffic import LengthDistribution, TrafficProfile
 
 SIMULATED = EngineConfig(model="simulated:llama-2-7b@h100-80gb")
@@ -99,3 +99,19 @@ def test_the_local_backend_colours_the_blocks_its_requests_hold():
     owners = backend.block_owners({"a": 5})
     assert list(owners) == [5, 5, 5] + [BLOCK_FREE] * 5  # 41 tokens in 16-token blocks
     assert backend.progress("a").state == "decoding" and backend.progress("a").num_prompt_tokens == 40
+
+
+def test_a_request_aborted_since_the_last_update_is_kept_when_the_run_is_saved():
+    """4 sent, 3 recorded: the engine drops an aborted request at once and reports its end at the
+    next step, and a run saved (or ended) in between left it out."""
+    backend = LocalBackend(LLMEngine(SIMULATED))
+    inject = ScenarioEvent(at_s=0.0, action="inject", count=4, prompt_tokens=32, output_tokens=500)
+    runner = ScenarioRunner(backend, Scenario(name="abort", engine=SIMULATED, traffic=None, events=[inject]))
+    runner.start()
+    while runner.num_in_flight < 4:
+        runner.tick()
+    first = next(iter(runner._in_flight))
+    backend.abort(first)
+    saved = {ended.request_id: ended.metrics.finish_reason for ended in runner.in_flight_now("when saved")}
+    assert len(saved) == 4 and saved[first] == "abort"
+    assert sorted(saved.values()) == ["abort", "unfinished", "unfinished", "unfinished"]

@@ -90,9 +90,13 @@ class LocalBackend:
 
     def progress(self, request_id: str) -> RequestProgress | None:
         seq = self.engine.sequence(request_id)
-        if seq is None:
+        if seq is not None:
+            return RequestProgress(seq.state, seq.metrics, seq.num_prompt_tokens, seq.num_tokens)
+        ended = self.engine.ended_unreported(request_id)  # aborted since the last step: its end comes next
+        if ended is None:
             return None
-        return RequestProgress(seq.state, seq.metrics, seq.num_prompt_tokens, seq.num_tokens)
+        prompt_tokens = ended.metrics.num_prompt_tokens
+        return RequestProgress(ended.finish_reason, ended.metrics, prompt_tokens, prompt_tokens + len(ended.token_ids))
 
     def warm_up_progress(self) -> CompileProgress | None:
         return self.engine.executor.compile_progress

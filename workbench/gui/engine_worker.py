@@ -24,6 +24,7 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from engine import EngineConfig, EngineError
+from engine.metrics import UNFINISHED
 from workbench.backends.loader import BackendLoader
 from workbench.backends.protocol import Backend
 from workbench.metrics_store import MetricsStore
@@ -326,7 +327,7 @@ class EngineWorker(QObject):
                 "duration_s": self._seconds(),
                 "stopped_early": mid_run,
                 "saved_mid_run": mid_run,
-                "requests_unfinished": len(in_flight),
+                "requests_unfinished": sum(ended.metrics.finish_reason == UNFINISHED for ended in in_flight),
                 "requests_not_sent": runner.not_sent_yet() if runner.traffic_pending else 0,
             },
         )
