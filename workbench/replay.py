@@ -8,8 +8,10 @@ lengths. A request that finished is replayed with the output it produced (end-of
 ignored, so lengths match); one that did not finish (rejected, aborted, unfinished) with what it
 had produced, at least one token: those are counted, since their planned length is not in the log.
 
-Requests are paired by arrival order (the replay names them afresh), and each pair compared:
-TTFT, TPOT and end-to-end latency, before and after (`per_request.csv`).
+Requests are paired by arrival order, ties by the order they were sent (the run log's
+`sent_index`; the replay names them afresh and sends tied ones in the same order), and each pair
+compared: TTFT, TPOT and end-to-end latency, before and after, with both sides' lengths
+(`per_request.csv`).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def recorded_requests(log: RunLog, where: str) -> list[RecordedRequest]:
     """The run's requests in arrival order, as a replay sends them."""
     start = log.header["start_time"]
     requests = []
-    for record in sorted(log.requests, key=lambda record: record["arrival_time"]):
+    for record in sending_order(log):
         produced = len(record.get("token_times") or [])
         finished = record["finish_reason"] in FINISHED_REASONS
         requests.append(
@@ -63,6 +65,12 @@ def recorded_requests(log: RunLog, where: str) -> list[RecordedRequest]:
     if not requests:
         raise ConfigError(f"{where}: the run has no requests to replay")
     return requests
+
+
+def sending_order(log: RunLog) -> list[dict]:
+    """The request records by arrival, ties by the order they were sent (logs before
+    `sent_index`: as logged, which is the order they ended)."""
+    return sorted(log.requests, key=lambda record: (record["arrival_time"], record.get("sent_index", 0)))
 
 
 def write_replay_trace(requests: list[RecordedRequest], path: Path) -> None:
@@ -98,18 +106,17 @@ def replay_scenario(log: RunLog, trace_path: Path, overrides: list[str], where: 
 
 
 def per_request_rows(original: RunLog, replay: RunLog) -> list[dict]:
-    """One row per recorded request, paired with its replay by arrival order."""
-
-    def ordered(log: RunLog) -> list[dict]:
-        return sorted(log.requests, key=lambda record: record["arrival_time"])
-
+    """One row per recorded request, paired with its replay by sending order (`sending_order`)."""
     rows = []
-    for index, (before, after) in enumerate(zip(ordered(original), ordered(replay)), start=1):
+    for index, (before, after) in enumerate(zip(sending_order(original), sending_order(replay)), start=1):
         first, second = request_metrics(before), request_metrics(after)
         row = {
             "index": index,
             "tag": before["tag"],
             "prompt_tokens": before["num_prompt_tokens"],
+            "replay_prompt_tokens": after["num_prompt_tokens"],
+            "output_tokens": first.num_output_tokens,
+            "replay_output_tokens": second.num_output_tokens,
             "original_id": before["request_id"],
             "replay_id": after["request_id"],
             "original_finish": before["finish_reason"],

@@ -38,8 +38,10 @@ class RunLogWriter:
     def step(self, stats: StepStats) -> None:
         self.write("step", dataclasses.asdict(stats))
 
-    def request(self, request_id: str, tag: str, metrics: RequestMetrics) -> None:
-        self.write("request", {"request_id": request_id, "tag": tag, **dataclasses.asdict(metrics)})
+    def request(self, request_id: str, tag: str, metrics: RequestMetrics, sent_index: int | None = None) -> None:
+        """One request's record; `sent_index`, its place in the order of sending, where known."""
+        order = {} if sent_index is None else {"sent_index": sent_index}
+        self.write("request", {"request_id": request_id, "tag": tag, **order, **dataclasses.asdict(metrics)})
 
     def close(self) -> None:
         self._file.close()

@@ -31,6 +31,7 @@ class EndedRequest:
     request_id: str
     tag: str
     metrics: RequestMetrics
+    sent_index: int | None = None  # its place in the order of sending: ties in arrival keep it
 
 
 @dataclass
@@ -71,6 +72,7 @@ class ScenarioRunner:
         self.should_stop = should_stop
         self.sleep = sleep or backend.sleep
         self.tags: dict[str, str] = {}  # request id -> tag, for every request sent
+        self.sent_index: dict[str, int] = {}  # request id -> its place in the order of sending
         self._in_flight: dict[str, None] = {}  # sent and not ended, in order of sending
         self.result = RunResult(start_time=backend.clock(), duration_s=0.0)
         self._closed_loop_in_flight: set[str] = set()
@@ -141,7 +143,7 @@ class ScenarioRunner:
                 finish_reason=ended or UNFINISHED,
                 finish_detail=progress.metrics.finish_detail if ended else f"{progress.state} {when}",
             )
-            unfinished.append(EndedRequest(request_id, self.tags[request_id], metrics))
+            unfinished.append(EndedRequest(request_id, self.tags[request_id], metrics, self.sent_index.get(request_id)))
         return unfinished
 
     def not_sent_yet(self) -> int | None:
@@ -264,6 +266,7 @@ class ScenarioRunner:
         )
         request_id = f"{request.tag}-{len(self.tags)}"
         self.tags[request_id] = request.tag
+        self.sent_index[request_id] = len(self.sent_index)
         self._in_flight[request_id] = None
         prompt = list(request.prompt_token_ids)
         self.backend.submit(prompt, params, arrival_time=arrival_time, request_id=request_id, messages=request.messages)
@@ -281,7 +284,9 @@ class ScenarioRunner:
             self.on_output(output)
             if output.finished:
                 self._closed_loop_in_flight.discard(output.request_id)
-                self._record_end(EndedRequest(output.request_id, self.tags.get(output.request_id, ""), output.metrics))
+                request_id = output.request_id
+                tag, sent = self.tags.get(request_id, ""), self.sent_index.get(request_id)
+                self._record_end(EndedRequest(request_id, tag, output.metrics, sent))
 
     def _record_end(self, ended: EndedRequest) -> None:
         self._in_flight.pop(ended.request_id, None)

@@ -87,3 +87,44 @@ def test_bad_replays_get_one_line(recorded, tmp_path, capsys):
     assert main(["replay", str(recorded), "--out", str(recorded)]) == 2  # it overwrote the recorded run
     assert "holds a run already (the run replayed)" in capsys.readouterr().err
     assert (recorded / "run.jsonl").read_bytes() == before
+
+
+TIES = """
+name = "ties"
+seed = 0
+[engine]
+long_prompt_threshold = 512
+[[events]]
+at_s = 0.0
+action = "inject"
+count = 1
+prompt_tokens = 6000
+output_tokens = 256
+tag = "long"
+[[events]]
+at_s = 0.0
+action = "inject"
+count = 20
+prompt_tokens = 64
+output_tokens = 4
+tag = "chat"
+"""
+
+
+def test_requests_arriving_together_are_paired_in_the_order_they_were_sent(tmp_path):
+    """long-prompt-isolation's shape: a long prompt and 20 chats arrive at one instant, the long
+    one sent first and ending last. Paired by the order they ended, per_request.csv compared the
+    6,000-token prompt with a 64-token chat."""
+    preset = tmp_path / "ties.toml"
+    preset.write_text(TIES)
+    recorded = tmp_path / "recorded"
+    arguments = ["--set", f"engine.model={SIMULATED}", "--no-plots"]
+    assert main(["bench", "--preset", str(preset), *arguments, "--out", str(recorded)]) == 0
+    assert read_run_log(recorded / "run.jsonl").requests[-1]["tag"] == "long"  # it ended last
+    assert main(["replay", str(recorded), *arguments, "--out", str(tmp_path / "again")]) == 0
+    rows = list(csv.DictReader((tmp_path / "again" / "per_request.csv").open()))
+    assert len(rows) == 21 and rows[0]["prompt_tokens"] == "6000"  # the long prompt was sent first
+    assert all(row["prompt_tokens"] == row["replay_prompt_tokens"] for row in rows)
+    assert all(row["output_tokens"] == row["replay_output_tokens"] for row in rows)
+    # The same settings on a simulated clock: every pair's latency equal, the long prompt's too.
+    assert all(float(row["change_e2e_ms"]) == pytest.approx(0.0, abs=1e-3) for row in rows)
