@@ -263,10 +263,10 @@ def allow_for_drift(terms: list[Term], drift: float | None) -> list[Term]:
     for term in terms:
         metric = term.criterion.partition(":")[0]
         if term.relative and term.interval is not None and metric.endswith(_SPEED_SUFFIXES):
-            # On the ratio's scale, so that a widened change stays above -100%.
+            # On the ratio's scale, divided and multiplied by 1 + drift: a widened change stays above -100%.
             low, high = term.interval.low, term.interval.high
             interval = Interval(
-                None if low is None else (1 + low) * (1 - drift) - 1,
+                None if low is None else (1 + low) / (1 + drift) - 1,
                 None if high is None else (1 + high) * (1 + drift) - 1,
                 term.interval.standard_error,
                 f"{term.interval.method}; widened by the machine's drift",

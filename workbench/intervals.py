@@ -201,7 +201,10 @@ def rate_interval(event_times: list[float], start: float, duration: float) -> In
     if duration <= 0 or not event_times:
         return None
     counts = np.histogram(event_times, bins=BLOCKS, range=(start, start + duration))[0]
-    return repeats_interval(list(counts * BLOCKS / duration), what="equal time blocks (batch means)")
+    interval = repeats_interval(list(counts * BLOCKS / duration), what="equal time blocks (batch means)")
+    if interval.low < 0:  # a bursty run's blocks spread past 0; a rate cannot be negative
+        return Interval(0.0, interval.high, interval.standard_error, f"{interval.method}, clipped at 0")
+    return interval
 
 
 def repeats_interval(values: list[float], what: str = "runs") -> Interval | None:

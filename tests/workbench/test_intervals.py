@@ -147,6 +147,11 @@ def test_the_paired_t_interval_of_a_log_ratio_holds_about_95_percent_and_stays_a
     assert held / DATASETS >= LEVEL - SLACK
 
 
+def test_a_rate_whose_tokens_came_in_one_burst_is_never_below_zero():
+    interval = rate_interval([0.5] * 100, 0.0, 10.0)  # every token in the first of ten blocks
+    assert interval.low == 0.0 and interval.method.endswith("clipped at 0") and interval.high > 10
+
+
 def test_identical_repeats_give_an_exact_zero_change():
     interval = change_over_repeats([10.0, 12.0, 11.0], [10.0, 12.0, 11.0], relative=True)
     assert (interval.low, interval.high) == (0.0, 0.0)

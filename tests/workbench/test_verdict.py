@@ -190,9 +190,9 @@ def test_a_relative_change_is_never_below_minus_100_percent_over_repeats_or_unde
     two = compare_repeats(pairs[:2], ["output_tok_s:-50%"], [])["checks"][0]
     assert "2 pairs of runs: Student's t with 1 degree of freedom" in two["note"]
     widened = allow_for_drift(
-        [Term("intended", "ttft_p50_ms:-50%", -0.5, True, -0.9, Interval(-0.99, -0.8, None, "x"), 1, 100, 100)], 0.5
+        [Term("intended", "ttft_p50_ms:-50%", -0.5, True, -0.9, Interval(-0.99, -0.8, None, "x"), 1, 100, 100)], 2.37
     )
-    assert widened[0].interval.low > -1
+    assert widened[0].interval.low > -1  # a 237% drift, as measured once here: -101.4% before
 
 
 def with_exact(report: dict, name: str, value: float, n: int = 1) -> dict:
