@@ -201,6 +201,15 @@ class MaxRate:
         )
 
 
+def check_search_settings(target_perc: float, tolerance: float) -> None:
+    """A rate search's goodput target and tolerance, refused before any run."""
+    if not 0 < target_perc <= 100 or not tolerance > 0:
+        raise ConfigError(
+            f"--goodput-target: expected a percentage in (0, 100], got {target_perc:g}; --tolerance: expected more "
+            f"than 0, got {tolerance:g}"
+        )
+
+
 def find_max_rate(
     run_at: Callable[[float], dict],
     start_rate: float,
@@ -210,11 +219,9 @@ def find_max_rate(
 ) -> MaxRate:
     """The highest arrival rate whose run meets the goodput target, to within `tolerance` (0.1: the
     bracket's ends within 10% of each other). `run_at(rate)` runs one point and returns its report."""
-    if not 0 < target_perc <= 100 or tolerance <= 0 or max_runs < 2 or start_rate <= 0:
-        raise ConfigError(
-            f"expected 0 < goodput target <= 100, tolerance > 0, at least 2 runs and a positive start rate; got "
-            f"{target_perc}, {tolerance}, {max_runs}, {start_rate}"
-        )
+    check_search_settings(target_perc, tolerance)
+    if max_runs < 2 or start_rate <= 0:
+        raise ConfigError(f"expected at least 2 runs and a positive start rate; got {max_runs}, {start_rate}")
     probes: list[RateProbe] = []
 
     def probe(rate: float) -> RateProbe:

@@ -101,8 +101,13 @@ def test_a_grid_runs_every_combination_the_last_setting_fastest():
         (["--vary", "engine.max_num_seqs=eight,16"], "max_num_seqs"),
         (["--vary", "engine.max_num_seqs"], "expected KEY=v1,v2"),
         (["--vary", "engine.max_num_seqs=8,,16"], "expected KEY=v1,v2"),
-        (["--rates", "4,fast"], "--rates: expected positive numbers of requests/s, got 'fast'"),
-        (["--rates", "0"], "--rates: expected positive numbers"),
+        (["--rates", "4,fast"], "--rates: expected requests/s of at least 0.000277778 (one an hour), got 'fast'"),
+        (["--rates", "0"], "--rates: expected requests/s of at least"),
+        (["--rates", "1e-300"], "--rates: expected requests/s of at least"),  # ran 8 minutes, a header only
+        # Refused after --out was made, or not at all: a target past 100%, and a search over a
+        # combination (closed loop) that has no rate, where only the first combination was checked.
+        (["--find-max-rate", "--goodput-target", "150"], "--goodput-target: expected a percentage in (0, 100]"),
+        (["--find-max-rate", "--vary", "traffic.arrival=poisson,closed_loop"], "closed-loop traffic has no rate"),
         ([], "nothing to sweep"),
         (["--find-max-rate", "--rates", "2,4"], "--find-max-rate searches the rate itself"),
         (["--vary", "engine.max_num_seqs=8", "--vary", "engine.max_num_seqs=16"], "each key once"),

@@ -53,6 +53,9 @@ def add_to(commands) -> None:
     sweep.set_defaults(handler=run)
 
 
+MIN_RATE = 1 / 3600  # requests/s: below one an hour a run waits for its first request for hours
+
+
 def _rates(text: str | None) -> list[float]:
     from engine.errors import ConfigError
 
@@ -64,8 +67,10 @@ def _rates(text: str | None) -> list[float]:
             rate = float(item)
         except ValueError:
             rate = float("nan")
-        if not rate > 0 or rate == float("inf"):
-            raise ConfigError(f"--rates: expected positive numbers of requests/s, got {item.strip()!r}")
+        if not rate >= MIN_RATE or rate == float("inf"):
+            raise ConfigError(
+                f"--rates: expected requests/s of at least {MIN_RATE:g} (one an hour), got {item.strip()!r}"
+            )
         rates.append(rate)
     return rates
 
@@ -76,7 +81,15 @@ def run(args) -> int:
     from workbench.cli.bench import print_summary
     from workbench.headless import run_headless
     from workbench.presets import load_preset
-    from workbench.sweep import RATE_KEY, SWEEP_CSV, parse_vary, plan_points, sweep_row, write_sweep_csv
+    from workbench.sweep import (
+        RATE_KEY,
+        SWEEP_CSV,
+        check_search_settings,
+        parse_vary,
+        plan_points,
+        sweep_row,
+        write_sweep_csv,
+    )
 
     varies = [parse_vary(text) for text in args.vary]
     rates = _rates(args.rates)
@@ -93,8 +106,10 @@ def run(args) -> int:
     points = plan_points(varies, rates)
     scenarios = {point.index: scenario_for(point.overrides()) for point in points}  # every point checked first
     base = scenarios[points[0].index] if points else scenario_for([])
-    if args.find_max_rate:
-        _check_rate_search(base)
+    if args.find_max_rate:  # every combination searched, and the search's own settings, before anything runs
+        for scenario in list(scenarios.values()) or [base]:
+            _check_rate_search(scenario)
+        check_search_settings(args.goodput_target, args.tolerance)
     make_backend, _ = backend_factory(args, base)
     args.out.mkdir(parents=True, exist_ok=True)
     keys = list(points[0].settings) if points else []
