@@ -223,7 +223,8 @@ def test_no_server_or_not_an_openai_server_is_one_clear_message(tokenizer, tmp_p
 
 def test_256_concurrent_streams_and_an_abort_from_the_client(tokenizer):
     """A simulated 7B on an H100, served in real time: 256 streams at once all finish; one request
-    aborted by the client ends with "abort" and its blocks are freed."""
+    aborted by the client ends with "abort" and its blocks are freed; 20 aborted the moment they
+    were submitted end with "abort" too (all 20 ran to their length: the abort found no task yet)."""
     port = free_port()
     process = start_workbench_server(
         port, "--set", "engine.model=simulated:llama-2-7b@h100-80gb", "--set", "engine.max_num_seqs=256"
@@ -231,6 +232,12 @@ def test_256_concurrent_streams_and_an_abort_from_the_client(tokenizer):
     url = f"http://127.0.0.1:{port}"
     backend = RemoteBackend(url, tokenizer)
     try:
+        for index in range(20):
+            gone = f"gone{index}"
+            backend.submit(
+                list(range(1, 40)), SamplingParams(max_tokens=4000, ignore_eos=True), request_id=gone, arrival_time=0
+            )
+            backend.abort(gone)
         for index in range(256):
             backend.submit(
                 list(range(1, 40)),
@@ -245,7 +252,7 @@ def test_256_concurrent_streams_and_an_abort_from_the_client(tokenizer):
             arrival_time=backend.clock(),
         )
         ended = {}
-        while len(ended) < 256:
+        while not all(f"r{index}" in ended for index in range(256)):
             ended.update({output.request_id: output for output in backend.advance().outputs if output.finished})
         assert server_state(url).num_running == 1  # the long one, still going
         backend.abort("long")
@@ -259,6 +266,7 @@ def test_256_concurrent_streams_and_an_abort_from_the_client(tokenizer):
         ended[f"r{index}"].finish_reason == "length" and len(ended[f"r{index}"].token_ids) == 8 for index in range(256)
     )
     assert ended["long"].finish_reason == "abort" and 0 < len(ended["long"].token_ids) < 4000
+    assert all(ended[f"gone{index}"].finish_reason == "abort" for index in range(20))
 
 
 def test_1500_streams_are_in_flight_at_the_server_at_once(tokenizer):
