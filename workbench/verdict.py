@@ -55,10 +55,12 @@ class Term:
     subgroup: bool = False  # the metric is a tag's
     unit: str = ""  # the metric's: an absolute change is in it
     caveat: str = ""  # what else the reader must know, e.g. the interval widened by the machine's drift
+    # One pair of runs on a real machine: the interval leaves out the run-to-run noise, so it decides nothing.
+    needs_repeats: bool = False
 
     @property
     def status(self) -> str:
-        if self.interval is None or self.estimate is None or self._too_few_requests:
+        if self.interval is None or self.estimate is None or self._too_few_requests or self.needs_repeats:
             return UNCERTAIN
         # Oriented so that "further in the threshold's direction" is larger; an unbounded side is infinite.
         direction = math.copysign(1.0, self.threshold)
@@ -86,6 +88,11 @@ class Term:
             )
         elif self.interval is None:
             reason = "no interval for a change of this figure over one pair of runs: repeat the runs (--repeat)"
+        elif self.needs_repeats:
+            reason = (
+                "one pair of runs on a real machine: its interval covers the requests' noise, not the runs' "
+                "(an A/A on this machine showed a 38% TPOT 'gain' from one pair): repeat the runs (--repeat 3 or more)"
+            )
         else:
             reason = ""
         return "; ".join(part for part in (reason, self.caveat) if part)
@@ -95,6 +102,8 @@ class Term:
         (its half-width shrinking as 1/sqrt(runs)); None where no estimate can be made."""
         if self.status != UNCERTAIN or self.interval is None or self.estimate is None or self._too_few_requests:
             return None
+        if self.needs_repeats:
+            return None  # the note says it: repeats, 3 or more
         distance = abs(self.estimate - self.threshold)
         if distance == 0 or not self.interval.identified:  # more requests per run, not more runs, would bound it
             return None

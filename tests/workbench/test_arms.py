@@ -46,7 +46,8 @@ def test_the_arms_side_by_side_with_why_the_kv_capacity_changed_and_the_verdict(
     assert rows["quality vs the file's own weights"].candidate == "not measured: workbench quality --quant int8"
     # 6 of 6 requests met the SLOs in each arm: that cannot show a 10-point gain, nor rule it out.
     assert arms.verdict.startswith(
-        "inconclusive: undecided: goodput_perc:+10 (its 95% interval includes the threshold)"
+        "inconclusive: undecided: goodput_perc:+10 (one pair of runs on a real machine: its interval covers the "
+        "requests' noise, not the runs'"
     )
     assert arms.checks[0].startswith("UNCERTAIN intended  goodput_perc:+10             estimate +0pp [95% -")
     assert "(n 6/6, 1 pair of runs" in arms.checks[0] and "Newcombe" not in arms.checks[0]

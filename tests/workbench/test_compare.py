@@ -21,7 +21,8 @@ def report(variant, **values):
         }
         for name, value in values.items()
     }
-    return {"scenario": {"name": "s"}, "variant": variant, "seed": 0, "complete": True, "metrics": metrics}
+    scenario = {"name": "s", "engine": {"model": "simulated:llama-3-8b@a100-80gb"}}
+    return {"scenario": scenario, "variant": variant, "seed": 0, "complete": True, "metrics": metrics}
 
 
 BASE = report("off", output_tok_s=100.0, ttft_p99_ms=800.0)

@@ -18,7 +18,7 @@ def run(ttft_ms, *probes):
     entry = {"value": ttft_ms, "unit": "ms", "n": 100, "interval": interval, "pair_interval": interval}
     metrics = {"ttft_p50_ms": entry}
     return {
-        "scenario": {"name": "s"},
+        "scenario": {"name": "s", "engine": {"model": "simulated:llama-3-8b@a100-80gb"}},  # one pair decides
         "variant": None,
         "seed": 0,
         "complete": True,

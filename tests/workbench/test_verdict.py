@@ -126,8 +126,9 @@ def test_pairing_by_repeat_removes_the_machines_drift_between_repeats():
     assert "beyond doubt" not in text
 
 
-def percentile_run(values: list[float], name="ttft_p50_ms", q=50) -> dict:
-    """A run whose report holds one percentile of `values` with its intervals, as report.py writes it."""
+def percentile_run(values: list[float], name="ttft_p50_ms", q=50, model="simulated:llama-3-8b@a100-80gb") -> dict:
+    """A run whose report holds one percentile of `values` with its intervals, as report.py writes
+    it; on the simulated GPU unless `model` says otherwise."""
     entry = {
         "value": float(np.percentile(values, q)),
         "unit": "ms",
@@ -135,7 +136,22 @@ def percentile_run(values: list[float], name="ttft_p50_ms", q=50) -> dict:
         "interval": percentile_interval(values, q).as_dict(),
         "pair_interval": percentile_interval(values, q, PAIR_LEVEL).as_dict(),
     }
-    return {"scenario": {"name": "s"}, "variant": None, "seed": 0, "complete": True, "metrics": {name: entry}}
+    scenario = {"name": "s", "engine": {"model": model}}
+    return {"scenario": scenario, "variant": None, "seed": 0, "complete": True, "metrics": {name: entry}}
+
+
+def test_one_pair_on_a_real_machine_decides_no_measured_figure_however_far_apart():
+    """same-twice on the bundled model, one pair, while the machine was busy: TPOT p50 178 vs 110
+    ms/token, "-38.1% [-68.1%, -0.5%] REACHED ... accept" for two identical arms."""
+    rng = np.random.default_rng(2)
+    first = percentile_run(list(rng.lognormal(5.2, 0.3, 48)), "tpot_p50_ms", model="smollm2-135m")
+    second = percentile_run(list(rng.lognormal(4.7, 0.3, 48)), "tpot_p50_ms", model="smollm2-135m")
+    result = compare(first, second, ["tpot_p50_ms:-0%"], [])
+    (check,) = result["checks"]
+    assert check["interval"]["high"] < 0 and check["status"] == "uncertain"  # apart, and still undecided
+    assert result["decision"] == "inconclusive" and "repeat the runs (--repeat 3 or more)" in result["verdict"]
+    simulated = compare(percentile_run([100.0] * 48), percentile_run([50.0] * 48), ["ttft_p50_ms:-10%"], [])
+    assert simulated["decision"] == "accept"  # the simulated GPU's runs repeat exactly: one pair decides
 
 
 def test_one_pair_takes_its_interval_from_the_two_runs_and_without_one_is_inconclusive():

@@ -24,7 +24,7 @@ def test_run_both_arms_shows_them_side_by_side_with_the_verdict(window, qtbot, t
     assert rows["TPOT p50 (ms/token)"][0].endswith("(n=6)") and rows["KV capacity (tokens)"][2] == "+100.0%"
     assert arms.kv_why.text().startswith("KV capacity: ") and "bfloat16 (engine.kv_cache_dtype)" in arms.kv_why.text()
     assert (
-        arms.verdict.text().startswith("verdict: inconclusive: undecided: goodput_perc:+10 (its 95% interval")
+        arms.verdict.text().startswith("verdict: inconclusive: undecided: goodput_perc:+10 (one pair of runs")
         and "#f39c12" in arms.verdict.styleSheet()
     )
     assert arms.run_button.isEnabled()
