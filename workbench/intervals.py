@@ -30,7 +30,7 @@ A bound that is None is not identified by the data; every interval names its met
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -97,7 +97,7 @@ def requests_to_bound(q: float, level: float = LEVEL) -> int:
     tail = (1 - level) / 2
     p = max(q, 100 - q) / 100
     n = max(1, math.ceil(math.log(tail) / math.log(p)))
-    while order_statistic_ranks(n, q, level)[1] is None or order_statistic_ranks(n, q, level)[0] is None:
+    while None in order_statistic_ranks(n, q, level):
         n += 1
     return n
 
@@ -184,14 +184,10 @@ def change_over_repeats(baselines: list[float], candidates: list[float], relativ
         changes = np.log(second / first)
     else:
         changes = second - first
-    error = float(changes.std(ddof=1) / math.sqrt(changes.size))
-    spread = float(stats.t.ppf(0.5 + LEVEL / 2, changes.size - 1)) * error
-    mean = float(changes.mean())
-    low, high = mean - spread, mean + spread
+    interval = repeats_interval(list(changes), what=f"paired repeats{' of the log ratio' if relative else ''}")
     if relative:
-        low, high = math.expm1(low), math.expm1(high)
-    method = f"Student's t over {changes.size} paired repeats{' of the log ratio' if relative else ''}"
-    return Interval(low, high, error, method)
+        return replace(interval, low=math.expm1(interval.low), high=math.expm1(interval.high))
+    return interval
 
 
 def rate_interval(event_times: list[float], start: float, duration: float) -> Interval | None:
