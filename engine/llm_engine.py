@@ -24,6 +24,7 @@ import torch
 from engine.batch import ScheduledBatch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.detokenizer import IncrementalDetokenizer
 from engine.errors import ConfigError, EngineError
 from engine.executor import ModelExecutor
 from engine.kv_layout import KvLayout
@@ -217,6 +218,8 @@ class LLMEngine:
             seed=seed,
             priority=priority,
         )
+        if self.tokenizer is not None:
+            seq.detokenizer = IncrementalDetokenizer(self.tokenizer, params.stop)
         reason = self.scheduler.rejection_reason(seq)
         if reason is not None:
             seq.mark_finished(FinishReason.REJECTED, now, reason)
@@ -337,25 +340,22 @@ class LLMEngine:
         return [done[request_id] for request_id in ids]
 
     def _finish_if_done(self, seq: Sequence, now: float) -> None:
-        stop = self._stop_reason(seq)
+        matched_stop = seq.detokenizer.add(seq.token_ids[-1]) if seq.detokenizer is not None else None
+        stop = self._stop_reason(seq, matched_stop)
         if stop is not None:
             reason, detail = stop
             self.scheduler.finish(seq, reason, now)
             seq.metrics.finish_detail = detail
             del self._sequences[seq.request_id]
 
-    def _stop_reason(self, seq: Sequence) -> tuple[FinishReason, str] | None:
+    def _stop_reason(self, seq: Sequence, matched_stop: str | None) -> tuple[FinishReason, str] | None:
         params, token = seq.params, seq.token_ids[-1]
         if token in self.eos_token_ids and not params.ignore_eos:
             return FinishReason.STOP, "end-of-sequence token"
         if token in params.stop_token_ids:
             return FinishReason.STOP, f"stop token {token}"
-        if params.stop and self.tokenizer is not None:
-            text = self.tokenizer.decode(seq.output_token_ids)
-            hits = [(text.find(stop), stop) for stop in params.stop if stop in text]
-            if hits:
-                seq.stop_text_end, stop = min(hits)
-                return FinishReason.STOP, f"stop string {stop!r}"
+        if matched_stop is not None:
+            return FinishReason.STOP, f"stop string {matched_stop!r}"
         if seq.num_output_tokens >= params.max_tokens:
             return FinishReason.LENGTH, f"max_tokens ({params.max_tokens})"
         if seq.num_tokens >= self.max_model_len:
@@ -368,16 +368,15 @@ class LLMEngine:
         return None
 
     def _output(self, seq: Sequence, new_token_ids: list[int]) -> RequestOutput:
-        text = None
-        if seq.is_finished and self.tokenizer is not None:
-            text = self.tokenizer.decode(seq.output_token_ids)[: seq.stop_text_end]
+        detokenizer = seq.detokenizer
         return RequestOutput(
             request_id=seq.request_id,
             new_token_ids=new_token_ids,
             token_ids=seq.output_token_ids,
             finished=seq.is_finished,
             finish_reason=seq.finish_reason.value if seq.finish_reason else None,
-            text=text,
+            text=detokenizer.text if seq.is_finished and detokenizer is not None else None,
+            new_text=detokenizer.take_new_text(seq.is_finished) if detokenizer is not None else "",
             metrics=seq.metrics,
         )
 

@@ -17,6 +17,9 @@ class RequestOutput:
     finish_reason: str | None  # stop, length, abort, rejected
     text: str | None  # the decoded output, once finished (None for token-id-only models)
     metrics: RequestMetrics
+    # Text decoded since the last output that can no longer be the start of a stop string ("" for
+    # token-id-only models): a stream's next piece, without decoding the whole output again.
+    new_text: str = ""
 
 
 @dataclass

@@ -14,6 +14,11 @@ from engine.errors import ConfigError
 # Below this temperature, sampling is greedy (as in vLLM): dividing logits by a tiny temperature
 # overflows float32 and turns every probability into NaN.
 GREEDY_TEMPERATURE = 1e-5
+# Every stop string is looked for after every token, in the loop that steps all requests
+# (engine/detokenizer.py): their number and length bound what one request can cost the others.
+# vLLM bounds the number too (VLLM_MAX_STOP_STRINGS); OpenAI's API takes 4.
+MAX_STOP_STRINGS = 64
+MAX_STOP_STRING_CHARS = 256
 
 
 @dataclass
@@ -50,6 +55,12 @@ class SamplingParams:
         if not isinstance(self.stop, (list, tuple)) or not all(isinstance(text, str) and text for text in self.stop):
             raise ConfigError(f"stop: expected a list of non-empty strings, got {self.stop!r}")
         self.stop = list(self.stop)
+        if len(self.stop) > MAX_STOP_STRINGS:
+            raise ConfigError(f"stop: at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}")
+        if too_long := [text for text in self.stop if len(text) > MAX_STOP_STRING_CHARS]:
+            raise ConfigError(
+                f"stop: each stop string at most {MAX_STOP_STRING_CHARS} characters, got one of {len(too_long[0])}"
+            )
         if not isinstance(self.stop_token_ids, (list, tuple)):
             raise ConfigError(f"stop_token_ids: expected a list of token ids, got {self.stop_token_ids!r}")
         self.stop_token_ids = [

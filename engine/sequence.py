@@ -9,9 +9,13 @@ this one rule.
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
 from engine.metrics import RequestMetrics
 from engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from engine.detokenizer import IncrementalDetokenizer
 
 
 class SequenceStatus(enum.Enum):
@@ -54,8 +58,9 @@ class Sequence:
         # Prefix hashes of this sequence's full, computed blocks, in block order.
         self.block_hashes: list[bytes] = []
         self.finish_reason: FinishReason | None = None
-        # Output text cut at a matched stop string, when one was hit.
-        self.stop_text_end: int | None = None
+        # The output's text and stop strings, a token at a time (set by the engine when the model
+        # has a tokenizer).
+        self.detokenizer: IncrementalDetokenizer | None = None
         self.metrics = RequestMetrics(arrival_time=arrival_time, num_prompt_tokens=self.num_prompt_tokens)
 
     @property

@@ -63,6 +63,8 @@ def assert_openai_error(response: httpx.Response, status: int, message: str) -> 
             "messages[0].content: not valid Unicode",
         ),
         ("/v1/completions", {"prompt": "hi", "stop": ["\ud800"]}, 400, "stop: not valid Unicode"),
+        ("/v1/completions", {"prompt": "hi", "stop": ["x"] * 10_000}, 400, "stop: at most 64 stop strings, got 10000"),
+        ("/v1/completions", {"prompt": "hi", "stop": ["x" * 257]}, 400, "stop: each stop string at most 256"),
         ("/v1/completions", {"prompt": [1, True]}, 400, "prompt.list[int].1: Input should be a valid integer"),
     ],
 )

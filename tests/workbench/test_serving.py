@@ -4,6 +4,7 @@ loopback port with the bundled model, and every check goes over HTTP."""
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 import time
 
@@ -143,6 +144,29 @@ def test_a_client_that_goes_away_frees_its_blocks(server, tokenizer):
         'vllm:request_success_total{finished_reason="abort",model_name="smollm2-135m"} 1.0'
         in httpx.get(f"{server}/metrics").text
     )
+
+
+def test_a_stop_string_ends_the_text_before_it_streamed_or_whole(server):
+    """The output ends before the stop string, as vLLM's does, and a stream never shows any of it:
+    the engine holds back what may still begin one. The old server decoded the whole output for
+    every chunk and returned the stop string in the whole answer."""
+    body = {"prompt": "The capital of France is", "max_tokens": 40, "temperature": 0.0, "ignore_eos": True}
+    free = httpx.post(f"{server}/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
+    stop = free.split()[3]
+    stopped_body = {**body, "stop": [stop, "never appears"] + [f"nor this {index}" for index in range(60)]}
+    whole = httpx.post(f"{server}/v1/completions", json=stopped_body, timeout=60).json()["choices"][0]
+    chunks, reasons = [], []
+    with httpx.stream(
+        "POST", f"{server}/v1/completions", json={**stopped_body, "stream": True}, timeout=60
+    ) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                choice = json.loads(line[len("data: ") :])["choices"][0]
+                chunks.append(choice["text"])
+                reasons.append(choice["finish_reason"])
+    assert whole["finish_reason"] == "stop" and reasons[-1] == "stop"
+    assert whole["text"] == "".join(chunks) == free[: free.index(stop)]
+    assert not any(stop in chunk for chunk in chunks)
 
 
 @pytest.mark.parametrize(

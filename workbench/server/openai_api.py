@@ -273,7 +273,7 @@ async def _serve(loop: EngineLoop, request: Request, body: _Sampling, prompt_ids
     _raise_if_failed(first)
     if first.finish_reason == "rejected":
         raise BadRequest(first.metrics.finish_detail or "the request can never run on this server")
-    response = _Response(request_id, loop.model_name, len(prompt_ids), engine.tokenizer, chat, body.return_token_ids)
+    response = _Response(request_id, loop.model_name, len(prompt_ids), chat, body.return_token_ids)
     if not body.stream:
         last = await _until_disconnected(request, _last_output(first, outputs))
         if last is None:
@@ -353,29 +353,16 @@ class _Response:
         request_id: str,
         model: str,
         prompt_tokens: int,
-        tokenizer: Tokenizer | None,
         chat: bool,
         return_token_ids: bool,
     ):
         self.request_id, self.model, self.prompt_tokens = request_id, model, prompt_tokens
-        self.tokenizer, self.chat, self.return_token_ids = tokenizer, chat, return_token_ids
+        self.chat, self.return_token_ids = chat, return_token_ids
         self.created = int(time.time())
-        self._text_sent = ""
 
     def _head(self, streaming: bool) -> dict:
         kind = ("chat.completion" if self.chat else "text_completion") + (".chunk" if streaming and self.chat else "")
         return {"id": self.request_id, "object": kind, "created": self.created, "model": self.model}
-
-    def _text(self, token_ids: list[int]) -> str:
-        return self.tokenizer.decode(token_ids) if self.tokenizer else ""
-
-    def _delta(self, output: RequestOutput) -> str:
-        """New text since the last chunk; a partial UTF-8 character waits for its next token."""
-        text = self._text(output.token_ids)
-        if text.endswith("\ufffd") and not output.finished:
-            return ""
-        delta, self._text_sent = text[len(self._text_sent) :], text
-        return delta
 
     def _usage(self, output: RequestOutput) -> dict:
         completion = len(output.token_ids)
@@ -396,12 +383,13 @@ class _Response:
         return choice
 
     def whole(self, output: RequestOutput) -> dict:
-        choice = self._choice(self._text(output.token_ids), output.token_ids, output.finish_reason, streaming=False)
+        choice = self._choice(output.text or "", output.token_ids, output.finish_reason, streaming=False)
         return {**self._head(streaming=False), "choices": [choice], "usage": self._usage(output)}
 
     def chunk(self, output: RequestOutput) -> dict:
         reason = output.finish_reason if output.finished else None
-        choice = self._choice(self._delta(output), output.new_token_ids, reason, streaming=True)
+        # The engine decodes a token at a time and holds back what may begin a stop string.
+        choice = self._choice(output.new_text, output.new_token_ids, reason, streaming=True)
         return {**self._head(streaming=True), "choices": [choice]}
 
     def usage_chunk(self, output: RequestOutput) -> dict:
