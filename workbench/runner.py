@@ -77,6 +77,9 @@ class ScenarioRunner:
         self.result = RunResult(start_time=backend.clock(), duration_s=0.0)
         self._closed_loop_in_flight: set[str] = set()
         self._session_turns: dict[str, PlannedRequest] = {}  # request id -> the session turn it is
+        # Requests of an earlier run (in this runner) recorded there as unfinished, whose aborts the
+        # backend had not honoured when that run ended: their late ends belong to no run.
+        self._left_behind: set[str] = set()
         self._prompt_maker = PromptMaker(backend.tokenizer, backend.vocab_size)
         self._inject_rng = np.random.default_rng(scenario.seed if scenario else 0)
         self.load_traffic(scenario)
@@ -244,7 +247,10 @@ class ScenarioRunner:
 
     def end_in_flight(self, timeout_s: float = 10.0) -> int:
         """Abort every request in flight and advance until their ends are recorded (the caller's
-        callbacks see them, as this run's), sending nothing new. How many were aborted."""
+        callbacks see them, as this run's), sending nothing new. A request the backend has not
+        ended by the deadline (a server that never hears the abort) is recorded now, as
+        unfinished, and whatever it sends later is dropped: it must not end inside the next run,
+        or feed the next run's sessions. How many were aborted."""
         self.stop_traffic()
         aborted = list(self._in_flight)
         for request_id in aborted:
@@ -252,6 +258,9 @@ class ScenarioRunner:
         deadline = self.backend.clock() + timeout_s
         while self._in_flight and self.backend.has_unfinished() and self.backend.clock() < deadline:
             self._step()
+        for ended in self.in_flight_now(f"{timeout_s:g} s after its abort, when its run ended"):
+            self._record_end(ended)
+            self._left_behind.add(ended.request_id)
         return len(aborted)
 
     def _past_deadline(self, elapsed: float) -> bool:
@@ -281,6 +290,10 @@ class ScenarioRunner:
             self.result.steps.append(update.stats)
         self.on_step(update)
         for output in update.outputs:
+            if output.request_id in self._left_behind:
+                if output.finished:
+                    self._left_behind.discard(output.request_id)
+                continue
             self.on_output(output)
             if output.finished:
                 self._closed_loop_in_flight.discard(output.request_id)

@@ -15,6 +15,7 @@ from workbench.headless import run_headless
 from workbench.metrics_store import MetricsStore
 from workbench.prompts import PromptMaker
 from workbench.run_log import read_run_log
+from workbench.runner import ScenarioRunner
 from workbench.scenario import SLO, Scenario
 from workbench.traffic import LengthDistribution, PlannedTraffic, TrafficProfile
 
@@ -151,3 +152,35 @@ def test_sharegpt_sessions_send_the_conversation_so_far_on_the_bundled_model(tmp
     assert conversation.exchanges[1][0][:200] in text
     assert [message["role"] for message in second.messages] == ["user", "assistant", "user"]
     assert json.dumps(second.messages)  # what a server's chat endpoint receives
+
+
+def test_a_request_whose_abort_goes_unheard_ends_in_its_own_run_not_the_next():
+    """A backend that has not ended an aborted request by the deadline (a server that never hears
+    the abort): the run it belonged to records it as unfinished, and the next run on the same
+    runner (the window's next Start) never sees its end. Before, it ended inside the next run's
+    records, and its session turn reached the next run's sessions (IndexError in next_turn, and
+    the window's worker dropped its backend)."""
+    scenario = Scenario(
+        name="sessions",
+        engine=EngineConfig(model=SIMULATED),
+        traffic=sessions_profile(rate=50.0, num_requests=4, output_len=LengthDistribution(kind="fixed", mean=300)),
+        slo=SLO(ttft_ms=1000),
+    )
+    backend = LocalBackend(LLMEngine(scenario.engine))
+    backend.abort = lambda request_id: False  # the abort is lost on its way
+    ends = {"first": [], "second": []}
+    run = "first"
+    runner = ScenarioRunner(backend, scenario, on_request_end=lambda ended: ends[run].append(ended))
+    runner.start()
+    while runner.num_in_flight < 4:
+        runner.tick()
+    assert runner.end_in_flight(timeout_s=0.0) == 4
+    old_ids = {ended.request_id for ended in ends["first"]}
+    assert len(old_ids) == 4 and {ended.metrics.finish_reason for ended in ends["first"]} == {"unfinished"}
+    assert all("after its abort" in ended.metrics.finish_detail for ended in ends["first"])
+    run = "second"
+    runner.load_traffic(scenario)
+    runner.run()
+    second = ends["second"]
+    assert not old_ids & {ended.request_id for ended in second}
+    assert len(second) == 4 * 3 and {ended.metrics.finish_reason for ended in second} == {"length"}
