@@ -64,6 +64,7 @@ class LLMEngine:
         self.config, self.model_config, self.tokenizer = config, prepared.model_config, prepared.tokenizer
         self.quantization_choice = prepared.quantization_choice
         self.clock, self.sleep = prepared.clock, prepared.sleep
+        self.idle_wait_is_free = prepared.idle_wait_is_free
         self.model_path, self.stored_tensor_types = prepared.model_path, prepared.stored_tensor_types
         self.device, self.dtype, self.kv_dtype = prepared.device, prepared.dtype, prepared.kv_dtype
         self.weight_bytes, self.unquantized_weight_bytes = prepared.weight_bytes, prepared.unquantized_weight_bytes

@@ -47,6 +47,9 @@ class PreparedModel:
     activation_smoothing: Smoothing | None
     clock: Callable[[], float]
     sleep: Callable[[float], None]  # how a caller waits for the next arrival on this clock
+    # True for a simulated clock that runs as fast as the host allows: a wait of any length costs no
+    # wall time, so a caller jumps to the next arrival rather than polling its way there.
+    idle_wait_is_free: bool
     kv_limits: KvMemoryLimits
     create_executor: Callable[[int], ModelExecutor]  # for a KV cache of this many blocks
     # weight_bytes by what the tensors hold (engine.quantization.weight_parts); empty when simulated

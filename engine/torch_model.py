@@ -81,6 +81,7 @@ def prepare_torch_model(
         activation_smoothing=smoothing,
         clock=clock,
         sleep=time.sleep,
+        idle_wait_is_free=False,
         kv_limits=_kv_memory_limits(config, source, device, dtype),
         create_executor=lambda num_blocks: TorchExecutor(
             model, num_blocks, config.block_size, device, kv_dtype, config.compile_decode

@@ -100,6 +100,7 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
         activation_smoothing=None,
         clock=clock,
         sleep=clock.advance,
+        idle_wait_is_free=not config.simulation_speed,
         kv_limits=KvMemoryLimits(
             free_bytes=int(usable - weights),
             default_bytes=int(hardware.memory_bytes * GPU_MEMORY_UTILIZATION - weights - activations),

@@ -41,6 +41,7 @@ class TokensOnlyBackend:
             "tokenizer",
             "clock",
             "sleep",
+            "idle_wait_is_free",
             "submit",
             "abort",
             "has_unfinished",

@@ -166,3 +166,23 @@ def test_closed_loop_keeps_the_concurrency(tiny_llama):
     )
     result = runner.run()
     assert len(result.requests) == 9 and max(running) == 3
+
+
+def test_a_simulated_clock_jumps_over_quiet_to_the_next_arrival(tmp_path):
+    """Ten minutes between two arrivals on a simulated GPU at full speed: the runner waits once,
+    not in 120,000 polls of 5 ms (an hour of a trace's quiet took minutes of wall time)."""
+    trace = tmp_path / "quiet.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,50,5\n600,50,5\n")
+    scenario = Scenario(
+        name="quiet",
+        engine=EngineConfig(model="simulated:llama-3-8b@a100-80gb"),
+        traffic=TrafficProfile(prompts="trace", trace_file=str(trace), num_requests=0),
+    )
+    backend = LocalBackend(LLMEngine(scenario.engine))
+    waits = []
+    sleep = backend.sleep
+    backend.sleep = lambda seconds: waits.append(seconds) or sleep(seconds)
+    report = run_headless(scenario, tmp_path / "run", backend=backend)
+    metrics = report["metrics"]
+    assert metrics["requests_finished"]["value"] == 2 and len(waits) <= 2
+    assert metrics["duration_s"]["value"] == pytest.approx(600, abs=1)  # the quiet is in the run's time

@@ -271,6 +271,18 @@ def test_a_utf8_trace_with_a_byte_order_mark_reads_as_without(tmp_path):
     assert (row.arrival_s, row.prompt_tokens, row.output_tokens) == (0.0, 3, 2)
 
 
+def test_a_trace_of_absolute_timestamps_is_refused_naming_where_to_start(tmp_path):
+    """A production log's epoch seconds sat at "requests: 0" for ever; the refusal names the
+    trace_start_s that replays from its first request, and that setting replays it."""
+    rows = "arrival_s,prompt_tokens,output_tokens\n1733011200.0,5,2\n1733011200.5,6,2\n1733011202.0,7,2\n"
+    with pytest.raises(ConfigError, match=r"arrives 1733011200 s into the trace.*trace_start_s = 1733011200 to"):
+        trace_plan(tmp_path, rows)
+    planned, _ = trace_plan(tmp_path, rows, trace_start_s=1733011200)
+    assert planned == [(0.0, 5, 2), (0.5, 6, 2), (2.0, 7, 2)]
+    planned, _ = trace_plan(tmp_path, "arrival_s,prompt_tokens,output_tokens\n86400,5,2\n")  # a day's quiet is kept
+    assert planned == [(86400.0, 5, 2)]
+
+
 def test_an_empty_window_says_where_the_trace_runs(tmp_path):
     with pytest.raises(ConfigError, match=r"no request in the window \(trace_start_s = 20.*run from 0 to 9 s"):
         trace_plan(tmp_path, VIDUR_ROWS, trace_start_s=20)

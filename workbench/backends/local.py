@@ -39,6 +39,7 @@ class LocalBackend:
         self.kv_capacity_tokens = engine.kv_capacity_tokens
         self.kv_cache_bytes = engine.kv_cache_bytes
         self.num_kv_blocks = engine.num_kv_blocks
+        self.idle_wait_is_free = engine.idle_wait_is_free
 
     # The engine's clock and sleep, looked up on each call: tests and benchmarks may swap them.
     def clock(self) -> float:

@@ -84,6 +84,9 @@ class Backend(Protocol):
     num_kv_blocks: int | None
     clock: Callable[[], float]  # seconds; a simulated backend's own clock
     sleep: Callable[[float], None]  # how to wait on that clock
+    # Waiting on that clock costs no wall time (a simulated clock at full speed): the runner jumps
+    # to the next arrival instead of waiting in short polls.
+    idle_wait_is_free: bool
 
     def describe(self) -> dict:
         """Provenance for the run log: {"versions": ..., "engine": ...}."""

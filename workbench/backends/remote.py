@@ -75,7 +75,7 @@ class RemoteBackend:
     ):
         self.base_url = base_url.rstrip("/")
         self.tokenizer, self.vocab_size = tokenizer, tokenizer.vocab_size
-        self.clock, self.sleep = time.perf_counter, time.sleep
+        self.clock, self.sleep, self.idle_wait_is_free = time.perf_counter, time.sleep, False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="remote-backend", daemon=True)
         self._thread.start()
