@@ -19,6 +19,7 @@ import atexit
 import ctypes
 import os
 import signal
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -46,6 +47,7 @@ class BackgroundCompile:
         self.stopped = False  # stop() ended the compile before it finished
 
     def start(self) -> None:
+        _quiet_about_lost_stops()
         _running.add(self)
         self._thread.start()
 
@@ -85,6 +87,22 @@ class BackgroundCompile:
             except CompileStopped:  # raised by a stop() that took the lock just before this thread did
                 pass
             _running.discard(self)
+
+
+def _quiet_about_lost_stops() -> None:
+    """A CompileStopped that lands in a `__del__` or weakref callback is lost and `stop()` delivers
+    it again; Python still printed "Exception ignored in ...: CompileStopped" on stderr, which a
+    user reads as a crash. Only those go unsaid; every other unraisable error is reported as before."""
+    if getattr(sys.unraisablehook, "quiet_about_lost_stops", False):
+        return
+    report = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, CompileStopped):
+            report(unraisable)
+
+    hook.quiet_about_lost_stops = True
+    sys.unraisablehook = hook
 
 
 def kill_compiler_processes() -> list[int]:

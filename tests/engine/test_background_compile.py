@@ -142,3 +142,30 @@ def _children(pid: int) -> list[int]:
         return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
+
+
+def test_a_stop_lost_in_a_finalizer_is_not_reported_as_an_error_and_other_errors_still_are():
+    """A CompileStopped that lands in a `__del__` is lost (stop() delivers it again): Python
+    printed "Exception ignored in ...: CompileStopped" on stderr at a stop during the compile.
+    Other exceptions raised in a finalizer are still printed."""
+    script = """
+        import gc
+        from engine.background_compile import BackgroundCompile, CompileStopped
+        compile_ = BackgroundCompile(lambda: None, "nothing to compile")
+        compile_.start()
+        compile_.stop()
+
+        class Finalized:
+            def __init__(self, error):
+                self.error = error
+            def __del__(self):
+                raise self.error
+
+        Finalized(CompileStopped())
+        Finalized(ValueError("a real problem"))
+        gc.collect()
+        print("went on")
+    """
+    finished = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True)
+    assert finished.returncode == 0 and finished.stdout == "went on\n", finished.stderr
+    assert "CompileStopped" not in finished.stderr and "ValueError: a real problem" in finished.stderr

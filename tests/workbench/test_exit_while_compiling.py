@@ -86,36 +86,54 @@ def test_bench_waits_for_the_compile_and_ctrl_c_meanwhile_exits_cleanly(tmp_path
 
 
 def test_serve_warms_up_before_serving_and_stops_on_sigterm_meanwhile(tmp_path):
-    """While the graph compiles, /health says "warming up" (503) and a request waits; SIGTERM
-    ends it with an error at once and the process exits 0 (it waited for the held request)."""
+    """While the graph compiles, /health says "warming up" (503) and requests wait, counted in
+    vllm:num_requests_waiting until their clients leave; SIGTERM ends the one still held with a
+    503 at once (it got 500, as if the server had failed), nothing on stderr reads as a crash, and
+    the process exits 0 (it waited for the held request)."""
     port = free_port()
+    url = f"http://127.0.0.1:{port}"
     process = launch(
         workbench("serve", "--port", str(port)),
-        f"http://127.0.0.1:{port}/v1/models",  # answers while warming up; /health does not
+        f"{url}/v1/models",  # answers while warming up; /health does not
         "workbench serve",
         env=default_environment(tmp_path),
         stderr=subprocess.PIPE,
         text=True,
     )
+
+    def waiting(count: int) -> bool:
+        return f'vllm:num_requests_waiting{{model_name="smollm2-135m"}} {count:.1f}' in httpx.get(f"{url}/metrics").text
+
+    def ask(answers: list, timeout_s: float) -> threading.Thread:
+        def post():
+            try:
+                answers.append(
+                    httpx.post(f"{url}/v1/completions", json={"prompt": "Hello", "max_tokens": 4}, timeout=timeout_s)
+                )
+            except httpx.TimeoutException as error:  # the client gives up and closes its connection
+                answers.append(error)
+
+        thread = threading.Thread(target=post)
+        thread.start()
+        return thread
+
     try:
-        health = httpx.get(f"http://127.0.0.1:{port}/health")
+        health = httpx.get(f"{url}/health")
         assert health.status_code == 503
         assert health.json()["error"]["message"].startswith("warming up: compiling the decode graph: ")
-        answers = []
-        held = threading.Thread(
-            target=lambda: answers.append(
-                httpx.post(
-                    f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "Hello", "max_tokens": 4}, timeout=60
-                )
-            )
-        )
-        held.start()
-        waiting = 'vllm:num_requests_waiting{model_name="smollm2-135m"} 1.0'
-        wait_until(lambda: waiting in httpx.get(f"http://127.0.0.1:{port}/metrics").text, "the request to wait")
+        answers, left = [], []
+        held = ask(answers, timeout_s=60)
+        wait_until(lambda: waiting(1), "the request to wait")
+        leaving = ask(left, timeout_s=2)
+        wait_until(lambda: waiting(2), "the second request to wait")
+        leaving.join(timeout=10)
+        assert isinstance(left[0], httpx.TimeoutException)
+        wait_until(lambda: waiting(1), "the gauge to forget the client that left")
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
         held.join(timeout=10)
-        assert answers[0].status_code == 500 and answers[0].json()["error"]["message"] == "the server is shutting down"
-        assert "terminate called" not in process.stderr.read()
+        assert answers[0].status_code == 503 and answers[0].json()["error"]["message"] == "the server is shutting down"
+        said = process.stderr.read()
+        assert "terminate called" not in said and "Exception ignored" not in said and "Traceback" not in said, said
     finally:
         process.kill()

@@ -38,7 +38,13 @@ _SHUTTING_DOWN = "the server is shutting down"
 
 
 class EngineFailure(Exception):
-    """A request's end when the step it was in raised; delivered in place of a `RequestOutput`."""
+    """A request's end when the step it was in raised (`status` 500), or when the server shuts
+    down (503, whether the request was queued before the signal or came after it); delivered in
+    place of a `RequestOutput`."""
+
+    def __init__(self, message: str, status: int = 500):
+        super().__init__(message)
+        self.status = status
 
 
 class EngineLoop:
@@ -117,7 +123,7 @@ class EngineLoop:
                     self._deliver(output)
                 if not engine.has_unfinished():
                     self.metrics.idle(engine.block_manager.num_used_blocks, engine.num_kv_blocks)
-        self._end_open_streams(_SHUTTING_DOWN)
+        self._end_open_streams(_SHUTTING_DOWN, 503)
 
     def _fail_requests_in_flight(self, error: Exception) -> None:
         """Abort every unfinished request (freeing its blocks) and end its stream with the error."""
@@ -134,17 +140,17 @@ class EngineLoop:
         self._end_open_streams(message)
         self.metrics.idle(self.engine.block_manager.num_used_blocks, self.engine.num_kv_blocks)
 
-    def _end_open_streams(self, message: str) -> None:
+    def _end_open_streams(self, message: str, status: int = 500) -> None:
         streams, self._streams = self._streams, {}
         for loop, outputs in streams.values():
             if not loop.is_closed():  # at shutdown the HTTP event loop may have ended already
-                loop.call_soon_threadsafe(outputs.put_nowait, EngineFailure(message))
+                loop.call_soon_threadsafe(outputs.put_nowait, EngineFailure(message, status))
 
     def _handle(self, kind: str, argument, done: concurrent.futures.Future | None) -> None:
         if kind == "add":
             request_id, prompt_token_ids, params, loop, outputs = argument
             if self._shutting_down:
-                done.set_exception(EngineFailure(_SHUTTING_DOWN))
+                done.set_exception(EngineFailure(_SHUTTING_DOWN, 503))
                 return
             try:
                 self._streams[request_id] = (loop, outputs)
@@ -153,16 +159,22 @@ class EngineLoop:
                 self._streams.pop(request_id, None)
                 done.set_exception(error)
                 return
-            if self.warming_up() is not None:  # no step updates the gauges until the compile ends
-                self.metrics.waiting.set(len(self._streams))
+            self._count_waiting_while_warming_up()
             done.set_result(None)
         elif kind == "abort":
             self.engine.abort(argument)
+            self._count_waiting_while_warming_up()  # a client that left no longer waits
         elif kind == "end all":
             self._shutting_down = True
             for request_id in list(self._streams):
                 self.engine.abort(request_id)
-            self._end_open_streams(_SHUTTING_DOWN)
+            self._end_open_streams(_SHUTTING_DOWN, 503)
+
+    def _count_waiting_while_warming_up(self) -> None:
+        """No step updates the gauges until the compile ends: count the queues here meanwhile."""
+        if self.warming_up() is not None:
+            scheduler = self.engine.scheduler
+            self.metrics.waiting.set(len(scheduler.waiting) + len(scheduler.waiting_long))
 
     def _deliver(self, output: RequestOutput) -> None:
         stream = self._streams.get(output.request_id)

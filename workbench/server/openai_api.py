@@ -117,11 +117,14 @@ _ERROR_TYPES = {
 }
 
 
-def error_response(message: str, status: int = 400) -> JSONResponse:
+def error_body(message: str, status: int) -> dict:
+    """OpenAI's error shape, as a response's body or a stream's last event."""
     kind = _ERROR_TYPES.get(status, "InternalServerError" if status >= 500 else "BadRequestError")
-    return JSONResponse(
-        {"error": {"message": message, "type": kind, "param": None, "code": status}}, status_code=status
-    )
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
+
+def error_response(message: str, status: int = 400) -> JSONResponse:
+    return JSONResponse(error_body(message, status), status_code=status)
 
 
 def check_unicode(name: str, text: str) -> None:
@@ -265,7 +268,7 @@ async def _serve(loop: EngineLoop, request: Request, body: _Sampling, prompt_ids
     except EngineError as error:
         raise BadRequest(str(error)) from error
     except EngineFailure as error:  # submitted after the shutdown began
-        raise BadRequest(str(error), 503) from error
+        raise BadRequest(str(error), error.status) from error
     first = await _until_disconnected(request, outputs.get())
     if first is None:
         loop.abort(request_id)
@@ -315,7 +318,7 @@ async def _disconnected(request: Request) -> None:
 
 def _raise_if_failed(output) -> None:
     if isinstance(output, EngineFailure):
-        raise BadRequest(str(output), 500)
+        raise BadRequest(str(output), output.status)
 
 
 async def _stream(
@@ -329,9 +332,7 @@ async def _stream(
                 break
             output = await outputs.get()
             if isinstance(output, EngineFailure):
-                yield _event(
-                    {"error": {"message": str(output), "type": "InternalServerError", "param": None, "code": 500}}
-                )
+                yield _event(error_body(str(output), output.status))
                 return
         if include_usage:
             yield _event(response.usage_chunk(output))
