@@ -4,6 +4,8 @@ layers, as the memory model says."""
 
 from __future__ import annotations
 
+import pytest
+
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.memory import kv_request_bytes
 from engine.simulation.cost_model import StepShape
@@ -40,3 +42,30 @@ def test_the_simulated_gpu_reads_the_window_in_sliding_window_layers():
     decode_at = StepShape(((1, 32_000, True),))
     assert cost_model.kv_bytes(decode_at) == (3 * 32_000 + 15 * 512) * layer_token_bytes
     assert cost_model.kv_bytes(StepShape(((1, 300, True),))) == 18 * 300 * layer_token_bytes
+
+
+@pytest.mark.parametrize("chunk", [17, 65, 1017])
+def test_no_step_holds_more_blocks_than_the_can_it_ever_fit_check_counts(chunk):
+    """`blocks_held` is what admission checks against the whole cache; a window group's span
+    (window - 1 + chunk positions) can straddle one more block than it fills. Measured at each
+    execution, when the step's blocks are allocated and the old ones not yet released: with
+    chunks of 17 tokens a sequence holds 733 blocks, where the count without the straddling block
+    says 731 (a request admitted that the cache can never hold)."""
+    engine = LLMEngine(
+        EngineConfig(
+            model=GEMMA_ON_A100, max_num_batched_tokens=chunk, long_prompt_threshold=0, enable_prefix_caching=False
+        )
+    )
+    request_id = engine.add_request([7] * 9_000, SamplingParams(max_tokens=50, ignore_eos=True))
+    peak = 0
+    execute = engine.executor.execute
+
+    def measured(batch):
+        nonlocal peak
+        peak = max(peak, len(engine.block_manager.held_block_ids(engine.sequence(request_id))))
+        return execute(batch)
+
+    engine.executor.execute = measured
+    while engine.has_unfinished():
+        engine.step()
+    assert 0 < peak <= engine.scheduler.blocks_held(9_050)

@@ -38,6 +38,8 @@ def test_drift_is_the_largest_spread_of_either_measure_over_every_probe():
     assert machine_drift(steady, steady) == 0.0
     assert machine_drift(steady, slowed) == 10.0 / 8.0 - 1
     assert machine_drift(steady, run(100.0)) is None  # a run without probes (the window's, older ones)
+    # Only the matmul moved (another process on the cores): still the machine's drift.
+    assert machine_drift(steady, run(100.0, probe(10.0, 100.0), probe(10.0, 75.0))) == 100.0 / 75.0 - 1
 
 
 def test_a_gain_no_larger_than_the_machines_drift_is_not_accepted():

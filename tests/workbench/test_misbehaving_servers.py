@@ -6,10 +6,12 @@ strings, and a non-integer usage count lost the report)."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from engine import EngineError, SamplingParams
+from engine.loading.model_source import read_tokenizer
 from tests.workbench.loopback_app import served
 from tests.workbench.misbehaving_server import GARBAGE, GOOD_METRICS, Misbehaviour, misbehaving_app, token_event
 from workbench.backends.remote import ERROR, RemoteBackend
@@ -149,3 +151,42 @@ def test_metrics_that_turn_to_garbage_mid_run_make_the_report_incomplete_and_say
         for reason in report["incomplete_because"]
     ), report["incomplete_because"]
     assert json.loads((tmp_path / "report.json").read_text())["incomplete_because"] == report["incomplete_because"]
+
+
+def test_a_request_that_exactly_fills_the_servers_context_is_sent_one_more_token_is_refused(tokenizer):
+    """/v1/models says 2,048 tokens: 2,040 + 8 is sent, as vLLM serves it; 2,041 + 8 is refused
+    before it is sent, naming both lengths."""
+    with served(misbehaving_app(Misbehaviour())) as url:
+        backend = RemoteBackend(url, tokenizer)
+        try:
+            params = SamplingParams(max_tokens=8, ignore_eos=True)
+            backend.submit([5] * 2_040, params, request_id="fits", arrival_time=backend.clock())
+            with pytest.raises(EngineError, match=r"prompt \(2041 tokens\) \+ max_tokens \(8\) exceed .*\(2048\)"):
+                backend.submit([5] * 2_041, params, request_id="over", arrival_time=backend.clock())
+            ended = {}
+            while backend.has_unfinished():
+                ended.update({output.request_id: output for output in backend.advance().outputs if output.finished})
+        finally:
+            backend.close()
+    assert list(ended) == ["fits"] and ended["fits"].finish_reason == "length"
+
+
+def test_each_scrape_counts_the_prompt_tokens_the_server_added_since_the_last():
+    """The server's vllm:prompt_tokens_total goes 0, 100, 250: the scrapes read as steps of 100
+    and 150 prefilled tokens (swapped arguments to the delta read every one as 0)."""
+
+    def scrape(prompt_tokens: int) -> str:
+        return GOOD_METRICS + f"# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total {prompt_tokens}\n"
+
+    with served(misbehaving_app(Misbehaviour(metrics=[scrape(0), scrape(100), scrape(250)]))) as url:
+        backend = RemoteBackend(url, read_tokenizer("smollm2-135m"))
+        try:
+            prefilled = []
+            deadline = time.monotonic() + 30
+            while sum(prefilled) < 250 and time.monotonic() < deadline:
+                stats = backend.advance().stats
+                if stats is not None and stats.prefill_tokens:
+                    prefilled.append(stats.prefill_tokens)
+        finally:
+            backend.close()
+    assert prefilled == [100, 150]

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from workbench.cli import main
+from workbench.replay import recorded_requests, sending_order
 from workbench.run_log import read_run_log
 
 SIMULATED = "simulated:llama-3-8b@a100-80gb"
@@ -128,3 +129,27 @@ def test_requests_arriving_together_are_paired_in_the_order_they_were_sent(tmp_p
     assert all(row["output_tokens"] == row["replay_output_tokens"] for row in rows)
     # The same settings on a simulated clock: every pair's latency equal, the long prompt's too.
     assert all(float(row["change_e2e_ms"]) == pytest.approx(0.0, abs=1e-3) for row in rows)
+
+
+def test_only_a_finished_request_with_output_counts_as_of_known_length(tmp_path):
+    """A run cut short: its unfinished requests produced some tokens, but their planned output
+    length is not in the log, so the replay says it sends them with what they had (a planted `or`
+    for `and` called them known and the message went silent)."""
+    code = main(
+        ["bench", "--preset", "chat-steady", "--set", f"engine.model={SIMULATED}", "--set", "traffic.num_requests=40"]
+        + ["--set", "traffic.rate=40", "--set", "max_duration_s=0.6", "--out", str(tmp_path), "--no-plots"]
+    )
+    assert code == 0
+    log = read_run_log(tmp_path / "run.jsonl")
+    requests = recorded_requests(log, "run")
+    records = sending_order(log)
+    cut = [
+        request
+        for request, record in zip(requests, records)
+        if record["finish_reason"] == "unfinished" and record["token_times"]
+    ]
+    assert cut, "the run must cut some requests after their first token for this test to bite"
+    for request, record in zip(requests, records):
+        produced = len(record["token_times"])
+        assert request.length_known == (record["finish_reason"] in ("stop", "length"))
+        assert request.output_tokens == max(1, produced)

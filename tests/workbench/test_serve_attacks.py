@@ -167,3 +167,19 @@ def test_a_slow_reader_holds_only_its_own_request(server, tokenizer):
         lambda: (lambda now: now.num_running == 0 and now.kv_usage == 0.0)(server_state(server)),
         "the slow reader's request to end",
     )
+
+
+def test_a_request_that_exactly_fills_the_context_is_served_and_max_completion_tokens_is_honoured(server):
+    """As vLLM: prompt + max_tokens equal to max_model_len (512 here) is served, not refused; a
+    chat's `max_completion_tokens` caps its output when `max_tokens` is not given."""
+    fills = httpx.post(
+        f"{server}/v1/completions", json={"prompt": [1] * 508, "max_tokens": 4, "ignore_eos": True}, timeout=60
+    )
+    assert fills.status_code == 200, fills.text
+    assert fills.json()["usage"] == {"prompt_tokens": 508, "completion_tokens": 4, "total_tokens": 512}
+    chat = httpx.post(
+        f"{server}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 3, "ignore_eos": True},
+        timeout=60,
+    )
+    assert chat.status_code == 200 and chat.json()["usage"]["completion_tokens"] == 3, chat.text

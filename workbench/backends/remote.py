@@ -101,7 +101,9 @@ class RemoteBackend:
         block_size = first_state.block_size if first_state else None
         self.kv_capacity_tokens = self.num_kv_blocks * block_size if self.num_kv_blocks and block_size else None
         self.kv_cache_bytes = None
-        self._last_state: tuple[float, ServerState] | None = None
+        # The first scrape is the baseline of the counters: what the server adds after it is the
+        # first interval's (tokens prefilled before the next scrape were lost).
+        self._last_state = (time.perf_counter(), first_state) if first_state else None
         self._scraper = asyncio.run_coroutine_threadsafe(self._scrape_forever(), self._loop) if first_state else None
         if self._scraper is not None:
             self._scraper.add_done_callback(self._scraper_ended)
