@@ -78,6 +78,12 @@ class CompileProgress:
     elapsed_s: float
     expected_s: float | None
 
+    def time_so_far(self) -> str:
+        """E.g. "12 s of about 31 s", "12 s so far" (a first compile: nothing to go by)."""
+        if self.expected_s is not None and self.elapsed_s <= self.expected_s:
+            return f"{self.elapsed_s:.0f} s of about {self.expected_s:.0f} s"
+        return f"{self.elapsed_s:.0f} s so far"
+
     def describe(self) -> str:
         """E.g. "compiling the decode graph: 12 s of about 31 s" — for the window and /health."""
         if self.expected_s is None:

@@ -66,6 +66,8 @@ class EngineWorker(QObject):
         self._loader = loader or BackendLoader()
         self._backend: Backend | None = None
         self._runner: ScenarioRunner | None = None
+        # A run started while the decode graph compiles: it starts once the engine is warm.
+        self._held_run: Scenario | None = None
         self._requests: RequestRows | None = None
         # Step traces since the engine was loaded, for the Step panel (None: the backend has none).
         self.traces: TraceStore | None = None
@@ -153,7 +155,15 @@ class EngineWorker(QObject):
     def at_rest(self) -> bool:
         """Every request sent has ended and no traffic is left to send: the run so far is whole."""
         runner = self._runner
-        return not self.requests_in_flight() and not (runner is not None and runner.traffic_pending)
+        return (
+            not self.requests_in_flight()
+            and not (runner is not None and runner.traffic_pending)
+            and self._held_run is None
+        )
+
+    def run_held(self) -> bool:
+        """A run waits for the engine's warm-up (the decode graph's compile) to end."""
+        return self._held_run is not None
 
     def has_backend(self) -> bool:
         """An engine or server is loaded (a failed load keeps the previous one)."""
@@ -176,6 +186,8 @@ class EngineWorker(QObject):
     def _loop(self) -> None:
         was_busy = False
         while True:
+            if self._held_run is not None and self._backend.warm_up_progress() is None:
+                self._start_run(self._held_run)
             busy = self._runner is not None and (self._backend.has_unfinished() or self._runner.traffic_pending)
             if was_busy and not busy and self._runner is not None:
                 self._requests.refresh()  # the last states and block map: the idle loop refreshes nothing
@@ -203,7 +215,7 @@ class EngineWorker(QObject):
                 # The engine may be half-way through a step: drop it, stop its traffic and close the
                 # run log without a footer (its report says incomplete); a new configuration reloads.
                 engine_was_running = self._backend is not None
-                self._backend, self._runner = None, None
+                self._backend, self._runner, self._held_run = None, None, None
                 self._close_log()
                 if engine_was_running:
                     self.traffic_state.emit("stopped")
@@ -234,16 +246,15 @@ class EngineWorker(QObject):
             scenario, load_number = argument
             if load_number != self._load_number:
                 return  # sent with a load that was replaced or cancelled
-            # Each Start is a new run: its own time axis from zero, its own requests, store and run
-            # log. Requests the last run still has in flight end there, aborted: carried into the
-            # new run they counted in its percentiles on two clocks.
-            self._runner.end_in_flight()
-            self._runner.load_traffic(scenario)
-            self.slo = scenario.slo
-            self._requests = RequestRows(self._backend, self._backend.num_kv_blocks or 0)
-            self.store = self._new_store()
-            self._open_log(dataclasses.asdict(scenario))
-            self.traffic_state.emit("running")
+            if self._backend.warm_up_progress() is not None:
+                # Steps beside the compile run eagerly, 5 to 65 times as slow (docs/compiled-decode.md):
+                # a run started now measured the warm-up, not the engine (the README's screenshot
+                # showed chat-burst at goodput 0%). It starts once the engine is warm, as `bench`'s
+                # does; `serve` holds its requests the same way.
+                self._held_run = scenario
+                self.traffic_state.emit("held until the decode graph is compiled")
+                return
+            self._start_run(scenario)
         elif command == "pause":
             self._runner.pause()
             self.traffic_state.emit("paused")
@@ -251,6 +262,7 @@ class EngineWorker(QObject):
             self._runner.resume()
             self.traffic_state.emit("running")
         elif command == "stop":
+            self._held_run = None
             self._runner.stop_traffic()
             if argument:
                 self._runner.abort_waiting()
@@ -259,6 +271,19 @@ class EngineWorker(QObject):
             self._runner.inject(*argument)
         elif command == "abort":
             self._backend.abort(argument)
+
+    def _start_run(self, scenario: Scenario) -> None:
+        """Each Start is a new run: its own time axis from zero, its own requests, store and run
+        log. Requests the last run still has in flight end there, aborted: carried into the new
+        run they counted in its percentiles on two clocks."""
+        self._held_run = None
+        self._runner.end_in_flight()
+        self._runner.load_traffic(scenario)
+        self.slo = scenario.slo
+        self._requests = RequestRows(self._backend, self._backend.num_kv_blocks or 0)
+        self.store = self._new_store()
+        self._open_log(dataclasses.asdict(scenario))
+        self.traffic_state.emit("running")
 
     def _load(self, config: EngineConfig, number: int) -> None:
         """Build the new backend, then replace the old one. The old one keeps serving until the
@@ -285,6 +310,7 @@ class EngineWorker(QObject):
             return
         self._close_backend()
         self._close_log()
+        self._held_run = None  # it was for the engine replaced
         if backend.tokenizer is not None:
             self.loading.emit("prompt text", 0.0)
             text_stream(backend.tokenizer)  # now, not as a stall at the first injected request

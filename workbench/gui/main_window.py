@@ -39,6 +39,7 @@ from workbench.compare import compare, format_comparison, load_report
 from workbench.explain import explain, request_history
 from workbench.gui.arms_view import ArmsView
 from workbench.gui.block_map import BlockMapView
+from workbench.gui.elided_label import ElidedLabel
 from workbench.gui.engine_panel import EnginePanel
 from workbench.gui.engine_worker import EngineWorker
 from workbench.gui.memory_panel import MemoryPanel
@@ -214,7 +215,7 @@ class MainWindow(QMainWindow):
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
         self.progress.setMaximumWidth(260)
-        self.stage = QLabel("starting")
+        self.stage = ElidedLabel("starting")
         self.error_label = QLabel("")
         self.error_label.setStyleSheet("color: #e74c3c")
         self.traffic_label = QLabel("traffic: idle")
@@ -223,11 +224,11 @@ class MainWindow(QMainWindow):
         self.cancel_button.clicked.connect(self.worker.cancel_load)
         self.cancel_button.setVisible(False)
         bar = self.statusBar()
-        bar.addWidget(self.stage)
+        bar.addWidget(self.stage, 1)  # what is left; "…" and the whole text in its tooltip past that
         bar.addWidget(self.progress)
         bar.addWidget(self.cancel_button)
         bar.addWidget(self.traffic_label)
-        bar.addWidget(self.error_label, 1)
+        bar.addWidget(self.error_label)
 
     def _connect(self) -> None:
         worker = self.worker
@@ -483,7 +484,10 @@ class MainWindow(QMainWindow):
             self._live = LiveMetrics(store)
         # While warming up the titles' seconds move: a redraw once a second, not on every tick.
         progress = self._compile_progress()
-        waiting = f"warming up, {progress.elapsed_s:.0f} s" if progress is not None else ""
+        waiting = ""
+        if progress is not None:
+            held = "the run starts when it is warm, " if self.worker.run_held() else ""
+            waiting = f"warming up, {held}{progress.time_so_far()}"
         whole = self.worker.at_rest() and not waiting
         if self._live.refresh() or new_store or waiting != self._waiting_shown or whole != self.plots.whole:
             self._waiting_shown = waiting

@@ -94,6 +94,46 @@ def test_the_status_line_follows_a_background_compile_to_the_compiled_path(windo
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=60_000)
 
 
+@pytest.mark.slow  # compiles the tiny model's decode graph
+def test_a_run_started_while_the_graph_compiles_waits_for_it_and_says_so(window, qtbot, tiny_config, held_compile):
+    """A run started beside the compile measured eager steps (the README's screenshot showed
+    chat-burst at goodput 0%): it is held, the status line and the plots say so with the time so
+    far, and it starts once the engine is warm (its decode steps use the compiled graph; a batch
+    the graph declines still runs eagerly)."""
+    torch._dynamo.reset()
+    load(window, qtbot, dataclasses.replace(tiny_config, compile_decode="background"))
+    traffic = TrafficProfile(
+        arrival="constant",
+        rate=50.0,
+        num_requests=4,
+        prompt_len=LengthDistribution(kind="fixed", mean=20),
+        output_len=LengthDistribution(kind="fixed", mean=8),
+    )
+    window.start_traffic(Scenario(name="t", traffic=traffic))
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: held until the decode graph is compiled")
+    window.refresh_plots()
+    title = window.plots.plots["kv_occupancy"].plot.title_text
+    assert title.startswith("KV-cache occupancy: no step yet, warming up, the run starts when it is warm, ")
+    assert window.worker.requests_sent() == 0 and not window.worker.at_rest()
+    held_compile.set()
+    qtbot.waitUntil(lambda: "decode compiled)" in window.stage.text(), timeout=600_000)
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=60_000)
+    steps = read_run_log(window.worker.run_log_path).steps
+    assert any(step["decode_compiled"] for step in steps)
+
+
+def test_the_status_line_elides_what_does_not_fit_and_shows_it_whole_in_its_tooltip(window, qtbot, tiny_config):
+    """At 1,280 px the warm-up's words were cut at the window's edge, unseen."""
+    load(window, qtbot, tiny_config)
+    long = "ready: " + "a very long status, " * 40 + "and the end that matters"
+    window.stage.setText(long)
+    qtbot.waitUntil(lambda: window.stage.width() > 0)
+    assert window.stage.width() < window.width() and window.stage.is_elided()
+    assert window.stage.shown_text().endswith("…") and window.stage.toolTip().startswith(long)
+    window.stage.setText("ready")
+    assert not window.stage.is_elided() and window.stage.shown_text() == "ready"
+
+
 def compile_threads() -> list:
     return [thread for thread in threading.enumerate() if thread.name == "decode graph compile"]
 

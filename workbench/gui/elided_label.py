@@ -1,0 +1,58 @@
+"""`ElidedLabel`: a one-line label that never cuts what it says at the window's edge.
+
+A QLabel in the status bar asks for its whole text's width; a long status ("ready: … — warming
+up, compiling the decode graph: 12 s of about 31 s; until then …") pushed past the edge of a
+1,280-px window, and the end, the part that mattered, was cut off unseen. This one takes the room
+it is given, ends with "…" where the text does not fit, and shows the whole text in its tooltip,
+above any tooltip of its own."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QPainter
+from PySide6.QtWidgets import QSizePolicy, QWidget
+
+
+class ElidedLabel(QWidget):
+    def __init__(self, text: str = "", parent: QWidget | None = None):
+        super().__init__(parent)
+        self._text = text
+        self._note = ""  # a tooltip of its own, shown below the whole text
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self._update_tooltip()
+
+    def text(self) -> str:
+        return self._text
+
+    def setText(self, text: str) -> None:
+        self._text = text
+        self._update_tooltip()
+        self.updateGeometry()
+        self.update()
+
+    def setToolTip(self, note: str) -> None:
+        self._note = note
+        self._update_tooltip()
+
+    def shown_text(self) -> str:
+        """What fits in the label's width now: the text, or its start and "…"."""
+        return self.fontMetrics().elidedText(self._text, Qt.TextElideMode.ElideRight, self.width())
+
+    def is_elided(self) -> bool:
+        return self.shown_text() != self._text
+
+    def sizeHint(self) -> QSize:
+        metrics = self.fontMetrics()
+        return QSize(metrics.horizontalAdvance(self._text), metrics.height())
+
+    def minimumSizeHint(self) -> QSize:
+        metrics = self.fontMetrics()
+        return QSize(metrics.horizontalAdvance("…") * 8, metrics.height())
+
+    def paintEvent(self, event) -> None:
+        painter = QPainter(self)
+        painter.setPen(self.palette().windowText().color())
+        painter.drawText(self.rect(), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, self.shown_text())
+
+    def _update_tooltip(self) -> None:
+        super().setToolTip("\n".join(part for part in (self._text, self._note) if part))
