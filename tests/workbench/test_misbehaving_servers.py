@@ -14,7 +14,7 @@ from engine import EngineError, SamplingParams
 from engine.loading.model_source import read_tokenizer
 from tests.workbench.loopback_app import served
 from tests.workbench.misbehaving_server import GARBAGE, GOOD_METRICS, Misbehaviour, misbehaving_app, token_event
-from workbench.backends.remote import ERROR, RemoteBackend
+from workbench.backends.remote import ERROR, SCRAPE_INTERVAL_S, RemoteBackend
 from workbench.headless import run_headless
 from workbench.presets import load_preset
 
@@ -171,13 +171,14 @@ def test_a_request_that_exactly_fills_the_servers_context_is_sent_one_more_token
     assert list(ended) == ["fits"] and ended["fits"].finish_reason == "length"
 
 
+def scrape_of(prompt_tokens: int) -> str:
+    return GOOD_METRICS + f"# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total {prompt_tokens}\n"
+
+
 def test_each_scrape_counts_the_prompt_tokens_the_server_added_since_the_last():
     """The server's vllm:prompt_tokens_total goes 0, 100, 250: the scrapes read as steps of 100
     and 150 prefilled tokens (swapped arguments to the delta read every one as 0)."""
-
-    def scrape(prompt_tokens: int) -> str:
-        return GOOD_METRICS + f"# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total {prompt_tokens}\n"
-
+    scrape = scrape_of
     with served(misbehaving_app(Misbehaviour(metrics=[scrape(0), scrape(100), scrape(250)]))) as url:
         backend = RemoteBackend(url, read_tokenizer("smollm2-135m"))
         try:
@@ -190,3 +191,17 @@ def test_each_scrape_counts_the_prompt_tokens_the_server_added_since_the_last():
         finally:
             backend.close()
     assert prefilled == [100, 150]
+
+
+def test_scrapes_that_land_between_two_updates_lose_no_tokens():
+    """Several scrapes before the caller's next update (a long pause in the window's loop): their
+    tokens and time add up in that update. Only the latest used to be kept (100 of 250 lost)."""
+    counts = [0, 100, 250]
+    with served(misbehaving_app(Misbehaviour(metrics=[scrape_of(count) for count in counts]))) as url:
+        backend = RemoteBackend(url, read_tokenizer("smollm2-135m"))
+        try:
+            time.sleep(4 * SCRAPE_INTERVAL_S)  # the scraper reads 0, 100 and 250 meanwhile
+            stats = backend.advance().stats
+        finally:
+            backend.close()
+    assert stats.prefill_tokens == 250 and stats.step_duration_s >= 2 * SCRAPE_INTERVAL_S * 0.9

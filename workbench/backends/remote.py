@@ -189,10 +189,10 @@ class RemoteBackend:
         with self._ready:
             if not self._events and not self._states:
                 self._ready.wait(_EVENT_WAIT_S)
-            outputs, stats = list(self._events), self._states[-1] if self._states else None
+            outputs, states = list(self._events), list(self._states)
             self._events.clear()
             self._states.clear()
-        return BackendUpdate(outputs=outputs, stats=stats)
+        return BackendUpdate(outputs=outputs, stats=_merged(states))
 
     def progress(self, request_id: str) -> RequestProgress | None:
         request = self._requests.get(request_id)
@@ -483,6 +483,19 @@ def _model_list(text: str) -> list[dict] | None:
 
 def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _merged(states: list[StepStats]) -> StepStats | None:
+    """The scrapes since the last update as one: the counters' additions and the time summed over
+    them, the gauges the latest's (only the latest was kept, and the tokens of the others lost)."""
+    if not states:
+        return None
+    return dataclasses.replace(
+        states[-1],
+        step_duration_s=sum(state.step_duration_s for state in states),
+        prefill_tokens=sum(state.prefill_tokens for state in states),
+        decode_tokens=sum(state.decode_tokens for state in states),
+    )
 
 
 def _delta(now: int | None, before: int | None) -> int:
