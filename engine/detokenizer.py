@@ -38,7 +38,6 @@ class IncrementalDetokenizer:
         self._length = 0
         # Decoded, not handed out yet: the last `_held_back` characters and what came after them.
         self._unsent = ""
-        self._sent = 0
         self.stop_end: int | None = None  # where the output text ends: before the stop string hit
         self.matched_stop: str | None = None
 
@@ -81,10 +80,10 @@ class IncrementalDetokenizer:
             end = self._length if self.stop_end is None else self.stop_end
         else:
             end = self._length - self._held_back
-        if end <= self._sent:
+        ready = end - (self._length - len(self._unsent))  # characters past those handed out
+        if ready <= 0:
             return ""
-        new_text, self._unsent = self._unsent[: end - self._sent], self._unsent[end - self._sent :]
-        self._sent = end
+        new_text, self._unsent = self._unsent[:ready], self._unsent[ready:]
         return new_text
 
     @property

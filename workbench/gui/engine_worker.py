@@ -158,7 +158,7 @@ class EngineWorker(QObject):
         return (
             not self.requests_in_flight()
             and not (runner is not None and runner.traffic_pending)
-            and self._held_run is None
+            and not self.run_held()
         )
 
     def run_held(self) -> bool:
