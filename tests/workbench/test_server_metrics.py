@@ -67,7 +67,7 @@ def test_what_the_server_exports_a_scrape_reads_back():
     later = parse_server_state(generate_latest(metrics.registry).decode())
     assert (later.preemptions_total, later.prefix_hits_total, later.prefix_queries_total) == (6, 45, 130)
     assert (later.prompt_tokens_total, later.generation_tokens_total, later.kv_usage) == (74, 8, 0.5)
-    metrics.idle(used_blocks=0, total_blocks=100)
+    metrics.idle(used_blocks=0)
     idle = parse_server_state(generate_latest(metrics.registry).decode())
     assert (idle.kv_usage, idle.num_running, idle.num_waiting) == (0.0, 0, 0)
 

@@ -135,7 +135,7 @@ class ServerMetrics:
             registry=registry,
         )
         info.labels(block_size=str(block_size), num_gpu_blocks=str(num_blocks)).set(1)
-        self._model_name = model_name
+        self._model_name, self._num_blocks = model_name, num_blocks
         self._last_totals = (0, 0, 0)  # preemptions, prefix hits, prefix queries counted so far
 
     def step(self, stats: StepStats, generated_tokens: int) -> None:
@@ -152,9 +152,9 @@ class ServerMetrics:
         self.prefix_queries.inc(queries)
         self._last_totals = totals
 
-    def idle(self, used_blocks: int, total_blocks: int) -> None:
+    def idle(self, used_blocks: int) -> None:
         """No request left: nothing runs or waits, and the KV usage is what is still held (0)."""
-        self._gauges(0, 0, used_blocks, total_blocks)
+        self._gauges(0, 0, used_blocks, self._num_blocks)
 
     def _gauges(self, running: int, waiting: int, used_blocks: int, total_blocks: int) -> None:
         self.running.set(running)

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible HTTP API over an `EngineLoop` (FastAPI, as vLLM's server):
+"""The OpenAI-compatible HTTP API over the engine core (FastAPI, as vLLM's server):
 
   GET  /v1/models, /health (503 while warming up), /version, /metrics (Prometheus, vLLM's names)
   POST /v1/completions, /v1/chat/completions: prompt text or token ids, max_tokens, temperature,
@@ -34,7 +34,7 @@ from engine.loading.tokenizer import Tokenizer
 from engine.outputs import RequestOutput
 from workbench.provenance import package_version
 from workbench.server import DEFAULT_MAX_REQUEST_BYTES
-from workbench.server.engine_loop import EngineFailure, EngineLoop
+from workbench.server.engine_client import EngineCoreClient, EngineFailure
 
 
 class _Sampling(BaseModel):
@@ -137,10 +137,9 @@ def check_unicode(name: str, text: str) -> None:
         ) from None
 
 
-def create_app(loop: EngineLoop, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
+def create_app(core: EngineCoreClient, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
     app = FastAPI(title="workbench serve")
-    engine = loop.engine
-    tokenizer = engine.tokenizer
+    tokenizer = core.tokenizer
     created = int(time.time())
 
     @app.middleware("http")
@@ -175,10 +174,10 @@ def create_app(loop: EngineLoop, max_request_bytes: int = DEFAULT_MAX_REQUEST_BY
 
     @app.get("/health")
     async def health() -> Response:
-        if loop.failure is not None:
-            return error_response(f"the engine loop has stopped: {loop.failure}", 503)
-        if (progress := loop.warming_up()) is not None:
-            return error_response(f"warming up: {progress.describe()}; requests wait until it ends", 503)
+        if core.failure is not None:
+            return error_response(f"the engine has stopped serving: {core.failure}", 503)
+        if (progress := core.warming_up()) is not None:
+            return error_response(f"warming up: {progress}; requests wait until it ends", 503)
         return Response(status_code=200)
 
     @app.get("/version")
@@ -187,7 +186,7 @@ def create_app(loop: EngineLoop, max_request_bytes: int = DEFAULT_MAX_REQUEST_BY
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(generate_latest(loop.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(core.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -195,17 +194,17 @@ def create_app(loop: EngineLoop, max_request_bytes: int = DEFAULT_MAX_REQUEST_BY
             "object": "list",
             "data": [
                 {
-                    "id": loop.model_name,
+                    "id": core.model_name,
                     "object": "model",
                     "created": created,
                     "owned_by": "workbench",
-                    "max_model_len": engine.max_model_len,
+                    "max_model_len": core.max_model_len,
                 }
             ],
         }
 
     def check_model(body: _Sampling) -> None:
-        if body.model is not None and body.model != loop.model_name:
+        if body.model is not None and body.model != core.model_name:
             raise BadRequest(f"The model `{body.model}` does not exist.", 404)
 
     @app.post("/v1/completions")
@@ -216,13 +215,13 @@ def create_app(loop: EngineLoop, max_request_bytes: int = DEFAULT_MAX_REQUEST_BY
             prompt_ids = await _encode(tokenizer, body.prompt)
         else:
             prompt_ids = list(body.prompt)
-        return await _serve(loop, request, body, prompt_ids, chat=False)
+        return await _serve(core, request, body, prompt_ids, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         check_model(body)
         if tokenizer is None or not tokenizer.chat_template:
-            raise BadRequest(f"model {loop.model_name!r} has no chat template: use /v1/completions")
+            raise BadRequest(f"model {core.model_name!r} has no chat template: use /v1/completions")
         for index, message in enumerate(body.messages):
             check_unicode(f"messages[{index}].role", message.role)
             check_unicode(f"messages[{index}].content", message.content)
@@ -230,7 +229,7 @@ def create_app(loop: EngineLoop, max_request_bytes: int = DEFAULT_MAX_REQUEST_BY
             body.max_tokens = body.max_completion_tokens
         messages = [message.model_dump() for message in body.messages]
         text = await asyncio.to_thread(tokenizer.apply_chat_template, messages)
-        return await _serve(loop, request, body, await _encode(tokenizer, text), chat=True)
+        return await _serve(core, request, body, await _encode(tokenizer, text), chat=True)
 
     return app
 
@@ -243,49 +242,48 @@ async def _encode(tokenizer: Tokenizer | None, text: str) -> list[int]:
     return await asyncio.to_thread(tokenizer.encode, text)
 
 
-def _check_context(engine, prompt_tokens: int, max_tokens: int | None) -> None:
+def _check_context(max_model_len: int, prompt_tokens: int, max_tokens: int | None) -> None:
     """As vLLM: a request whose prompt and max_tokens do not fit the context is refused, not cut."""
-    if max_tokens is not None and prompt_tokens + max_tokens > engine.max_model_len:
+    if max_tokens is not None and prompt_tokens + max_tokens > max_model_len:
         raise BadRequest(
-            f"This model's maximum context length is {engine.max_model_len} tokens. However, you requested "
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
             f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, {max_tokens} in the "
             f"completion). Please reduce the length of the prompt or completion."
         )
 
 
-async def _serve(loop: EngineLoop, request: Request, body: _Sampling, prompt_ids: list[int], *, chat: bool):
+async def _serve(core: EngineCoreClient, request: Request, body: _Sampling, prompt_ids: list[int], *, chat: bool):
     """Submit, wait for the first event (a rejection answers 400), then stream or collect; a
     client that disconnects before its answer is complete aborts the request."""
-    engine = loop.engine
-    if loop.failure is not None:
-        raise BadRequest(f"the engine loop has stopped: {loop.failure}", 503)
+    if core.failure is not None:
+        raise BadRequest(f"the engine has stopped serving: {core.failure}", 503)
     try:
-        if len(prompt_ids) <= engine.max_model_len:  # longer prompts get the engine's own rejection below
-            _check_context(engine, len(prompt_ids), body.max_tokens)
-        params = body.sampling_params(default_max_tokens=max(1, engine.max_model_len - len(prompt_ids)))
+        if len(prompt_ids) <= core.max_model_len:  # longer prompts get the engine's own rejection below
+            _check_context(core.max_model_len, len(prompt_ids), body.max_tokens)
+        params = body.sampling_params(default_max_tokens=max(1, core.max_model_len - len(prompt_ids)))
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        outputs = await loop.submit(request_id, prompt_ids, params)
+        outputs = await core.submit(request_id, prompt_ids, params)
     except EngineError as error:
         raise BadRequest(str(error)) from error
     except EngineFailure as error:  # submitted after the shutdown began
         raise BadRequest(str(error), error.status) from error
     first = await _until_disconnected(request, outputs.get())
     if first is None:
-        loop.abort(request_id)
+        core.abort(request_id)
         return Response(status_code=499)  # nobody reads it: the client has gone
     _raise_if_failed(first)
     if first.finish_reason == "rejected":
         raise BadRequest(first.metrics.finish_detail or "the request can never run on this server")
-    response = _Response(request_id, loop.model_name, len(prompt_ids), chat, body.return_token_ids)
+    response = _Response(request_id, core.model_name, len(prompt_ids), chat, body.return_token_ids)
     if not body.stream:
         last = await _until_disconnected(request, _last_output(first, outputs))
         if last is None:
-            loop.abort(request_id)
+            core.abort(request_id)
             return Response(status_code=499)
         _raise_if_failed(last)
         return response.whole(last)
     return StreamingResponse(
-        _stream(loop, response, first, outputs, body.include_usage), media_type="text/event-stream"
+        _stream(core, response, first, outputs, body.include_usage), media_type="text/event-stream"
     )
 
 
@@ -322,7 +320,7 @@ def _raise_if_failed(output) -> None:
 
 
 async def _stream(
-    loop: EngineLoop, response: _Response, first: RequestOutput, outputs, include_usage: bool
+    core: EngineCoreClient, response: _Response, first: RequestOutput, outputs, include_usage: bool
 ) -> AsyncIterator[str]:
     output = first
     try:
@@ -339,7 +337,7 @@ async def _stream(
         yield "data: [DONE]\n\n"
     finally:
         if not isinstance(output, EngineFailure) and not output.finished:  # the client went away: free the blocks
-            loop.abort(response.request_id)
+            core.abort(response.request_id)
 
 
 def _event(payload: dict) -> str:

@@ -1,22 +1,22 @@
-"""Start `workbench serve`: load the engine, put it in its loop thread, and run the HTTP API with
-uvicorn until interrupted."""
+"""Start `workbench serve`: start the engine core in a process of its own, and run the HTTP API
+with uvicorn in this one until interrupted."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import socket
 import sys
 from pathlib import Path
 
-import torch
 import uvicorn
 
-from engine import EngineConfig, EngineError, LLMEngine
+from engine import EngineConfig, EngineError
 from engine.simulation import is_simulated
-from workbench.process_tuning import allow_open_files, freeze_loaded_heap
+from workbench.process_tuning import allow_open_files
 from workbench.server import DEFAULT_MAX_REQUEST_BYTES
-from workbench.server.engine_loop import EngineLoop
+from workbench.server.engine_client import EngineCoreClient
 from workbench.server.openai_api import create_app
 
 
@@ -38,14 +38,16 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return listener
 
 
-def leave_cores_to_http(reserved_cpus: int) -> int:
-    """Run the engine's compute on all cores but `reserved_cpus`; the threads it keeps. Its threads
-    wait for one another at every operator, so one that loses its core to the HTTP event loop or a
-    client on the same machine stalls the step (docs/servers.md: on 2 cores, the decode steps
-    were faster with one thread, the served latency inconclusive, so the default reserves none)."""
-    threads = max(1, torch.get_num_threads() - reserved_cpus)
-    torch.set_num_threads(threads)
-    return threads
+def split_cores(reserved_cpus: int) -> tuple[list[int], list[int]] | None:
+    """(the HTTP process's cores, the engine core's), or None to leave both on every core. The
+    engine's compute threads wait for one another at every operator, so one that loses its core
+    to the event loop or a client on the same machine stalls the step; pinned, each process keeps
+    its own cores. The engine keeps at least one."""
+    if reserved_cpus == 0:
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    engine_count = max(1, len(cpus) - reserved_cpus)
+    return cpus[: len(cpus) - engine_count] or cpus, cpus[len(cpus) - engine_count :]
 
 
 class _StopSignal(BaseException):
@@ -64,12 +66,12 @@ class _Server(uvicorn.Server):
     """uvicorn's server, whose graceful shutdown first ends every request: it would otherwise wait
     for each open one to finish, however long that takes."""
 
-    def __init__(self, config: uvicorn.Config, loop: EngineLoop):
+    def __init__(self, config: uvicorn.Config, core: EngineCoreClient):
         super().__init__(config)
-        self.engine_loop = loop
+        self.core = core
 
     def handle_exit(self, sig: int, frame) -> None:
-        self.engine_loop.end_all_requests()
+        self.core.end_all_requests()
         super().handle_exit(sig, frame)
 
 
@@ -82,38 +84,35 @@ def serve(
     reserved_cpus: int = 0,
 ) -> None:
     listener = listening_socket(host, port)
-    threads = leave_cores_to_http(reserved_cpus)
-    loop = None
+    cores = split_cores(reserved_cpus)
+    core = None
     previous = {number: signal.signal(number, _raise_stop) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         if is_simulated(config.model):
             # Served in real time (a laptop stands in for the simulated GPU), unless a speed was chosen.
             config = dataclasses.replace(config, simulation_speed=config.simulation_speed or 1.0)
-        engine = LLMEngine(
-            config,
-            progress=lambda stage, fraction: (
-                print(f"loading: {stage} {fraction:.0%}", file=sys.stderr) if fraction in (0.0, 1.0) else None
-            ),
+        core = EngineCoreClient.start_process(
+            config, model_name or served_name(config.model), None if cores is None else cores[1]
         )
-        loop = EngineLoop(engine, model_name or served_name(config.model))
+        if cores is not None:
+            os.sched_setaffinity(0, cores[0])
         allow_open_files()  # one socket per client stream
-        freeze_loaded_heap()  # no full collection walks the model again while requests run
-        loop.start()
+        where = "every core" if cores is None else f"cores {', '.join(map(str, cores[1]))}"
         print(
-            f"serving {loop.model_name} on http://{host}:{port} (OpenAI API under /v1, Prometheus metrics at /metrics; "
-            f"engine compute on {threads} thread{'s' if threads > 1 else ''}, {reserved_cpus} core(s) left to HTTP)",
+            f"serving {core.model_name} on http://{host}:{port} (OpenAI API under /v1, Prometheus metrics at /metrics; "
+            f"the engine core in a process of its own on {where}, {reserved_cpus} core(s) left to HTTP)",
             file=sys.stderr,
             flush=True,
         )
-        if (progress := loop.warming_up()) is not None:
-            print(f"warming up: {progress.describe()}; /health answers 503, requests wait", file=sys.stderr)
-        server = _Server(uvicorn.Config(create_app(loop, max_request_bytes), log_level="warning"), loop)
+        if (progress := core.warming_up()) is not None:
+            print(f"warming up: {progress}; /health answers 503, requests wait", file=sys.stderr)
+        server = _Server(uvicorn.Config(create_app(core, max_request_bytes), log_level="warning"), core)
         server.run(sockets=[listener])
     except _StopSignal as stop:
         print(f"workbench serve: stopped ({stop})", file=sys.stderr)
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-        if loop is not None:
-            loop.stop()
+        if core is not None:
+            core.stop()
         listener.close()

@@ -1,6 +1,7 @@
-"""`workbench serve`'s engine loop and API in this process, over an engine the test controls: a
-failing step ends the requests it touched with an error while the loop, /health and later
-requests go on; text is tokenized off the event loop."""
+"""`workbench serve`'s engine core and API, the core in a thread of this process over the same
+messages as a core process, with an engine the test controls: a failing step ends the requests it
+touched with an error while the core, /health and later requests go on; text is tokenized off the
+event loop. tests/workbench/test_serving.py runs the core in its own process."""
 
 from __future__ import annotations
 
@@ -15,27 +16,26 @@ from benchmarks.server_processes import wait_until
 from engine import EngineConfig, LLMEngine
 from tests.tiny_models import tiny_engine
 from tests.workbench.loopback_app import served
-from workbench.server.engine_loop import EngineLoop
+from workbench.server.engine_client import EngineCoreClient
 from workbench.server.openai_api import create_app
-from workbench.server.run import leave_cores_to_http
+from workbench.server.run import split_cores
 
 
 @pytest.fixture
 def serving():
-    """(base URL, loop) for an engine, stopped after the test."""
+    """(base URL, core client) for an engine, stopped after the test."""
     started = []
 
     def start(engine, **options):
-        loop = EngineLoop(engine, "test-model")
-        loop.start()
-        context = served(create_app(loop, **options))
-        started.append((context, loop))
-        return context.__enter__(), loop
+        core = EngineCoreClient.start_in_thread(engine, "test-model")
+        context = served(create_app(core, **options))
+        started.append((context, core))
+        return context.__enter__(), core
 
     yield start
-    for context, loop in started:
+    for context, core in started:
         context.__exit__(None, None, None)
-        loop.stop()
+        core.stop()
 
 
 def planted_failure(engine, count: int = 1):
@@ -55,7 +55,7 @@ def planted_failure(engine, count: int = 1):
 def test_a_failing_step_ends_its_requests_with_an_error_and_the_server_goes_on(serving, tiny_llama):
     directory, _ = tiny_llama
     engine = tiny_engine(directory)
-    url, loop = serving(engine)
+    url, core = serving(engine)
     planted_failure(engine)
     body = {"prompt": [1, 2, 3], "max_tokens": 5, "ignore_eos": True}
     answers = {}
@@ -82,7 +82,7 @@ def test_a_failing_step_ends_its_requests_with_an_error_and_the_server_goes_on(s
 def test_an_engine_that_cannot_even_abort_stops_serving_and_says_why(serving, tiny_llama, monkeypatch):
     directory, _ = tiny_llama
     engine = tiny_engine(directory)
-    url, loop = serving(engine)
+    url, core = serving(engine)
     planted_failure(engine)
 
     def broken_abort(request_id):
@@ -110,10 +110,10 @@ def test_a_request_sent_after_the_shutdown_began_is_refused_and_never_reaches_th
     monkeypatch.setattr(
         engine, "add_request", lambda *args, **kwargs: (added.append(1), add_request(*args, **kwargs))[1]
     )
-    url, loop = serving(engine)
+    url, core = serving(engine)
     body = {"prompt": [1, 2, 3], "max_tokens": 5, "ignore_eos": True}
     assert httpx.post(f"{url}/v1/completions", json=body, timeout=30).status_code == 200
-    loop.end_all_requests()
+    core.end_all_requests()
     refused = httpx.post(f"{url}/v1/completions", json=body, timeout=30)
     assert refused.status_code == 503 and refused.json()["error"]["message"] == "the server is shutting down"
     assert len(added) == 1 and not engine.has_unfinished()
@@ -124,7 +124,7 @@ def test_text_is_tokenized_off_the_event_loop(serving, monkeypatch):
     """While one prompt is being tokenized, /health still answers (a 10 MB prompt froze the
     server for 6 s, /health included)."""
     engine = LLMEngine(EngineConfig(max_model_len=512, kv_cache_memory=16 << 20))
-    url, loop = serving(engine)
+    url, core = serving(engine)
     entered, release = threading.Event(), threading.Event()
     encode = engine.tokenizer.encode
 
@@ -157,7 +157,7 @@ def test_requests_wait_for_the_compile_and_health_says_warming_up(serving, tiny_
     torch._dynamo.reset()
     directory, _ = tiny_llama
     engine = tiny_engine(directory, compile_decode="background")
-    url, loop = serving(engine)
+    url, core = serving(engine)
     answers = []
     sent = threading.Thread(
         target=lambda: answers.append(
@@ -180,14 +180,9 @@ def test_requests_wait_for_the_compile_and_health_says_warming_up(serving, tiny_
     assert engine.executor.decode_mode == "compiled" and httpx.get(f"{url}/health").status_code == 200
 
 
-def test_the_engine_leaves_the_reserved_cores_to_http_and_keeps_one_thread():
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(4)
-        assert leave_cores_to_http(1) == 3 and torch.get_num_threads() == 3
-        torch.set_num_threads(2)
-        assert leave_cores_to_http(5) == 1 and torch.get_num_threads() == 1
-        torch.set_num_threads(2)
-        assert leave_cores_to_http(0) == 2
-    finally:
-        torch.set_num_threads(before)
+def test_reserved_cores_go_to_http_and_the_engine_core_keeps_at_least_one(monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert split_cores(0) is None  # both processes on every core
+    assert split_cores(1) == ([0], [1, 2, 3])
+    assert split_cores(3) == ([0, 1, 2], [3])
+    assert split_cores(9) == ([0, 1, 2], [3])

@@ -1,0 +1,115 @@
+"""`workbench serve`'s engine core in a process of its own, for real: pinned to the cores it was
+given, detected when it dies, gone when the server that started it is gone; and its messages,
+which carry only the declared types."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+
+from benchmarks.server_processes import free_port, start_workbench_server, wait_until
+from engine import SamplingParams
+from engine.errors import ConfigError
+from tests.workbench.loopback_app import server_state
+from workbench.server import core_protocol as protocol
+
+SIMULATED = ("--set", "engine.model=simulated:llama-2-7b@h100-80gb")
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # ended meanwhile
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; only its parent's wait is missing
+
+
+def test_a_core_that_dies_ends_its_requests_and_health_says_so():
+    port = free_port()
+    server = start_workbench_server(port, *SIMULATED)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        (core,) = children(server.pid)
+        body = {"prompt": list(range(1, 30)), "max_tokens": 4000, "ignore_eos": True}
+        answers = []
+        sender = threading.Thread(
+            target=lambda: answers.append(httpx.post(f"{url}/v1/completions", json=body, timeout=60))
+        )
+        sender.start()
+        wait_until(lambda: server_state(url).num_running == 1, "the request to run")
+        os.kill(core, signal.SIGKILL)
+        sender.join(timeout=60)
+        assert answers and answers[0].status_code == 500
+        assert (
+            "the engine core process exited unexpectedly (killed by SIGKILL)" in answers[0].json()["error"]["message"]
+        )
+        health = httpx.get(f"{url}/health")
+        assert health.status_code == 503
+        assert "killed by SIGKILL" in health.json()["error"]["message"]
+        refused = httpx.post(f"{url}/v1/completions", json={**body, "max_tokens": 2}, timeout=30)
+        assert refused.status_code == 503 and refused.json()["error"]["type"] == "ServiceUnavailableError"
+    finally:
+        server.terminate()
+        assert server.wait(timeout=60) == 0  # the server still stops cleanly
+
+
+def test_the_core_leaves_when_the_server_that_started_it_is_killed():
+    port = free_port()
+    server = start_workbench_server(port, *SIMULATED)
+    (core,) = children(server.pid)
+    body = {"prompt": list(range(1, 30)), "max_tokens": 4000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=60) as stream:
+        next(stream.iter_lines())  # the core is busy stepping
+        server.kill()
+        server.wait()
+    deadline = time.monotonic() + 30
+    while alive(core) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(core)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs at least two cores")
+def test_reserved_cpus_pin_the_core_and_the_http_process_apart():
+    port = free_port()
+    cpus = sorted(os.sched_getaffinity(0))
+    server = start_workbench_server(port, *SIMULATED, "--reserved-cpus", "1")
+    try:
+        (core,) = children(server.pid)
+        assert os.sched_getaffinity(core) == set(cpus[1:])
+        assert os.sched_getaffinity(server.pid) == {cpus[0]}
+    finally:
+        server.terminate()
+        assert server.wait(timeout=60) == 0
+
+
+def test_messages_decode_to_the_declared_types_only():
+    command = protocol.AddRequest("r1", [1, 2, 3], SamplingParams(max_tokens=4, stop=["\n"]))
+    assert protocol.decode_command(protocol.encode(command)) == command
+    with pytest.raises(msgspec.ValidationError, match="Invalid value 'exec'"):
+        protocol.decode_command(msgspec.msgpack.encode({"type": "exec", "code": "import os"}))
+    with pytest.raises(ConfigError, match="max_tokens: expected a positive integer"):  # checked on arrival too
+        bad = msgspec.msgpack.encode(
+            {"type": "add", "request_id": "r", "prompt_token_ids": [1], "params": {"max_tokens": 0}}
+        )
+        protocol.decode_command(bad)

@@ -1,0 +1,228 @@
+"""`workbench serve`'s engine core: the step loop, in a process of its own (as vLLM's EngineCore).
+
+The HTTP process (uvicorn, the event loop, tokenizing, streaming, /metrics) and the engine used
+to share one process: one GIL and the same cores, so every step waited for the event loop and
+every stream for the step. Here the core owns the engine and nothing else. It reads commands
+between steps, steps while anything is unfinished, and sends one message per step with every
+request's new tokens and the step's statistics (core_protocol.py says what travels and how).
+
+A step that raises must not take the server down with it: every request in flight is aborted and
+ends with the error (the HTTP side answers 500, or an error event mid-stream), and the loop goes
+on. Only if the engine cannot even abort them does the core stop serving, and says why.
+
+While the decode graph compiles in the background, the core takes requests but does not step: a
+step run beside the compile took 5 (median) to 65 (90th percentile) times as long as a compiled
+one (docs/compiled-decode.md, "Warm-up: who waits"), so requests wait for the compile, and the
+core reports its progress about once a second for /health.
+
+Run as `python -m workbench.server.engine_core` by `EngineCoreClient`, which hands it the engine
+settings as MessagePack on stdin; or in a thread of the caller's process (`EngineCore.run`) with
+an engine the caller built, which is how the tests plant failures in a step.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+
+import msgspec
+import torch
+import zmq
+
+from engine import EngineConfig, EngineError, LLMEngine
+from engine.outputs import RequestOutput
+from workbench.process_tuning import freeze_loaded_heap
+from workbench.server import core_protocol as protocol
+
+_IDLE_POLL_MS = 50
+_WARM_UP_REPORT_S = 1.0
+SHUTTING_DOWN = "the server is shutting down"
+
+
+class EngineCore:
+    def __init__(self, engine: LLMEngine, commands: zmq.Socket, events: zmq.Socket, parent_pid: int | None = None):
+        self.engine = engine
+        self._commands, self._events = commands, events
+        self._parent_pid = parent_pid  # a core process ends when the server that started it has gone
+        self._in_flight: set[str] = set()
+        self._shutting_down = False  # set by EndAllRequests: later requests are refused
+        self._stopped = False
+        self._last_warm_up_report = 0.0
+
+    def ready(self) -> protocol.CoreReady:
+        engine = self.engine
+        return protocol.CoreReady(
+            max_model_len=engine.max_model_len,
+            block_size=engine.config.block_size,
+            num_kv_blocks=engine.num_kv_blocks,
+            decode_mode=engine.executor.decode_mode,
+            warming_up=self._progress(),
+        )
+
+    def run(self) -> None:
+        """Serve commands until StopCore (or until the engine cannot even abort), then close the
+        engine (its background compile is stopped and joined)."""
+        engine = self.engine
+        warm = self._progress() is None
+        try:
+            while not self._stopped:
+                if not warm:
+                    warm = self._report_warm_up()
+                busy = warm and engine.has_unfinished()
+                if self._commands.poll(0 if busy else _IDLE_POLL_MS):
+                    self._handle(protocol.decode_command(self._commands.recv()))
+                    continue
+                if self._parent_pid is not None and os.getppid() != self._parent_pid:
+                    break  # the HTTP process died without stopping us: nobody reads what we send
+                if busy:
+                    self._step()
+        finally:
+            engine.close()
+
+    def _send(self, event) -> None:
+        self._events.send(protocol.encode(event))
+
+    def _progress(self) -> str | None:
+        progress = self.engine.executor.compile_progress
+        return None if progress is None else progress.describe()
+
+    def _report_warm_up(self, now: bool = False) -> bool:
+        """Send the compile's progress about once a second (at once if `now`); True once warm."""
+        progress = self._progress()
+        if progress is None or now or time.monotonic() - self._last_warm_up_report >= _WARM_UP_REPORT_S:
+            scheduler = self.engine.scheduler
+            waiting = len(scheduler.waiting) + len(scheduler.waiting_long)
+            self._send(protocol.WarmUp(progress, self.engine.executor.decode_mode, waiting))
+            self._last_warm_up_report = time.monotonic()
+            if progress is None:
+                print(f"workbench serve: warm (decode {self.engine.executor.decode_mode}); serving", file=sys.stderr)
+        return progress is None
+
+    def _step(self) -> None:
+        engine = self.engine
+        try:
+            step = engine.step()
+        except Exception as error:  # noqa: BLE001 - one failed step must not stop the server
+            self._fail_requests_in_flight(error)
+            return
+        outputs = [self._delta(output) for output in step.outputs]
+        idle = None if engine.has_unfinished() else engine.block_manager.num_used_blocks
+        generated = sum(len(output.new_token_ids) for output in step.outputs)
+        self._send(protocol.StepDone(outputs, step.stats, generated, idle))
+
+    def _delta(self, output: RequestOutput) -> protocol.OutputDelta:
+        if not output.finished:
+            return protocol.OutputDelta(output.request_id, output.new_token_ids, output.new_text, False)
+        self._in_flight.discard(output.request_id)
+        return protocol.OutputDelta(
+            output.request_id,
+            output.new_token_ids,
+            output.new_text,
+            True,
+            output.finish_reason,
+            output.text,
+            output.metrics,
+        )
+
+    def _fail_requests_in_flight(self, error: Exception) -> None:
+        """Abort every unfinished request (freeing its blocks) and end each with the error."""
+        message = f"the engine step failed: {type(error).__name__}: {error}"
+        print(f"workbench serve: {message}", file=sys.stderr)
+        traceback.print_exc()
+        failed, self._in_flight = sorted(self._in_flight), set()
+        try:
+            for request_id in failed:
+                self.engine.abort(request_id)
+            self.engine.step()  # delivers the aborts and releases their blocks
+        except Exception as abort_error:  # noqa: BLE001 - the engine is broken: stop serving, say why
+            failure = f"{message}; aborting its requests failed too: {type(abort_error).__name__}: {abort_error}"
+            self._send(protocol.StepFailed(failed, message, self.engine.block_manager.num_used_blocks))
+            self._send(protocol.CoreStopped(failure))
+            self._stopped = True
+            return
+        self._send(protocol.StepFailed(failed, message, self.engine.block_manager.num_used_blocks))
+
+    def _handle(self, command) -> None:
+        if isinstance(command, protocol.AddRequest):
+            self._add(command)
+        elif isinstance(command, protocol.AbortRequest):
+            self.engine.abort(command.request_id)
+            if self._progress() is not None:
+                self._report_warm_up(now=True)  # a client that left no longer waits
+        elif isinstance(command, protocol.EndAllRequests):
+            self._shutting_down = True
+            ended, self._in_flight = sorted(self._in_flight), set()
+            for request_id in ended:
+                self.engine.abort(request_id)
+            self._send(protocol.RequestsEnded(ended, SHUTTING_DOWN, 503))
+        elif isinstance(command, protocol.StopCore):
+            self._stopped = True
+
+    def _add(self, command: protocol.AddRequest) -> None:
+        if self._shutting_down:
+            self._send(protocol.RequestAdded(command.request_id, SHUTTING_DOWN, 503))
+            return
+        try:
+            self.engine.add_request(command.prompt_token_ids, command.params, request_id=command.request_id)
+        except EngineError as error:
+            self._send(protocol.RequestAdded(command.request_id, str(error)))
+            return
+        self._in_flight.add(command.request_id)
+        self._send(protocol.RequestAdded(command.request_id))
+        if self._progress() is not None:
+            self._report_warm_up(now=True)  # no step updates the gauges until the compile ends
+
+
+class _StopSignal(BaseException):
+    """SIGTERM from the HTTP process (a stop while the engine still loads): leave at once."""
+
+
+def _raise_stop(signum: int, frame) -> None:
+    raise _StopSignal(signal.Signals(signum).name)
+
+
+def main() -> int:
+    """The core process: `python -m workbench.server.engine_core COMMANDS_ADDRESS EVENTS_ADDRESS
+    PARENT_PID [CPU ...]`, the engine settings as MessagePack on stdin."""
+    commands_address, events_address, parent_pid, *cpus = sys.argv[1:]
+    # Ctrl-C reaches the whole process group: the HTTP process decides when the core stops.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    config = msgspec.msgpack.decode(sys.stdin.buffer.read(), type=EngineConfig)
+    if cpus:
+        os.sched_setaffinity(0, {int(cpu) for cpu in cpus})
+        torch.set_num_threads(len(cpus))
+    context = zmq.Context()
+    commands, events = context.socket(zmq.PULL), context.socket(zmq.PUSH)
+    events.setsockopt(zmq.SNDHWM, 0)  # a busy HTTP process must never block a step
+    commands.connect(commands_address)
+    events.connect(events_address)
+    try:
+        try:
+            engine = LLMEngine(
+                config,
+                progress=lambda stage, fraction: (
+                    print(f"loading: {stage} {fraction:.0%}", file=sys.stderr) if fraction in (0.0, 1.0) else None
+                ),
+            )
+        except EngineError as error:
+            events.send(protocol.encode(protocol.CoreStartFailed(str(error))))
+            return 1
+        freeze_loaded_heap()  # no full collection walks the model again while requests run
+        core = EngineCore(engine, commands, events, int(parent_pid))
+        events.send(protocol.encode(core.ready()))
+        core.run()
+    except _StopSignal:
+        pass
+    finally:
+        commands.close(linger=0)
+        events.close(linger=1000)  # the last events (CoreStopped) still reach the HTTP process
+        context.term()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
