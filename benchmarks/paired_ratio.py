@@ -15,8 +15,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from workbench.intervals import change_over_repeats
+
+T = TypeVar("T")
 
 MIN_PAIRS = 3  # two pairs give a t interval with 1 degree of freedom: 12.7 standard errors wide
 
@@ -32,18 +35,19 @@ class PairedRatio:
         """E.g. "0.92x [0.85, 0.99], n = 5 pairs"."""
         return f"{self.ratio:.2f}x [{self.low:.2f}, {self.high:.2f}], n = {self.pairs} pairs"
 
-    def against(self, target: float) -> str:
-        """ "met" when the whole interval lies above `target` (a ratio where more is better),
-        "missed" when it lies below, "undecided" when it holds the target."""
-        if self.low > target:
-            return "met"
-        if self.high < target:
-            return "missed"
+    def against(self, target: float, higher_is_better: bool = True) -> str:
+        """ "met" when the whole interval lies past `target` (above it for a rate, below it for a
+        time: `higher_is_better=False`), "missed" when it lies on the wrong side, "undecided" when
+        it holds the target."""
+        above, below = self.low > target, self.high < target
+        if above or below:
+            return "met" if above == higher_is_better else "missed"
         return "undecided"
 
 
-def measure_pairs(ours: Callable[[], float], peer: Callable[[], float], pairs: int) -> tuple[list[float], list[float]]:
-    """(ours, the peer's) values of `pairs` counterbalanced pairs (module docstring)."""
+def measure_pairs(ours: Callable[[], T], peer: Callable[[], T], pairs: int) -> tuple[list[T], list[T]]:
+    """(ours, the peer's) results of `pairs` counterbalanced pairs (module docstring): rates, or
+    whole run reports to take several figures from."""
     if pairs < MIN_PAIRS:
         raise ValueError(f"pairs: expected at least {MIN_PAIRS} (an interval needs them), got {pairs}")
     our_values, peer_values = [], []

@@ -61,6 +61,10 @@ def test_a_ratio_is_the_geometric_mean_and_a_target_is_met_only_past_its_whole_i
     assert PairedRatio(1.1, 1.02, 1.2, 5).against(1.0) == "met"
     assert PairedRatio(0.9, 0.8, 0.98, 5).against(1.0) == "missed"
     assert PairedRatio(1.05, 0.97, 1.13, 5).against(1.0) == "undecided"
+    # A time (TPOT, TTFT): less is better, so a ratio wholly below the target is the one met.
+    assert PairedRatio(0.9, 0.8, 0.98, 5).against(1.0, higher_is_better=False) == "met"
+    assert PairedRatio(1.1, 1.02, 1.2, 5).against(1.0, higher_is_better=False) == "missed"
+    assert PairedRatio(1.05, 0.97, 1.13, 5).against(1.0, higher_is_better=False) == "undecided"
     assert PairedRatio(0.92, 0.85, 0.99, 5).text() == "0.92x [0.85, 0.99], n = 5 pairs"
 
 
