@@ -300,6 +300,7 @@ class LLMEngine:
         trace = self.scheduler.trace
         before = self._trace_before(trace.begin_step()) if trace is not None else None
         batch = self.scheduler.schedule(start)
+        beside_compile = self.executor.compile_progress is not None
         execute_s = 0.0
         if not batch.is_empty:
             executing = self.clock()
@@ -311,7 +312,7 @@ class LLMEngine:
                 outputs.append(self._output(seq, seq.token_ids[-1:]))
         end = self.clock()
         scheduled = {entry.request_id: len(entry.token_ids) for entry in batch.sequences}
-        stats = self._stats(batch, start, end)
+        stats = self._stats(batch, start, end, beside_compile)
         step_trace = self._step_trace(before, outputs, execute_s, end - start, end) if trace is not None else None
         self.num_steps += 1
         return StepResult(outputs, stats, scheduled, step_trace)
@@ -425,7 +426,7 @@ class LLMEngine:
             emitted=emitted,
         )
 
-    def _stats(self, batch: ScheduledBatch, start: float, end: float) -> StepStats:
+    def _stats(self, batch: ScheduledBatch, start: float, end: float, beside_compile: bool) -> StepStats:
         manager, scheduler = self.block_manager, self.scheduler
         return StepStats(
             time_s=end,
@@ -444,4 +445,5 @@ class LLMEngine:
             prefix_cache_hit_tokens_total=manager.prefix_hit_tokens,
             prefix_cache_query_tokens_total=manager.prefix_query_tokens,
             decode_compiled=self.executor.last_step_compiled,
+            beside_compile=beside_compile,
         )

@@ -27,6 +27,10 @@ class StepStats:
     prefix_cache_hit_tokens_total: int
     prefix_cache_query_tokens_total: int
     decode_compiled: bool = False  # ran as the compiled decode graph (engine.executor.DecodeGraph)
+    # Began while the decode graph compiled in the background: it ran eagerly, beside the compiler
+    # for the cores, 5 to 65 times as slow as compiled (docs/compiled-decode.md): its time measures
+    # the warm-up, not the engine. Run logs written before this field read as False.
+    beside_compile: bool = False
 
     @property
     def kv_usage_perc(self) -> float:

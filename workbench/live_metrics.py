@@ -70,5 +70,6 @@ class LiveMetrics:
             kv_cache_bytes=store.kv_cache_bytes,
             slo=store.slo,
             requests_arrived=max(store.requests_sent, len(self.request_ids)),
+            beside_compile=store.beside_compile,
             step_overview=self.steps,
         )

@@ -96,6 +96,9 @@ class MetricsSnapshot:
     kv_cache_bytes: int
     slo: SLO
     requests_arrived: int = 0  # sent so far, ended or not: goodput's n, as in the report
+    # Seconds (first start, last end) of the steps run eagerly beside the decode graph's compile
+    # (StepStats.beside_compile: contiguous, at the start of a run begun during the warm-up).
+    beside_compile: tuple[float, float] | None = None
     step_overview: StepOverview | None = field(default=None, repr=False)  # built from `steps` when first drawn
 
     @property
@@ -153,6 +156,7 @@ class MetricsStore:
         self._in_window: deque[tuple[float, float, float]] = deque()
         self._totals = self._before_window = (0.0, 0.0)
         self._sent = 0  # requests sent (arrived) in this run, ended or not
+        self.beside_compile: tuple[float, float] | None = None  # as MetricsSnapshot's
         self._tags: list[str] = [""] * request_capacity
         self._ids: list[str] = [""] * request_capacity
         self._lock = threading.Lock()
@@ -202,6 +206,9 @@ class MetricsStore:
             "prefill_tok_s": prefill_rate,
             "decode_tok_s": decode_rate,
         }
+        if stats.beside_compile:
+            began = values["start_s"] if self.beside_compile is None else self.beside_compile[0]
+            self.beside_compile = (began, now)  # one assignment: a snapshot reads either span whole
         with self._lock:
             self._steps.append(values)
 
@@ -277,6 +284,7 @@ class MetricsStore:
             kv_cache_bytes=self.kv_cache_bytes,
             slo=self.slo,
             requests_arrived=max(sent, request_count),
+            beside_compile=self.beside_compile,
         )
 
 

@@ -198,6 +198,10 @@ def build_report(log: RunLog) -> dict:
             last.prefix_cache_query_tokens_total if last else 0,
         ),
     }
+    beside = [step for step in steps if step.beside_compile]
+    metrics["steps_beside_compile"] = _metric(
+        len(beside), "steps run eagerly beside the decode graph's compile", len(steps)
+    )
     metrics.update(memory_metrics(header["engine"]))
     if (log.footer or {}).get("sessions_cut_by_context") is not None:
         metrics["sessions_cut_by_context"] = _metric(
@@ -238,10 +242,28 @@ def build_report(log: RunLog) -> dict:
             if probe
         },
         "metrics": metrics,
+        "beside_compile": beside_compile_caution(beside, len(steps), requests, start),
         # Why the tail waited (workbench/explain.py): only where the trace lines were read.
         **({"explain": explanation_record(explain(log))} if log.traces_read else {}),
         "notes": NOTES,
     }
+
+
+def beside_compile_caution(
+    beside: list[StepStats], num_steps: int, requests: list[RequestMetrics], start: float
+) -> str | None:
+    """What a run that began during the warm-up must say with its figures (None for one that did
+    not): its first steps ran eagerly beside the decode graph's compile, so the latencies of the
+    requests that arrived meanwhile measure the warm-up, not the engine."""
+    if not beside:
+        return None
+    until = beside[-1].time_s
+    touched = sum(1 for metrics in requests if metrics.arrival_time <= until)
+    return (
+        f"{len(beside)} of {num_steps} steps (from {beside[0].time_s - beside[0].step_duration_s - start:.1f} s to "
+        f"{until - start:.1f} s) ran eagerly beside the decode graph's compile: the latencies of the "
+        f"{touched} of {len(requests)} requests that arrived by then measure the warm-up, not the compiled engine"
+    )
 
 
 def _planned_and_not_sent(log: RunLog) -> tuple[int | None, int | None]:

@@ -4,6 +4,8 @@ several tokens, a single token, rejected, aborted, and still unfinished when the
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from scipy import stats
 
@@ -121,6 +123,7 @@ def metric(report, name):
         ("kv_usage_peak_perc", 40.0, 4),
         ("kv_usage_mean_perc", 25.0, 4),
         ("prefix_cache_hit_perc", 25.0, 120),
+        ("steps_beside_compile", 0, 4),  # a log written before the field: no step ran beside a compile
         ("chat/ttft_p50_ms", 600.0, 2),
         ("chat/goodput_perc", 40.0, 5),
         ("long/ttft_p50_ms", 3000.0, 1),
@@ -129,6 +132,18 @@ def metric(report, name):
 )
 def test_the_golden_run_log_gives_exact_figures(name, value, n):
     assert metric(build_report(LOG), name) == (pytest.approx(value), n)
+
+
+def test_steps_run_beside_the_compile_are_counted_and_the_requests_they_touched_named():
+    steps = [{**step, "beside_compile": index < 2} for index, step in enumerate(LOG.steps)]
+    report = build_report(dataclasses.replace(LOG, steps=steps))
+    assert metric(report, "steps_beside_compile") == (2, 4)
+    # Steps end at 1.0 and 2.0 s and last 0.1 s; a, b and c arrived by 2.0 s.
+    assert report["beside_compile"] == (
+        "2 of 4 steps (from 0.9 s to 2.0 s) ran eagerly beside the decode graph's compile: the latencies "
+        "of the 3 of 6 requests that arrived by then measure the warm-up, not the compiled engine"
+    )
+    assert build_report(LOG)["beside_compile"] is None
 
 
 def test_the_golden_run_is_incomplete_for_both_reasons_and_says_so():

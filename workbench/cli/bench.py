@@ -214,4 +214,6 @@ def print_summary(report: dict) -> None:
     ]
     status = "complete" if report["complete"] else "INCOMPLETE (built from the run log)"
     print(f"{report['scenario']['name']} / {report['variant'] or '-'}: {status}")
+    if report.get("beside_compile"):
+        print(f"  warm-up: {report['beside_compile']}")
     print("\n".join(line(name) for name in names))

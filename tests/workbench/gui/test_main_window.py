@@ -87,11 +87,25 @@ def test_the_status_line_follows_a_background_compile_to_the_compiled_path(windo
     titles = {name: plot.plot.title_text for name, plot in window.plots.plots.items()}
     assert titles["kv_occupancy"].startswith("KV-cache occupancy: no step yet, warming up, ")
     assert all(", warming up, " in titles[name] for name in ("queue_depth", "throughput", "batch_composition"))
-    window.traffic_panel.inject_requested.emit(4, 20, 8, "chat")  # it serves meanwhile
+    window.traffic_panel.inject_requested.emit(4, 20, 8, "chat")  # it serves meanwhile, eagerly
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=60_000)
+    # Those steps are marked as the warm-up's, in the plots, the run log and the report.
+    window.refresh_plots()
+    shaded = window.plots.beside_compile
+    assert all(region.isVisible() for region in shaded.values())
+    steps = read_run_log(window.worker.run_log_path).steps
+    assert steps and all(step["beside_compile"] for step in steps)
+    assert shaded["kv_occupancy"].getRegion()[1] == pytest.approx(window.worker.store.snapshot().steps["time_s"][-1])
+    caution = build_report(read_run_log(window.worker.run_log_path))["beside_compile"]
+    assert caution.startswith(f"{len(steps)} of {len(steps)} steps (from ")
+    assert "the latencies of the 4 of 4 requests that arrived by then measure the warm-up" in caution
     held_compile.set()
     qtbot.waitUntil(lambda: "decode compiled)" in window.stage.text(), timeout=600_000)
     assert "warming up" not in window.stage.text() and window.warming_up() == ""
-    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=60_000)
+    window.traffic_panel.inject_requested.emit(2, 20, 8, "chat")
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 6, timeout=60_000)
+    steps = read_run_log(window.worker.run_log_path).steps
+    assert not steps[-1]["beside_compile"] and steps[-1]["decode_compiled"]
 
 
 @pytest.mark.slow  # compiles the tiny model's decode graph
