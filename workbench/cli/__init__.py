@@ -11,6 +11,9 @@ run function; `main` only dispatches and turns errors into one line and an exit 
     workbench trace RUN_DIR [--step N | --request ID]
     workbench explain RUN_DIR [--above p90] [--tag T]
     workbench replay RUN_DIR [--set table.key=value ...] [--backend MODEL|URL] --out DIR
+    workbench quality | estimate | calibrate | export-hf   (quality, memory, the cost model, a HF copy)
+    workbench serve [--preset NAME] [--set engine.KEY=VALUE ...] [--port N]
+    workbench compile [--preset NAME] [--set engine.KEY=VALUE ...]   (the decode graphs, into the cache)
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from workbench.cli import (
     bench,
     calibrate,
     compare,
+    compile_graphs,
     estimate,
     explain,
     export_hf,
@@ -50,6 +54,7 @@ COMMANDS = (
     serve,
     export_hf,
     calibrate,
+    compile_graphs,
 )  # in --help's order
 
 

@@ -30,6 +30,39 @@ def add_set_option(command: argparse.ArgumentParser, help: str, metavar: str = "
     command.add_argument("--set", dest="overrides", action="append", default=[], metavar=metavar, help=help)
 
 
+def add_engine_options(command: argparse.ArgumentParser) -> None:
+    """`--preset`, `--model` and `--set engine.KEY=VALUE`: the engine of a command that runs one
+    (serve, compile), read by `engine_config`."""
+    command.add_argument("--preset", help="take the engine settings from this preset")
+    command.add_argument(
+        "--model", help="the model (short for --set engine.model=MODEL): smollm2-135m, gemma3-270m or a path"
+    )
+    add_set_option(
+        command,
+        "an engine setting, e.g. engine.model=simulated:llama-2-7b@h100-80gb (every key: docs/knobs.md)",
+        metavar="engine.KEY=VALUE",
+    )
+
+
+def engine_config(args):
+    """The EngineConfig of `add_engine_options`' arguments: the preset's [engine] with the --set
+    keys over it, or the defaults with them."""
+    from engine import EngineConfig
+    from engine.errors import ConfigError
+    from engine.settings import apply_override, build
+    from workbench.presets import load_preset
+
+    overrides = [*args.overrides, *([f"engine.model={args.model}"] if args.model is not None else [])]
+    if args.preset:
+        return load_preset(args.preset, overrides).engine
+    raw: dict = {}
+    for assignment in overrides:
+        apply_override(raw, assignment)
+    if others := sorted(set(raw) - {"engine"}):
+        raise ConfigError(f"--set: {args.command} takes engine.KEY=VALUE settings only, got {', '.join(others)}")
+    return build(EngineConfig, raw.get("engine", {}), "--set", "engine")
+
+
 def read_run_for(run, with_traces: bool):
     """(the run.jsonl path, the log) of a run folder or a run.jsonl given on the command line; a
     damaged line is said on stderr, the rest is read."""

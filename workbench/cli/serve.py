@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from workbench.cli.arguments import add_set_option, at_least, port_number
+from workbench.cli.arguments import add_engine_options, at_least, engine_config, port_number
 from workbench.server import DEFAULT_MAX_REQUEST_BYTES
 
 
 def add_to(commands) -> None:
     serve = commands.add_parser("serve", help="serve the engine over an OpenAI-compatible HTTP API with vLLM's metrics")
-    serve.add_argument("--preset", help="take the engine settings from this preset")
-    serve.add_argument(
-        "--model", help="the model to serve (short for --set engine.model=MODEL): smollm2-135m, gemma3-270m or a path"
-    )
-    add_set_option(
-        serve,
-        "an engine setting, e.g. engine.model=simulated:llama-2-7b@h100-80gb (every key: docs/knobs.md)",
-        metavar="engine.KEY=VALUE",
-    )
+    add_engine_options(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     serve.add_argument("--port", type=port_number, default=8000)
     serve.add_argument("--served-model-name", help="the model's name in /v1/models (default: from engine.model)")
@@ -39,24 +31,8 @@ def add_to(commands) -> None:
 
 
 def run(args) -> int:
-    from engine import EngineConfig
-    from engine.errors import ConfigError
-    from engine.settings import apply_override, build
-    from workbench.presets import load_preset
     from workbench.server.run import serve
 
-    if args.model is not None:
-        args.overrides = [*args.overrides, f"engine.model={args.model}"]
-    if args.preset:
-        config = load_preset(args.preset, args.overrides).engine
-    else:
-        raw: dict = {}
-        for assignment in args.overrides:
-            apply_override(raw, assignment)
-        if set(raw) - {"engine"}:
-            raise ConfigError(
-                f"--set: serve takes engine.KEY=VALUE settings only, got {', '.join(sorted(set(raw) - {'engine'}))}"
-            )
-        config = build(EngineConfig, raw.get("engine", {}), "--set", "engine")
+    config = engine_config(args)
     serve(config, args.host, args.port, args.served_model_name, args.max_request_bytes, args.reserved_cpus)
     return 0
