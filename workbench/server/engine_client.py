@@ -75,6 +75,7 @@ class EngineCoreClient:
         self._commands = _socket(self._context, zmq.PUSH)
         self._events = _socket(self._context, zmq.PULL)
         self._send_lock = threading.Lock()  # commands come from the event loop, signal handlers and tests
+        self._failing = threading.Lock()
         self._receiver = threading.Thread(target=self._receive, name="engine-core-events", daemon=True)
         self._stopping = threading.Event()
         self._process: subprocess.Popen | None = None
@@ -285,8 +286,11 @@ class EngineCoreClient:
                 stream.loop.call_soon_threadsafe(stream.outputs.put_nowait, failure)
 
     def _fail(self, failure: str) -> None:
-        """The core stopped serving: end every open request and refuse later ones."""
-        if self.failure is None:
+        """The core stopped serving: end every open request and refuse later ones. Only the first
+        word counts: a core that stops serving then exits, and its exit says less."""
+        with self._failing:  # the receiver thread and the process watcher may both say it
+            if self.failure is not None:
+                return
             self.failure = failure
         print(f"workbench serve: {failure}", file=sys.stderr)
         self._end_streams(list(self._streams), EngineFailure(self.failure, 500))
