@@ -9,7 +9,8 @@ with the same preset and seed, in counterbalanced pairs: the side-by-side table 
 bf16, `VLLM_CPU_KVCACHE_SPACE=1`) serves the same weights exported as a Hugging Face folder. Both
 servers are started once and stay up (idle, each costs memory only); the runs go one at a time,
 so neither competes with the other for the CPU: ours, vLLM, vLLM, ours, ... (benchmarks/
-paired_ratio.py). Each figure is printed as the ratio ours / vLLM's with its 95% interval over
+paired_ratio.py). Pair k runs the preset with its seed + k: new prompts, since both servers keep
+their prefix caches between runs. Each figure is printed as the ratio ours / vLLM's with its 95% interval over
 the pairs and a verdict against 1.0 (met, missed or undecided); the last pair's two reports also
 go through `workbench compare` (baseline vLLM, candidate ours). Writes every run folder and
 ratios.json under --out.
@@ -18,6 +19,7 @@ ratios.json under --out.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -88,8 +90,11 @@ def main() -> None:
         runs = {"workbench": 0, "vllm": 0}
 
         def run(name: str, port: int) -> dict:
+            # The k-th run of each server gets the k-th seed: both servers keep their prefix caches,
+            # and a prompt seen in an earlier run is served from them.
+            seeded = dataclasses.replace(scenario, seed=scenario.seed + runs[name])
             runs[name] += 1
-            return drive(f"http://127.0.0.1:{port}", scenario, args.out / f"{name}-{runs[name]}")
+            return drive(f"http://127.0.0.1:{port}", seeded, args.out / f"{name}-{runs[name]}")
 
         our_reports, peer_reports = measure_pairs(
             lambda: run("workbench", our_port), lambda: run("vllm", vllm_port), args.pairs
