@@ -57,7 +57,6 @@ class CoreReady(msgspec.Struct, tag="ready"):
     max_model_len: int
     block_size: int
     num_kv_blocks: int
-    decode_mode: str
     warming_up: str | None  # the compile's progress, or None when decode runs compiled already
 
 
@@ -117,7 +116,6 @@ class WarmUp(msgspec.Struct, tag="warm up"):
     """The compile's progress (None once decode runs compiled), and the requests it holds."""
 
     progress: str | None
-    decode_mode: str
     num_waiting: int
 
 

@@ -67,7 +67,6 @@ class EngineCoreClient:
         self.failure: str | None = None  # why the core stopped serving, if it did
         self.max_model_len = 0
         self.metrics: ServerMetrics | None = None
-        self.decode_mode = ""
         self._progress: str | None = None
         self._streams: dict[str, _Stream] = {}
         self._added: dict[str, concurrent.futures.Future] = {}
@@ -150,7 +149,7 @@ class EngineCoreClient:
         self._on_ready(event)
 
     def _on_ready(self, ready: protocol.CoreReady) -> None:
-        self.max_model_len, self.decode_mode, self._progress = ready.max_model_len, ready.decode_mode, ready.warming_up
+        self.max_model_len, self._progress = ready.max_model_len, ready.warming_up
         self.metrics = ServerMetrics(self.model_name, ready.block_size, ready.num_kv_blocks)
 
     def stop(self) -> None:
@@ -232,7 +231,7 @@ class EngineCoreClient:
             elif isinstance(event, protocol.RequestAdded):
                 self._on_added(event)
             elif isinstance(event, protocol.WarmUp):
-                self._progress, self.decode_mode = event.progress, event.decode_mode
+                self._progress = event.progress
                 self.metrics.waiting.set(event.num_waiting)
             elif isinstance(event, protocol.StepFailed):
                 self._end_streams(event.request_ids, EngineFailure(event.message, 500))

@@ -58,7 +58,6 @@ class EngineCore:
             max_model_len=engine.max_model_len,
             block_size=engine.config.block_size,
             num_kv_blocks=engine.num_kv_blocks,
-            decode_mode=engine.executor.decode_mode,
             warming_up=self._progress(),
         )
 
@@ -95,7 +94,7 @@ class EngineCore:
         if progress is None or now or time.monotonic() - self._last_warm_up_report >= _WARM_UP_REPORT_S:
             scheduler = self.engine.scheduler
             waiting = len(scheduler.waiting) + len(scheduler.waiting_long)
-            self._send(protocol.WarmUp(progress, self.engine.executor.decode_mode, waiting))
+            self._send(protocol.WarmUp(progress, waiting))
             self._last_warm_up_report = time.monotonic()
             if progress is None:
                 print(f"workbench serve: warm (decode {self.engine.executor.decode_mode}); serving", file=sys.stderr)
