@@ -47,7 +47,7 @@ def launch(command: list[str], probe_url: str, what: str, limit_s: float = 120.0
 
 def start_workbench_server(port: int, *arguments: str) -> subprocess.Popen:
     """`workbench serve` on this port (its messages go to this process's output), once warm: its
-    /health answers 200 when the decode graph is compiled (minutes the first time on a machine)."""
+    /health answers 200 when the decode and prefill graphs are compiled (minutes the first time on a machine)."""
     command = [
         sys.executable,
         "-c",

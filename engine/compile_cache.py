@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import time
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,15 +86,16 @@ class CompileProgress:
         return f"{self.elapsed_s:.0f} s so far"
 
     def describe(self) -> str:
-        """E.g. "compiling the decode graph: 12 s of about 31 s" — for the window and /health."""
+        """E.g. "compiling the decode and prefill graphs: 12 s of about 31 s" — for the window and /health."""
+        what = "compiling the decode and prefill graphs"
         if self.expected_s is None:
             return (
-                f"compiling the decode graph: {self.elapsed_s:.0f} s so far "
+                f"{what}: {self.elapsed_s:.0f} s so far "
                 "(the first compile on this machine: a few minutes; later ones reuse its cache)"
             )
         if self.elapsed_s <= self.expected_s:
-            return f"compiling the decode graph: {self.elapsed_s:.0f} s of about {self.expected_s:.0f} s"
-        return f"compiling the decode graph: {self.elapsed_s:.0f} s (the last one here took {self.expected_s:.0f} s)"
+            return f"{what}: {self.elapsed_s:.0f} s of about {self.expected_s:.0f} s"
+        return f"{what}: {self.elapsed_s:.0f} s (the last one here took {self.expected_s:.0f} s)"
 
 
 class CompileClock:
@@ -112,3 +114,15 @@ class CompileClock:
 
     def finished(self) -> None:
         record_duration(self.key, time.monotonic() - (self.started or time.monotonic()))
+
+
+def with_own_code(function):
+    """A function or bound method rebuilt around a copy of its code object (same bytecode, new
+    identity). torch keeps compiled graphs per code object: a copy per engine keeps another
+    engine's model (another quantization, other module types) from reusing this one's graphs."""
+    plain = getattr(function, "__func__", function)
+    copy = types.FunctionType(
+        plain.__code__.replace(), plain.__globals__, plain.__name__, plain.__defaults__, plain.__closure__
+    )
+    owner = getattr(function, "__self__", None)
+    return copy if owner is None else types.MethodType(copy, owner)

@@ -128,7 +128,8 @@ class EngineConfig:
     compile_decode: str = knob(
         default_factory=default_compile_decode,
         help="Run decode-only steps as one torch.compile graph: fewer, fused operators and less Python per "
-        "step (docs/compiled-decode.md). Compiling takes minutes on a 2-core CPU, seconds once cached. "
+        "step; and the layers' parts either side of attention compiled for steps that prefill "
+        "(docs/compiled-decode.md). Compiling takes minutes on a 2-core CPU, seconds once cached. "
         "background: serve eagerly while a thread compiles, then switch; blocking: compile before loading "
         "ends; off: stay eager.",
     )

@@ -7,7 +7,6 @@ cost model behind the same interface while all scheduling code stays the same.
 
 from __future__ import annotations
 
-import types
 import warnings
 from typing import Protocol
 
@@ -15,9 +14,10 @@ import torch
 
 from engine.background_compile import BackgroundCompile
 from engine.batch import ScheduledBatch, ScheduledSequence, slot_mappings
-from engine.compile_cache import CompileClock, CompileProgress, graph_key, use_persistent_compile_cache
+from engine.compile_cache import CompileClock, CompileProgress, graph_key, use_persistent_compile_cache, with_own_code
+from engine.compiled_prefill import CompiledHalves
 from engine.kv_layout import KvLayout
-from engine.model import AttentionMetadata, CausalLM, PrefillChunk
+from engine.model import AttentionMetadata, CausalLM, LayerHalves, PrefillChunk
 from engine.quantization import BATCHED_ROWS, has_batched_copy
 from engine.sampler import sample
 from engine.sampling_params import SamplingParams
@@ -32,6 +32,10 @@ class ModelExecutor(Protocol):
         """How decode steps run, recorded with every run."""
 
     @property
+    def prefill_mode(self) -> str:
+        """How steps that prefill run, recorded with every run."""
+
+    @property
     def last_step_compiled(self) -> bool:
         """Whether the last `execute` ran as the compiled decode graph."""
 
@@ -41,7 +45,7 @@ class ModelExecutor(Protocol):
 
     @property
     def compile_progress(self) -> CompileProgress | None:
-        """The decode graph's background compile while it runs; None otherwise."""
+        """The background compile (decode graph, then prefill halves) while it runs; None otherwise."""
 
     def warm_up(self) -> None:
         """Pay one-time costs before the first real step."""
@@ -85,10 +89,11 @@ class TorchExecutor:
         self.kv_caches = [self.kv_pool[self.layout.place(layer)[1]] for layer in range(config.num_layers)]
         self.compile_decode = compile_decode
         self.decode_graph = DecodeGraph(model) if compile_decode != "off" else None
+        self.prefill_halves = CompiledHalves() if compile_decode != "off" else None
         self._compile_sizes = (1, 2, BATCHED_ROWS) if has_batched_copy(model) else (1, 2)
         if self.decode_graph is not None:
             use_persistent_compile_cache()
-            self._compile_clock = CompileClock(graph_key(model, dtype, self._compile_sizes))
+            self._compile_clock = CompileClock(graph_key(model, dtype, (*self._compile_sizes, "prefill halves")))
         self._background_compile: BackgroundCompile | None = None
         self.last_step_compiled = False
 
@@ -104,28 +109,38 @@ class TorchExecutor:
             return "eager"
         return self.decode_graph.mode
 
+    @property
+    def prefill_mode(self) -> str:
+        """How steps that prefill run: "compiled halves" (engine/compiled_prefill.py) or an eager
+        mode worded as `decode_mode`'s."""
+        if self.prefill_halves is None:
+            return "eager"
+        return "compiled halves" if self.prefill_halves.usable else self.prefill_halves.mode
+
     def warm_up(self) -> None:
         """A single-token forward pass, so that the first real step does not pay one-time costs;
-        then the decode graph's compile, before returning ("blocking") or in a thread
-        ("background")."""
+        then the compiles (decode graph, prefill halves), before returning ("blocking") or in a
+        thread ("background")."""
         self.compute_logits(self._scratch_batch(1))
         if self.decode_graph is None:
             return
         if self.compile_decode == "blocking":
-            self._compile_decode_graph()
+            self._compile_graphs()
         else:
-            self._background_compile = BackgroundCompile(self._compile_decode_graph, name="decode graph compile")
+            self._background_compile = BackgroundCompile(self._compile_graphs, name="decode and prefill compile")
             self._background_compile.start()
 
     @property
     def compiling(self) -> bool:
-        """Whether the decode graph's background compile is still running. Its thread outlives the
-        moment the graph became usable by a few statements: from that moment the graph counts as
-        compiled, so that `decode_mode` and `compile_progress` never say both at once."""
+        """Whether the background compile is still running. Its thread outlives the moment the
+        last graph became usable by a few statements: from that moment the graphs count as
+        compiled, so that the modes and `compile_progress` never say both at once."""
         return (
             self._background_compile is not None
             and self._background_compile.running
-            and self.decode_graph.mode == DecodeGraph.COMPILING
+            and (
+                self.decode_graph.mode == DecodeGraph.COMPILING or self.prefill_halves.mode == CompiledHalves.COMPILING
+            )
         )
 
     @property
@@ -138,17 +153,25 @@ class TorchExecutor:
         if self._background_compile is not None:
             self._background_compile.stop()
             if self._background_compile.stopped:
-                self.decode_graph.mode = DecodeGraph.STOPPED
+                for compiled in (self.decode_graph, self.prefill_halves):
+                    if compiled.mode == compiled.COMPILING:
+                        compiled.mode = compiled.STOPPED
 
-    def _compile_decode_graph(self) -> None:
+    def _compile_graphs(self) -> None:
         """Compile the graphs a decode step can take (one sequence, two or more, and with a batched
-        copy from BATCHED_ROWS on) on the scratch block; the graph is used from the next step on
-        (each step's `decode_compiled` says whether it was)."""
+        copy from BATCHED_ROWS on), then the prefill halves' (two rows or more, and from
+        BATCHED_ROWS on), on the scratch block; each is used from the next step on (each step's
+        `decode_compiled` says whether the decode graph was)."""
         self._compile_clock.start()
         with torch.inference_mode():
             examples = [self._decode_inputs(self._scratch_batch(size)) for size in self._compile_sizes]
             self.decode_graph.compile(examples)
-        if self.decode_graph.usable:
+            self.prefill_halves.compile(
+                lambda halves: [
+                    self._eager_logits(self._scratch_batch(size), halves) for size in self._compile_sizes[1:]
+                ]
+            )
+        if self.decode_graph.usable and self.prefill_halves.usable:
             self._compile_clock.finished()
 
     def _scratch_batch(self, size: int) -> ScheduledBatch:
@@ -194,6 +217,22 @@ class TorchExecutor:
             if logits is not None:
                 self.last_step_compiled = True
                 return logits
+        halves = (
+            self.prefill_halves.for_step(batch.num_decode_tokens + batch.num_prefill_tokens)
+            if self.prefill_halves is not None
+            else None
+        )
+        if halves is not None:
+            try:
+                return self._eager_logits(batch, halves)
+            except Exception as exc:  # as the decode graph's: a failed compiled step is run again eagerly
+                self.prefill_halves.fall_back(exc)
+        return self._eager_logits(batch)
+
+    def _eager_logits(self, batch: ScheduledBatch, halves: LayerHalves | None = None) -> torch.Tensor:
+        """The eager model's logits for `compute_logits`; `halves` compiled ones for the parts of
+        each layer either side of attention (engine/compiled_prefill.py). Running a step again
+        after a failure rewrites the same cache slots with the same values."""
         token_ids, positions, sample_rows = [], [], []
         slots = [[] for _ in self.layout.groups]
         for entry in batch.sequences:
@@ -204,7 +243,7 @@ class TorchExecutor:
             if entry.samples:
                 sample_rows.append(len(token_ids) - 1)
         metadata = self._attention_metadata(batch, slots, group_by_length=True)
-        hidden = self.model(self._tensor(token_ids), self._tensor(positions), self.kv_caches, metadata)
+        hidden = self.model(self._tensor(token_ids), self._tensor(positions), self.kv_caches, metadata, halves)
         return self.model.compute_logits(hidden[self._tensor(sample_rows)])
 
     def _decode_inputs(self, batch: ScheduledBatch) -> tuple:
@@ -300,7 +339,7 @@ class DecodeGraph:
         # those guards, two engines' models must never share graphs: torch keeps graphs per code
         # object, so each engine compiles its own copy of forward_logits.
         self._compiled = torch.compile(
-            _with_own_code(model.forward_logits),
+            with_own_code(model.forward_logits),
             options={
                 "cpp_wrapper": True,
                 "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
@@ -348,16 +387,3 @@ class DecodeGraph:
     def _fall_back(self, exc: Exception) -> None:
         self.mode = f"eager (compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
         warnings.warn(f"decode step: {self.mode}; continuing without compilation", RuntimeWarning, stacklevel=3)
-
-
-def _with_own_code(method):
-    """The bound method rebuilt around a copy of its code object (same bytecode, new identity)."""
-    function = method.__func__
-    copy = types.FunctionType(
-        function.__code__.replace(),
-        function.__globals__,
-        function.__name__,
-        function.__defaults__,
-        function.__closure__,
-    )
-    return types.MethodType(copy, method.__self__)

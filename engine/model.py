@@ -12,6 +12,7 @@ one per sequence, then each prefill chunk's tokens; `AttentionMetadata` says whi
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -120,7 +121,9 @@ class Attention(nn.Module):
         self.qkv_proj = _concatenated(self.q_proj, self.k_proj, self.v_proj)
         del self.q_proj, self.k_proj, self.v_proj
 
-    def forward(self, hidden, rotary_tables, kv_cache, metadata: AttentionMetadata):
+    def project(self, hidden, rotary_tables) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Query, key and value heads [num_tokens, heads, head_dim] of the normed hidden states,
+        q/k-normed and rotated."""
         num_tokens = hidden.shape[0]
         heads = self.qkv_proj(hidden).view(num_tokens, self.num_heads + 2 * self.kv_heads, self.head_dim)
         value = heads[:, self.num_heads + self.kv_heads :]
@@ -130,6 +133,11 @@ class Attention(nn.Module):
         else:
             rotated = apply_rotary(heads[:, : self.num_heads + self.kv_heads], *rotary_tables)
             query, key = rotated[:, : self.num_heads], rotated[:, self.num_heads :]
+        return query, key, value
+
+    def attend(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
+        """Writes the new keys and values into the cache, then attends: the attention output
+        [num_tokens, heads, head_dim], before the output projection."""
         key_cache, value_cache = kv_cache
         write_kv_cache(key, value, key_cache, value_cache, metadata.slot_mappings[self.kv_group])
 
@@ -145,25 +153,24 @@ class Attention(nn.Module):
             window=self.window,
         )
         if not metadata.prefills:  # decode only: no slicing, so no size for a compiled graph to specialise on
-            out = decode_attention(query)
-        else:
-            out = torch.empty_like(query)
-            if decodes:
-                out[:decodes] = decode_attention(query[:decodes])
-            for chunk in metadata.prefills:
-                rows = slice(chunk.query_start, chunk.query_start + chunk.query_len)
-                out[rows] = paged_prefill_attention(
-                    query[rows],
-                    key[rows],
-                    value[rows],
-                    key_cache,
-                    value_cache,
-                    chunk.block_tables[self.kv_group],
-                    chunk.context_len,
-                    self.scale,
-                    self.window,
-                )
-        return self.o_proj(out.view(num_tokens, self.num_heads * self.head_dim))
+            return decode_attention(query)
+        out = torch.empty_like(query)
+        if decodes:
+            out[:decodes] = decode_attention(query[:decodes])
+        for chunk in metadata.prefills:
+            rows = slice(chunk.query_start, chunk.query_start + chunk.query_len)
+            out[rows] = paged_prefill_attention(
+                query[rows],
+                key[rows],
+                value[rows],
+                key_cache,
+                value_cache,
+                chunk.block_tables[self.kv_group],
+                chunk.context_len,
+                self.scale,
+                self.window,
+            )
+        return out
 
 
 class MLP(nn.Module):
@@ -230,13 +237,42 @@ class DecoderLayer(nn.Module):
         """The norm whose output the MLP reads (activation smoothing folds into it)."""
         return self.pre_feedforward_layernorm if self.sandwich_norms else self.post_attention_layernorm
 
-    def forward(self, hidden, rotary_tables, kv_cache, metadata):
-        attended = self.self_attn(self.input_layernorm(hidden), rotary_tables, kv_cache, metadata)
-        if not self.sandwich_norms:
-            hidden = hidden + attended
-            return hidden + self.mlp(self.post_attention_layernorm(hidden))
-        hidden = hidden + self.post_attention_layernorm(attended)
-        return hidden + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(hidden)))
+    def forward(self, hidden, rotary_tables, kv_cache, metadata, halves: LayerHalves | None = None):
+        """`halves`: how to run the parts either side of attention (eager when None)."""
+        halves = halves or EAGER_HALVES
+        query, key, value = halves.before_attention(self, hidden, rotary_tables)
+        attended = self.self_attn.attend(query, key, value, kv_cache, metadata)
+        return halves.after_attention(self, hidden, attended)
+
+
+def before_attention(layer: DecoderLayer, hidden, rotary_tables) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A layer up to attention: its input norm, the q/k/v product, q/k norms and RoPE."""
+    return layer.self_attn.project(layer.input_layernorm(hidden), rotary_tables)
+
+
+def after_attention(layer: DecoderLayer, hidden, attended) -> torch.Tensor:
+    """A layer from attention on: the output product, the residual adds, the norms and the MLP.
+    `attended` is attention's output [num_tokens, heads, head_dim]."""
+    attended = layer.self_attn.o_proj(attended.reshape(attended.shape[0], -1))
+    if not layer.sandwich_norms:
+        hidden = hidden + attended
+        return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+    hidden = hidden + layer.post_attention_layernorm(attended)
+    return hidden + layer.post_feedforward_layernorm(layer.mlp(layer.pre_feedforward_layernorm(hidden)))
+
+
+@dataclass(frozen=True)
+class LayerHalves:
+    """The two parts of a decoder layer either side of attention, as functions of (layer, ...).
+    Attention itself loops over a step's prefill chunks in Python, so it stays eager; these two
+    hold the products and every element-wise operator around them, and the executor swaps in
+    compiled copies of them for steps that prefill (engine/compiled_prefill.py)."""
+
+    before_attention: Callable = before_attention
+    after_attention: Callable = after_attention
+
+
+EAGER_HALVES = LayerHalves()
 
 
 class DecoderBody(nn.Module):
@@ -275,15 +311,17 @@ class CausalLM(nn.Module):
                 config.head_dim, config.max_position_embeddings, config.local_rope_theta
             )
 
-    def forward(self, token_ids, positions, kv_caches, metadata: AttentionMetadata) -> torch.Tensor:
-        """Hidden states [num_tokens, hidden] before the final norm."""
+    def forward(
+        self, token_ids, positions, kv_caches, metadata: AttentionMetadata, halves: LayerHalves | None = None
+    ) -> torch.Tensor:
+        """Hidden states [num_tokens, hidden] before the final norm; `halves` as DecoderLayer.forward."""
         hidden = self.model.embed_tokens(token_ids)
         if self.config.embedding_scale != 1.0:
             hidden = hidden * self.embedding_scale
         rotary_tables = self.rotary.tables(positions, hidden.dtype)
         local_tables = rotary_tables if self.local_rotary is None else self.local_rotary.tables(positions, hidden.dtype)
         for layer, kv_cache in zip(self.model.layers, kv_caches):
-            hidden = layer(hidden, local_tables if layer.is_sliding else rotary_tables, kv_cache, metadata)
+            hidden = layer(hidden, local_tables if layer.is_sliding else rotary_tables, kv_cache, metadata, halves)
         return hidden
 
     def forward_logits(self, token_ids, positions, kv_caches, metadata: AttentionMetadata) -> torch.Tensor:

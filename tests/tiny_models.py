@@ -108,8 +108,8 @@ PROMPT = [5, 17, 33, 2, 8, 91, 44, 12, 7, 60, 3, 29, 71]  # 13 tokens: not a mul
 NEW_TOKENS = 6
 
 
-def engine_logits(engine, prompt):
-    """Greedy-generate and record the logits of every sampling step."""
+def record_logits(engine) -> list[torch.Tensor]:
+    """A list that each step's logits are appended to from now on."""
     recorded = []
     compute_logits = engine.executor.compute_logits
 
@@ -119,5 +119,11 @@ def engine_logits(engine, prompt):
         return logits
 
     engine.executor.compute_logits = recording
+    return recorded
+
+
+def engine_logits(engine, prompt):
+    """Greedy-generate and record the logits of every sampling step."""
+    recorded = record_logits(engine)
     output = engine.generate([prompt], SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True))[0]
     return torch.cat(recorded), output.token_ids

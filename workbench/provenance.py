@@ -44,6 +44,7 @@ def environment(engine: LLMEngine) -> dict:
         # "compiled", "eager", "eager (compiling in the background)" or why compilation fell back,
         # when the run started; each step's decode_compiled says how that step ran.
         "decode_step": engine.executor.decode_mode,
+        "prefill_step": engine.executor.prefill_mode,  # "compiled halves" (engine/compiled_prefill.py) or eager
         "model": model_identity(engine.model_path),
         "stored_tensor_types": engine.stored_tensor_types,  # how the file kept its weights, e.g. {"Q4_1": 210}
         "quantization": engine.quantization,  # what runs, e.g. "int4 g32 + int8 head"

@@ -38,6 +38,7 @@ class SimulatedExecutor:
         self.cost_model, self.clock = cost_model, clock
         self.kv_cache_bytes = kv_cache_bytes  # planned: nothing is allocated
         self.decode_mode = "simulated"  # as TorchExecutor.decode_mode: no model runs
+        self.prefill_mode = "simulated"
         self.compile_progress = None  # nothing compiles
         self.last_step_compiled = False
 

@@ -16,6 +16,7 @@ import pytest
 
 from benchmarks.server_processes import wait_until
 from engine.background_compile import kill_compiler_processes
+from engine.compiled_prefill import CompiledHalves
 from engine.config import COMPILE_DECODE_ENVIRONMENT
 from engine.executor import DecodeGraph
 from tests.tiny_models import tiny_engine
@@ -84,21 +85,26 @@ def test_a_graph_that_became_usable_counts_as_compiled_while_its_thread_ends(tin
     """The compile thread still runs a few statements after the graph became usable: meanwhile
     the engine says compiled and reports no compile in progress (the window's status line once
     said "decode compiled" and "warming up, compiling the decode graph" at once). The compile
-    itself is replaced by marking the graph usable, and the thread held just after it."""
+    itself is replaced by marking the graphs usable (the decode graph, then the prefill halves),
+    and the thread held just after the last."""
     marked, release = threading.Event(), threading.Event()
 
     def usable_at_once(graph, examples):
         graph.mode = "compiled"
+
+    def last_usable_at_once(halves, run_examples):
+        halves.mode = "compiled"
         marked.set()
         release.wait(timeout=60)
 
     monkeypatch.setattr(DecodeGraph, "compile", usable_at_once)
+    monkeypatch.setattr(CompiledHalves, "compile", last_usable_at_once)
     directory, _ = tiny_llama
     engine = tiny_engine(directory, compile_decode="background")
     try:
         assert marked.wait(timeout=60)
         assert engine.executor._background_compile.running  # the thread has not ended
-        assert engine.executor.decode_mode == "compiled"
+        assert (engine.executor.decode_mode, engine.executor.prefill_mode) == ("compiled", "compiled halves")
         assert not engine.executor.compiling and engine.executor.compile_progress is None
     finally:
         release.set()

@@ -41,8 +41,11 @@ def test_durations_are_recorded_per_graph_and_a_damaged_file_is_rewritten(own_ca
 
 
 def test_the_progress_says_how_much_is_left_when_it_can():
-    assert CompileProgress(12.4, 31.0).describe() == "compiling the decode graph: 12 s of about 31 s"
-    assert CompileProgress(40.0, 31.0).describe() == "compiling the decode graph: 40 s (the last one here took 31 s)"
+    assert CompileProgress(12.4, 31.0).describe() == "compiling the decode and prefill graphs: 12 s of about 31 s"
+    assert (
+        CompileProgress(40.0, 31.0).describe()
+        == "compiling the decode and prefill graphs: 40 s (the last one here took 31 s)"
+    )
     assert "40 s so far (the first compile on this machine" in CompileProgress(40.0, None).describe()
 
 

@@ -37,7 +37,8 @@ def test_compiled_decode_matches_eager_without_compiling_mid_run(tiny_llama):
         graphs_before = counters["stats"]["unique_graphs"]
         compiled[method] = tiny_engine(directory, quantization=method, compile_decode="blocking")
         assert compiled[method].executor.decode_mode == "compiled"
-        assert counters["stats"]["unique_graphs"] == graphs_before + 2  # one sequence, and two or more
+        # The decode graph's for one sequence and for two or more; the prefill halves' (two each).
+        assert counters["stats"]["unique_graphs"] == graphs_before + 4
     graphs_after_warm_up = counters["stats"]["unique_graphs"]
     for method in methods:
         assert generate_each_way(compiled[method]) == expected[method]
@@ -90,6 +91,9 @@ def test_a_background_compile_serves_eagerly_meanwhile_then_switches(tiny_llama,
         assert generate_each_way(engine) == expected
         outputs_while_compiling += 1
         held_compile.set()  # served eagerly at least once: let the compile run
+    while engine.executor.prefill_mode != "compiled halves":  # compiled next, in the same thread
+        assert time.monotonic() < deadline, "the background compile did not finish in 10 minutes"
+        time.sleep(0.05)
     graphs_when_ready = counters["stats"]["unique_graphs"]
     tokens = {engine.add_request(prompt, GREEDY): [] for prompt in PROMPTS}
     while engine.has_unfinished():

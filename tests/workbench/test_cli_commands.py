@@ -267,10 +267,10 @@ def test_compile_fills_the_cache_so_the_next_engine_is_compiled_at_once(tiny_lla
     directory, _ = tiny_llama
     settings = ["--model", str(directory), "--set", "engine.kv_cache_memory=4194304"]
     assert main(["compile", *settings]) == 0
-    assert capsys.readouterr().out.startswith("workbench compile: decode compiled after ")
+    assert capsys.readouterr().out.startswith("workbench compile: decode compiled, prefill compiled halves after ")
     torch._dynamo.reset()  # what a new process has: only the caches on disk
     counters.clear()
     config = EngineConfig(model=str(directory), kv_cache_memory=4 << 20, compile_decode="blocking")
     with LLMEngine(config) as engine:
-        assert engine.executor.decode_mode == "compiled"
+        assert (engine.executor.decode_mode, engine.executor.prefill_mode) == ("compiled", "compiled halves")
     assert counters["inductor"]["fxgraph_cache_hit"] >= 1 and counters["inductor"]["fxgraph_cache_miss"] == 0

@@ -73,7 +73,7 @@ def test_bench_waits_for_the_compile_and_ctrl_c_meanwhile_exits_cleanly(tmp_path
     reader = threading.Thread(target=lambda: said.extend(process.stderr), daemon=True)
     reader.start()
     try:
-        warming = "warming up before the run: compiling the decode graph: "
+        warming = "warming up before the run: compiling the decode and prefill graphs: "
         wait_until(lambda: any(line.startswith(warming) for line in said), "bench to say it is warming up", 240)
         process.send_signal(signal.SIGINT)
         status = process.wait(timeout=120)
@@ -120,7 +120,7 @@ def test_serve_warms_up_before_serving_and_stops_on_sigterm_meanwhile(tmp_path):
     try:
         health = httpx.get(f"{url}/health")
         assert health.status_code == 503
-        assert health.json()["error"]["message"].startswith("warming up: compiling the decode graph: ")
+        assert health.json()["error"]["message"].startswith("warming up: compiling the decode and prefill graphs: ")
         answers, left = [], []
         held = ask(answers, timeout_s=60)
         wait_until(lambda: waiting(1), "the request to wait")

@@ -171,7 +171,7 @@ def test_requests_wait_for_the_compile_and_health_says_warming_up(serving, tiny_
     wait_until(lambda: waiting in httpx.get(f"{url}/metrics").text, "the request to be held")
     health = httpx.get(f"{url}/health")
     assert health.status_code == 503
-    assert health.json()["error"]["message"].startswith("warming up: compiling the decode graph: ")
+    assert health.json()["error"]["message"].startswith("warming up: compiling the decode and prefill graphs: ")
     time.sleep(0.5)
     assert engine.num_steps == 0 and not answers  # held, not served eagerly beside the compile
     held_compile.set()

@@ -1,4 +1,4 @@
-"""`workbench compile`: compile an engine configuration's decode graphs into this machine's caches
+"""`workbench compile`: compile an engine configuration's decode graphs and prefill halves into this machine's caches
 (`make setup` runs it for the default configuration). On a machine's first run the compile takes
 minutes (about 280 s on the 2-core VM); with these caches, 20-45 s. So the first window a
 newcomer opens is warm within a minute instead of serving its first runs eagerly beside the
@@ -36,6 +36,6 @@ def run(args) -> int:
                 print(f"workbench compile: {progress.describe()}", file=sys.stderr, flush=True)
                 last_report = time.monotonic()
             time.sleep(0.2)
-        mode = executor.decode_mode
-    print(f"workbench compile: decode {mode} after {time.monotonic() - started:.0f} s ({config.model})")
+        modes = f"decode {executor.decode_mode}, prefill {executor.prefill_mode}"
+    print(f"workbench compile: {modes} after {time.monotonic() - started:.0f} s ({config.model})")
     return 0

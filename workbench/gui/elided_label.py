@@ -1,7 +1,7 @@
 """`ElidedLabel`: a one-line label that never cuts what it says at the window's edge.
 
 A QLabel in the status bar asks for its whole text's width; a long status ("ready: … — warming
-up, compiling the decode graph: 12 s of about 31 s; until then …") pushed past the edge of a
+up, compiling the decode and prefill graphs: 12 s of about 31 s; until then …") pushed past the edge of a
 1,280-px window, and the end, the part that mattered, was cut off unseen. This one takes the room
 it is given, ends with "…" where the text does not fit, and shows the whole text in its tooltip,
 above any tooltip of its own."""

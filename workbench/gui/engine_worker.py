@@ -252,7 +252,7 @@ class EngineWorker(QObject):
                 # showed chat-burst at goodput 0%). It starts once the engine is warm, as `bench`'s
                 # does; `serve` holds its requests the same way.
                 self._held_run = scenario
-                self.traffic_state.emit("held until the decode graph is compiled")
+                self.traffic_state.emit("held until the decode and prefill graphs are compiled")
                 return
             self._start_run(scenario)
         elif command == "pause":

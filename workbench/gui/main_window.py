@@ -94,6 +94,7 @@ class MainWindow(QMainWindow):
         self.worker = worker or EngineWorker()
         self.info: EngineInfo | None = None
         self._decode_mode_shown = ""
+        self._warming_shown = False  # the status line says "warming up": redrawn until it no longer does
         self._waiting_shown = ""  # the warm-up note the plots' titles show now
         self.viewing_past_run = False
         self.tokenizer_decode = None
@@ -402,6 +403,7 @@ class MainWindow(QMainWindow):
         self._decode_mode_shown = info.decode_mode()
         kv = f", KV {info.kv_cache_dtype}" if info.kv_cache_dtype != info.dtype else ""
         warming = self.warming_up()
+        self._warming_shown = bool(warming)
         self.stage.setText(
             f"ready: {Path(info.model_path).name} ({info.dtype}{kv}, {info.device}, {info.quantization}, "
             f"decode {self._decode_mode_shown})" + (f" — {warming}" if warming else "")
@@ -512,9 +514,9 @@ class MainWindow(QMainWindow):
         if self.viewing_past_run:
             return
         if isinstance(self.info, EngineInfo) and (
-            self.info.decode_mode() != self._decode_mode_shown or self.warming_up()
+            self.info.decode_mode() != self._decode_mode_shown or self._warming_shown or self.warming_up()
         ):
-            self._show_engine_stage()  # while warming up, its seconds move
+            self._show_engine_stage()  # while warming up, its seconds move; once more when it ends
         self.requests.set_rows(self.worker.rows())
         if self.tabs.currentWidget() is self.block_map and self.selected_step is None:
             self.block_map.set_owners(self.worker.block_map(), caption="live", windowed=self.worker.window_blocks())

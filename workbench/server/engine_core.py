@@ -97,7 +97,11 @@ class EngineCore:
             self._send(protocol.WarmUp(progress, waiting))
             self._last_warm_up_report = time.monotonic()
             if progress is None:
-                print(f"workbench serve: warm (decode {self.engine.executor.decode_mode}); serving", file=sys.stderr)
+                executor = self.engine.executor
+                print(
+                    f"workbench serve: warm (decode {executor.decode_mode}, prefill {executor.prefill_mode}); serving",
+                    file=sys.stderr,
+                )
         return progress is None
 
     def _step(self) -> None:

@@ -81,7 +81,9 @@ def test_the_status_line_follows_a_background_compile_to_the_compiled_path(windo
     torch._dynamo.reset()
     load(window, qtbot, dataclasses.replace(tiny_config, compile_decode="background"))
     stage = window.stage.text()  # with the time left if an earlier test compiled this graph, else without
-    assert "decode eager (compiling in the background)) — warming up, compiling the decode graph: " in stage
+    assert (
+        "decode eager (compiling in the background)) — warming up, compiling the decode and prefill graphs: " in stage
+    )
     assert stage.endswith("; until then steps run eagerly and slowly")
     window.refresh_plots()  # no step yet: the per-step plots say why instead of looking frozen
     titles = {name: plot.plot.title_text for name, plot in window.plots.plots.items()}
@@ -100,8 +102,10 @@ def test_the_status_line_follows_a_background_compile_to_the_compiled_path(windo
     assert caution.startswith(f"{len(steps)} of {len(steps)} steps (from ")
     assert "the latencies of the 4 of 4 requests that arrived by then measure the warm-up" in caution
     held_compile.set()
-    qtbot.waitUntil(lambda: "decode compiled)" in window.stage.text(), timeout=600_000)
-    assert "warming up" not in window.stage.text() and window.warming_up() == ""
+    qtbot.waitUntil(  # the decode graph, then the prefill halves
+        lambda: "decode compiled)" in window.stage.text() and "warming up" not in window.stage.text(), timeout=600_000
+    )
+    assert window.warming_up() == ""
     window.traffic_panel.inject_requested.emit(2, 20, 8, "chat")
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 6, timeout=60_000)
     steps = read_run_log(window.worker.run_log_path).steps
@@ -124,7 +128,9 @@ def test_a_run_started_while_the_graph_compiles_waits_for_it_and_says_so(window,
         output_len=LengthDistribution(kind="fixed", mean=8),
     )
     window.start_traffic(Scenario(name="t", traffic=traffic))
-    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: held until the decode graph is compiled")
+    qtbot.waitUntil(
+        lambda: window.traffic_label.text() == "traffic: held until the decode and prefill graphs are compiled"
+    )
     window.refresh_plots()
     title = window.plots.plots["kv_occupancy"].plot.title_text
     assert title.startswith("KV-cache occupancy: no step yet, warming up, the run starts when it is warm, ")
@@ -149,7 +155,7 @@ def test_the_status_line_elides_what_does_not_fit_and_shows_it_whole_in_its_tool
 
 
 def compile_threads() -> list:
-    return [thread for thread in threading.enumerate() if thread.name == "decode graph compile"]
+    return [thread for thread in threading.enumerate() if thread.name == "decode and prefill compile"]
 
 
 def test_reloading_and_closing_while_the_graph_compiles_stop_each_compile_first(
