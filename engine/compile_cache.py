@@ -18,6 +18,7 @@ import json
 import os
 import time
 import types
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,3 +127,25 @@ def with_own_code(function):
     )
     owner = getattr(function, "__self__", None)
     return copy if owner is None else types.MethodType(copy, owner)
+
+
+class CompiledPart:
+    """What each compiled part of a step (the decode graph, the prefill halves) keeps: its mode,
+    "compiled" once usable, otherwise why that step runs eagerly, worded as users read it."""
+
+    COMPILING = "eager (compiling in the background)"
+    STOPPED = "eager (compile stopped)"
+    COMPILED = "compiled"
+
+    def __init__(self, step: str):
+        self.step = step  # what a fallback's warning names: "decode step", "prefill step"
+        self.mode = self.COMPILING
+
+    @property
+    def usable(self) -> bool:
+        return self.mode == self.COMPILED
+
+    def fall_back(self, exc: Exception) -> None:
+        """Eager from now on, saying why (called from the part's compile or call)."""
+        self.mode = f"eager (compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+        warnings.warn(f"{self.step}: {self.mode}; continuing without compilation", RuntimeWarning, stacklevel=3)

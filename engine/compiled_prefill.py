@@ -14,24 +14,21 @@ would compile apart, stays eager.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 
 import torch
 
-from engine.compile_cache import with_own_code
+from engine.compile_cache import CompiledPart, with_own_code
 from engine.model import LayerHalves, after_attention, before_attention
 
 
-class CompiledHalves:
+class CompiledHalves(CompiledPart):
     """`before_attention` and `after_attention` compiled for this executor's model. `compile` runs
     them once on an example; from then on `for_step` hands them out. If compiling or running them
     fails, prefill stays eager for the rest of the engine's life and `mode` says why."""
 
-    COMPILING = "eager (compiling in the background)"
-    STOPPED = "eager (compile stopped)"
-
     def __init__(self):
+        super().__init__("prefill step")
         compiled_before = torch.compile(with_own_code(before_attention))
         compiled_after = torch.compile(with_own_code(after_attention))
 
@@ -44,11 +41,6 @@ class CompiledHalves:
             return compiled_after(layer, hidden, attended)
 
         self._halves = LayerHalves(before, after)
-        self.mode = self.COMPILING
-
-    @property
-    def usable(self) -> bool:
-        return self.mode == "compiled"
 
     def compile(self, run_examples: Callable[[LayerHalves], object]) -> None:
         """`run_examples(halves)` runs the model with these halves on a batch of each size that
@@ -58,15 +50,11 @@ class CompiledHalves:
         except Exception as exc:  # torch.compile raises many types (backend, codegen, C++ toolchain)
             self.fall_back(exc)
             return
-        self.mode = "compiled"
+        self.mode = self.COMPILED
 
     def for_step(self, num_tokens: int) -> LayerHalves | None:
         """The compiled halves for a step of `num_tokens` rows, or None where it runs eagerly."""
         return self._halves if self.usable and num_tokens >= 2 else None
-
-    def fall_back(self, exc: Exception) -> None:
-        self.mode = f"eager (compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
-        warnings.warn(f"prefill step: {self.mode}; continuing without compilation", RuntimeWarning, stacklevel=3)
 
 
 def _dynamic_rows(*tensors: torch.Tensor) -> None:

@@ -7,14 +7,20 @@ cost model behind the same interface while all scheduling code stays the same.
 
 from __future__ import annotations
 
-import warnings
 from typing import Protocol
 
 import torch
 
 from engine.background_compile import BackgroundCompile
 from engine.batch import ScheduledBatch, ScheduledSequence, slot_mappings
-from engine.compile_cache import CompileClock, CompileProgress, graph_key, use_persistent_compile_cache, with_own_code
+from engine.compile_cache import (
+    CompileClock,
+    CompiledPart,
+    CompileProgress,
+    graph_key,
+    use_persistent_compile_cache,
+    with_own_code,
+)
 from engine.compiled_prefill import CompiledHalves
 from engine.kv_layout import KvLayout
 from engine.model import AttentionMetadata, CausalLM, LayerHalves, PrefillChunk
@@ -138,9 +144,7 @@ class TorchExecutor:
         return (
             self._background_compile is not None
             and self._background_compile.running
-            and (
-                self.decode_graph.mode == DecodeGraph.COMPILING or self.prefill_halves.mode == CompiledHalves.COMPILING
-            )
+            and CompiledPart.COMPILING in (self.decode_graph.mode, self.prefill_halves.mode)
         )
 
     @property
@@ -313,7 +317,7 @@ class TorchExecutor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
 
 
-class DecodeGraph:
+class DecodeGraph(CompiledPart):
     """The whole decode step (embedding, every layer, final norm and LM head) as one
     `torch.compile` graph. Eagerly, a 30-layer step issues about 1,500 small operators, each paying
     Python and dispatch time; compiled, the elementwise ones (norms, RoPE, SiLU, residual adds) are
@@ -327,10 +331,8 @@ class DecodeGraph:
     the rest of the engine's life and `mode` says why.
     """
 
-    COMPILING = "eager (compiling in the background)"
-    STOPPED = "eager (compile stopped)"
-
     def __init__(self, model: CausalLM):
+        super().__init__("decode step")
         # cpp_wrapper: the generated code that calls the kernels is C++ too, not Python: a faster
         # step for a slower first compile (docs/measurements.md, "Measured reasons behind the code").
         #
@@ -345,11 +347,6 @@ class DecodeGraph:
                 "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
             },
         )
-        self.mode = self.COMPILING
-
-    @property
-    def usable(self) -> bool:
-        return self.mode == "compiled"
 
     def compile(self, example_inputs: list[tuple]) -> None:
         """Run the graph once on each example, compiling it; then mark it usable."""
@@ -357,16 +354,16 @@ class DecodeGraph:
             for inputs in example_inputs:
                 self._run(*inputs)
         except Exception as exc:  # torch.compile raises many types (backend, codegen, C++ toolchain)
-            self._fall_back(exc)
+            self.fall_back(exc)
             return
-        self.mode = "compiled"
+        self.mode = self.COMPILED
 
     def __call__(self, token_ids, positions, kv_caches, metadata: AttentionMetadata) -> torch.Tensor | None:
         """Logits for every row, or None once the graph has failed (the caller runs eagerly)."""
         try:
             return self._run(token_ids, positions, kv_caches, metadata)
         except Exception as exc:  # as in compile: a shape not seen yet recompiles, which can fail too
-            self._fall_back(exc)
+            self.fall_back(exc)
             return None
 
     def _run(self, token_ids, positions, kv_caches, metadata: AttentionMetadata) -> torch.Tensor:
@@ -383,7 +380,3 @@ class DecodeGraph:
         for tables in metadata.decode_block_tables:
             torch._dynamo.maybe_mark_dynamic(tables, 1)
         return self._compiled(token_ids, positions, kv_caches, metadata)
-
-    def _fall_back(self, exc: Exception) -> None:
-        self.mode = f"eager (compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
-        warnings.warn(f"decode step: {self.mode}; continuing without compilation", RuntimeWarning, stacklevel=3)
