@@ -308,6 +308,8 @@ class EngineWorker(QObject):
         if number != self._load_number:
             backend.close()
             return
+        if self._runner is not None:
+            self._runner.end_in_flight()  # the replaced engine's requests end in its run's log, aborted
         self._close_backend()
         self._close_log()
         self._held_run = None  # it was for the engine replaced

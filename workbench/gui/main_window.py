@@ -276,19 +276,23 @@ class MainWindow(QMainWindow):
             return
         self.load(config)
 
-    def confirm_new_run(self, in_flight: int) -> bool:
-        """Ask before a new run aborts the last run's requests in flight (tests replace this)."""
+    def confirm_new_run(self, in_flight: int, reload: bool = False) -> bool:
+        """Ask before a new run aborts the last run's requests in flight; `reload`: the new run
+        also loads other engine settings (tests replace this)."""
         answer = QMessageBox.question(
             self,
             "Start a new run?",
-            f"{in_flight} requests of the current run are in flight. "
-            "A new run aborts them (they end in the current run's log). Start?",
+            f"{in_flight} requests of the current run are in flight. A new run aborts them (they end in the "
+            f"current run's log){' and loads its own engine settings' if reload else ''}. Start?",
         )
         return answer == QMessageBox.StandardButton.Yes
 
     def start_traffic(self, scenario: Scenario) -> None:
         if (in_flight := self.worker.requests_in_flight()) and not self.confirm_new_run(in_flight):
             return
+        self._begin_run(scenario)
+
+    def _begin_run(self, scenario: Scenario) -> None:
         self.error_label.setText("")
         self.back_to_live()  # a new run has its own time axis, and the plots show it, not an opened run
         self.worker.start_traffic(scenario)
@@ -342,13 +346,18 @@ class MainWindow(QMainWindow):
 
     def run_preset(self, scenario: Scenario, label: str | None = None) -> None:
         """Load the preset's engine settings (if they differ) and run its traffic and events.
-        `label`: how the preset is listed ("name / variant"); the panel shows what it runs."""
+        `label`: how the preset is listed ("name / variant"); the panel shows what it runs. With
+        requests in flight it asks first, before touching anything: "No" leaves the engine, the
+        run, its requests, the panels and the log as they were."""
+        reload = self.info is None or self.info.config != scenario.engine
+        if (in_flight := self.worker.requests_in_flight()) and not self.confirm_new_run(in_flight, reload):
+            return
         self.engine_panel.set_config(scenario.engine)
         if label is not None:
             self.traffic_panel.show_scenario(scenario, label)
-        if self.info is None or self.info.config != scenario.engine:
+        if reload:
             self.load(scenario.engine)
-        self.start_traffic(scenario)
+        self._begin_run(scenario)
 
     def on_loading(self, stage: str, fraction: float) -> None:
         """The stage in words; the bar for the whole load (it used to restart at every stage), each

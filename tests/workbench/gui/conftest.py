@@ -21,7 +21,7 @@ def window(qtbot, tmp_path, monkeypatch):
     main_window = MainWindow()
     # The questions a user answers in a dialog: yes to a reload or a new run, keep the queue at Stop.
     main_window.confirm_reload = lambda: True
-    main_window.confirm_new_run = lambda in_flight: True
+    main_window.confirm_new_run = lambda in_flight, reload=False: True
     main_window.confirm_drop_waiting = lambda waiting: False
     qtbot.addWidget(main_window)
     main_window.show()

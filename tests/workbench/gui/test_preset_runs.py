@@ -1,0 +1,69 @@
+"""A preset chosen while a run has requests in flight: the window asks before it touches anything.
+"No" leaves the engine, the run, its requests, the panels and the log as they were; "Yes" ends
+the old run's requests in the old run, then loads the preset's engine and runs it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tests.workbench.gui.window_helpers import all_ended, load
+from workbench.run_log import read_run_log
+from workbench.scenario import Scenario
+from workbench.traffic import LengthDistribution, TrafficProfile
+
+TRAFFIC = TrafficProfile(
+    arrival="poisson",
+    rate=200.0,
+    num_requests=12,
+    prompt_len=LengthDistribution(mean=12),
+    output_len=LengthDistribution(mean=60),
+)
+
+
+def start_a_run_with_requests_in_flight(window, qtbot, tiny_config) -> None:
+    load(window, qtbot, tiny_config)
+    window.run_preset(Scenario(name="first", engine=tiny_config, traffic=TRAFFIC), "first / default")
+    qtbot.waitUntil(lambda: window.worker.requests_in_flight() > 0, timeout=30_000)
+
+
+def test_no_to_a_preset_with_other_engine_settings_leaves_everything_as_it_was(window, qtbot, tiny_config):
+    start_a_run_with_requests_in_flight(window, qtbot, tiny_config)
+    info, log_path, label = window.info, window.worker.run_log_path, window.traffic_panel.preset_label.text()
+    asked = []
+
+    def answer_no(in_flight: int, reload: bool = False) -> bool:
+        asked.append(reload)
+        return False
+
+    window.confirm_new_run = answer_no
+    other_engine = dataclasses.replace(tiny_config, max_num_seqs=3)
+    window.run_preset(Scenario(name="second", engine=other_engine, traffic=TRAFFIC), "second / default")
+    assert asked == [True]  # asked once, saying the engine would be reloaded
+    assert window.engine_panel.config() == tiny_config and window.traffic_panel.preset_label.text() == label
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished" and all_ended(window), timeout=60_000)
+    # No load ran: the same engine, the same run and log, every request to its own end.
+    assert window.info is info and window.info.config == tiny_config
+    assert window.worker.run_log_path == log_path
+    log = read_run_log(log_path)
+    assert log.header["scenario"]["name"] == "first"
+    assert len(log.requests) == TRAFFIC.num_requests
+    assert {ended["finish_reason"] for ended in log.requests} == {"length"}
+
+
+def test_yes_ends_the_old_runs_requests_in_it_then_loads_the_presets_engine(window, qtbot, tiny_config):
+    start_a_run_with_requests_in_flight(window, qtbot, tiny_config)
+    first_store = window.worker.store
+    other_engine = dataclasses.replace(tiny_config, max_num_seqs=3)
+    window.run_preset(Scenario(name="second", engine=other_engine, traffic=TRAFFIC), "second / default")
+    qtbot.waitUntil(
+        lambda: window.info.config == other_engine and window.worker.store is not first_store and all_ended(window),
+        timeout=60_000,
+    )
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished", timeout=60_000)
+    assert window.engine_panel.config() == other_engine
+    # Every request the first run sent ended in it, those in flight at the reload aborted (a reload
+    # used to close the run without them: they were in no figure and no log).
+    ended = first_store.snapshot().requests
+    assert ended["ttft_ms"].size == first_store.requests_sent >= 1 and (ended["finished"] == 0).any()
+    second = read_run_log(window.worker.run_log_path)
+    assert second.header["scenario"]["name"] == "second" and len(second.requests) == TRAFFIC.num_requests
