@@ -12,6 +12,7 @@ import torch
 
 from engine.device import device_name, dtype_name
 from engine.llm_engine import LLMEngine
+from engine.quantization.cpu_products import cpu_features
 
 
 @functools.lru_cache(maxsize=8)
@@ -39,6 +40,7 @@ def environment(engine: LLMEngine) -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "device": device_name(engine.device),
+        "cpu_features": cpu_features(),  # what the CPU offers torch's kernels, e.g. "AVX512; avx512_bf16, vnni"
         "dtype": dtype_name(engine.dtype),
         "kv_cache_dtype": dtype_name(engine.kv_dtype),
         # "compiled", "eager", "eager (compiling in the background)" or why compilation fell back,

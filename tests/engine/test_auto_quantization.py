@@ -8,7 +8,13 @@ import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.quantization.auto import choose_quantization
+from engine.quantization.cpu_products import COPY_PAYS_FROM, CopyTiming, cpu_features, time_batched_copy
 from workbench.provenance import environment
+
+
+def timed(speedup: float):
+    """A copy timing with this speedup, in place of timing one on this machine."""
+    return lambda method, *_: CopyTiming(method, 64, packed_seconds=speedup * 1e-3, bf16_seconds=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -42,14 +48,53 @@ def test_each_file_type_gets_the_method_that_reproduces_it(projections, head, ex
 def test_on_the_cpu_a_batched_copy_is_kept_when_it_takes_at_most_a_quarter_of_memory(
     projections, device, memory_gb, copy, smollm_source
 ):
-    choice = choose_quantization(projections, "Q8_0", 32, smollm_source.config, device, memory_gb << 30)
+    choice = choose_quantization(
+        projections, "Q8_0", 32, smollm_source.config, device, memory_gb << 30, time_copy=timed(2.7)
+    )
     assert choice.batched_copy == copy
     assert ("bf16 copy for many-row steps, 269 MB" in choice.reason) == copy
+    assert ("ran 2.7x the" in choice.reason) == copy
     quantized = projections != "F16"
     assert (
         choice.kv_cache_dtype == ("bfloat16" if quantized else "auto")
         and ("K/V cached in bf16" in choice.reason) == quantized
     )
+
+
+@pytest.mark.parametrize(
+    "speedup, copy", [(0.2, False), (1.0, False), (COPY_PAYS_FROM - 0.01, False), (COPY_PAYS_FROM, True), (2.7, True)]
+)
+def test_a_batched_copy_is_kept_only_where_it_was_timed_clearly_faster(speedup, copy, smollm_source):
+    # 0.2: the int4 kernel against bf16 with oneDNN held to AVX2 (no native bf16) on the development CPU.
+    timings = []
+
+    def time_copy(*shape):
+        timings.append(shape)
+        return timed(speedup)(*shape)
+
+    choice = choose_quantization("Q4_1", "Q8_0", 32, smollm_source.config, "cpu", 24 << 30, time_copy=time_copy)
+    config = smollm_source.config
+    assert timings == [("int4", 32, config.hidden_size, config.intermediate_size)]  # the gate projection's shape
+    assert choice.batched_copy == copy
+    described = f"a 64-row bf16 product ran {speedup:.1f}x the int4 kernel's speed on this CPU"
+    assert described in choice.reason and ("; no bf16 copy (" in choice.reason) != copy
+
+
+def test_a_copy_is_timed_only_where_it_could_be_kept(smollm_source):
+    def refuse(*_):
+        raise AssertionError("timed a copy that could not be kept")
+
+    for projections, device, memory in (("Q4_1", "cuda", 80 << 30), ("Q4_1", "cpu", 1 << 30), ("F16", "cpu", 24 << 30)):
+        choice = choose_quantization(projections, "Q8_0", 32, smollm_source.config, device, memory, time_copy=refuse)
+        assert not choice.batched_copy and "bf16 copy" not in choice.reason
+
+
+def test_a_copy_timing_runs_both_paths_of_a_real_layer():
+    timing = time_batched_copy("int8", 32, 256, 512)
+    assert timing.method == "int8" and timing.rows == 64
+    assert 0 < timing.packed_seconds < 1 and 0 < timing.bf16_seconds < 1
+    assert timing.pays == (timing.speedup >= COPY_PAYS_FROM)
+    assert cpu_features().split(";")[0] in {"DEFAULT", "AVX2", "AVX512", "ZVECTOR", "VSX", "SVE256"}
 
 
 def test_a_kv_cache_dtype_in_the_configuration_is_kept(smollm_source):
@@ -60,22 +105,20 @@ def test_a_kv_cache_dtype_in_the_configuration_is_kept(smollm_source):
 def test_the_bundled_q4_1_file_runs_as_int4_g32_with_an_int8_head_by_default(smollm_source):
     engine = LLMEngine(EngineConfig(device="cpu", kv_cache_memory=32 << 20), source=smollm_source)
     config = engine.config
-    assert (config.quantization, config.group_size, config.quantize_lm_head, config.batched_bf16_copy) == (
-        "int4",
-        32,
-        True,
-        True,
-    )
+    assert (config.quantization, config.group_size, config.quantize_lm_head) == ("int4", 32, True)
     assert config.kv_cache_dtype == "bfloat16" and engine.kv_dtype == torch.bfloat16 and engine.dtype == torch.float32
-    assert engine.quantization == "int4 g32 + int8 head, bf16 copy from 8 rows"
+    # Whether the bf16 copy is kept was timed on this CPU (kept on the development EPYC, which has AVX-512 BF16).
+    with_copy = "int4 g32 + int8 head, bf16 copy from 8 rows"
+    assert engine.quantization == (with_copy if config.batched_bf16_copy else "int4 g32 + int8 head")
+    kept = "; a bf16 copy for many-row steps, 269 MB" if config.batched_bf16_copy else "; no bf16 copy (a 64-row"
     assert engine.quantization_choice.startswith(
-        "auto: Q4_1 projections -> int4 g32 + int8 head (the file stores its head as Q8_0); a bf16 copy for many-row "
-        "steps, 269 MB"
+        "auto: Q4_1 projections -> int4 g32 + int8 head (the file stores its head as Q8_0)" + kept
     )
     assert engine.quantization_choice.endswith("; K/V cached in bf16")
     versions = environment(engine)
     assert versions["quantization"] == engine.quantization and versions["quantization_choice"].startswith("auto: Q4_1")
     assert versions["kv_cache_dtype"] == "bfloat16" and versions["dtype"] == "float32"
+    assert versions["cpu_features"] == cpu_features()
     greedy = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
     reference = LLMEngine(
         EngineConfig(device="cpu", kv_cache_memory=32 << 20, quantization="none"), source=smollm_source
