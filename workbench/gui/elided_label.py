@@ -14,12 +14,18 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 
 
 class ElidedLabel(QWidget):
-    def __init__(self, text: str = "", parent: QWidget | None = None):
+    """`hide_when_empty`: take no room while it says nothing (the status bar's error line, which
+    shares the bar's free width with the status line only while it has something to say)."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None, hide_when_empty: bool = False):
         super().__init__(parent)
         self._text = text
         self._note = ""  # a tooltip of its own, shown below the whole text
+        self._hide_when_empty = hide_when_empty
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self._update_tooltip()
+        if hide_when_empty:
+            self.setVisible(bool(text))
 
     def text(self) -> str:
         return self._text
@@ -27,6 +33,8 @@ class ElidedLabel(QWidget):
     def setText(self, text: str) -> None:
         self._text = text
         self._update_tooltip()
+        if self._hide_when_empty:
+            self.setVisible(bool(text))
         self.updateGeometry()
         self.update()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtGui import QGuiApplication, QIcon
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
@@ -217,8 +217,12 @@ class MainWindow(QMainWindow):
         self.progress.setRange(0, 100)
         self.progress.setMaximumWidth(260)
         self.stage = ElidedLabel("starting")
-        self.error_label = QLabel("")
-        self.error_label.setStyleSheet("color: #e74c3c")
+        # Errors cut at the window's edge changed their meaning ("went back to 2" for 256): elided,
+        # whole in the tooltip, like the status line.
+        self.error_label = ElidedLabel("", hide_when_empty=True)
+        error_colour = self.error_label.palette()
+        error_colour.setColor(QPalette.ColorRole.WindowText, QColor("#e74c3c"))
+        self.error_label.setPalette(error_colour)
         self.traffic_label = QLabel("traffic: idle")
         self.cancel_button = QPushButton("Cancel load")
         self.cancel_button.setToolTip("Stop the load at its next stage; the engine loaded before keeps serving.")
@@ -229,7 +233,7 @@ class MainWindow(QMainWindow):
         bar.addWidget(self.progress)
         bar.addWidget(self.cancel_button)
         bar.addWidget(self.traffic_label)
-        bar.addWidget(self.error_label)
+        bar.addWidget(self.error_label, 1)
 
     def _connect(self) -> None:
         worker = self.worker

@@ -154,6 +154,17 @@ def test_the_status_line_elides_what_does_not_fit_and_shows_it_whole_in_its_tool
     assert not window.stage.is_elided() and window.stage.shown_text() == "ready"
 
 
+def test_an_error_too_long_for_the_status_bar_is_elided_never_cut(window, qtbot):
+    """A cut error changed its meaning: "max_num_seqs went back to 2" for 256."""
+    assert not window.error_label.isVisible()  # takes no room while there is nothing to say
+    long = "max_num_seqs: " + "an explanation that goes on, " * 30 + "so it went back to 256"
+    window.on_failed(long)
+    qtbot.waitUntil(lambda: window.error_label.isVisible() and window.error_label.width() > 0)
+    assert window.error_label.geometry().right() <= window.statusBar().width()
+    assert window.error_label.is_elided() and window.error_label.shown_text().endswith("…")
+    assert window.error_label.toolTip() == window.error_label.text() and long in window.error_label.text()
+
+
 def compile_threads() -> list:
     return [thread for thread in threading.enumerate() if thread.name == "decode and prefill compile"]
 
