@@ -53,8 +53,16 @@ def past_traces(log: RunLog) -> PastTraces:
         return PastTraces(
             None, log.header["start_time"], note=f"this run log has no step traces: {why_no_traces(log.header)}"
         )
+    kv_blocks = log.header["engine"].get("kv_blocks")
+    if not isinstance(kv_blocks, int) or kv_blocks < 1:  # a log written by hand or by another tool
+        return PastTraces(
+            None,
+            log.header["start_time"],
+            note=f"its step traces cannot be shown: the header's engine.kv_blocks (the cache's size in blocks) "
+            f"is {'missing' if kv_blocks is None else repr(kv_blocks)}",
+        )
     decoded = [read_trace(record) for record in log.traces]
-    store = TraceStore(log.header["engine"]["kv_blocks"], capacity=len(decoded))
+    store = TraceStore(kv_blocks, capacity=len(decoded))
     rows: dict[str, int] = {}
     for trace in decoded:
         store.add(trace)

@@ -680,14 +680,21 @@ class MainWindow(QMainWindow):
         if not folder or (run := self._read_run(folder, "open run", with_traces=True)) is None:
             return
         log, store = run
+        try:  # all of it read before anything is switched: a log that fails leaves the window as it was
+            past = past_traces(log)
+            explanation = explain(log, self.why.above.value())
+        except (EngineError, KeyError, TypeError, ValueError) as error:
+            self.on_failed(f"open run: {folder}: its log cannot be shown ({type(error).__name__}: {error})")
+            return
         self.follow_live()
         self.viewing_past_run = True
         incomplete = incomplete_reasons(log)  # as report.json says: a run saved mid-run is incomplete
         snapshot = store.snapshot()
         self.plots.update_from(snapshot, whole=not incomplete)
         self.plots.show_source(Path(folder).name)
-        self._past = past_traces(log)
-        self._explain(log, Path(folder).name, self.why.above.value())
+        self._past = past
+        self._why_log = log
+        self.why.show_explanation(explanation, Path(folder).name)
         if self._past.store is None:
             self.step_panel.show_not_exposed(self._past.note)
         note = "\n".join(filter(None, [log.skipped_summary(Path(folder) / RUN_LOG_NAME), self._past.note]))

@@ -202,6 +202,47 @@ def test_opening_a_run_with_a_damaged_line_shows_the_rest_and_names_the_line(win
     assert "1 line skipped (line 4: not UTF-8 (byte 1))" in window.runs.text.toPlainText()
 
 
+def why_source(window) -> str:
+    """The run the Why tab explains, as its chart's title names it."""
+    return window.why.plot.titleLabel.text.partition(":")[0]
+
+
+def rewrite_header(folder, change) -> None:
+    """Apply `change` to the run log's header line in place."""
+    lines = (folder / RUN_LOG_NAME).read_text().splitlines(keepends=True)
+    header = json.loads(lines[0])
+    change(header)
+    lines[0] = json.dumps(header) + "\n"
+    (folder / RUN_LOG_NAME).write_text("".join(lines))
+
+
+def test_a_run_whose_header_lacks_the_cache_size_opens_without_its_step_traces(window, tmp_path, tiny_llama):
+    """It raised KeyError in past_traces, with no message, after the plots had switched to it."""
+    directory, _ = tiny_llama
+    run_headless(tiny_scenario(directory), tmp_path)
+    rewrite_header(tmp_path, lambda header: header["engine"].pop("kv_blocks"))
+    window.open_run(str(tmp_path))
+    assert window.error_label.text() == "" and window.viewing_past_run
+    assert window.plots.source_label.text() == f"showing {tmp_path.name} (Back to live returns)"
+    said = "its step traces cannot be shown: the header's engine.kv_blocks (the cache's size in blocks) is missing"
+    assert said in window.runs.text.toPlainText()
+    assert window._past.store is None and why_source(window) == tmp_path.name  # all panes on the opened run
+
+
+def test_a_run_that_cannot_be_shown_switches_nothing(window, tmp_path, tiny_llama, monkeypatch):
+    directory, _ = tiny_llama
+    shown, broken = tmp_path / "shown", tmp_path / "broken"
+    run_headless(tiny_scenario(directory), shown)
+    run_headless(tiny_scenario(directory), broken)
+    window.open_run(str(shown))
+    monkeypatch.setattr("workbench.gui.main_window.explain", lambda *_: {}["a field this log lacks"])
+    window.open_run(str(broken))
+    assert (
+        "open run: " in window.error_label.text() and "its log cannot be shown (KeyError" in window.error_label.text()
+    )
+    assert window.plots.source_label.text() == "showing shown (Back to live returns)" and why_source(window) == "shown"
+
+
 def test_injected_traffic_fills_the_plots_and_the_table(window, qtbot, tiny_config):
     load(window, qtbot, tiny_config)
     window.traffic_panel.inject_requested.emit(6, 20, 8, "chat")
