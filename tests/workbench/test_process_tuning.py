@@ -35,6 +35,8 @@ def test_a_frozen_heap_leaves_full_collections_only_what_came_after():
         kept_count = gc.get_freeze_count()
         del kept
         freeze_loaded_heap()
-        assert gc.get_freeze_count() <= kept_count - 50_000
+        # The 50,000 nodes went; a few objects the interpreter made meanwhile may have come (the
+        # full suite once saw 49,999), so the margin is a thousand, not zero.
+        assert gc.get_freeze_count() <= kept_count - 49_000
     finally:
         gc.unfreeze()
