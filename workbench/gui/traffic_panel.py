@@ -4,6 +4,7 @@ buttons, the presets, and the SLOs fixed before a run."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -49,6 +50,7 @@ class LengthFields:
         self.high.setSpecialValueText("model limit")
 
     def add_rows(self, form: QFormLayout) -> None:
+        self._form, self._shown = form, True
         for label, widget in (
             (f"{self.what} length", self.kind),
             (f"{self.what} tokens", self.mean),
@@ -57,12 +59,20 @@ class LengthFields:
             (f"{self.what} at most", self.high),
         ):
             form.addRow(label, widget)
-        self.kind.currentTextChanged.connect(lambda kind: self._show_parameters(form, kind))
-        self._show_parameters(form, self.kind.currentText())
+        self.kind.currentTextChanged.connect(lambda _kind: self._show_parameters())
+        self._show_parameters()
 
-    def _show_parameters(self, form: QFormLayout, kind: str) -> None:
-        form.setRowVisible(self.mean, kind != "uniform")
-        form.setRowVisible(self.spread, kind in ("normal", "lognormal"))
+    def set_shown(self, shown: bool) -> None:
+        """All its rows, or none (a trace's lengths are recorded, not drawn)."""
+        self._shown = shown
+        self._show_parameters()
+
+    def _show_parameters(self) -> None:
+        kind, form = self.kind.currentText(), self._form
+        for widget in (self.kind, self.low, self.high):
+            form.setRowVisible(widget, self._shown)
+        form.setRowVisible(self.mean, self._shown and kind != "uniform")
+        form.setRowVisible(self.spread, self._shown and kind in ("normal", "lognormal"))
 
     def distribution(self) -> LengthDistribution:
         # Uniform reads no mean, fixed and uniform no spread: hidden, they keep their values, so a
@@ -113,7 +123,17 @@ class TrafficPanel(QWidget):
             0.01, 100, 1.0, "Gamma shape: 1 is Poisson, below 1 burstier (CV = 1/sqrt(burstiness))."
         )
         self.concurrency = int_box(1, 4096, 8, "closed_loop: requests kept in flight.")
-        self.num_requests = int_box(1, 1_000_000, 100, "Requests to send before the traffic ends.")
+        self.num_requests = int_box(
+            0, 1_000_000, 100, "Requests to send before the traffic ends (0: no limit, the duration decides)."
+        )
+        # A trace preset replays recorded arrival times and lengths: the arrival and length fields
+        # give way to what the replay reads (they showed Poisson at 2 req/s while the trace ran).
+        self.trace_file = QLabel("")
+        self.trace_file.setWordWrap(True)
+        self.time_scale = float_box(
+            0.001, 1000, 1.0, "trace: arrival times are multiplied by this (0.5 = twice the pace, 20 = 20x slower).", 3
+        )
+        self.trace_start = float_box(0, 1e7, 0, "trace: replay from this arrival time on (trace seconds).", 1)
         self.prompts = choice_box(
             ["synthetic", "sharegpt"],
             "synthetic: real text cut to the chosen lengths; sharegpt: real questions with their reply lengths.",
@@ -193,6 +213,9 @@ class TrafficPanel(QWidget):
             ("concurrency", self.concurrency),
             ("requests", self.num_requests),
             ("prompts", self.prompts),
+            ("trace", self.trace_file),
+            ("time scale", self.time_scale),
+            ("from (trace s)", self.trace_start),
             ("shared prefix tokens", self.shared_prefix),
         ):
             shape.addRow(label, widget)
@@ -235,8 +258,9 @@ class TrafficPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         for box in (traffic_box, inject_box, slo_box):
             layout.addWidget(box)
-        self.arrival.currentTextChanged.connect(self._show_arrival_parameters)
-        self._show_arrival_parameters(self.arrival.currentText())
+        self.arrival.currentTextChanged.connect(self._show_fields)
+        self.prompts.currentTextChanged.connect(self._show_fields)
+        self._show_fields()
 
     def _hide_preset(self) -> None:
         self.preset_label.setVisible(False)
@@ -261,11 +285,22 @@ class TrafficPanel(QWidget):
         }
         return {name: getattr(self, name) for name, reads in used.items() if reads}
 
-    def _show_arrival_parameters(self, arrival: str) -> None:
-        """Only the fields the chosen arrival process reads."""
-        shown = self._arrival_parameters(arrival).values()
+    def replays_trace(self) -> bool:
+        return self.prompts.currentText() == "trace"
+
+    def _show_fields(self) -> None:
+        """Only the fields the traffic reads: the chosen arrival process's, or a trace's."""
+        trace = self.replays_trace()
+        shown = () if trace else self._arrival_parameters(self.arrival.currentText()).values()
         for widget in (self.rate, self.end_rate, self.burstiness, self.concurrency):
             self.shape.setRowVisible(widget, widget in shown)
+        for widget in (self.arrival, self.shared_prefix):
+            self.shape.setRowVisible(widget, not trace)
+        for widget in (self.trace_file, self.time_scale, self.trace_start):
+            self.shape.setRowVisible(widget, trace)
+        self.prompt_len.set_shown(not trace)
+        self.output_len.set_shown(not trace)
+        self.num_requests.setSpecialValueText("the whole trace" if trace else "no limit")
 
     @staticmethod
     def preset_scenario(entry: str) -> Scenario:
@@ -283,19 +318,20 @@ class TrafficPanel(QWidget):
         """What Start runs: the fields; after a preset, its traffic with the fields' values (and
         named after it, "(edited)" once a field differs)."""
         name, preset_traffic = self._preset or ("interactive", None)
-        arrival = self.arrival.currentText()
-        read = {name: box.value() for name, box in self._arrival_parameters(arrival).items()}  # the rest: as they were
-        traffic = dataclasses.replace(
-            preset_traffic or TrafficProfile(),
-            arrival=arrival,
-            **read,
-            duration_s=self.duration.value(),
-            num_requests=self.num_requests.value(),
-            prompts=self.prompts.currentText(),
-            shared_prefix_tokens=self.shared_prefix.value(),
-            prompt_len=self.prompt_len.distribution(),
-            output_len=self.output_len.distribution(),
-        )
+        shown = {"duration_s": self.duration.value(), "num_requests": self.num_requests.value()}
+        if self.replays_trace():  # arrivals and lengths as recorded: the rest stays the preset's
+            shown.update(time_scale=self.time_scale.value(), trace_start_s=self.trace_start.value())
+        else:
+            arrival = self.arrival.currentText()
+            shown.update(
+                arrival=arrival,
+                **{name: box.value() for name, box in self._arrival_parameters(arrival).items()},  # the rest: kept
+                prompts=self.prompts.currentText(),
+                shared_prefix_tokens=self.shared_prefix.value(),
+                prompt_len=self.prompt_len.distribution(),
+                output_len=self.output_len.distribution(),
+            )
+        traffic = dataclasses.replace(preset_traffic or TrafficProfile(prompts=self.prompts.currentText()), **shown)
         if self._preset is not None and traffic != preset_traffic:
             name += " (edited)"
         return Scenario(name=name, traffic=traffic, slo=self.slo(), seed=self.seed.value())
@@ -328,10 +364,16 @@ class TrafficPanel(QWidget):
             self.duration.setValue(traffic.duration_s)
             self.burstiness.setValue(traffic.burstiness)
             self.concurrency.setValue(traffic.concurrency)
-            self.num_requests.setValue(max(1, traffic.num_requests))
+            self.num_requests.setValue(traffic.num_requests)
             if self.prompts.findText(traffic.prompts) < 0:  # a trace: the preset's file, kept for Start
                 self.prompts.addItem(traffic.prompts)
             self.prompts.setCurrentText(traffic.prompts)
+            if traffic.prompts == "trace":
+                self.trace_file.setText(
+                    f"{Path(traffic.trace_file).name}: arrival times, prompt and output lengths as recorded"
+                )
+            self.time_scale.setValue(traffic.time_scale)
+            self.trace_start.setValue(traffic.trace_start_s)
             self.shared_prefix.setValue(traffic.shared_prefix_tokens)
             self.prompt_len.show(traffic.prompt_len)
             self.output_len.show(traffic.output_len)
