@@ -39,6 +39,7 @@ from engine.sequence import FinishReason, Sequence
 from engine.simulation import is_simulated, prepare_simulated_model
 from engine.step_trace import BlockChange, Emitted, KvState, StepTrace
 from engine.torch_model import prepare_torch_model
+from kernels import cpu_paged_attention
 
 _SEED_MASK = 0x7FFF_FFFF_FFFF_FFFF
 
@@ -95,6 +96,16 @@ class LLMEngine:
             self._check_the_longest_request_fits(prepared.kv_limits)
         progress("allocate KV cache", 1.0)
         progress("warm up", 0.0)
+        if self.device.type == "cpu" and not is_simulated(config.model):
+            # Its first build can wait for another process's (a shared build cache): say for what,
+            # and let a cancelled load end the wait (the progress callback raises).
+            cpu_paged_attention.available(
+                lambda lock, waited: progress(
+                    f"warm up: waiting {waited:.0f} s for {lock}, held by another process building the "
+                    f"attention operator (at most {cpu_paged_attention.LOCK_TIMEOUT_S:.0f} s)",
+                    0.0,
+                )
+            )
         self.executor.warm_up()
         progress("warm up", 1.0)
 

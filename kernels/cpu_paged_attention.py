@@ -18,9 +18,12 @@ Building is guarded by a lock of our own, `build.flock` in the build directory: 
 the kernel releases when its holder dies, so a process killed mid-build (SIGKILL, a timeout)
 never blocks the next one. torch's own baton (a plain `lock` file it waits on forever) found while
 we hold ours is a dead builder's, and is removed. A process that waits for our lock longer than
-`LOCK_TIMEOUT_S` gives up with a message naming the file and takes the torch path. A build that is
-current (`built.json`: the source's and flags' hash, torch's version) is loaded directly, without
-either lock. A stop (SIGINT, SIGTERM: BaseExceptions) is never taken for a failed build.
+`LOCK_TIMEOUT_S` gives up with a message naming the file and takes the torch path; meanwhile it
+says, once a second, what it waits for (`available(on_wait)`: the engine's load shows it), and an
+exception from that callback (the window's Cancel load) ends the wait and is raised as it is, not
+taken for a failed build. A build that is current (`built.json`: the source's and flags' hash,
+torch's version) is loaded directly, without either lock. A stop (SIGINT, SIGTERM: BaseExceptions)
+is never taken for a failed build.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import json
 import os
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,6 +45,14 @@ _CFLAGS = ["-O3", "-march=native", "-fopenmp"]
 _LDFLAGS = ["-fopenmp"]
 LOCK_TIMEOUT_S = 300.0  # a first build takes 10-20 s here; past this, another process is stuck
 _state: dict = {}  # "loaded": bool, "reason": str
+# Told, about once a second while another process holds the build lock: the lock's path and the
+# seconds waited so far.
+WaitCallback = Callable[[Path, float], None]
+
+
+class _WaitEnded(Exception):
+    """The caller's `on_wait` raised (its exception is the cause): the wait ends, and the build is
+    neither tried nor recorded as failed."""
 
 
 def _machine_tag() -> str:
@@ -67,21 +79,29 @@ def _stamp() -> dict:
 
 
 @contextmanager
-def _build_lock(directory: Path):
-    """Our flock on `directory/build.flock`, waited for at most LOCK_TIMEOUT_S; a torch `lock` file
-    found under it is a dead builder's and is removed."""
+def _build_lock(directory: Path, on_wait: WaitCallback):
+    """Our flock on `directory/build.flock`, waited for at most LOCK_TIMEOUT_S (saying so through
+    `on_wait`); a torch `lock` file found under it is a dead builder's and is removed."""
     path = directory / "build.flock"
     with path.open("a") as handle:
-        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        started = time.monotonic()
+        told = -1
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() > deadline:
+                waited = time.monotonic() - started
+                if waited > LOCK_TIMEOUT_S:
                     raise TimeoutError(
                         f"{path}: another process has held the build lock for over {LOCK_TIMEOUT_S:.0f} s"
                     ) from None
+                if int(waited) > told:
+                    told = int(waited)
+                    try:
+                        on_wait(path, waited)
+                    except Exception as error:
+                        raise _WaitEnded from error
                 time.sleep(0.2)
         try:
             (directory / "lock").unlink(missing_ok=True)  # torch's baton: its owner is gone
@@ -90,7 +110,7 @@ def _build_lock(directory: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _load() -> None:
+def _load(on_wait: WaitCallback) -> None:
     from torch.utils.cpp_extension import load
 
     name = f"workbench_paged_attention_{_machine_tag()}"
@@ -101,7 +121,7 @@ def _load() -> None:
     if current:
         torch.ops.load_library(str(library))  # no lock, no baton: nothing is written
     else:
-        with _build_lock(directory):
+        with _build_lock(directory, on_wait):
             load(
                 name=name,
                 sources=[str(_SOURCE)],
@@ -115,12 +135,16 @@ def _load() -> None:
     torch.library.register_fake("workbench::paged_decode_attention")(_fake)
 
 
-def available() -> bool:
-    """Build (the first time on this machine, 10-20 s) or load the operator; False if it cannot be."""
+def available(on_wait: WaitCallback | None = None) -> bool:
+    """Build (the first time on this machine, 10-20 s) or load the operator; False if it cannot be.
+    `on_wait`: told while another process holds the build lock; what it raises ends the wait and
+    comes out of this call (the next call tries again)."""
     if "loaded" not in _state:
         try:
-            _load()
+            _load(on_wait or (lambda path, waited: None))
             _state.update(loaded=True, reason="")
+        except _WaitEnded as ended:
+            raise ended.__cause__ from None
         except Exception as error:  # a missing or failing compiler, a stuck lock: keep serving on the torch path
             _state.update(loaded=False, reason=f"{type(error).__name__}: {str(error).splitlines()[0][:300]}")
             warnings.warn(

@@ -62,6 +62,32 @@ def test_a_build_lock_held_too_long_gives_up_naming_the_file(tmp_path, monkeypat
     assert reason.startswith(f"TimeoutError: {directory / 'build.flock'}: another process has held the build lock")
 
 
+class Cancelled(Exception):
+    pass
+
+
+def test_a_wait_for_the_lock_is_told_and_ends_when_the_caller_says_so(tmp_path, monkeypatch):
+    """A load sat at "warm up 75%" for minutes, saying nothing, and Cancel load did nothing."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu_paged_attention, "_state", {})
+    directory = build_directory(tmp_path)
+    directory.mkdir(parents=True)
+    told = []
+
+    def on_wait(lock, waited):
+        told.append((lock, waited))
+        if len(told) == 2:
+            raise Cancelled
+
+    with (directory / "build.flock").open("a") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # another process building
+        with pytest.raises(Cancelled):
+            cpu_paged_attention.available(on_wait)
+    assert [lock for lock, _ in told] == [directory / "build.flock"] * 2
+    assert told[0][1] < 1 <= told[1][1] < 2  # once a second, from the start
+    assert "loaded" not in cpu_paged_attention._state  # not taken for a failed build: the next load tries again
+
+
 def test_a_stop_is_no_failed_build():
     # An `except Exception` around the build took workbench serve's stop for a failed build.
     assert issubclass(_StopSignal, BaseException) and not issubclass(_StopSignal, Exception)

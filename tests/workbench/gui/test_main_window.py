@@ -4,6 +4,7 @@ conditions, never on fixed sleeps."""
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import itertools
 import json
 import threading
@@ -186,6 +187,28 @@ def test_reloading_and_closing_while_the_graph_compiles_stop_each_compile_first(
     assert stages.count("stopping the previous engine's background work (its compile)") == 2
     window.close()
     assert compile_threads() == []
+
+
+def test_a_load_waiting_for_another_processs_build_says_so_and_cancel_ends_it(
+    window, qtbot, tiny_config, tmp_path, monkeypatch
+):
+    """It sat at "warm up 75%" for over 5 minutes while another process held the build cache's
+    lock, and Cancel load did nothing."""
+    from kernels import cpu_paged_attention
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # no build here yet
+    monkeypatch.setattr(cpu_paged_attention, "_state", {})
+    directory = tmp_path / f"workbench_paged_attention_{cpu_paged_attention._machine_tag()}"
+    directory.mkdir()
+    with (directory / "build.flock").open("a") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # another process building
+        window.load(tiny_config)
+        qtbot.waitUntil(lambda: "waiting" in window.stage.text(), timeout=60_000)
+        assert f"for {directory / 'build.flock'}, held by another process building" in window.stage.text()
+        assert window.cancel_button.isVisible()
+        window.cancel_button.click()
+        qtbot.waitUntil(lambda: window.error_label.text().startswith("load cancelled"), timeout=10_000)
+    assert window.info is None and "loaded" not in cpu_paged_attention._state
 
 
 def test_opening_a_run_with_a_damaged_line_shows_the_rest_and_names_the_line(window, tmp_path, tiny_llama):
