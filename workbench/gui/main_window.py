@@ -292,13 +292,19 @@ class MainWindow(QMainWindow):
         return answer == QMessageBox.StandardButton.Yes
 
     def start_traffic(self, scenario: Scenario) -> None:
+        """Start: the fields' traffic as a new run (asked first with requests in flight; "No"
+        leaves everything, the preset's label too)."""
         if (in_flight := self.worker.requests_in_flight()) and not self.confirm_new_run(in_flight):
             return
+        self.traffic_panel.hide_preset()
         self._begin_run(scenario)
 
     def _begin_run(self, scenario: Scenario) -> None:
         self.error_label.setText("")
         self.back_to_live()  # a new run has its own time axis, and the plots show it, not an opened run
+        # Nothing of the last run stays on show: its request's detail ("decoding") and its Why.
+        self.select_request(None)
+        self._forget_explanation()
         self.worker.start_traffic(scenario)
 
     def confirm_drop_waiting(self, waiting: int) -> bool | None:
@@ -726,11 +732,20 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentWidget(self.why)
 
     def back_to_live(self) -> None:
+        """The plots, the Step source, the Runs text and the Why tab leave an opened run."""
+        if self.viewing_past_run:
+            self.runs.say("back to the live run")
+            self._forget_explanation()
+            self.select_request(None)  # an id of the opened run would mark the live run's namesake
         self.follow_live()
         self.plots.show_source(None)
         self.viewing_past_run = False
         self._past = None
         self._live = None
+
+    def _forget_explanation(self) -> None:
+        self._why_log = None
+        self.why.clear()
 
     def compare_runs(self, baseline: str | None = None, candidate: str | None = None) -> None:
         baseline = baseline or QFileDialog.getExistingDirectory(self, "Baseline run folder")

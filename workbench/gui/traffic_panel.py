@@ -166,7 +166,6 @@ class TrafficPanel(QWidget):
         self.start_button.clicked.connect(
             lambda: emit_validated(self.scenario, self.start_requested, self.invalid, "traffic", self)
         )
-        self.start_button.clicked.connect(self._hide_preset)  # Start runs the fields, not the preset
         self.pause_button.setCheckable(True)
         self.pause_button.toggled.connect(
             lambda paused: (self.pause_requested if paused else self.resume_requested).emit()
@@ -262,7 +261,8 @@ class TrafficPanel(QWidget):
         self.prompts.currentTextChanged.connect(self._show_fields)
         self._show_fields()
 
-    def _hide_preset(self) -> None:
+    def hide_preset(self) -> None:
+        """Once Start has begun a run of the fields: they, not the preset, are what runs."""
         self.preset_label.setVisible(False)
         self.events.setVisible(False)
 

@@ -59,6 +59,9 @@ CAUSE_COLOURS = {
 }
 
 
+NOTHING_EXPLAINED = "Explain the current run, or open one (Runs tab), to see where the tail's time went."
+
+
 class WhyView(QWidget):
     explain_requested = Signal(float)  # the percentile of the tail: the window explains the current run
     request_chosen = Signal(str)  # a request to show: the window marks its steps
@@ -76,7 +79,7 @@ class WhyView(QWidget):
         self.explain_button = QPushButton("Explain current run")
         self.explain_button.setToolTip("Read the current run's log and its step traces, and split each request's time.")
         self.explain_button.clicked.connect(lambda: self.explain_requested.emit(self.above.value()))
-        self.summary = QLabel("Explain the current run, or open one (Runs tab), to see where the tail's time went.")
+        self.summary = QLabel(NOTHING_EXPLAINED)
         self.summary.setWordWrap(True)
         self.plot_widget = pg.PlotWidget()
         self.plot = self.plot_widget.getPlotItem()
@@ -113,6 +116,15 @@ class WhyView(QWidget):
         layout.addLayout(controls)
         layout.addWidget(self.summary)
         layout.addWidget(body, 1)
+
+    def clear(self) -> None:
+        """Nothing explained: the run it explained is no longer the one shown."""
+        self.explanation = None
+        self._segments = []
+        for part in (self.plot, self.legend, self.slowest, self.detail):
+            part.clear()
+        self.plot.setTitle(None)
+        self.summary.setText(NOTHING_EXPLAINED)
 
     def show_explanation(self, explanation: Explanation, source: str) -> None:
         self.explanation = explanation

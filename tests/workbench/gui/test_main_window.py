@@ -12,6 +12,7 @@ import threading
 import numpy as np
 import pytest
 import torch
+from PySide6.QtCore import Qt
 
 from engine import EngineConfig
 from tests.workbench.gui.window_helpers import all_ended, load
@@ -264,6 +265,55 @@ def test_a_run_that_cannot_be_shown_switches_nothing(window, tmp_path, tiny_llam
         "open run: " in window.error_label.text() and "its log cannot be shown (KeyError" in window.error_label.text()
     )
     assert window.plots.source_label.text() == "showing shown (Back to live returns)" and why_source(window) == "shown"
+
+
+def test_back_to_live_leaves_no_pane_describing_the_opened_run(window, qtbot, tiny_config, tmp_path, tiny_llama):
+    """The Runs text and the Why tab kept describing the opened run, and a click in the Why tab
+    marked the live run's request of the same id."""
+    from workbench.gui.why_view import NOTHING_EXPLAINED
+
+    directory, _ = tiny_llama
+    run_headless(tiny_scenario(directory), tmp_path)
+    load(window, qtbot, tiny_config)
+    window.open_run(str(tmp_path))
+    assert window.why.slowest.count() > 0 and window.runs.text.toPlainText().startswith("viewing")
+    window.why.show_history(window.why.slowest.item(0).data(Qt.ItemDataRole.UserRole))
+    window.back_to_live()
+    assert window.runs.text.toPlainText() == "back to the live run"
+    assert window.why.summary.text() == NOTHING_EXPLAINED and window.why.slowest.count() == 0
+    assert window.why.explanation is None and window.selected_request is None
+
+
+def test_a_new_run_shows_nothing_of_the_last_runs_requests(window, qtbot, tiny_config):
+    """The detail of a previous run's request ("decoding") stayed under the new run."""
+    load(window, qtbot, tiny_config)
+    traffic = TrafficProfile(arrival="constant", rate=100.0, num_requests=3, output_len=LengthDistribution(mean=4))
+    window.start_traffic(Scenario(name="first", traffic=traffic))
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished", timeout=30_000)
+    window.refresh_tables()
+    first = window.worker.rows()[0].request_id
+    window.select_request(first)
+    assert window.requests.detail.toPlainText().startswith(first)
+    window.explain_current_run(90.0)
+    assert window.why.explanation is not None
+    window.start_traffic(Scenario(name="second", traffic=traffic))
+    assert window.requests.detail.toPlainText() == "" and window.selected_request is None
+    assert window.why.explanation is None  # it explained the first run
+
+
+def test_no_to_start_leaves_the_presets_label(window, qtbot, tiny_config):
+    load(window, qtbot, tiny_config)
+    traffic = TrafficProfile(arrival="constant", rate=200.0, num_requests=8, output_len=LengthDistribution(mean=60))
+    window.run_preset(Scenario(name="first", engine=tiny_config, traffic=traffic), "first / default")
+    qtbot.waitUntil(lambda: window.worker.requests_in_flight() > 0, timeout=30_000)
+    label = window.traffic_panel.preset_label
+    assert label.isVisible()
+    window.confirm_new_run = lambda in_flight, reload=False: False
+    window.traffic_panel.start_button.click()
+    assert label.isVisible() and window.worker.requests_in_flight() > 0
+    window.confirm_new_run = lambda in_flight, reload=False: True
+    window.traffic_panel.start_button.click()
+    assert not label.isVisible()  # Start ran the fields, not the preset
 
 
 def test_injected_traffic_fills_the_plots_and_the_table(window, qtbot, tiny_config):
