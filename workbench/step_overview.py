@@ -4,9 +4,12 @@ O(points drawn), however long the run: the live window at 500,000 steps reads ab
 bins per line instead of decimating every step each frame.
 
 A line is drawn from each bin's minimum and maximum in time order, so a one-step spike stays
-visible at any zoom. Where the engine sat idle between two steps the line breaks (a NaN before
-the step, or before a bin holding such a gap): a line ramping across idle time would show data
-that does not exist.
+visible at any zoom. Where the engine sat idle between two points drawn the line breaks (a NaN
+between them), inside a bin too: a line ramping across idle time would show data that does not
+exist (bins by step count once joined a bin's extremes across its gap). Each piece of line starts
+at its first step's start, not its end: a step holds its value while it runs, and a step alone
+between two gaps (slow steps beside a compile, far apart) is a dash as long as the step instead
+of a point no line draws.
 """
 
 from __future__ import annotations
@@ -39,17 +42,12 @@ class GrowableColumn:
 
 
 class _Bins:
-    """Bins of one width: per series the step index of its minimum and of its maximum, and
-    whether an idle gap lies inside the bin."""
+    """Bins of one width: per series the step index of its minimum and of its maximum."""
 
     def __init__(self, series: tuple[str, ...]):
         self.low = {name: GrowableColumn(np.int64) for name in series}
         self.high = {name: GrowableColumn(np.int64) for name in series}
-        self.broken = GrowableColumn(bool)
-
-    @property
-    def size(self) -> int:
-        return self.broken.size
+        self.size = 0
 
 
 class StepOverview:
@@ -64,7 +62,9 @@ class StepOverview:
 
     def _reset(self) -> None:
         self.columns: dict[str, GrowableColumn] = {}
-        self.breaks = GrowableColumn(bool)  # an idle gap before this step
+        # Idle gaps before this step and every one before it: a gap lies between steps a < b
+        # when the counts at a and b differ.
+        self.gaps_so_far = GrowableColumn(np.int64)
         self.levels: list[_Bins] = []  # widths FIRST_STORED_WIDTH, twice that, ...
         self._rises = {name: GrowableColumn(np.int64) for name in self.counters}  # steps where a counter went up
 
@@ -76,7 +76,7 @@ class StepOverview:
 
     @property
     def size(self) -> int:
-        return self.breaks.size
+        return self.gaps_so_far.size
 
     def column(self, name: str) -> np.ndarray:
         return self.columns[name].view() if name in self.columns else np.zeros(0)
@@ -97,7 +97,8 @@ class StepOverview:
         previous_end = self.column("time_s")[-1] if self.size else np.inf
         ends = np.concatenate([[previous_end], new["time_s"][:-1]])
         last_held = max(self.size - 1, 0)  # a counter's rise is read against the step before it
-        self.breaks.extend(new["start_s"] - ends > IDLE_GAP_S)
+        before = self.gaps_so_far.view()[-1] if self.size else 0
+        self.gaps_so_far.extend(before + np.cumsum(new["start_s"] - ends > IDLE_GAP_S))
         for name, values in new.items():
             self.columns.setdefault(name, GrowableColumn()).extend(values)
         for name in self.counters:
@@ -111,10 +112,10 @@ class StepOverview:
             self.levels.append(_Bins(self.series))
         first = self.levels[0]
         if complete > first.size:
-            low, high, broken = self._bins_from_steps(
+            low, high = self._bins_from_steps(
                 first.size * FIRST_STORED_WIDTH, complete * FIRST_STORED_WIDTH, FIRST_STORED_WIDTH
             )
-            self._append(first, low, high, broken)
+            self._append(first, low, high)
         level = 0
         while self.levels[level].size >= 2:
             finer = self.levels[level]
@@ -127,13 +128,13 @@ class StepOverview:
             level += 1
 
     @staticmethod
-    def _append(bins: _Bins, low: dict, high: dict, broken: np.ndarray) -> None:
+    def _append(bins: _Bins, low: dict, high: dict) -> None:
         for name in bins.low:
             bins.low[name].extend(low[name])
             bins.high[name].extend(high[name])
-        bins.broken.extend(broken)
+        bins.size += len(next(iter(low.values())))
 
-    def _merge(self, finer: _Bins, start: int, stop: int) -> tuple[dict, dict, np.ndarray]:
+    def _merge(self, finer: _Bins, start: int, stop: int) -> tuple[dict, dict]:
         """Pairs of finer bins [start, stop) as coarser bins."""
         low, high = {}, {}
         for name in self.series:
@@ -142,23 +143,17 @@ class StepOverview:
             highs = finer.high[name].view()[start:stop].reshape(-1, 2)
             low[name] = np.where(values[lows[:, 0]] <= values[lows[:, 1]], lows[:, 0], lows[:, 1])
             high[name] = np.where(values[highs[:, 0]] >= values[highs[:, 1]], highs[:, 0], highs[:, 1])
-        return low, high, finer.broken.view()[start:stop].reshape(-1, 2).any(axis=1)
+        return low, high
 
     def _bins_from_steps(
         self, start: int, stop: int, width: int, names: tuple[str, ...] | None = None
-    ) -> tuple[dict, dict, np.ndarray]:
+    ) -> tuple[dict, dict]:
         """Bins of `width` steps over [start, stop), the last one possibly shorter."""
         full = (stop - start) // width
         edges = list(range(start, start + full * width + 1, width)) if full else [start]
         if edges[-1] < stop:
             edges.append(stop)
         low, high = {}, {}
-        breaks = self.breaks.view()
-        broken = (
-            np.logical_or.reduceat(breaks[start:stop], np.array(edges[:-1]) - start)
-            if stop > start
-            else np.zeros(0, bool)
-        )
         for name in names or self.series:
             values = self.column(name)[start:stop]
             lows, highs = [], []
@@ -172,7 +167,7 @@ class StepOverview:
                 highs.append([full * width + int(rest.argmax())])
             low[name] = np.concatenate(lows).astype(np.int64) + start if lows else np.zeros(0, np.int64)
             high[name] = np.concatenate(highs).astype(np.int64) + start if highs else np.zeros(0, np.int64)
-        return low, high, broken
+        return low, high
 
     def index_range(self, x_range: tuple[float, float] | None) -> tuple[int, int]:
         """Steps to draw for a time range: those inside it and one either side, so lines reach the edges."""
@@ -187,14 +182,14 @@ class StepOverview:
         self, name: str, x_range: tuple[float, float] | None = None, max_points: int = MAX_LINE_POINTS
     ) -> tuple[np.ndarray, np.ndarray]:
         """(time_s, values) of one series over the range (None: the whole run), at most
-        `max_points` points plus the NaNs where the line breaks."""
+        `max_points` points, plus each piece's start and the NaNs where the line breaks."""
         start, stop = self.index_range(x_range)
         count = stop - start
         if count <= 0:
             return np.zeros(0), np.zeros(0)
         if count <= max_points:
             steps = np.arange(start, stop)
-            return self._points(name, steps, steps, self.breaks.view()[start:stop])
+            return self._points(name, steps, steps)
         # Bins aligned to multiples of their width (the stored ones are), few enough that the
         # two partial bins at the ends still fit.
         width = 1 << int(np.ceil(np.log2(count / (max_points // 2 - 2))))
@@ -206,7 +201,6 @@ class StepOverview:
             middle = (
                 {name: bins.low[name].view()[first_bin:end_bin]},
                 {name: bins.high[name].view()[first_bin:end_bin]},
-                bins.broken.view()[first_bin:end_bin],
             )
         else:
             middle = self._bins_from_steps(middle_start, middle_end, width, (name,))
@@ -217,19 +211,23 @@ class StepOverview:
         )
         low = np.concatenate([part[0][name] for part in parts])
         high = np.concatenate([part[1][name] for part in parts])
-        return self._points(name, low, high, np.concatenate([part[2] for part in parts]))
+        return self._points(name, low, high)
 
-    def _points(
-        self, name: str, low: np.ndarray, high: np.ndarray, broken: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Each bin's extremes in time order, after a NaN where it holds a break."""
-        first, second = np.minimum(low, high), np.maximum(low, high)
-        times, values = self.column("time_s"), self.column(name)
-        x, y = np.full((first.size, 3), np.nan), np.full((first.size, 3), np.nan)
-        x[:, 1], x[:, 2], y[:, 1], y[:, 2] = times[first], times[second], values[first], values[second]
-        keep = np.ones((first.size, 3), bool)
-        keep[:, 0] = broken
-        keep[:, 2] = second != first
+    def _points(self, name: str, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each bin's extremes in time order; where an idle gap lies between two of them, a NaN,
+        and the piece after it starts at its first step's start."""
+        pairs = np.stack([np.minimum(low, high), np.maximum(low, high)], axis=1)
+        steps = pairs.ravel()[np.stack([np.ones(len(pairs), bool), pairs[:, 1] != pairs[:, 0]], axis=1).ravel()]
+        gaps = self.gaps_so_far.view()[steps]
+        piece_starts = np.ones(steps.size, bool)
+        piece_starts[1:] = gaps[1:] != gaps[:-1]
+        x, y = np.full((steps.size, 3), np.nan), np.full((steps.size, 3), np.nan)
+        x[:, 1], x[:, 2] = self.column("start_s")[steps], self.column("time_s")[steps]
+        y[:, 1] = y[:, 2] = self.column(name)[steps]
+        keep = np.ones((steps.size, 3), bool)
+        keep[:, 0] = piece_starts
+        keep[:1, 0] = False  # the first piece needs no break before it
+        keep[:, 1] = piece_starts
         return x[keep], y[keep]
 
     def rises(

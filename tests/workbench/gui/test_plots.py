@@ -129,8 +129,9 @@ def test_lines_break_where_the_engine_sat_idle(qtbot):
     # One break, between 0.2 and 5.2; none before the 3.5 s step (busy, not idle: 9.0 - 3.5 - 5.3 = 0.2 s <=
     # IDLE_GAP_S).
     assert 9.0 - 3.5 - 5.3 <= IDLE_GAP_S
-    np.testing.assert_array_equal(times, [0.1, 0.2, np.nan, 5.3, 9.0])
-    np.testing.assert_array_equal(prefill, [8, 4, np.nan, 6, 2])
+    # Each piece starts where its first step started (0.0, 5.2): a step holds its value while it runs.
+    np.testing.assert_allclose(times, [0.0, 0.1, 0.2, np.nan, 5.2, 5.3, 9.0])
+    np.testing.assert_array_equal(prefill, [8, 8, 4, np.nan, 6, 6, 2])
 
 
 def test_legends_sit_under_the_plot_and_decode_has_its_own_axis(qtbot):
@@ -337,3 +338,29 @@ def test_a_click_in_any_plot_selects_the_time_under_it(qtbot):
         )
         assert clicked and abs(clicked[-1] - expected) < 1.0, name
         clicked.clear()
+
+
+def test_slow_steps_far_apart_are_drawn_and_idle_time_is_never_a_ramp(qtbot):
+    """Slow eager steps beside a compile, each past an idle gap, drew nothing (a lone point between
+    two breaks has no line); past the point budget a bin joined its extremes across a gap."""
+    store = MetricsStore(0.0, kv_capacity_tokens=1024, kv_cache_bytes=2**20, slo=SLO())
+    for index in range(5):  # a 2 s step every 10 s
+        store.add_step(StepStats(10.0 * index + 2.0, 2.0, 0, 4, 4, 10 + index, 64, 0, 0, 0, 4, 0, 0, 0, 0))
+    _view, plots = plots_in_a_view(qtbot)
+    plots["kv_occupancy"].update(store.snapshot())
+    x, y = plots["kv_occupancy"].used.getData()
+    pieces = [piece for piece in np.split(x, np.flatnonzero(np.isnan(x))) if piece[~np.isnan(piece)].size]
+    assert len(pieces) == 5  # one per step, broken at every gap
+    for index, piece in enumerate(pieces):  # each as long as its step, where it ran
+        np.testing.assert_allclose(piece[~np.isnan(piece)], [10.0 * index, 10.0 * index + 2.0])
+
+    busy = MetricsStore(0.0, kv_capacity_tokens=1024, kv_cache_bytes=2**20, slo=SLO())
+    for index in range(20_000):  # 0.01 s steps, and a 100 s idle gap inside a bin
+        end = index * 0.01 + 0.01 + (100.0 if index >= 10_007 else 0.0)
+        busy.add_step(StepStats(end, 0.01, 0, 4, 4, index % 64, 64, 0, 0, 0, 4, 0, 0, 0, 0))
+    plots["kv_occupancy"].update(busy.snapshot())
+    x, _ = plots["kv_occupancy"].used.getData()
+    drawn = x[~np.isnan(x)]
+    assert drawn.size < 20_000  # binned
+    joined = [(a, b) for a, b in zip(x[:-1], x[1:]) if not (np.isnan(a) or np.isnan(b))]
+    assert all(b - a < 50.0 for a, b in joined)  # no segment spans the 100 s of idle time
