@@ -78,7 +78,9 @@ LOAD_STAGES = (
     "warm up",
     "prompt text",
 )
-PLOTS_MIN_HEIGHT = 440  # pixels: three rows of plots with their titles, axes and legends
+PLOTS_MIN_HEIGHT = 380  # pixels: three rows of plots with their titles, axes and legends
+PLOTS_PREFERRED_HEIGHT = 670  # every plot's data area at least 120 pixels (a test checks at 1280x800)
+TABS_OPEN_HEIGHT = 220  # pixels: a tab opened (clicked, or shown by the window) gets at least this
 
 
 def settings() -> QSettings:
@@ -100,6 +102,7 @@ class MainWindow(QMainWindow):
         self.tokenizer_decode = None
         self._closing = False
         self._arms_waiting: str | None = None  # a preset whose arms wait for the window's engine to be quiet
+        self._centre_shared = False  # the plots and the tabs under them get their shares at the first show
 
         self.engine_panel = EnginePanel()
         self.traffic_panel = TrafficPanel()
@@ -185,9 +188,16 @@ class MainWindow(QMainWindow):
         centre.addWidget(self.tabs)
         # The plots keep room for their data whatever the tabs take (at 1280x800 they were about
         # 40 pixels tall, and a click that opened the Step tab made the tabs 45% of the height).
+        # A window's height goes to the plots first, up to PLOTS_PREFERRED_HEIGHT (every data area
+        # at least 120 pixels); the tabs take the rest and can be dragged shut (at 800x600).
         self.plots.setMinimumHeight(PLOTS_MIN_HEIGHT)
         centre.setCollapsible(0, False)
-        centre.setSizes([680, 280])
+        centre.setCollapsible(1, True)
+        centre.setStretchFactor(0, 1)
+        centre.setStretchFactor(1, 0)
+        self.tabs.setMinimumHeight(self.tabs.tabBar().sizeHint().height())  # at the least, the tab bar
+        self.tabs.currentChanged.connect(self._open_tabs)
+        self.tabs.tabBarClicked.connect(self._open_tabs)
         # The centre: the live run (plots over tabs), or a preset's arms side by side, each with
         # the whole centre (the arms' table, under the plots, showed one row at 1280x800).
         self.views = QTabWidget()
@@ -202,6 +212,27 @@ class MainWindow(QMainWindow):
         self.main_splitter.setSizes([controls_width, 1480 - controls_width])
         self.setCentralWidget(self.main_splitter)
         self._fit_to_screen(1480, 960)
+
+    def showEvent(self, event) -> None:
+        """At the first show, when the centre's height is known: the plots' share first."""
+        super().showEvent(event)
+        if not self._centre_shared:
+            self._centre_shared = True
+            QTimer.singleShot(0, self, self._share_centre)  # once the layout has given the centre its height
+
+    def _share_centre(self) -> None:
+        total = sum(self.centre.sizes())
+        plots = min(PLOTS_PREFERRED_HEIGHT, total - self.tabs.minimumHeight())
+        self.centre.setSizes([plots, total - plots])
+
+    def _open_tabs(self, _index: int = -1) -> None:
+        """A tab clicked or shown (a plot's click shows the Step tab; a sweep point the Why tab):
+        the tabs get a height it can be used at, the plots keeping at least PLOTS_MIN_HEIGHT."""
+        sizes = self.centre.sizes()
+        total = sum(sizes)
+        tabs = min(TABS_OPEN_HEIGHT, total - PLOTS_MIN_HEIGHT)
+        if self._centre_shared and sizes[1] < tabs:
+            self.centre.setSizes([total - tabs, tabs])
 
     def _fit_to_screen(self, width: int, height: int) -> None:
         """The preferred size, but never larger than the screen's available area (a 1280x800

@@ -40,6 +40,9 @@ COLORS = {
 }
 
 
+TITLE_LINE_PX = 18  # one line of a 9pt title
+
+
 def _line(plot: pg.PlotItem, color: str, name: str) -> pg.PlotDataItem:
     """A line one pixel wide (wider pens are stroked as polygons, a fifth of a frame) that
     breaks at NaNs."""
@@ -59,9 +62,15 @@ def _new_plot(title: str, left: str, left_unit: str, bottom: str | None = None, 
     for axis in ("left", "bottom"):
         plot.getAxis(axis).enableAutoSIPrefix(False)  # "ms" must not become "kms"
         plot.getAxis(axis).setStyle(maxTickLevel=1)
+    # Every series here counts or times something: no axis below zero (before any data the latency
+    # axis ran from -0.4 to 0.4 ms).
+    plot.vb.setLimits(yMin=0)
 
-    # The legend is a row under the plot, never over the data.
-    plot.legend = pg.LegendItem(colCount=legend_columns, horSpacing=4, verSpacing=-8, labelTextSize="8pt", frame=False)
+    # The legend is one row under the plot, never over the data, and no taller than its text: with
+    # its default margins and a second row it took 39-52 pixels of a 140-pixel plot at 1280x800.
+    plot.legend = pg.LegendItem(colCount=legend_columns, horSpacing=4, labelTextSize="8pt", frame=False)
+    plot.legend.layout.setContentsMargins(0, 0, 0, 0)
+    plot.legend.layout.setVerticalSpacing(0)
     plot.layout.addItem(plot.legend, 4, 1)
     return plot
 
@@ -73,6 +82,10 @@ def set_title(plot: pg.PlotItem, text: str) -> None:
     if getattr(plot, "title_text", None) != text:
         plot.title_text = text
         plot.setTitle(text, size="9pt")
+        # pyqtgraph keeps 30 pixels for any title; a 9pt line needs 18.
+        height = TITLE_LINE_PX * (text.count("<br>") + 1)
+        plot.titleLabel.setMaximumHeight(height)
+        plot.layout.setRowFixedHeight(0, height)
 
 
 XRange = tuple[float, float] | None  # seconds since the run started; None: the whole run
@@ -182,7 +195,7 @@ class LatencyPlot:
 
     def __init__(self, mode: str = "ttft+e2e"):
         self.plot = _new_plot(
-            "Per-request latency", "latency", "ms", bottom="finish time since start", legend_columns=3
+            "Per-request latency", "latency", "ms", bottom="finish time since start", legend_columns=5
         )
         self.points = {
             key: _LatencyPoints(self.plot, COLORS[key], key.upper(), self._tip) for key in ("ttft", "e2e", "tpot")
@@ -203,6 +216,7 @@ class LatencyPlot:
         self.mode = mode
         self.whole = False
         self._intervals: tuple = (None, "")  # (what they were computed on, the title's line)
+        self._legend_shows: tuple = ()
 
     def set_mode(self, mode: str) -> None:
         self.mode = mode
@@ -237,6 +251,7 @@ class LatencyPlot:
             return
         self.snapshot, self._drawn = snapshot, drawn
         shown = ("ttft", "e2e") if self.mode == "ttft+e2e" else ("tpot",)
+        self._show_in_legend(shown)
         start, stop = _finished_within(finish, x_range)
         for key, points in self.points.items():
             if key in shown:
@@ -277,6 +292,19 @@ class LatencyPlot:
         ):  # set on a mode change only: each setLabel lays the plot out again
             self.plot.setLabel("left", "TPOT" if shown[0] == "tpot" else "latency", units=unit)
         self._fix_range_if_flat([requests[f"{key}_ms"][start:stop] for key in shown], threshold)
+
+    def _show_in_legend(self, shown: tuple[str, ...]) -> None:
+        """Only the points drawn, then the rolling lines: one row (with all three kinds of point
+        it took two, 21 pixels of a plot whose data area needs them)."""
+        if shown == self._legend_shows:
+            return
+        self._legend_shows = shown
+        legend = self.plot.legend
+        legend.clear()
+        for key in shown:
+            legend.addItem(self.points[key].item, key.upper())
+        for key, line in self.rolling.items():  # read in a row: "p50 of last 200", "p90", "p99"
+            legend.addItem(line, f"{key} of last {ROLLING_WINDOW}" if key == "p50" else key)
 
     def _intervals_line(self, values: np.ndarray, unit: str) -> str:
         """Computed once per run and mode, not on every zoom or pan of a whole run: three
@@ -334,6 +362,7 @@ class BatchCompositionPlot:
         right.enableAutoSIPrefix(False)
         right.setPen(pg.mkPen(COLORS["decode"]))
         self.plot.vb.sigResized.connect(lambda view: self.decode_view.setGeometry(view.geometry()))
+        self.decode_view.setLimits(yMin=0)
         self.decode = pg.PlotDataItem(pen=pg.mkPen(COLORS["decode"]), connect="finite")
         self.decode_view.addItem(self.decode)
         self.plot.legend.addItem(self.decode, "decode sequences (right)")

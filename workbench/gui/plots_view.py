@@ -3,15 +3,26 @@ selected step's cursor across them (a click selects the step at that time; â†/â
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
 import pyqtgraph.exporters  # noqa: F401  (pg.exporters)
-from PySide6.QtCore import QRectF, QSignalBlocker, Qt, Signal
+from PySide6.QtCore import QRectF, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtSvg import QSvgGenerator
-from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 from workbench.backends.protocol import IN_PROCESS, BackendCapabilities
 from workbench.gui.plots import (
@@ -91,6 +102,9 @@ class PlotsView(QWidget):
             self.layout_widget.addItem(
                 self.plots[name].plot, row=row, col=column, colspan=2 if name == "batch_composition" else 1
             )
+        # pyqtgraph's 9-pixel margins and 6-pixel gaps: 40 pixels of a column that needs them for data.
+        self.layout_widget.ci.setContentsMargins(2, 2, 2, 2)
+        self.layout_widget.ci.setSpacing(2)
         # One time range for all: zooming into a moment in one plot shows it in every plot. Not
         # pyqtgraph's setXLink: it aligns linked views by pixel, and the batch plot is twice as wide.
         for plot in self.plots.values():
@@ -164,7 +178,15 @@ class PlotsView(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(header)
-        layout.addWidget(self.layout_widget, 1)
+        # Where the centre is narrower than two columns of plots need (an 800-pixel screen), they
+        # scroll sideways instead of being cut at the window's edge.
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(self.layout_widget)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        layout.addWidget(self.scroll, 1)
+        self._keep_reachable()
 
     @property
     def latency(self) -> LatencyPlot:
@@ -228,6 +250,15 @@ class PlotsView(QWidget):
             if snapshot.beside_compile is not None:
                 region.setRegion(snapshot.beside_compile)
         self._update_goodput(snapshot)
+        QTimer.singleShot(0, self, self._keep_reachable)  # once the new titles have laid their plots out
+
+    def _keep_reachable(self) -> None:
+        """The plots' widget never narrower than their titles, axes and legends need: past that,
+        the scroll area scrolls (pyqtgraph would draw the right column past the edge, unseen)."""
+        needed = math.ceil(self.layout_widget.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width())
+        needed += 2 * self.layout_widget.frameWidth()
+        if needed != self.layout_widget.minimumWidth():
+            self.layout_widget.setMinimumWidth(needed)
 
     def redraw(self) -> None:
         """Draw the last data again, for a new range (the engine may be idle, or this may be a past run)."""

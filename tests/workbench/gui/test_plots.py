@@ -326,6 +326,7 @@ def test_a_click_in_any_plot_selects_the_time_under_it(qtbot):
     view.show()
     qtbot.waitExposed(view)
     view.update_from(filled_store(requests=50).snapshot())
+    qtbot.wait(50)  # laid out with the new titles
     clicked = []
     view.time_clicked.connect(clicked.append)
     for name, plot in view.plots.items():
