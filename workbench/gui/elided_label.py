@@ -54,8 +54,10 @@ class ElidedLabel(QWidget):
         return QSize(metrics.horizontalAdvance(self._text), metrics.height())
 
     def minimumSizeHint(self) -> QSize:
+        """Room for a few letters and "…"; none while it says nothing (it sits in rows that must
+        fit an 800-pixel screen)."""
         metrics = self.fontMetrics()
-        return QSize(metrics.horizontalAdvance("…") * 8, metrics.height())
+        return QSize(min(metrics.horizontalAdvance("…") * 4, self.sizeHint().width()), metrics.height())
 
     def paintEvent(self, event) -> None:
         painter = QPainter(self)

@@ -19,12 +19,14 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
 from workbench.backends.protocol import IN_PROCESS, BackendCapabilities
+from workbench.gui.elided_label import ElidedLabel
 from workbench.gui.plots import (
     PER_STEP_PLOTS,
     PLOT_NEEDS,
@@ -78,6 +80,14 @@ BESIDE_COMPILE_MEANING = (
     "compiler, 5 to 65 times as slow as compiled steps: what they show is the warm-up, not the engine. "
     "The report says how many steps and requests it touched (beside_compile)."
 )
+
+
+def header_label(text: str) -> ElidedLabel:
+    """A label of the plots' header row: its whole text where there is room, "…" where not (the
+    goodput line made the window 915 pixels wide at least under Xvfb's fonts)."""
+    label = ElidedLabel(text)
+    label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+    return label
 
 
 class PlotsView(QWidget):
@@ -152,7 +162,9 @@ class PlotsView(QWidget):
         self.baseline_name = ""
         self._ghosts: list = []
         self.not_exposed: set[str] = set()  # plots the backend has no data for
-        self.goodput = QLabel("goodput: -")  # one line; what it counts is in its tooltip
+        # One line, whole where there is room and elided where not (an 800-pixel screen), the whole
+        # text and what it counts in its tooltip.
+        self.goodput = header_label("goodput: -")
         self.goodput.setToolTip(GOODPUT_MEANING)
         header = QHBoxLayout()
         header.addWidget(self.latency_mode)
@@ -168,7 +180,7 @@ class PlotsView(QWidget):
         header.addWidget(self.follow_seconds)
         header.addStretch(1)
         # Which run the plots show when it is not the live one (an opened run folder).
-        self.source_label = QLabel("")
+        self.source_label = header_label("")
         self.source_label.setStyleSheet("color: #f39c12")
         header.addWidget(self.source_label)
         self.baseline_label = QLabel("")
