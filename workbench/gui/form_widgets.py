@@ -32,9 +32,10 @@ class _SaysWhatItRefused(_WheelOnlyWhenFocused):
     """A spin box silently drops the keys it cannot take ("1e12" became 112, "-5" became 5). This
     one keeps what was typed; if the text is no number in range when editing ends, the box goes
     back to its last value and remembers the text, and the panel refuses the next Apply or Start
-    with a message naming the field (`refused_typing`)."""
+    with a message naming the field (`refused_typing`). An emptied field is refused too (it used
+    to be refilled in silence and the run started)."""
 
-    refused_text = ""
+    refused_text: str | None = None  # the text refused since the last press; None: nothing refused
 
     def _keep_typed_text(self) -> None:
         self._take_focus_by_click()
@@ -42,7 +43,7 @@ class _SaysWhatItRefused(_WheelOnlyWhenFocused):
         self.lineEdit().textEdited.connect(self._forget_refusal)
 
     def _forget_refusal(self, _text: str) -> None:
-        self.refused_text = ""
+        self.refused_text = None
 
     def validate(self, text: str, position: int):
         state, text_out, position_out = super().validate(text, position)
@@ -105,12 +106,12 @@ def refused_typing(panel: QWidget) -> str:
         for row in range(form.rowCount()):
             item = form.itemAt(row, QFormLayout.ItemRole.FieldRole)
             box = item.widget() if item is not None else None
-            if isinstance(box, _SaysWhatItRefused) and box.refused_text and box.isVisibleTo(panel):
+            if isinstance(box, _SaysWhatItRefused) and box.refused_text is not None and box.isVisibleTo(panel):
                 label = form.labelForField(box)
                 kind = "whole number" if isinstance(box, QSpinBox) else "number"
-                text, box.refused_text = box.refused_text, ""
+                text, box.refused_text = box.refused_text, None
                 return (
-                    f"{label.text() if label else 'a field'}: {text!r} is not a {kind} from "
+                    f"{label.text() if label else 'a field'}: {repr(text) if text else 'empty'} is not a {kind} from "
                     f"{box.textFromValue(box.minimum())} to {box.textFromValue(box.maximum())}; the field went back "
                     f"to {box.text()}: check it and press again"
                 )

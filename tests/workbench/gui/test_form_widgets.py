@@ -76,3 +76,26 @@ def test_typed_text_a_field_cannot_take_is_refused_by_name_and_the_next_start_go
     type_into(qtbot, panel.rate, "3.5", panel.start_button)  # what it can take, it takes
     panel.start_button.click()
     assert len(started) == 2 and started[1].traffic.rate == 3.5
+
+
+def test_an_emptied_field_is_refused_by_name_not_refilled_in_silence(qtbot):
+    panel = TrafficPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    refused, started = [], []
+    panel.invalid.connect(refused.append)
+    panel.start_requested.connect(started.append)
+    box = panel.prompt_len.mean
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus)
+    box.selectAll()
+    qtbot.keyClick(box.lineEdit(), Qt.Key.Key_Delete)
+    panel.start_button.setFocus()
+    qtbot.waitUntil(lambda: not box.hasFocus())
+    panel.start_button.click()
+    assert not started and refused[-1] == (
+        "traffic: prompt tokens: empty is not a whole number from 1 to 1048576; the field went back to 128: "
+        "check it and press again"
+    )
+    panel.start_button.click()  # the value shown, as the message says
+    assert len(started) == 1 and started[0].traffic.prompt_len.mean == 128
