@@ -59,6 +59,7 @@ CAUSE_COLOURS = {
 }
 
 
+CLICK_REACH_PX = 4  # a click this close to a segment of the tail's bar picks it
 NOTHING_EXPLAINED = "Explain the current run, or open one (Runs tab), to see where the tail's time went."
 
 
@@ -93,6 +94,7 @@ class WhyView(QWidget):
         self.plot_widget.scene().sigMouseClicked.connect(self._clicked)
         self.slowest = QListWidget()
         self.slowest.setToolTip("The slowest requests: click one for its history.")
+        self.slowest.setWordWrap(True)  # a narrow pane wraps an entry rather than cut its cause ("decod…")
         self.slowest.itemClicked.connect(lambda item: self.show_history(item.data(Qt.ItemDataRole.UserRole)))
         self.detail = QPlainTextEdit()
         self.detail.setReadOnly(True)
@@ -102,15 +104,14 @@ class WhyView(QWidget):
         controls.addWidget(self.above)
         controls.addWidget(self.explain_button)
         controls.addStretch(1)
-        # The bars beside the requests: the tabs under the plots are wide and short.
-        requests = QSplitter(Qt.Orientation.Vertical)
-        requests.addWidget(self.slowest)
-        requests.addWidget(self.detail)
+        # Side by side, each the tab's whole height: the tabs under the plots are wide and short
+        # (stacked under the list, the history was 4 lines tall).
         body = QSplitter()
         body.addWidget(self.plot_widget)
-        body.addWidget(requests)
-        body.setStretchFactor(0, 3)
-        body.setStretchFactor(1, 2)
+        body.addWidget(self.slowest)
+        body.addWidget(self.detail)
+        for index, stretch in enumerate((3, 2, 3)):
+            body.setStretchFactor(index, stretch)
         self.plot_widget.setMinimumSize(160, 110)
         layout = QVBoxLayout(self)
         layout.addLayout(controls)
@@ -174,9 +175,17 @@ class WhyView(QWidget):
         point = self.plot.vb.mapSceneToView(event.scenePos())
         if abs(point.y() - 1.0) > 0.3:  # only the tail's bar
             return
-        cause = next((cause for start, end, cause in self._segments if start <= point.x() <= end), None)
+        cause = self.cause_at(point.x(), self.plot.vb.viewPixelSize()[0])
         if cause is not None:
             self.show_cause(cause)
+
+    def cause_at(self, x: float, pixel: float) -> str | None:
+        """The narrowest segment of the tail bar within CLICK_REACH_PX pixels (of `pixel`
+        percent each) of `x` (percent of the bar): a cause under 1% of the bar is a segment a
+        pixel or two wide, between wider ones, that a click would otherwise have to hit exactly."""
+        reach = CLICK_REACH_PX * pixel
+        within = [(end - start, cause) for start, end, cause in self._segments if start - reach <= x <= end + reach]
+        return min(within)[1] if within else None
 
     def show_cause(self, cause: str) -> str | None:
         """The history of the slowest request of the tail whose main cause is `cause` (its id), if any."""

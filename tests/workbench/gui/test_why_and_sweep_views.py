@@ -43,6 +43,8 @@ def test_an_opened_run_is_explained_and_a_click_on_the_tails_cause_shows_a_histo
     view_point = why.plot_widget.mapFromScene(scene_point)
     qtbot.mouseClick(why.plot_widget.viewport(), Qt.MouseButton.LeftButton, pos=view_point)
     history = why.detail.toPlainText()
+    # Beside the list, the history has the tab's height: it was 4 lines under the list at 1280x800.
+    assert why.detail.height() >= 8 * why.detail.fontMetrics().lineSpacing() and why.slowest.wordWrap()
     assert "waiting for a sequence slot (max_num_seqs)" in history
     assert "waited at the head of waiting: max_num_seqs (2) reached" in history
     assert window.selected_request == history.split(":", 1)[0]
@@ -69,3 +71,17 @@ def test_a_sweeps_point_opens_its_run(window, tmp_path):
     assert window.viewing_past_run and window.tabs.currentWidget() is window.why
     assert window.why.explanation.everyone.n == 20
     assert not window.sweep_view.open(str(tmp_path / "nowhere")) and "no sweep here" in window.sweep_view.caption.text()
+
+
+def test_a_cause_a_pixel_wide_can_be_clicked_and_wide_ones_still_can(qtbot):
+    """Causes under about 1% of the tail bar were 1-pixel segments nobody could click."""
+    from workbench.gui.why_view import WhyView
+
+    why = WhyView()
+    qtbot.addWidget(why)
+    why._segments = [(0.0, 60.0, "prefill"), (60.0, 60.4, "kv_blocks"), (60.4, 100.0, "decode")]
+    pixel = 0.25  # percent of the bar per pixel: a 400-pixel bar
+    assert why.cause_at(60.2, pixel) == "kv_blocks"  # on it
+    assert why.cause_at(59.5, pixel) == "kv_blocks" and why.cause_at(61.2, pixel) == "kv_blocks"  # 2-3 px off
+    assert why.cause_at(30.0, pixel) == "prefill" and why.cause_at(80.0, pixel) == "decode"
+    assert why.cause_at(101.5, pixel) is None  # past the bar's end and its reach
