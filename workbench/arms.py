@@ -36,6 +36,7 @@ class Arms:
     checks: list[str]  # one line per intended gain or tolerated regression: its status, estimate and interval
     differences: list[str]  # what else differs between the runs (compare.differences)
     repeats: int = 1  # pairs of runs behind the figures (bench --repeat)
+    preset: str = ""  # the preset's name, as its runs' reports give it
 
 
 # (metric in report.json, label with unit, decimals, relative change): a share changes in points.
@@ -92,6 +93,7 @@ def read_arms(folder: Path) -> Arms:
         [describe_term(item) for item in result["checks"]],
         result["differences"],
         len(pairs),
+        base["scenario"].get("name", ""),
     )
 
 

@@ -10,6 +10,7 @@ repeats); "Open arms…" shows a folder that command wrote before.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -69,6 +70,8 @@ class ArmsView(QWidget):
         self.status.setWordWrap(True)
         self.table = QTableWidget(0, 4)
         self.table.verticalHeader().setVisible(False)
+        self.table.setHorizontalHeaderLabels(["", "baseline", "candidate", "change"])  # not Qt's "1 2 3 4"
+        self.table.setVisible(False)  # until there are arms to show
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         header = self.table.horizontalHeader()
         for column, mode in enumerate(
@@ -106,6 +109,7 @@ class ArmsView(QWidget):
         layout.addStretch(1)
         self.process: QProcess | None = None
         self._out: Path | None = None  # where the arms being run are written
+        self._own_out = False  # that folder is a temporary one of ours: removed if the run is stopped
         self._output = ""  # what that bench process has said so far
 
     def run_arms(self, preset: str, out: Path | None = None) -> None:
@@ -114,6 +118,7 @@ class ArmsView(QWidget):
         if self.process is not None:
             self.status.setText("the arms of the last run are still running")
             return
+        self._own_out = out is None
         self._out = out or Path(tempfile.mkdtemp(prefix="workbench-arms-"))
         repeats = self.repeats.value()
         arguments = ["-m", "workbench", "bench", "--preset", preset, "--out", str(self._out), "--no-plots"]
@@ -163,6 +168,9 @@ class ArmsView(QWidget):
             + (f", {arms.repeats} repeats (figures: means over them)" if arms.repeats > 1 else "")
             + ("".join(f"\nwarning: {difference}" for difference in arms.differences))
         )
+        if arms.preset and self.preset.findText(arms.preset) >= 0:
+            self.preset.setCurrentText(arms.preset)  # Run both arms runs these arms' preset, not the list's first
+        self.table.setVisible(True)
         self.table.setHorizontalHeaderLabels(
             ["", f"baseline: {arms.baseline}", f"candidate: {arms.candidate}", "change"]
         )
@@ -185,3 +193,5 @@ class ArmsView(QWidget):
             self.process.kill()
             self.process.waitForFinished(5000)
             self.process = None
+            if self._own_out:  # a half-written temporary folder nobody will open
+                shutil.rmtree(self._out, ignore_errors=True)

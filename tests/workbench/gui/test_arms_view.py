@@ -10,10 +10,15 @@ def test_run_both_arms_shows_them_side_by_side_with_the_verdict(window, qtbot, t
     directory, _ = tiny_llama
     arms = window.arms
     out = tmp_path / "arms"
+    # Before any arms: no table with Qt's "1 2 3 4" for headers.
+    assert arms.table.isHidden() and arms.table.horizontalHeaderItem(1).text() == "baseline"
+    arms.preset.addItem("tiny-arms")  # as if it were one of the presets listed
     with qtbot.waitSignal(arms.finished, timeout=240_000) as ended:
         arms.run_arms(arms_preset(tmp_path, directory), out)
         assert not arms.run_button.isEnabled() and str(out) in arms.status.text()
     assert ended.args == [True]
+    # The chooser names the arms shown: Run both arms kept its first entry, another preset.
+    assert arms.preset.currentText() == "tiny-arms" and not arms.table.isHidden()
     table = arms.table
     header = [table.horizontalHeaderItem(column).text() for column in range(table.columnCount())]
     assert header == ["", "baseline: plain", "candidate: int8", "change"]
@@ -45,6 +50,16 @@ def test_repeated_arms_show_means_over_the_repeats_and_a_verdict_on_them(window,
     assert "2 pairs of runs" in arms.checks.text()
     word = arms.verdict.text().removeprefix("verdict: ").split(":")[0]
     assert word in ("accept", "reject", "inconclusive") and VERDICT_COLOURS[word] in arms.verdict.styleSheet()
+
+
+def test_closing_during_a_run_leaves_no_temporary_folder(window, tmp_path, tiny_llama):
+    directory, _ = tiny_llama
+    arms = window.arms
+    arms.run_arms(arms_preset(tmp_path, directory))  # into a temporary folder of its own
+    out = arms._out
+    assert out.is_dir()
+    arms.stop()  # what closing the window does
+    assert not out.exists()
 
 
 def test_a_failed_bench_says_what_it_said_last(window, qtbot, tmp_path):
