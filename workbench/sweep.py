@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -135,11 +136,34 @@ def write_sweep_csv(path: Path, keys: list[str], rows: list[dict]) -> None:
 
 @dataclass
 class Sweep:
-    """A sweep read back: its varied keys and one row per point (numbers as floats, None if empty)."""
+    """A sweep read back: its varied keys and one row per point (numbers as floats, None if empty);
+    for a rate search, the goodput target it searched for (SEARCH_JSON)."""
 
     folder: Path
     keys: list[str]
     rows: list[dict] = field(default_factory=list)
+    target_perc: float | None = None
+
+
+SEARCH_JSON = "search.json"  # a --find-max-rate sweep's own settings, beside sweep.csv
+
+
+def write_search_settings(folder: Path, target_perc: float, tolerance: float) -> None:
+    (folder / SEARCH_JSON).write_text(json.dumps({"goodput_target_perc": target_perc, "tolerance": tolerance}))
+
+
+def _read_target(folder: Path) -> float | None:
+    """The goodput target a rate search used, or None for a sweep that searched nothing."""
+    path = folder / SEARCH_JSON
+    if not path.exists():
+        return None
+    try:
+        target = json.loads(path.read_text())["goodput_target_perc"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigError(f'{path}: expected {{"goodput_target_perc": a percentage, ...}} ({error})') from None
+    if not isinstance(target, (int, float)) or not 0 < target <= 100:
+        raise ConfigError(f"{path}: goodput_target_perc: expected a percentage in (0, 100], got {target!r}")
+    return float(target)
 
 
 def read_sweep(folder: Path) -> Sweep:
@@ -165,7 +189,7 @@ def read_sweep(folder: Path) -> Sweep:
                     ) from None
             row["complete"] = raw["complete"] == "True"
             rows.append(row)
-    return Sweep(path.parent, keys, rows)
+    return Sweep(path.parent, keys, rows, _read_target(path.parent))
 
 
 @dataclass

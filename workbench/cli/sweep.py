@@ -88,6 +88,7 @@ def run(args) -> int:
         parse_vary,
         plan_points,
         sweep_row,
+        write_search_settings,
         write_sweep_csv,
     )
 
@@ -112,6 +113,8 @@ def run(args) -> int:
         check_search_settings(args.goodput_target, args.tolerance)
     make_backend, _ = backend_factory(args, base)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.find_max_rate:  # the window's Sweep view draws the target from it
+        write_search_settings(args.out, args.goodput_target, args.tolerance)
     keys = list(points[0].settings) if points else []
     varied_keys = keys + [RATE_KEY] if args.find_max_rate else keys
     rows = []

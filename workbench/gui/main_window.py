@@ -756,10 +756,13 @@ class MainWindow(QMainWindow):
         self._why_log = log
         self.why.show_explanation(explain(log, above_percentile), source)
 
-    def open_sweep_point(self, folder: str) -> None:
-        """A sweep's point was clicked: its run in the Live view, its Why tab filled."""
+    def open_sweep_point(self, folder: str, settings: str = "") -> None:
+        """A sweep's point was clicked: its run in the Live view, labelled with its settings, its
+        Why tab filled."""
         self.views.setCurrentIndex(0)
         self.open_run(folder)
+        if self.viewing_past_run and settings:
+            self.plots.show_source(f"{Path(folder).name}: {settings}")
         self.tabs.setCurrentWidget(self.why)
 
     def back_to_live(self) -> None:

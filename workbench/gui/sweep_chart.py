@@ -63,6 +63,11 @@ def _ends(rows: list[dict], name: str, values: np.ndarray, unbounded: float) -> 
     return low, high
 
 
+def _n_label(row: dict) -> str:
+    """ "n=40": the requests a goodput share is of."""
+    return f"n={row['goodput_n']:.0f}" if row.get("goodput_n") is not None else ""
+
+
 def _apart(first: tuple[float, float], second: tuple[float, float]) -> bool:
     return first[1] < second[0] or second[1] < first[0]
 
@@ -147,7 +152,8 @@ def _at_least_min_span(plot: pg.PlotItem, rows: list[dict], x: str, y: str) -> N
 
 
 def goodput_rate_plot(sweep: Sweep, target_perc: float | None = None) -> pg.PlotItem:
-    """Goodput (% of arrived requests meeting every SLO) against the arrival rate."""
+    """Goodput (% of arrived requests meeting every SLO) against the arrival rate, each point
+    labelled with its n (the requests arrived)."""
     plot = pg.PlotItem()
 
     plot.setLabel("bottom", "arrival rate", units="req/s")
@@ -157,26 +163,38 @@ def goodput_rate_plot(sweep: Sweep, target_perc: float | None = None) -> pg.Plot
     plot.addLegend(offset=(-10, -10))
     rows_by_rate = {
         name: sorted(
-            ({**row, RATE_KEY: float(row[RATE_KEY]), "label": ""} for row in rows), key=lambda row: row[RATE_KEY]
+            ({**row, RATE_KEY: float(row[RATE_KEY]), "label": _n_label(row)} for row in rows),
+            key=lambda row: row[RATE_KEY],
         )
         for name, rows in _groups(sweep, RATE_KEY).items()
     }
     dashed = sum(
-        _series(plot, rows, RATE_KEY, "goodput_perc", series_colour(index), name, False, x_estimated=False)
+        _series(plot, rows, RATE_KEY, "goodput_perc", series_colour(index), name, True, x_estimated=False)
         for index, (name, rows) in enumerate(rows_by_rate.items())
     )
     plot.setTitle("goodput vs arrival rate" + (OVERLAP_NOTE if dashed else ""), size="10pt")
     if target_perc is not None:
-        plot.addItem(pg.InfiniteLine(pos=target_perc, angle=0, pen=pg.mkPen("#E74C3C", style=pg.QtCore.Qt.DashLine)))
+        plot.addItem(
+            pg.InfiniteLine(
+                pos=target_perc,
+                angle=0,
+                pen=pg.mkPen("#E74C3C", style=pg.QtCore.Qt.DashLine),
+                label=f"target {target_perc:g}%",
+                labelOpts={"position": 0.05, "color": "#E74C3C"},
+            )
+        )
     plot.setYRange(0, 105)
     return plot
 
 
 def sweep_plots(sweep: Sweep, target_perc: float | None = None) -> dict[str, pg.PlotItem]:
-    """The charts this sweep has: throughput vs latency always, goodput vs rate when the rate varied."""
+    """The charts this sweep has: throughput vs latency always, goodput vs rate when the rate varied
+    (with the goodput target: `target_perc`, or the one the sweep's rate search wrote down)."""
     plots = {"throughput_vs_latency": throughput_latency_plot(sweep)}
     if RATE_KEY in sweep.keys:
-        plots["goodput_vs_rate"] = goodput_rate_plot(sweep, target_perc)
+        plots["goodput_vs_rate"] = goodput_rate_plot(
+            sweep, target_perc if target_perc is not None else sweep.target_perc
+        )
     return plots
 
 

@@ -15,7 +15,7 @@ from workbench.sweep import Sweep, read_sweep
 
 
 class SweepView(QWidget):
-    run_chosen = Signal(str)  # a point's run folder
+    run_chosen = Signal(str, str)  # a point's run folder, and its settings in words
 
     def __init__(self):
         super().__init__()
@@ -65,4 +65,6 @@ class SweepView(QWidget):
         self.open_point(curve.sweep_rows[points[0].index()])
 
     def open_point(self, row: dict) -> None:
-        self.run_chosen.emit(str(self.sweep.folder / row["folder"]))
+        settings = ", ".join(f"{key.rsplit('.', 1)[-1]}={row[key]}" for key in self.sweep.keys)
+        self.caption.setText(f"opened {row['folder']} ({settings or 'the preset as it is'}) in the Live view")
+        self.run_chosen.emit(str(self.sweep.folder / row["folder"]), settings)

@@ -4,6 +4,7 @@ its run."""
 
 from __future__ import annotations
 
+import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt
 
 from engine import EngineConfig
@@ -69,6 +70,9 @@ def test_a_sweeps_point_opens_its_run(window, tmp_path):
     assert sum(len(curve.sweep_rows) for curve in curves) == 2
     window.sweep_view.open_point(curves[0].sweep_rows[1])
     assert window.viewing_past_run and window.tabs.currentWidget() is window.why
+    # Which settings the opened point had: it never said.
+    assert window.plots.source_label.text() == "showing point-02: max_num_seqs=8 (Back to live returns)"
+    assert "opened point-02 (max_num_seqs=8)" in window.sweep_view.caption.text()
     assert window.why.explanation.everyone.n == 20
     assert not window.sweep_view.open(str(tmp_path / "nowhere")) and "no sweep here" in window.sweep_view.caption.text()
 
@@ -85,3 +89,17 @@ def test_a_cause_a_pixel_wide_can_be_clicked_and_wide_ones_still_can(qtbot):
     assert why.cause_at(59.5, pixel) == "kv_blocks" and why.cause_at(61.2, pixel) == "kv_blocks"  # 2-3 px off
     assert why.cause_at(30.0, pixel) == "prefill" and why.cause_at(80.0, pixel) == "decode"
     assert why.cause_at(101.5, pixel) is None  # past the bar's end and its reach
+
+
+def test_a_rate_searchs_target_and_each_goodputs_n_are_in_the_window(window, tmp_path):
+    """The goodput points had no n, and a --find-max-rate sweep's target line was missing."""
+    code = main(
+        ["sweep", "--preset", "chat-steady", "--set", f"engine.model={SIMULATED}", "--set", "traffic.num_requests=20"]
+        + ["--find-max-rate", "--goodput-target", "80", "--tolerance", "0.5", "--no-plots", "--out", str(tmp_path)]
+    )
+    assert code == 0 and window.sweep_view.open(str(tmp_path))
+    chart = window.sweep_view.plots["goodput_vs_rate"]
+    targets = [item for item in chart.items if isinstance(item, pg.InfiniteLine)]
+    assert [line.value() for line in targets] == [80.0] and targets[0].label.format == "target 80%"
+    labels = [item.textItem.toPlainText() for item in chart.items if isinstance(item, pg.TextItem)]
+    assert labels and all(label == "n=20" for label in labels)
