@@ -90,6 +90,8 @@ class ScenarioRunner:
         )
         self._paused_since = None
         self.result.start_time = self.backend.clock()
+        # Each run numbers its requests from 0 ("conv-0", not "conv-977" in the window's second run).
+        self._sent_in_run = 0
 
     @property
     def total_requests(self) -> int | None:
@@ -268,6 +270,15 @@ class ScenarioRunner:
     def _past_deadline(self, elapsed: float) -> bool:
         return bool(self.scenario and self.scenario.max_duration_s) and elapsed >= self.scenario.max_duration_s
 
+    def _new_request_id(self, tag: str) -> str:
+        """TAG-N, N counting this run's requests; never the id of a request the backend may still
+        hold (one left behind by an earlier run, whose late outputs are dropped by id)."""
+        while True:
+            request_id = f"{tag}-{self._sent_in_run}"
+            self._sent_in_run += 1
+            if request_id not in self._left_behind and request_id not in self._in_flight:
+                return request_id
+
     def _send(self, request: PlannedRequest, arrival_time: float) -> str:
         traffic = self.scenario.traffic if self.scenario else None
         params = SamplingParams(
@@ -275,9 +286,9 @@ class ScenarioRunner:
             temperature=traffic.temperature if traffic is not None else 0.0,
             ignore_eos=traffic.ignore_eos if traffic is not None else True,
         )
-        request_id = f"{request.tag}-{len(self.tags)}"
+        request_id = self._new_request_id(request.tag)
         self.tags[request_id] = request.tag
-        self.sent_index[request_id] = len(self.sent_index)
+        self.sent_index[request_id] = self._sent_in_run - 1
         self._in_flight[request_id] = None
         prompt = list(request.prompt_token_ids)
         self.backend.submit(prompt, params, arrival_time=arrival_time, request_id=request_id, messages=request.messages)
