@@ -10,7 +10,8 @@
 2. Engine throughput with the window attached vs headless, on the same workload, both timed
    from the moment the traffic starts until every request has ended, in counterbalanced pairs,
    the ratio with its 95% interval (goal: >= 90%). What the window costs the engine bounds what
-   running the engine in a process of its own could give back. The window runs its own event loop meanwhile, as the app does.
+   running the engine in a process of its own could give back. The window runs its own event
+   loop meanwhile, as the app does.
 """
 
 from __future__ import annotations
