@@ -126,16 +126,17 @@ def test_every_restart_of_traffic_on_a_simulated_clock_sends_all_of_it():
         prompt_len=LengthDistribution(mean=16),
         output_len=LengthDistribution(mean=4),
     )
-    runner = ScenarioRunner(LocalBackend(engine), None)
+    sent = []
+    runner = ScenarioRunner(LocalBackend(engine), None, on_send=lambda request_id, _prompt: sent.append(request_id))
     for start in range(8):
         engine.sleep(0.3 + start * 0.0137)  # idle time between presses of Start
         runner.load_traffic(Scenario(name="again", traffic=traffic, seed=start))
-        sent_before = len(runner.tags)
+        sent.clear()
         for _ in range(20_000):
             if not (runner.traffic_pending or engine.has_unfinished()):
                 break
             runner.tick()
-        assert len(runner.tags) - sent_before == 10, f"start {start + 1}"
+        assert sent == [f"chat-{number}" for number in range(10)], f"start {start + 1}"  # each run from chat-0
         assert not engine.has_unfinished()
 
 
