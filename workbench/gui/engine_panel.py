@@ -49,6 +49,9 @@ class EnginePanel(QGroupBox):
             ]
         )
         self.model.setToolTip(knob_help("model"))
+        # The list opens as wide as its longest entry, whatever the narrow field: cut to the field's
+        # width, "simulated:llama-2-7b@…" and "simulated:llama-3-8b@…" read the same.
+        self.model.view().setMinimumWidth(self.model.view().sizeHintForColumn(0) + 2 * self.model.view().frameWidth())
         # One narrow button with a menu keeps the controls column narrow.
         self.browse = QToolButton()
         self.browse.setText("…")

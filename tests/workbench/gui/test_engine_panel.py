@@ -62,3 +62,18 @@ def test_each_setting_the_panel_shows_is_explained_by_its_fields_help(qtbot):
     shown = {knob.name for knob in fields(EngineConfig) if knob_help(knob.name) in tooltips}
     not_in_the_panel = {"max_model_len", "num_kv_blocks", "simulation_speed", "seed", "step_trace"}
     assert shown == {knob.name for knob in fields(EngineConfig)} - not_in_the_panel
+
+
+def test_the_model_list_shows_every_entry_whole_and_distinct(qtbot):
+    """The narrow field cut two simulated entries to the same text in its list."""
+    panel = EnginePanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    view = panel.model.view()
+    entries = [panel.model.itemText(row) for row in range(panel.model.count())]
+    assert view.minimumWidth() >= max(view.fontMetrics().horizontalAdvance(entry) for entry in entries)
+    panel.model.showPopup()
+    qtbot.waitUntil(view.isVisible)
+    shown = [view.fontMetrics().elidedText(entry, view.textElideMode(), view.viewport().width()) for entry in entries]
+    assert shown == entries  # whole, so distinct
+    panel.model.hidePopup()
