@@ -76,8 +76,12 @@ class SweepPoint:
         return [f"{key}={value}" for key, value in self.settings.items()]
 
     def label(self) -> str:
-        """e.g. "max_num_seqs=16, rate=4": each key without its table."""
-        return ", ".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in self.settings.items())
+        return describe_settings(self.settings)
+
+
+def describe_settings(settings: dict) -> str:
+    """e.g. "max_num_seqs=16, rate=4": each key without its table."""
+    return ", ".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in settings.items())
 
 
 def plan_points(varies: list[Vary], rates: list[float]) -> list[SweepPoint]:

@@ -3,9 +3,10 @@
 A quantized layer on the CPU multiplies with torch's packed int4 or int8 kernel, or, in steps of
 BATCHED_ROWS rows or more, with a bf16 copy of its weights (QuantizedLinear). The copy pays where
 the CPU multiplies bf16 natively (AVX-512 BF16, AMX): on the development EPYC a 64-row bf16
-product ran 2.7x the packed int4 kernel's speed. Where it does not, oneDNN emulates bf16 and the
+product ran 2.0x the packed int4 kernel's speed. Where it does not, oneDNN emulates bf16 and the
 copy costs both memory and time: with oneDNN and ATen held to AVX2 on the same machine
-(ONEDNN_MAX_CPU_ISA=AVX2, ATEN_CPU_CAPABILITY=avx2) the same product ran 0.4x. The flags a CPU
+(ONEDNN_MAX_CPU_ISA=AVX2, ATEN_CPU_CAPABILITY=avx2) the same product ran 0.3x
+(docs/measurements.md, "Kernels for the CPU in hand"). The flags a CPU
 reports do not settle it (oneDNN's ISA limit, a hypervisor's masking, AMX that needs the kernel's
 permission), so "auto" times the two paths on one layer of the model's own shape and keeps the
 copy only where it is clearly faster.
@@ -48,7 +49,7 @@ class CopyTiming:
         return self.speedup >= COPY_PAYS_FROM
 
     def describe(self) -> str:
-        """E.g. "a 64-row bf16 product ran 2.7x the int4 kernel's speed on this CPU"."""
+        """E.g. "a 64-row bf16 product ran 2.0x the int4 kernel's speed on this CPU"."""
         return f"a {self.rows}-row bf16 product ran {self.speedup:.1f}x the {self.method} kernel's speed on this CPU"
 
 

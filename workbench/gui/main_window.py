@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
+from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
@@ -36,7 +36,7 @@ from engine.simulation import is_simulated, parse
 from engine.simulation.catalogue import hardware_profile
 from workbench.backends.loader import EngineInfo, ServerInfo
 from workbench.compare import compare, format_comparison, load_report
-from workbench.explain import explain, request_history
+from workbench.explain import Explanation, explain, request_history
 from workbench.gui.arms_view import ArmsView
 from workbench.gui.block_map import BlockMapView
 from workbench.gui.elided_label import ElidedLabel
@@ -251,9 +251,7 @@ class MainWindow(QMainWindow):
         # Errors cut at the window's edge changed their meaning ("went back to 2" for 256): elided,
         # whole in the tooltip, like the status line.
         self.error_label = ElidedLabel("", hide_when_empty=True)
-        error_colour = self.error_label.palette()
-        error_colour.setColor(QPalette.ColorRole.WindowText, QColor("#e74c3c"))
-        self.error_label.setPalette(error_colour)
+        self.error_label.setStyleSheet("color: #e74c3c")
         self.traffic_label = QLabel("traffic: idle")
         self.cancel_button = QPushButton("Cancel load")
         self.cancel_button.setToolTip("Stop the load at its next stage; the engine loaded before keeps serving.")
@@ -730,8 +728,7 @@ class MainWindow(QMainWindow):
         self.plots.update_from(snapshot, whole=not incomplete)
         self.plots.show_source(Path(folder).name)
         self._past = past
-        self._why_log = log
-        self.why.show_explanation(explanation, Path(folder).name)
+        self._show_explanation(log, explanation, Path(folder).name)
         if self._past.store is None:
             self.step_panel.show_not_exposed(self._past.note)
         note = "\n".join(filter(None, [log.skipped_summary(Path(folder) / RUN_LOG_NAME), self._past.note]))
@@ -750,11 +747,11 @@ class MainWindow(QMainWindow):
         except EngineError as error:
             self.on_failed(f"explain: {error}")
             return
-        self._explain(log, "the current run", above_percentile)
+        self._show_explanation(log, explain(log, above_percentile), "the current run")
 
-    def _explain(self, log: RunLog, source: str, above_percentile: float) -> None:
+    def _show_explanation(self, log: RunLog, explanation: Explanation, source: str) -> None:
         self._why_log = log
-        self.why.show_explanation(explain(log, above_percentile), source)
+        self.why.show_explanation(explanation, source)
 
     def open_sweep_point(self, folder: str, settings: str = "") -> None:
         """A sweep's point was clicked: its run in the Live view, labelled with its settings, its

@@ -24,7 +24,7 @@ import pyqtgraph as pg
 
 from workbench.gui.report_images import drawing_offscreen, export_png
 from workbench.gui.theme import series_colour
-from workbench.sweep import RATE_KEY, Sweep
+from workbench.sweep import RATE_KEY, Sweep, describe_settings
 
 MIN_SPAN = 0.2  # an axis's shortest span, as a fraction of its largest value
 LATENCIES = {
@@ -39,7 +39,7 @@ def _groups(sweep: Sweep, along: str) -> dict[str, list[dict]]:
     others = [key for key in sweep.keys if key != along]
     groups: dict[str, list[dict]] = {}
     for row in sweep.rows:
-        name = ", ".join(f"{key.rsplit('.', 1)[-1]}={row[key]}" for key in others)
+        name = describe_settings({key: row[key] for key in others})
         groups.setdefault(name, []).append(row)
     return groups
 

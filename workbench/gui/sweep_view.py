@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVB
 
 from engine.errors import EngineError
 from workbench.gui.sweep_chart import sweep_plots
-from workbench.sweep import Sweep, read_sweep
+from workbench.sweep import Sweep, describe_settings, read_sweep
 
 
 class SweepView(QWidget):
@@ -65,6 +65,6 @@ class SweepView(QWidget):
         self.open_point(curve.sweep_rows[points[0].index()])
 
     def open_point(self, row: dict) -> None:
-        settings = ", ".join(f"{key.rsplit('.', 1)[-1]}={row[key]}" for key in self.sweep.keys)
+        settings = describe_settings({key: row[key] for key in self.sweep.keys})
         self.caption.setText(f"opened {row['folder']} ({settings or 'the preset as it is'}) in the Live view")
         self.run_chosen.emit(str(self.sweep.folder / row["folder"]), settings)
