@@ -19,6 +19,9 @@ MAX_SCATTER_POINTS = 3000  # per latency series: the newest all, older ones at a
 RECENT_POINTS = 500  # newest requests drawn one by one between two redraws of the scatter
 
 
+LATENCY_UNITS = {"ttft": "ms", "e2e": "ms", "tpot": "ms/token"}
+AXIS_TITLES = {"ttft": "TTFT", "e2e": "e2e", "tpot": "TPOT"}
+
 COLORS = {
     "used": "#4C9BE8",
     "cached": "#9B59B6",
@@ -185,15 +188,17 @@ class _LatencyPoints:
 
 
 class LatencyPlot:
-    """One point per ended request at its finish time (TTFT and e2e, or TPOT), rolling p50/p90/p99
-    over the last ROLLING_WINDOW requests, and the SLO threshold. Hovering a point shows its
-    request; each point carries its index into the snapshot's requests (`request_at`). Once the
+    """One point per ended request at its finish time (its TTFT, e2e or TPOT: one at a time, each on
+    an axis of its own, since e2e's seconds flattened TTFT onto the zero line of a shared one),
+    rolling p50/p90/p99 over the last ROLLING_WINDOW requests, and the SLO threshold. Hovering a
+    point shows its request with all its latencies; each point carries its index into the
+    snapshot's requests (`request_at`). Once the
     run is whole (`whole`: every request sent has ended, no traffic left) the title's percentiles
     get their 95% intervals on a second line; while requests still end they would move."""
 
-    MODES = ("ttft+e2e", "tpot")
+    MODES = ("ttft", "e2e", "tpot")
 
-    def __init__(self, mode: str = "ttft+e2e"):
+    def __init__(self, mode: str = "ttft"):
         self.plot = _new_plot(
             "Per-request latency", "latency", "ms", bottom="finish time since start", legend_columns=5
         )
@@ -216,7 +221,7 @@ class LatencyPlot:
         self.mode = mode
         self.whole = False
         self._intervals: tuple = (None, "")  # (what they were computed on, the title's line)
-        self._legend_shows: tuple = ()
+        self._legend_shows = ""  # the mode the legend was made for
 
     def set_mode(self, mode: str) -> None:
         self.mode = mode
@@ -250,61 +255,55 @@ class LatencyPlot:
             self.snapshot = snapshot
             return
         self.snapshot, self._drawn = snapshot, drawn
-        shown = ("ttft", "e2e") if self.mode == "ttft+e2e" else ("tpot",)
-        self._show_in_legend(shown)
+        key, unit = self.mode, LATENCY_UNITS[self.mode]
+        self._show_in_legend(key)
         start, stop = _finished_within(finish, x_range)
-        for key, points in self.points.items():
-            if key in shown:
+        for other, points in self.points.items():
+            if other == key:
                 points.update(finish, requests[f"{key}_ms"], start, stop)
             else:
                 points.clear()
-        # Percentiles follow the first shown metric (TTFT, or TPOT): rolling ones over the range
-        # drawn, the title's over the whole run.
-        primary = requests[f"{shown[0]}_ms"]
-        in_range = primary[start:stop]
+        # Rolling percentiles over the range drawn, the title's over the whole run.
+        in_range = requests[f"{key}_ms"][start:stop]
         valid = ~np.isnan(in_range)
         x, values = finish[start:stop][valid], in_range[valid]
         points = x[rolling_index(values.size)]
         for item, column in zip(self.rolling.values(), rolling_percentiles(values)):
             item.setData(points, column)
-        every = snapshot.finished_latencies(shown[0])  # the report's: finished requests only
-        n = every.size
-        unit = "ms/token" if shown[0] == "tpot" else "ms"
-        drawn_points = sum(len(self.points[key].item.data) for key in shown)
-        thinned = "" if drawn_points >= len(shown) * finish.size else f", {drawn_points:,} points drawn"
-        if n:
+        every = snapshot.finished_latencies(key)  # the report's: finished requests only
+        drawn_points = len(self.points[key].item.data)
+        thinned = "" if drawn_points >= finish.size else f", {drawn_points:,} points drawn"
+        if every.size:
             summary = np.percentile(every, [50, 90, 99])
             title = (
-                f"{shown[0].upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} "
-                f"(n={n}{thinned})"
+                f"{key.upper()} p50 {summary[0]:.0f} / p90 {summary[1]:.0f} / p99 {summary[2]:.0f} {unit} "
+                f"(n={every.size}{thinned})"
             )
             set_title(self.plot, title + (f"<br>{self._intervals_line(every, unit)}" if self.whole else ""))
             self.plot.titleLabel.setToolTip(INTERVALS_METHOD if self.whole else "")
         else:
-            set_title(self.plot, f"{shown[0].upper()}: no request finished yet (n=0)")
-        threshold = snapshot.slo.tpot_ms if shown[0] == "tpot" else snapshot.slo.ttft_ms
+            set_title(self.plot, f"{key.upper()}: no request finished yet (n=0)")
+        threshold = getattr(snapshot.slo, f"{key}_ms")
         self.slo_line.setVisible(threshold is not None)
         if threshold is not None:
             self.slo_line.setValue(threshold)
-            self.slo_line.label.setFormat(f"SLO {shown[0].upper()} {threshold:g} {unit}")
-        if (
-            self.plot.getAxis("left").labelUnits != unit
-        ):  # set on a mode change only: each setLabel lays the plot out again
-            self.plot.setLabel("left", "TPOT" if shown[0] == "tpot" else "latency", units=unit)
-        self._fix_range_if_flat([requests[f"{key}_ms"][start:stop] for key in shown], threshold)
+            self.slo_line.label.setFormat(f"SLO {key.upper()} {threshold:g} {unit}")
+        axis = self.plot.getAxis("left")
+        if (axis.labelText, axis.labelUnits) != (AXIS_TITLES[key], unit):
+            # set on a mode change only: each setLabel lays the plot out again
+            self.plot.setLabel("left", AXIS_TITLES[key], units=unit)
+        self._fix_range_if_flat(in_range, threshold)
 
-    def _show_in_legend(self, shown: tuple[str, ...]) -> None:
-        """Only the points drawn, then the rolling lines: one row (with all three kinds of point
-        it took two, 21 pixels of a plot whose data area needs them)."""
-        if shown == self._legend_shows:
+    def _show_in_legend(self, key: str) -> None:
+        """The points drawn, then the rolling lines, on one row."""
+        if key == self._legend_shows:
             return
-        self._legend_shows = shown
+        self._legend_shows = key
         legend = self.plot.legend
         legend.clear()
-        for key in shown:
-            legend.addItem(self.points[key].item, key.upper())
-        for key, line in self.rolling.items():  # read in a row: "p50 of last 200", "p90", "p99"
-            legend.addItem(line, f"{key} of last {ROLLING_WINDOW}" if key == "p50" else key)
+        legend.addItem(self.points[key].item, key.upper())
+        for percentile, line in self.rolling.items():  # read in a row: "p50 of last 200", "p90", "p99"
+            legend.addItem(line, f"{percentile} of last {ROLLING_WINDOW}" if percentile == "p50" else percentile)
 
     def _intervals_line(self, values: np.ndarray, unit: str) -> str:
         """Computed once per run and mode, not on every zoom or pan of a whole run: three
@@ -314,11 +313,11 @@ class LatencyPlot:
             self._intervals = (key, percentile_intervals_line(values, unit))
         return self._intervals[1]
 
-    def _fix_range_if_flat(self, columns: list[np.ndarray], threshold: float | None) -> None:
+    def _fix_range_if_flat(self, column: np.ndarray, threshold: float | None) -> None:
         """With no points, or points all (nearly) equal, auto-range zooms into a sliver around them
         and prints overlapping ticks (1499.8 / 1500.0 / 1500.4); such a plot gets 0 to a little
         above its highest value or SLO instead. Otherwise the plot ranges itself."""
-        values = np.concatenate([column[~np.isnan(column)] for column in columns])
+        values = column[~np.isnan(column)]
         highest = max(values.max() if values.size else 0.0, threshold or 0.0)
         if values.size and values.max() - values.min() > 0.05 * highest:
             self.plot.enableAutoRange(axis="y")

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from workbench.backends.protocol import IN_PROCESS, BackendCapabilities
 from workbench.gui.elided_label import ElidedLabel
 from workbench.gui.plots import (
+    LATENCY_UNITS,
     PER_STEP_PLOTS,
     PLOT_NEEDS,
     LatencyPlot,
@@ -151,9 +152,10 @@ class PlotsView(QWidget):
         step_keys(self, self.step_moved.emit)
         self._axis_end: float | None = None
         self.latency_mode = QComboBox()
-        self.latency_mode.addItems(["TTFT and e2e", "TPOT"])
+        self.latency_mode.addItems(["TTFT", "e2e", "TPOT"])
         self.latency_mode.setToolTip(
-            "What the per-request latency plot shows; rolling percentiles follow TTFT or TPOT."
+            "What the per-request latency plot shows, on an axis of its own: time to first token, "
+            "arrival to last token (e2e), or time per output token. Hovering a point shows all three."
         )
         self.latency_mode.currentIndexChanged.connect(self._mode_changed)
         self.snapshot: MetricsSnapshot | None = None  # the last data drawn
@@ -348,8 +350,10 @@ class PlotsView(QWidget):
             if name_of_plot not in self.not_exposed:
                 plot.update(baseline)
                 self._ghosts += draw_ghost(self.plots[name_of_plot].plot, plot.plot)
-        key = "tpot" if self.latency.mode == "tpot" else "ttft"
-        self.baseline_label.setText(f"baseline (faded): {name}, {key.upper()} {percentile_summary(baseline, key)} ms")
+        key = self.latency.mode
+        self.baseline_label.setText(
+            f"baseline (faded): {name}, {key.upper()} {percentile_summary(baseline, key)} {LATENCY_UNITS[key]}"
+        )
 
     def _update_goodput(self, snapshot: MetricsSnapshot) -> None:
         meeting, n = snapshot.goodput

@@ -59,9 +59,11 @@ def test_the_memory_tab_quotes_the_measured_quality_cost_of_a_quantized_configur
     load(window, qtbot, config)
     assert "quality cost not measured on this machine: run workbench quality --quant int8" in window.memory.text.text()
     parts = window.info.summary["weight_parts"]  # the weights line is the int8 engine's own arithmetic
-    assert f"int8 (weights and scales) {parts['int8 (weights and scales)'] / 1e6:,.1f} MB" in window.memory.text.text()
-    assert f"float32 unquantized {parts['float32 unquantized'] / 1e6:,.1f} MB" in window.memory.text.text()
-    assert f"= {window.info.summary['weight_bytes'] / 1e6:,.1f} MB" in window.memory.text.text()
+    text = window.memory.text.text()
+    assert f"int8 (weights and scales) {parts['int8 (weights and scales)'] / 2**20:,.1f} MiB" in text
+    assert f"float32 unquantized {parts['float32 unquantized'] / 2**20:,.1f} MiB" in text
+    assert f"= {window.info.summary['weight_bytes'] / 2**20:,.1f} MiB" in text
+    assert " MB" not in text  # issue 48 #14: the size column in MiB, its arithmetic in MB
     record(
         tiny_config.model,
         {
@@ -660,7 +662,7 @@ def test_plots_redraw_without_new_data(window, qtbot, tiny_config):
     window.refresh_plots()
     latency = window.plots.plots["latency"]
     assert latency.points["tpot"].getData()[0] is None or latency.points["tpot"].getData()[0].size == 0
-    window.plots.latency_mode.setCurrentIndex(1)  # TPOT, while the engine is idle
+    window.plots.latency_mode.setCurrentIndex(2)  # TPOT, while the engine is idle
     assert latency.points["tpot"].getData()[0].size == 3 and "TPOT p50" in latency.plot.titleLabel.text
     bigger = dataclasses.replace(tiny_config, num_kv_blocks=256)
     load(window, qtbot, bigger)
@@ -987,7 +989,7 @@ ttft_ms = 1000
     latency = window.plots.latency.plot
     ghosts = [item for item in latency.vb.addedItems if item.zValue() == -10]
     ghost_points = [item for item in ghosts if item.opts["symbol"] and len(item.getData()[0]) == 5]
-    assert len(ghost_points) == 2  # TTFT and e2e of the 5 baseline requests
+    assert len(ghost_points) == 1  # the TTFT of the 5 baseline requests
     assert all(item not in [entry[0] for entry in latency.legend.items] for item in ghosts)
     assert (
         window.plots.baseline_label.text().startswith("baseline (faded): run, TTFT p50")
@@ -1017,7 +1019,7 @@ def test_each_plot_exports_to_png_svg_and_csv(window, qtbot, tiny_config, tmp_pa
     assert not QImage(str(tmp_path / "latency.png")).isNull()
     assert "<svg" in (tmp_path / "queue_depth.svg").read_text()
     header, *rows = (tmp_path / "latency.csv").read_text().splitlines()
-    # One row per request; TPOT's columns are empty while TTFT and e2e are shown.
+    # One row per request; e2e's and TPOT's columns are empty while TTFT is shown.
     assert header.startswith("TTFT_x,TTFT_y,E2E_x,E2E_y,TPOT_x,TPOT_y,p50 of last 100_x") and len(rows) == 4
     ttft_x = sorted(float(row.split(",")[0]) for row in rows)
     assert ttft_x == pytest.approx(sorted(window.plots.latency.points["ttft"].getData()[0].tolist()))

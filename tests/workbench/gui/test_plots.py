@@ -10,7 +10,7 @@ import pyqtgraph as pg
 
 from engine.metrics import RequestMetrics, StepStats
 from tests.workbench.gui.window_helpers import filled_store
-from workbench.gui.plots import all_plots
+from workbench.gui.plots import LatencyPlot, all_plots
 from workbench.intervals import percentile_interval
 from workbench.metrics_store import MetricsStore
 from workbench.scenario import SLO
@@ -310,6 +310,35 @@ def test_an_empty_or_flat_latency_plot_runs_from_zero_to_above_its_highest_value
     latency.set_mode("tpot")
     latency.update(filled_store().snapshot())
     assert latency.plot.getAxis("left").labelText == "TPOT" and latency.plot.getAxis("left").labelUnits == "ms/token"
+
+
+def test_ttft_and_e2e_each_get_an_axis_of_their_own(qtbot):
+    """Issue 48 #5: with TTFT and e2e on one linear axis, e2e's seconds put every TTFT point and
+    its rolling percentiles on the zero line. Each is now drawn alone, ranged to its own values."""
+    store = MetricsStore(0.0, slo=SLO(ttft_ms=200.0, e2e_ms=9000.0))
+    for index in range(40):  # TTFT 50-89 ms, e2e 8-8.4 s: a hundredth of e2e's range
+        ttft = 0.05 + index / 1000
+        store.add_request(
+            RequestMetrics(
+                index, 8, index, index + ttft, index + 8 + index / 100, [index + ttft], finish_reason="stop"
+            ),
+            "chat",
+        )
+    _view, plots = plots_in_a_view(qtbot)
+    latency = plots["latency"]
+    ranges = {}
+    for mode in LatencyPlot.MODES[:2]:
+        latency.set_mode(mode)
+        latency.update(store.snapshot())
+        latency.plot.vb.updateAutoRange()
+        drawn = {key: points.getData()[1].size for key, points in latency.points.items()}
+        assert drawn == {key: 40 if key == mode else 0 for key in drawn}
+        assert latency.plot.getAxis("left").labelText == {"ttft": "TTFT", "e2e": "e2e"}[mode]
+        assert latency.slo_line.label.format.startswith(f"SLO {mode.upper()}")
+        ranges[mode] = latency.plot.viewRange()[1]
+    low, high = ranges["ttft"]
+    assert high < 300  # TTFT's points and its SLO fill the axis, not 1% of it
+    assert ranges["e2e"][1] > 8400
 
 
 def test_a_click_in_any_plot_selects_the_time_under_it(qtbot):
