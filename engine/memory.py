@@ -32,6 +32,11 @@ def process_resident_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _mib(count: float) -> str:
+    """The window's unit: its size column, KV capacity and engine settings are all in MiB."""
+    return f"{count / 2**20:,.1f} MiB"
+
+
 def memory_lines(
     config: ModelConfig,
     *,
@@ -52,14 +57,11 @@ def memory_lines(
     activations = activation_bytes_estimate(config, step_tokens, bytes_per_element, max_seqs)
     if weight_parts and len(weight_parts) > 1:
         largest_first = sorted(weight_parts.items(), key=lambda part: -part[1])
-        weights_text = (
-            " + ".join(f"{part} {size / 1e6:,.1f} MB" for part, size in largest_first)
-            + f" = {weight_bytes / 1e6:,.1f} MB"
-        )
+        weights_text = " + ".join(f"{part} {_mib(size)}" for part, size in largest_first) + f" = {_mib(weight_bytes)}"
     else:
         weights_text = (
-            f"{params / 1e6:,.1f} M params × {bytes_per_element} B = {params * bytes_per_element / 1e6:,.1f} MB "
-            f"(tensors hold {weight_bytes / 1e6:,.1f} MB)"
+            f"{params / 1e6:,.1f} M params × {bytes_per_element} B = {_mib(params * bytes_per_element)} "
+            f"(tensors hold {_mib(weight_bytes)})"
         )
     layout = KvLayout.of(config)
     layer_token_bytes = kv_bytes_per_token // config.num_layers
@@ -68,7 +70,7 @@ def memory_lines(
     kv_text = (
         f"({kv_blocks:,}{scratch}) blocks × {block_size} tokens × {layout.tensors_per_block} layers × "
         f"{layer_token_bytes:,} B (2 × {config.num_kv_heads} kv heads × {config.head_dim} dims × "
-        f"{kv_bytes_per_token // config.kv_bytes_per_token(1)} B) = {kv_cache_bytes / 1e6:,.1f} MB"
+        f"{kv_bytes_per_token // config.kv_bytes_per_token(1)} B) = {_mib(kv_cache_bytes)}"
     )
     if len(layout.groups) > 1:
         windows = sum(group.window is not None for group in layout.groups)
@@ -85,7 +87,7 @@ def memory_lines(
             f"{step_tokens:,} tokens/step × "
             f"{4 * config.hidden_size + 2 * config.num_kv_heads * config.head_dim + 3 * config.intermediate_size:,} "
             f"values × {bytes_per_element} B + {max_seqs} × {config.vocab_size:,} logits × 4 B ≈ "
-            f"{activations / 1e6:,.1f} MB",
+            f"{_mib(activations)}",
             measured=False,
         ),
     ]
@@ -95,7 +97,7 @@ def memory_lines(
             MemoryLine(
                 "other",
                 other,
-                f"process resident {resident_bytes / 1e6:,.1f} MB − the lines above = {other / 1e6:,.1f} MB "
+                f"process resident {_mib(resident_bytes)} − the lines above = {_mib(other)} "
                 "(runtime, libraries, tokenizer, buffers)",
                 measured=True,
             )

@@ -27,6 +27,7 @@ def test_run_both_arms_shows_them_side_by_side_with_the_verdict(window, qtbot, t
         for row in range(table.rowCount())
     }
     assert rows["TPOT p50 (ms/token)"][0].endswith("(n=6)") and rows["KV capacity (tokens)"][2] == "+100.0%"
+    assert "% [95% " in rows["TPOT p50 (ms/token)"][2]  # issue 48 #2: the change with its interval
     assert arms.kv_why.text().startswith("KV capacity: ") and "bfloat16 (engine.kv_cache_dtype)" in arms.kv_why.text()
     assert (
         arms.verdict.text().startswith("verdict: inconclusive: undecided: goodput_perc:+10 (one pair of runs")
@@ -46,6 +47,7 @@ def test_repeated_arms_show_means_over_the_repeats_and_a_verdict_on_them(window,
     assert sorted(path.name for path in (tmp_path / "arms").iterdir() if path.is_dir()) == ["repeat-1", "repeat-2"]
     tpot = next(row for row in range(arms.table.rowCount()) if arms.table.item(row, 0).text().startswith("TPOT p50"))
     assert arms.table.item(tpot, 1).text().endswith("(n=12, mean of 2 runs)")
+    assert "% [95% " in arms.table.item(tpot, 3).text()  # the change with the decision record's interval
     assert "2 repeats (figures: means over them)" in arms.status.text()
     assert "2 pairs of runs" in arms.checks.text()
     word = arms.verdict.text().removeprefix("verdict: ").split(":")[0]
