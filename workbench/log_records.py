@@ -44,6 +44,8 @@ _TRACE = {
     "tokens_omitted": int,
 }
 _REQUEST_KEYS = {"request_id": str, "tag": str}
+# A request's plan (PlannedRequest.record; logs before it have none), and its optional session.
+_PLANNED = {"prompt_tokens": int, "max_tokens": int, "source": str, "clipped": bool}
 
 
 def record_problem(kind: str, record: dict) -> str | None:
@@ -65,7 +67,12 @@ def record_problem(kind: str, record: dict) -> str | None:
             problem = f"kv_blocks_total: expected at least 1, got {record['kv_blocks_total']}"
         return problem
     if kind == "request":
-        return _keys_problem(record, _REQUEST_KEYS) or _fields_problem(record, RequestMetrics)
+        return (
+            _keys_problem(record, _REQUEST_KEYS)
+            or _fields_problem(record, RequestMetrics)
+            or ("planned" in record and _planned_problem(record["planned"]))
+            or None
+        )
     if kind == "trace":
         problem = _keys_problem(record, _TRACE)
         if problem is None:
@@ -75,6 +82,15 @@ def record_problem(kind: str, record: dict) -> str | None:
                 problem = f"a trace entry of the wrong shape ({error})"
         return problem
     return f"unknown line type {kind!r}"
+
+
+def _planned_problem(planned) -> str | None:
+    if not isinstance(planned, dict):
+        return "planned: expected an object"
+    problem = _keys_problem(planned, _PLANNED)
+    if problem is None and not _matches(planned.get("session"), int | None):
+        return f"planned.session: expected an integer or null, got {planned['session']!r:.60}"
+    return problem and f"planned: {problem}"
 
 
 def _keys_problem(record: dict, expected: dict) -> str | None:

@@ -1,12 +1,16 @@
 """What if: a recorded run's requests sent again, through any backend, with other settings.
 
-The run log keeps each request's arrival, prompt length, output tokens and tag, not its text. A
-replay writes them as a trace (`replayed-requests.jsonl`: arrival_s, prompt_tokens, output_tokens,
-tag) and runs the original scenario with that trace as its only traffic (its events' requests are
-in it already), `--set` overrides applied on top, so prompts are synthetic tokens of the recorded
-lengths. A request that finished is replayed with the output it produced (end-of-sequence then
-ignored, so lengths match); one that did not finish (rejected, aborted, unfinished) with what it
-had produced, at least one token: those are counted, since their planned length is not in the log.
+The run log keeps each request's arrival, prompt length, output tokens, tag and plan (what its
+traffic asked for: `planned`), not its text. A replay writes them as a trace
+(`replayed-requests.jsonl`: arrival_s, prompt_tokens, output_tokens, tag) and runs the original
+scenario, its deadline included, with that trace as its only traffic (its events' requests are in
+it already), `--set` overrides applied on top, so prompts are synthetic tokens of the recorded
+lengths. Each request asks for its planned max_tokens, end-of-sequence ignored, except one that
+ended on an end-of-sequence token or a stop string: the text decided that end, and synthetic
+prompts cannot, so it asks for what it produced. So the same settings on a simulated GPU give
+every request its recorded output length, unfinished and rejected ones included. A log written
+before plans were kept gives each request what it produced, at least one token: those that did
+not finish are counted, since their planned length is not there.
 
 Requests are paired by arrival order, ties by the order they were sent (the run log's
 `sent_index`; the replay names them afresh and sends tied ones in the same order), and each pair
@@ -43,7 +47,7 @@ class RecordedRequest:
     prompt_tokens: int
     output_tokens: int
     tag: str
-    length_known: bool  # False: it did not finish, and its planned output length is not in the log
+    length_known: bool  # False: no plan in the log and it did not finish, so its output length is a guess
 
 
 def recorded_requests(log: RunLog, where: str) -> list[RecordedRequest]:
@@ -52,14 +56,19 @@ def recorded_requests(log: RunLog, where: str) -> list[RecordedRequest]:
     requests = []
     for record in sending_order(log):
         produced = len(record.get("token_times") or [])
-        finished = record["finish_reason"] in FINISHED_REASONS
+        planned = record.get("planned")
+        if planned is not None:
+            ended_by_its_text = record["finish_reason"] == "stop"
+            output, known = (produced if ended_by_its_text else planned["max_tokens"]), True
+        else:
+            output, known = produced, record["finish_reason"] in FINISHED_REASONS and produced > 0
         requests.append(
             RecordedRequest(
                 arrival_s=max(0.0, record["arrival_time"] - start),
                 prompt_tokens=max(1, record["num_prompt_tokens"]),
-                output_tokens=max(1, produced),
+                output_tokens=max(1, output),
                 tag=record["tag"],
-                length_known=finished and produced > 0,
+                length_known=known,
             )
         )
     if not requests:
@@ -98,7 +107,6 @@ def replay_scenario(log: RunLog, trace_path: Path, overrides: list[str], where: 
         "tag": original_traffic.get("tag", "replayed"),
     }
     raw["events"], raw["variants"], raw["decision"] = [], {}, None
-    raw["max_duration_s"] = 0.0  # a replay sends every recorded request
     raw["name"] = f"{raw.get('name', 'run')} (replay)"
     for assignment in overrides:
         apply_override(raw, assignment)

@@ -73,6 +73,9 @@ NOTES = {
     "output_tok_s": "every output token generated, aborted and unfinished requests' included",
     "requests_not_sent": "planned requests the run ended before sending; they did not arrive and are in no other "
     "figure",
+    "requests_ended_early": "requests that produced fewer tokens than the max_tokens their traffic planned, over the "
+    "requests whose plan the log keeps; ended_early_by_reason says why (end-of-sequence, a stop string, a full "
+    "context, rejected, aborted, unfinished)",
     "interval": "95% within the run, each with its method and n: latency percentiles by order statistics "
     "(distribution-free; a side that n requests cannot bound is null, e.g. the p99 of fewer than 368), goodput by "
     "Clopper-Pearson, output_tok_s by batch means over 10 time blocks (how steady the run was: error bars, not a "
@@ -209,6 +212,14 @@ def build_report(log: RunLog) -> dict:
             "sessions ended early: their next prompt would not fit",
             log.footer.get("sessions_started"),  # n in sessions (logs before it: unknown)
         )
+    early = ended_early(log.requests)
+    metrics["requests_ended_early"] = (
+        _metric(None, "requests: the log keeps no plans (written before December 2026)", 0)
+        if early is None
+        else _metric(
+            sum(early.values()), "requests that produced fewer tokens than their max_tokens", _planned_count(log)
+        )
+    )
     if header.get("trace_replay"):
         replay = header["trace_replay"]
         metrics["requests_clipped"] = _metric(
@@ -243,10 +254,40 @@ def build_report(log: RunLog) -> dict:
         },
         "metrics": metrics,
         "beside_compile": beside_compile_caution(beside, len(steps), requests, start),
+        "ended_early_by_reason": early,
         # Why the tail waited (workbench/explain.py): only where the trace lines were read.
         **({"explain": explanation_record(explain(log))} if log.traces_read else {}),
         "notes": NOTES,
     }
+
+
+def ended_early(records: list[dict]) -> dict[str, int] | None:
+    """The requests whose plan is logged that produced fewer tokens than their max_tokens ("asked
+    for N, got M"), counted by why they ended: the finish reason and, for stop and length, what
+    stopped them (end-of-sequence token, stop string, a full context). None for a log without
+    plans."""
+    counts: dict[str, int] = {}
+    planned = [record for record in records if "planned" in record]
+    if not planned:
+        return None
+    for record in planned:
+        if len(record["token_times"]) < record["planned"]["max_tokens"]:
+            why = _early_reason(record["finish_reason"], record.get("finish_detail", ""))
+            counts[why] = counts.get(why, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _early_reason(reason: str, detail: str) -> str:
+    if reason not in ("stop", "length") or not detail:
+        return reason
+    for kind in ("stop string", "stop token"):  # their detail names the string or token
+        if detail.startswith(kind):
+            return f"{reason}: {kind}"
+    return f"{reason}: {detail.split(' (')[0]}"
+
+
+def _planned_count(log: RunLog) -> int:
+    return sum("planned" in record for record in log.requests)
 
 
 def beside_compile_caution(

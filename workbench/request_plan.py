@@ -42,6 +42,7 @@ class RequestPlan:
             for event in sorted(scenario.events, key=lambda event: event.at_s)
             if event.action == "inject" and event.at_s < self._stop_at
         )
+        self._traffic_profile = scenario.traffic  # how injected requests are sampled too
         self._traffic: PlannedTraffic | None = None
         self._traffic_next: float | None = None  # the next open-loop arrival, drawn ahead
         self._traffic_left: int | None = 0  # open-loop requests not yet sent, when known
@@ -137,6 +138,7 @@ class RequestPlan:
             self._max_model_len,
             event.at_s,
             event.tag,
+            self._traffic_profile,
         )
 
     def clear(self) -> None:

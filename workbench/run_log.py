@@ -2,9 +2,10 @@
 
 Lines: a "header" (configuration, versions, seed, SLOs), a "step" per engine step, a "trace" per
 engine step of the in-process engine (workbench/traces/log.py; logs from before traces have none),
-a "request" per ended request, and a "footer" when the run ends cleanly. Each line is flushed as it is
-written, so a crash or Ctrl-C loses at most the step in flight and a partial report can still
-be built from what is there.
+a "request" per ended request (its outcome, and since December 2026 its plan: prompt tokens,
+max_tokens, source, session, whether the context cut it), and a "footer" when the run ends
+cleanly. Each line is flushed as it is written, so a crash or Ctrl-C loses at most the step in
+flight and a partial report can still be built from what is there.
 
 Reading keeps going past a line it cannot use (not UTF-8, not JSON, a missing key or a wrong
 type: workbench/log_records.py): the line is skipped and listed in `skipped_lines` with its number
@@ -38,10 +39,18 @@ class RunLogWriter:
     def step(self, stats: StepStats) -> None:
         self.write("step", dataclasses.asdict(stats))
 
-    def request(self, request_id: str, tag: str, metrics: RequestMetrics, sent_index: int | None = None) -> None:
-        """One request's record; `sent_index`, its place in the order of sending, where known."""
-        order = {} if sent_index is None else {"sent_index": sent_index}
-        self.write("request", {"request_id": request_id, "tag": tag, **order, **dataclasses.asdict(metrics)})
+    def request(
+        self,
+        request_id: str,
+        tag: str,
+        metrics: RequestMetrics,
+        sent_index: int | None = None,
+        planned: dict | None = None,
+    ) -> None:
+        """One request's record; `sent_index`, its place in the order of sending, and `planned`,
+        what was asked for (workbench/traffic.py's PlannedRequest.record), where known."""
+        known = {key: value for key, value in (("sent_index", sent_index), ("planned", planned)) if value is not None}
+        self.write("request", {"request_id": request_id, "tag": tag, **known, **dataclasses.asdict(metrics)})
 
     def close(self) -> None:
         self._file.close()

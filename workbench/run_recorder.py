@@ -93,7 +93,7 @@ class RunRecorder:
 
     def request_ended(self, ended: EndedRequest) -> None:
         if self._writer is not None:
-            self._writer.request(ended.request_id, ended.tag, ended.metrics, ended.sent_index)
+            self._writer.request(ended.request_id, ended.tag, ended.metrics, ended.sent_index, ended.planned)
 
     def finish(self, result: RunResult, machine_probe: dict | None = None) -> None:
         """Write the footer and close: the run is whole. `machine_probe`: the machine's speed

@@ -15,7 +15,6 @@ import numpy as np
 
 from engine.metrics import FINISHED_REASONS, UNFINISHED, RequestMetrics, StepStats
 from engine.outputs import RequestOutput
-from engine.sampling_params import SamplingParams
 from workbench.backends.protocol import Backend, BackendUpdate
 from workbench.prompts import PromptMaker
 from workbench.request_plan import RequestPlan
@@ -32,6 +31,7 @@ class EndedRequest:
     tag: str
     metrics: RequestMetrics
     sent_index: int | None = None  # its place in the order of sending: ties in arrival keep it
+    planned: dict | None = None  # what was asked for (PlannedRequest.record), for the run log
 
 
 @dataclass
@@ -71,7 +71,8 @@ class ScenarioRunner:
         self.should_stop = should_stop
         self.tags: dict[str, str] = {}  # request id -> tag, for every request sent
         self.sent_index: dict[str, int] = {}  # request id -> its place in the order of sending
-        self._in_flight: dict[str, None] = {}  # sent and not ended, in order of sending
+        # Sent and not ended, in order of sending: each with its plan's record (PlannedRequest.record).
+        self._in_flight: dict[str, dict] = {}
         self.result = RunResult(start_time=backend.clock(), duration_s=0.0)
         self._closed_loop_in_flight: set[str] = set()
         self._session_turns: dict[str, PlannedRequest] = {}  # request id -> the session turn it is
@@ -146,7 +147,7 @@ class ScenarioRunner:
                 finish_reason=ended or UNFINISHED,
                 finish_detail=progress.metrics.finish_detail if ended else f"{progress.state} {when}",
             )
-            unfinished.append(EndedRequest(request_id, self.tags[request_id], metrics, self.sent_index.get(request_id)))
+            unfinished.append(self._ended(request_id, metrics))
         return unfinished
 
     def not_sent_yet(self) -> int | None:
@@ -211,6 +212,7 @@ class ScenarioRunner:
                     self.backend.max_model_len,
                     None,
                     tag,
+                    self.scenario.traffic if self.scenario else None,
                 ),
                 now,
             )
@@ -280,22 +282,27 @@ class ScenarioRunner:
                 return request_id
 
     def _send(self, request: PlannedRequest, arrival_time: float) -> str:
-        traffic = self.scenario.traffic if self.scenario else None
-        params = SamplingParams(
-            max_tokens=request.max_tokens,
-            temperature=traffic.temperature if traffic is not None else 0.0,
-            ignore_eos=traffic.ignore_eos if traffic is not None else True,
-        )
         request_id = self._new_request_id(request.tag)
         self.tags[request_id] = request.tag
         self.sent_index[request_id] = self._sent_in_run - 1
-        self._in_flight[request_id] = None
+        self._in_flight[request_id] = request.record()
         prompt = list(request.prompt_token_ids)
-        self.backend.submit(prompt, params, arrival_time=arrival_time, request_id=request_id, messages=request.messages)
+        self.backend.submit(
+            prompt, request.params, arrival_time=arrival_time, request_id=request_id, messages=request.messages
+        )
         if request.session is not None:
             self._session_turns[request_id] = request
         self.on_send(request_id, prompt)
         return request_id
+
+    def _ended(self, request_id: str, metrics: RequestMetrics) -> EndedRequest:
+        return EndedRequest(
+            request_id,
+            self.tags.get(request_id, ""),
+            metrics,
+            self.sent_index.get(request_id),
+            self._in_flight.get(request_id),
+        )
 
     def _step(self) -> None:
         update = self.backend.advance()
@@ -310,9 +317,7 @@ class ScenarioRunner:
             self.on_output(output)
             if output.finished:
                 self._closed_loop_in_flight.discard(output.request_id)
-                request_id = output.request_id
-                tag, sent = self.tags.get(request_id, ""), self.sent_index.get(request_id)
-                self._record_end(EndedRequest(request_id, tag, output.metrics, sent))
+                self._record_end(self._ended(output.request_id, output.metrics))
 
     def _record_end(self, ended: EndedRequest) -> None:
         self._in_flight.pop(ended.request_id, None)

@@ -26,6 +26,7 @@ import numpy as np
 
 from engine.sharegpt import load_sharegpt
 from workbench.backends.protocol import Chat
+from workbench.context_fit import fit_to_context, prompt_room
 from workbench.prompts import PromptMaker
 
 
@@ -45,6 +46,7 @@ class Turn:
     prompt_token_ids: tuple[int, ...]
     max_tokens: int
     messages: Chat | None
+    clipped: bool  # fit_to_context cut its prompt or output
 
 
 class Sessions:
@@ -90,26 +92,26 @@ class Sessions:
     def _turn(self, session: int) -> Turn | None:
         """The session's next turn; None when its prompt would not fit the context (a first turn's
         is cut to fit instead, as ShareGPT prompts are)."""
-        state = self._sessions[session]
+        state, room = self._sessions[session], prompt_room(self._limit)
         if state.exchanges is not None:
             prompt, messages, reply = self._sharegpt_prompt(state.exchanges[: state.sent + 1])
         else:
-            question = self.profile.prompt_len.sample(state.rng, self._limit - 2)
+            question = min(self.profile.prompt_len.sample(state.rng, room), room)
             answer = self._maker.synthetic(state.last_output, state.rng) if state.sent else []
             prompt, messages = state.prompt + answer + self._maker.synthetic(question, state.rng), None
-        if len(prompt) > self._limit - 2:
-            if state.sent:
-                return None
-            prompt, messages = prompt[: self._limit - 2], None
-        room = self._limit - len(prompt) - 1
+        if len(prompt) > room and state.sent:
+            return None
         if state.exchanges is not None:  # the reference answer's length, within output_len's low and high
-            low, high = self.profile.output_len.low, self.profile.output_len.high or self._limit
-            output = min(max(reply, low), high, max(1, room))
+            wanted = min(max(reply, self.profile.output_len.low), self.profile.output_len.high or reply)
         else:
-            output = self.profile.output_len.sample(state.rng, room)
-            state.prompt, state.last_output = prompt, output
+            wanted = self.profile.output_len.sample(state.rng, self._limit - min(len(prompt), room) - 1)
+        fit = fit_to_context(len(prompt), wanted, self._limit)
+        if fit.prompt_tokens < len(prompt):  # a first turn cut to fit: the chat no longer says what it holds
+            prompt, messages = prompt[: fit.prompt_tokens], None
+        if state.exchanges is None:
+            state.prompt, state.last_output = prompt, fit.max_tokens
         state.sent += 1
-        return Turn(session, tuple(prompt), output, messages)
+        return Turn(session, tuple(prompt), fit.max_tokens, messages, fit.clipped)
 
     def _sharegpt_prompt(self, exchanges: tuple[tuple[str, str], ...]) -> tuple[list[int], Chat | None, int]:
         """The prompt of the turn asking exchanges[-1]'s question after the earlier exchanges, the

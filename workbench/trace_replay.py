@@ -177,11 +177,3 @@ def select_rows(rows: list[TraceRow], window: TraceWindow, where: str) -> list[T
             f"{rows[0].arrival_s:g} to {last:g} s"
         )
     return chosen
-
-
-def fit_lengths(prompt_tokens: int, output_tokens: int, max_model_len: int) -> tuple[int, int, bool]:
-    """(prompt, output, clipped): the prompt cut to leave room for one output token, the output cut
-    to what the context leaves."""
-    prompt = min(prompt_tokens, max_model_len - 2)
-    output = max(1, min(output_tokens, max_model_len - prompt - 1))
-    return prompt, output, (prompt, output) != (prompt_tokens, output_tokens)

@@ -23,11 +23,13 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import ConfigError
+from engine.sampling_params import SamplingParams
 from engine.settings import check_finite
 from workbench.backends.protocol import Chat
+from workbench.context_fit import fit_to_context, prompt_room
 from workbench.prompts import PromptMaker
 from workbench.sessions import Sessions, Turn
-from workbench.trace_replay import TraceRow, TraceWindow, fit_lengths, read_trace_rows, select_rows
+from workbench.trace_replay import TraceRow, TraceWindow, read_trace_rows, select_rows
 
 ARRIVAL_KINDS = ("poisson", "gamma", "constant", "ramp", "closed_loop")
 LENGTH_KINDS = ("fixed", "uniform", "normal", "lognormal")
@@ -55,17 +57,19 @@ class LengthDistribution:
             raise ConfigError("high: a uniform length needs an upper bound")
 
     def sample(self, rng: np.random.Generator, limit: int) -> int:
-        """One length, clipped to [low, min(high, limit)]."""
-        upper = min(self.high, limit) if self.high else limit
+        """One length within [low, high]; a uniform range ends at `limit` too, so that its draws stay
+        within what the model can take. What the context then leaves is fit_to_context's to say
+        (workbench/context_fit.py), and the run log keeps whether it cut the length."""
         if self.kind == "fixed":
             value = self.mean
         elif self.kind == "uniform":
-            value = rng.integers(self.low, upper + 1)
+            value = rng.integers(self.low, min(self.high, limit) + 1)
         elif self.kind == "normal":
             value = rng.normal(self.mean, self.std)
         else:  # lognormal with the requested mean: mu = ln(mean) - sigma^2 / 2
             value = rng.lognormal(math.log(self.mean) - self.std**2 / 2, self.std)
-        return int(min(max(round(value), self.low), upper))
+        length = max(round(value), self.low)
+        return int(min(length, self.high) if self.high else length)
 
 
 @dataclass
@@ -125,6 +129,10 @@ class TrafficProfile:
                 f"{self.time_scale} and {self.trace_start_s}"
             )
 
+    def sampling_params(self, max_tokens: int) -> SamplingParams:
+        """How each of this traffic's requests is sampled, `max_tokens` its own."""
+        return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, ignore_eos=self.ignore_eos)
+
     def rate_at(self, time_s: float) -> float:
         if self.arrival == "ramp":
             fraction = min(time_s / self.duration_s, 1.0)
@@ -134,12 +142,31 @@ class TrafficProfile:
 
 @dataclass(frozen=True)
 class PlannedRequest:
+    """A request as the traffic means it: what the run log keeps beside its outcome (`record`), so
+    a report can say "asked for N, got M" and a replay can send it again as it was planned."""
+
     arrival_s: float | None  # seconds after the run starts; None = closed loop (sent when a slot frees)
     prompt_token_ids: tuple[int, ...]
-    max_tokens: int
+    params: SamplingParams  # built once, here; the runner sends them as they are
     tag: str
+    source: str  # a traffic source (PROMPT_SOURCES) or "injected"
     messages: Chat | None = None  # the chat the prompt was templated from (ShareGPT prompts on a chat model)
     session: int | None = None  # sessions: which one it is a turn of (its next turn follows its end)
+    clipped: bool = False  # fit_to_context cut its prompt or output to the model's context
+
+    @property
+    def max_tokens(self) -> int:
+        return self.params.max_tokens
+
+    def record(self) -> dict:
+        """The run log's `planned` entry of this request's line."""
+        return {
+            "prompt_tokens": len(self.prompt_token_ids),
+            "max_tokens": self.params.max_tokens,
+            "source": self.source,
+            "session": self.session,
+            "clipped": self.clipped,
+        }
 
 
 def unit_gaps(profile: TrafficProfile, rng: np.random.Generator, count: int) -> np.ndarray:
@@ -246,7 +273,7 @@ class PlannedTraffic:
                     raise ConfigError(f"{path}:{row.line}: column 'prompt': the text has no tokens")
             chosen.append((row, prompt_ids))
         clipped = sum(
-            fit_lengths(len(ids or ()) or row.prompt_tokens, row.output_tokens, self._max_model_len)[2]
+            fit_to_context(len(ids or ()) or row.prompt_tokens, row.output_tokens, self._max_model_len).clipped
             for row, ids in chosen
         )
         self.trace_summary = {
@@ -263,23 +290,49 @@ class PlannedTraffic:
         profile, limit = self.profile, self._max_model_len
         if profile.prompts == "trace":
             row, prompt_ids = next(self._trace)
-            prompt_len, output, _ = fit_lengths(len(prompt_ids or ()) or row.prompt_tokens, row.output_tokens, limit)
-            prompt = prompt_ids[:prompt_len] if prompt_ids else self._maker.synthetic(prompt_len, self._rng)
-            return PlannedRequest(arrival_s, tuple(prompt), output, row.tag or profile.tag)
+            fit = fit_to_context(len(prompt_ids or ()) or row.prompt_tokens, row.output_tokens, limit)
+            prompt = (
+                prompt_ids[: fit.prompt_tokens] if prompt_ids else self._maker.synthetic(fit.prompt_tokens, self._rng)
+            )
+            return self._request(arrival_s, prompt, fit.max_tokens, fit.clipped, tag=row.tag or profile.tag)
         if self.sessions is not None:
             return self._session_request(self.sessions.start(), arrival_s)
         if profile.prompts == "sharegpt":
             prompt, reply_len, messages = self._maker.sharegpt(self._rng)
-            if len(prompt) > limit - 2:  # cut to fit: the chat no longer says what the prompt holds
-                prompt, messages = prompt[: limit - 2], None
-            # The reference reply's length, within output_len's [low, high] and the model's limit.
-            upper = max(1, min(profile.output_len.high or limit, limit - len(prompt) - 1))
-            output = min(max(reply_len, profile.output_len.low), upper)
-            return PlannedRequest(arrival_s, tuple(prompt), output, profile.tag, messages)
-        prompt_len = profile.prompt_len.sample(self._rng, limit - len(self._prefix) - 2)
-        prompt = self._prefix + self._maker.synthetic(prompt_len, self._rng)
-        output = profile.output_len.sample(self._rng, limit - len(prompt) - 1)
-        return PlannedRequest(arrival_s, tuple(prompt), output, profile.tag)
+            # The reference reply's length within output_len's [low, high], then the model's context.
+            reply_len = min(max(reply_len, profile.output_len.low), profile.output_len.high or reply_len)
+            fit = fit_to_context(len(prompt), reply_len, limit)
+            if fit.prompt_tokens < len(prompt):  # cut to fit: the chat no longer says what the prompt holds
+                prompt, messages = prompt[: fit.prompt_tokens], None
+            return self._request(arrival_s, prompt, fit.max_tokens, fit.clipped, messages=messages)
+        drawn_prompt = len(self._prefix) + profile.prompt_len.sample(self._rng, prompt_room(limit) - len(self._prefix))
+        prompt_len = fit_to_context(drawn_prompt, 1, limit).prompt_tokens
+        prompt = self._prefix + self._maker.synthetic(prompt_len - len(self._prefix), self._rng)
+        fit = fit_to_context(drawn_prompt, profile.output_len.sample(self._rng, limit - prompt_len - 1), limit)
+        return self._request(arrival_s, prompt, fit.max_tokens, fit.clipped)
+
+    def _request(
+        self,
+        arrival_s: float | None,
+        prompt: list[int],
+        max_tokens: int,
+        clipped: bool,
+        *,
+        tag: str = "",
+        messages: Chat | None = None,
+        session: int | None = None,
+    ) -> PlannedRequest:
+        profile = self.profile
+        return PlannedRequest(
+            arrival_s,
+            tuple(prompt),
+            profile.sampling_params(max_tokens),
+            tag or profile.tag,
+            profile.prompts,
+            messages,
+            session,
+            clipped,
+        )
 
     def follow_up(self, session: int, ended_s: float) -> PlannedRequest | None:
         """A session's next turn, arriving a think time after its previous turn ended at `ended_s`
@@ -288,8 +341,13 @@ class PlannedTraffic:
         return None if turn is None else self._session_request(turn, ended_s + self.sessions.think_time(session))
 
     def _session_request(self, turn: Turn, arrival_s: float | None) -> PlannedRequest:
-        return PlannedRequest(
-            arrival_s, turn.prompt_token_ids, turn.max_tokens, self.profile.tag, turn.messages, session=turn.session
+        return self._request(
+            arrival_s,
+            list(turn.prompt_token_ids),
+            turn.max_tokens,
+            turn.clipped,
+            messages=turn.messages,
+            session=turn.session,
         )
 
 
@@ -301,7 +359,16 @@ def injected_request(
     max_model_len: int,
     arrival_s: float | None,
     tag: str,
+    traffic: TrafficProfile | None,
 ) -> PlannedRequest:
-    """An injected request: a synthetic prompt and an output length, both clipped to the model."""
-    prompt_len, output, _ = fit_lengths(prompt_tokens, output_tokens, max_model_len)
-    return PlannedRequest(arrival_s, tuple(prompt_maker.synthetic(prompt_len, rng)), output, tag)
+    """An injected request: a synthetic prompt and an output length, both fit to the model, sampled
+    as the scenario's traffic is (greedy, ignoring end-of-sequence, without one)."""
+    fit = fit_to_context(prompt_tokens, output_tokens, max_model_len)
+    return PlannedRequest(
+        arrival_s,
+        tuple(prompt_maker.synthetic(fit.prompt_tokens, rng)),
+        (traffic or TrafficProfile()).sampling_params(fit.max_tokens),
+        tag,
+        "injected",
+        clipped=fit.clipped,
+    )

@@ -131,25 +131,48 @@ def test_requests_arriving_together_are_paired_in_the_order_they_were_sent(tmp_p
     assert all(float(row["change_e2e_ms"]) == pytest.approx(0.0, abs=1e-3) for row in rows)
 
 
-def test_only_a_finished_request_with_output_counts_as_of_known_length(tmp_path):
-    """A run cut short: its unfinished requests produced some tokens, but their planned output
-    length is not in the log, so the replay says it sends them with what they had (a planted `or`
-    for `and` called them known and the message went silent)."""
+def cut_short_run(folder):
+    """chat-steady on a simulated GPU stopped by its deadline with requests mid-output."""
     code = main(
         ["bench", "--preset", "chat-steady", "--set", f"engine.model={SIMULATED}", "--set", "traffic.num_requests=40"]
-        + ["--set", "traffic.rate=40", "--set", "max_duration_s=0.6", "--out", str(tmp_path), "--no-plots"]
+        + ["--set", "traffic.rate=40", "--set", "max_duration_s=0.6", "--out", str(folder), "--no-plots"]
     )
     assert code == 0
-    log = read_run_log(tmp_path / "run.jsonl")
-    requests = recorded_requests(log, "run")
+    log = read_run_log(folder / "run.jsonl")
+    unfinished = [record for record in log.requests if record["finish_reason"] == "unfinished"]
+    assert any(record["token_times"] for record in unfinished), "the run must cut requests after their first token"
+    return log
+
+
+def test_a_replay_of_a_run_cut_short_reproduces_every_output_length(tmp_path):
+    """Issue 49 #1: the log keeps each request's plan, so a replay with the same settings asks each
+    request for what it asked for, and the same deadline cuts the same requests at the same token
+    on a simulated GPU. Before, unfinished requests were replayed with what they had produced, ran
+    to that length and finished."""
+    log = cut_short_run(tmp_path / "original")
     records = sending_order(log)
-    cut = [
-        request
-        for request, record in zip(requests, records)
-        if record["finish_reason"] == "unfinished" and record["token_times"]
-    ]
-    assert cut, "the run must cut some requests after their first token for this test to bite"
-    for request, record in zip(requests, records):
+    for record in records:  # output_len: normal, mean 64, within [8, 128]
+        planned = record["planned"]
+        assert 8 <= planned["max_tokens"] <= 128 and len(record["token_times"]) <= planned["max_tokens"]
+        assert planned["source"] == "synthetic" and planned["prompt_tokens"] == record["num_prompt_tokens"]
+    assert all(request.length_known for request in recorded_requests(log, "run"))
+    assert main(["replay", str(tmp_path / "original"), "--out", str(tmp_path / "replay"), "--no-plots"]) == 0
+    replayed = sending_order(read_run_log(tmp_path / "replay" / "run.jsonl"))
+
+    def ends(records):
+        return [(len(record["token_times"]), record["finish_reason"]) for record in records]
+
+    assert ends(replayed) == ends(records)
+
+
+def test_a_log_without_plans_replays_unfinished_requests_with_what_they_had(tmp_path):
+    """Logs written before plans were kept: a request that did not finish is sent with the output it
+    had produced, and counted as of unknown length (a planted `or` for `and` called them known)."""
+    log = cut_short_run(tmp_path)
+    for record in log.requests:
+        del record["planned"]
+    requests = recorded_requests(log, "run")
+    for request, record in zip(requests, sending_order(log)):
         produced = len(record["token_times"])
         assert request.length_known == (record["finish_reason"] in ("stop", "length"))
         assert request.output_tokens == max(1, produced)

@@ -356,3 +356,34 @@ def test_the_engines_memory_is_in_the_report_in_mib_and_a_server_without_it_has_
     interval = metrics["memory/weights_mib"]["interval"]
     assert interval["low"] == interval["high"] == 3.0 and interval["method"].startswith("deterministic")
     assert not [name for name in build_report(LOG)["metrics"] if name.startswith("memory/")]  # LOG's engine says none
+
+
+def test_requests_that_ended_before_their_max_tokens_are_counted_by_why():
+    """Issue 49 #1: the log keeps each request's plan, so the report can say "asked for N, got M"."""
+    planned_max = {"a": 8, "b": 1, "c": 2, "d": 16, "e": 16, "f": 4}
+    details = {"a": "end-of-sequence token", "b": "max_tokens (1)", "c": "max_tokens (2)"}
+    requests = [
+        {
+            **record,
+            "finish_detail": details.get(record["request_id"], ""),
+            "planned": {
+                "prompt_tokens": record["num_prompt_tokens"],
+                "max_tokens": planned_max[record["request_id"]],
+                "source": "synthetic",
+                "session": None,
+                "clipped": False,
+            },
+        }
+        for record in REQUESTS
+    ]
+    report = build_report(dataclasses.replace(LOG, requests=requests))
+    # a: 4 of 8 (end-of-sequence); b and c: all they asked for; d rejected, e aborted, f unfinished
+    assert metric(report, "requests_ended_early") == (4, 6)
+    assert report["ended_early_by_reason"] == {
+        "abort": 1,
+        "rejected": 1,
+        "stop: end-of-sequence token": 1,
+        "unfinished": 1,
+    }
+    old = build_report(LOG)  # a log written before plans were kept
+    assert metric(old, "requests_ended_early") == (None, 0) and old["ended_early_by_reason"] is None

@@ -105,10 +105,24 @@ def test_length_distributions_have_their_mean(distribution, mean):
     assert np.mean(samples) == pytest.approx(mean, rel=0.03)
 
 
-def test_lengths_are_clipped_to_the_model_limit():
-    rng = np.random.default_rng(0)
-    samples = [LengthDistribution(kind="lognormal", mean=500, std=1.5).sample(rng, limit=600) for _ in range(2000)]
-    assert max(samples) == 600 and min(samples) >= 1
+def test_lengths_past_the_context_are_cut_to_it_and_the_plan_says_so():
+    """Lengths are drawn as the settings say; fit_to_context cuts them to the model's context, and
+    only the requests it cut are marked `clipped` (the run log keeps the mark)."""
+    wide = LengthDistribution(kind="lognormal", mean=300, std=1.5)
+    profile = TrafficProfile(arrival="constant", rate=10, num_requests=400, prompt_len=wide, output_len=wide)
+    planned = plan_traffic(profile, PromptMaker(None, 100), 0, max_model_len=600)
+    lengths = [(len(request.prompt_token_ids), request.max_tokens, request.clipped) for request in planned]
+    assert all(prompt + output <= 599 and output >= 1 for prompt, output, _ in lengths)
+    assert max(prompt for prompt, _, _ in lengths) == 598
+    at_the_edge = [prompt == 598 or prompt + output == 599 for prompt, output, _ in lengths]
+    assert [clipped for _, _, clipped in lengths] == at_the_edge and 0 < sum(at_the_edge) < 400
+    assert planned[0].record() == {
+        "prompt_tokens": lengths[0][0],
+        "max_tokens": lengths[0][1],
+        "source": "synthetic",
+        "session": None,
+        "clipped": lengths[0][2],
+    }
 
 
 def test_bad_traffic_settings_are_named():
@@ -330,6 +344,7 @@ def test_sharegpt_prompts_are_cut_to_leave_room_for_their_reply():
     assert [(len(request.prompt_token_ids), request.max_tokens) for request in planned] == [(5, 8), (5, 14), (18, 1)]
     # A cut prompt is no longer the chat it was templated from: it is sent as tokens, not as the chat.
     assert [request.messages is not None for request in planned] == [True, True, False]
+    assert [request.clipped for request in planned] == [False, True, True]
 
 
 def test_sharegpt_reply_lengths_are_clipped_to_the_output_length_bounds():
@@ -348,6 +363,7 @@ def test_synthetic_lengths_are_clipped_to_the_context_around_the_shared_prefix()
     planned = plan_traffic(profile, PromptMaker(None, 100), 0, max_model_len=64)
     # prefix 10 + at most 64 - 10 - 2 = 52 prompt tokens, then the one output token that still fits
     assert [(len(request.prompt_token_ids), request.max_tokens) for request in planned] == [(62, 1), (62, 1)]
+    assert all(request.clipped for request in planned)
     short = TrafficProfile(
         num_requests=1, prompt_len=LengthDistribution(mean=20), output_len=LengthDistribution(mean=1000)
     )

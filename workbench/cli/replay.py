@@ -89,10 +89,14 @@ def run(args) -> int:
     try:
         _refuse_terms_not_exposed(terms, criteria, original_report, backend)
         unknown_lengths = sum(not request.length_known for request in requests)
+        guessed = (
+            f"; {unknown_lengths} unfinished ones with the output they had produced (the log keeps no plans)"
+            if unknown_lengths
+            else ""
+        )
         print(
             f"replaying {len(requests)} requests of {folder} on {backend.name} -> {args.out}"
-            f" (prompts: synthetic tokens of the recorded lengths"
-            f"{f'; {unknown_lengths} unfinished ones with the output they had produced' if unknown_lengths else ''})",
+            f" (prompts: synthetic tokens of the recorded lengths{guessed})",
             file=sys.stderr,
         )
         report = run_headless(scenario, args.out, backend=backend)

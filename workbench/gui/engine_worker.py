@@ -347,7 +347,7 @@ class EngineWorker(QObject):
         in_flight = runner.in_flight_now("when the run was saved")
         writer = RunLogWriter(path)
         for ended in in_flight:
-            writer.request(ended.request_id, ended.tag, ended.metrics, ended.sent_index)
+            writer.request(ended.request_id, ended.tag, ended.metrics, ended.sent_index, ended.planned)
         mid_run = bool(in_flight) or runner.traffic_pending
         writer.write(
             "footer",

@@ -930,6 +930,7 @@ def test_hovering_a_latency_point_names_its_request_and_clicking_selects_its_row
     window.traffic_panel.inject_requested.emit(1, 40, 30, "long")  # ends last, far from the others
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=30_000)
     window.tabs.setCurrentWidget(window.memory)
+    window.plots.latency_mode.setCurrentIndex(1)  # e2e, where the long request stands highest
     window.refresh_plots()
     latency = window.plots.latency
     x, y = latency.points["e2e"].getData()
