@@ -16,7 +16,9 @@ CPU_TORCH_SOURCE := $(if $(wildcard /opt/wheels/torch-2.13.0*),--find-links /opt
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt Makefile
+$(STAMP): pyproject.toml constraints.txt Makefile scripts/install_x_libraries.sh
+	# The X libraries the window needs: installed where apt-get may, otherwise the command is printed.
+	scripts/install_x_libraries.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 ifneq ($(HAS_GPU),yes)

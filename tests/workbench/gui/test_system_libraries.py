@@ -58,7 +58,15 @@ def library_with_a_missing_dependency(tmp_path):
 
 def test_a_missing_dependency_is_named_by_its_package(library_with_a_missing_dependency):
     assert missing_packages(library_with_a_missing_dependency) == ["libxcb-fakecursor0"]
-    assert missing_packages(xcb_plugin()) == []  # this machine has what the real plugin needs
+
+
+def test_this_machine_has_what_the_real_plugin_needs():
+    """In CI (.ci/run sets WORKBENCH_CI) a missing library fails; elsewhere the test skips, naming
+    the command that installs them (a fresh machine whose user may not run apt-get)."""
+    missing = missing_packages(xcb_plugin())
+    if missing and not os.environ.get("WORKBENCH_CI"):
+        pytest.skip(f"Qt's X11 plugin lacks {', '.join(missing)}: run scripts/install_x_libraries.sh")
+    assert missing == []
 
 
 def test_gui_says_what_to_install_and_exits_2_instead_of_aborting(library_with_a_missing_dependency, tmp_path):
