@@ -1,10 +1,9 @@
 """Compiled decode graphs kept across runs, and how long the last compile of each took.
 
 Inductor caches what it compiles (its FX graph and AOT caches, the C++ kernels and wrapper) under
-`$TORCHINDUCTOR_CACHE_DIR`, by default a folder in /tmp that a reboot empties. SmolLM2's graphs
-take about 280 s to compile on the 2-core development machine with an empty cache and about 30 s
-with a full one (docs/compiled-decode.md, "Kept across runs"), so the workbench keeps
-them in its own cache folder unless the variable was set.
+`$TORCHINDUCTOR_CACHE_DIR`, by default a folder in /tmp that a reboot empties. A full cache cuts
+a compile of SmolLM2's graphs from minutes to seconds (docs/compiled-decode.md, "Kept across
+runs"), so the workbench keeps them in its own cache folder unless the variable was set.
 
 The duration of the last compile of a graph (keyed by the model's shapes, its modules' types and
 the KV dtype: what decides the generated code) lets the window and `/health` say how much of a

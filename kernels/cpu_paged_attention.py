@@ -43,7 +43,7 @@ import torch
 _SOURCE = Path(__file__).with_name("cpu_paged_attention.cpp")
 _CFLAGS = ["-O3", "-march=native", "-fopenmp"]
 _LDFLAGS = ["-fopenmp"]
-LOCK_TIMEOUT_S = 300.0  # a first build takes 10-20 s here; past this, another process is stuck
+LOCK_TIMEOUT_S = 300.0  # many times a first build's time (docs/measurements.md); past it, the holder is stuck
 _state: dict = {}  # "loaded": bool, "reason": str
 # Told, about once a second while another process holds the build lock: the lock's path and the
 # seconds waited so far.

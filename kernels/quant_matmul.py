@@ -51,10 +51,10 @@ def int8_matmul_cpu(x: torch.Tensor, q: torch.Tensor, scales_bf16: torch.Tensor)
 
     One row inside a compiled graph: written as a reduction (int8 converted, multiplied and summed
     over K, then scaled), which inductor turns into one loop that streams the int8 weights once, in
-    float32. On the development CPU it took 8.5-10.8 ms for Gemma 3's 262,144 x 640 head against
-    15-18 ms for `_weight_int8pack_mm` (bf16 activations), and lost from 4 rows on (29.7 against
-    25.3 ms), so only single-row graphs take it. Eagerly the same expression would build the whole
-    float32 weight, so eager steps always take the packed kernel."""
+    float32. For one row that beats `_weight_int8pack_mm` (bf16 activations) on Gemma 3's
+    262,144 x 640 head, and loses from 4 rows on (docs/measurements.md, "Figures behind the code"),
+    so only single-row graphs take it. Eagerly the same expression would build the whole float32
+    weight, so eager steps always take the packed kernel."""
     if torch.compiler.is_compiling() and x.numel() == x.shape[-1]:
         row = x.reshape(1, x.shape[-1]).float()
         out = (q.to(torch.float32) * row).sum(-1) * scales_bf16.float()

@@ -69,8 +69,8 @@ def run_headless(
     # One-time costs before the run's clock starts: requests are stamped with their planned
     # arrival, so what the first send and the header pay counts as their queue time. Here the
     # model file's SHA-256 for the header (cached once computed) and the text prompts are cut from
-    # (reading ShareGPT, tokenising it) took 6-12 s together, and made the long prompt of
-    # long-prompt-isolation "overdue" (waiting > 5 s) before the first step.
+    # (reading ShareGPT, tokenising it): seconds, which would otherwise be every early request's
+    # queue time (docs/measurements.md, "Figures behind the code").
     backend.describe()
     if backend.tokenizer is not None:
         text_stream(backend.tokenizer)

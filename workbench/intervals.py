@@ -1,7 +1,7 @@
 """95% intervals for the figures a run reports, and for a change between two configurations.
 
 Each method is used only at the n where its coverage has been shown against known distributions
-(tests/workbench/test_interval_coverage.py; the measured table is in docs/scenarios.md):
+(tests/workbench/test_intervals.py; the measured table is in docs/scenarios.md):
 
 - a latency percentile: distribution-free order-statistic interval (`percentile_interval`): the
   ranks come from the binomial count of requests below the true percentile, so the interval

@@ -4,10 +4,11 @@ Open files: each HTTP stream holds one file descriptor, and a desktop's default 
 1,024) is below what thousands of in-flight streams need. As vLLM's server does, the soft limit is
 raised to the hard limit, which needs no privileges.
 
-The garbage collector: after start-up the process holds about 280,000 long-lived objects (torch,
-Qt, the model, the tokenizer), and every full collection walked them all: 14 pauses of 160-230 ms
-in a 14 s run with 2,000 streams, each one stalling every thread, the window's included. As vLLM
-does after its engine starts, they are frozen out of the collector's reach once loading is done.
+The garbage collector: after start-up the process holds hundreds of thousands of long-lived
+objects (torch, Qt, the model, the tokenizer), and every full collection walks them all, a pause
+that stalls every thread, the window's included (docs/measurements.md, "Figures behind the
+code"). As vLLM does after its engine starts, they are frozen out of the collector's reach once
+loading is done.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ flight and a partial report can still be built from what is there.
 
 Reading keeps going past a line it cannot use (not UTF-8, not JSON, a missing key or a wrong
 type: workbench/log_records.py): the line is skipped and listed in `skipped_lines` with its number
-and why, and reports say so. A damaged line in the middle of a log used to end the reading there,
-so that a whole 300-request run was reported as a crash with 154 requests never sent.
+and why, and reports say so: one damaged line in the middle must not make a whole run read as a
+crash with half its requests never sent.
 """
 
 from __future__ import annotations

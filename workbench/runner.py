@@ -175,8 +175,8 @@ class ScenarioRunner:
             return self.traffic_pending
         if self.plan is not None and self.plan.has_timed:
             # Waiting polls (the window's commands, a stop) in short waits; a clock on which
-            # waiting costs nothing jumps to the next arrival, however far (an hour of a trace's
-            # quiet took 720,000 polls).
+            # waiting costs nothing jumps to the next arrival, however far: polling through an
+            # hour of a trace's quiet costs hundreds of thousands of polls.
             wait = max(self._next_due_time() - backend.clock(), 0.0)
             backend.sleep(wait if backend.idle_wait_is_free else min(wait, _IDLE_POLL_S))
             return True

@@ -3,8 +3,9 @@
 The format (ggml's docs/gguf.md): magic "GGUF", version, tensor and key counts, the key/value
 metadata, one entry per tensor (name, dimensions innermost first, type, offset), then the tensor
 data from an aligned offset. The `gguf` package's `GGUFReader` reads the same, but builds two numpy
-arrays per string: on Gemma 3's 262,144-token vocabulary it took 14 s on the development VM, this
-reader 0.3 s. The `gguf` package still does the dequantization and knows each type's block size.
+arrays per string, which on Gemma 3's 262,144-token vocabulary takes many times as long as this
+reader (docs/measurements.md, "Figures behind the code"). The `gguf` package still does the
+dequantization and knows each type's block size.
 
 Tensors are views of the memory map (nothing is copied until a caller dequantizes).
 """

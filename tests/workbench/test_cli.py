@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from PySide6.QtGui import QImage
@@ -215,3 +216,17 @@ def test_the_a_a_preset_on_a_deterministic_simulated_gpu_never_accepts(tmp_path,
     assert check["status"] == ("uncertain" if repeats == 1 else "short")
     if repeats > 1:
         assert (check["interval"]["low"], check["interval"]["high"]) == (0.0, 0.0)
+
+
+def test_the_usage_in_the_cli_docstring_names_every_command():
+    """Issue 49 #6: the usage list had fallen four commands behind the parser."""
+    import argparse
+
+    import workbench.cli as cli
+
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers()
+    for command in cli.COMMANDS:
+        command.add_to(commands)
+    named = set(re.findall(r"workbench ([a-z-]+)", cli.__doc__)) | set(re.findall(r"\| ([a-z-]+)", cli.__doc__))
+    assert set(commands.choices) - named == set()

@@ -114,7 +114,7 @@ class EngineWorker(QObject):
         """A copy of the run log as it is now, closed with a footer: at any moment, mid-run too.
         Written by the engine thread between two steps, so that it holds every request sent:
         those still in flight as "unfinished" with what they have so far, the planned ones not sent
-        yet as a count (it used to call in-flight requests "never sent" and the log a crash)."""
+        yet as a count (not "never sent", and not a crash)."""
         done: concurrent.futures.Future = concurrent.futures.Future()
         self._commands.put(("save", (path, done)))
         done.result(timeout=timeout_s)

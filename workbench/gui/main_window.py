@@ -67,7 +67,7 @@ ICON = Path(__file__).resolve().parents[2] / "assets" / "icon.svg"
 PLOT_INTERVAL_MS = 50  # about 20 Hz, slower when frames are expensive (see refresh_plots)
 PLOT_BUDGET = 0.2  # share of the time the GUI thread may spend drawing plots
 TABLE_INTERVAL_MS = 500
-# The stages a load reports, in order (engine/*_loader.py, engine/llm_engine.py, the worker).
+# The stages a load reports, in order (engine/loading/, engine/llm_engine.py, the worker).
 LOAD_STAGES = (
     "connect",
     "read file",
@@ -399,8 +399,8 @@ class MainWindow(QMainWindow):
         self._begin_run(scenario)
 
     def on_loading(self, stage: str, fraction: float) -> None:
-        """The stage in words; the bar for the whole load (it used to restart at every stage), each
-        stage an equal share, stages a configuration skips jumped over."""
+        """The stage in words; the bar for the whole load, not restarting at every stage: each stage
+        an equal share, stages a configuration skips jumped over."""
         self.stage.setText(stage)
         if stage in LOAD_STAGES:
             done = (LOAD_STAGES.index(stage) + fraction) / len(LOAD_STAGES)
@@ -810,7 +810,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:
         """Save the settings, then stop the engine thread: a load stops at its next stage, a step
         in flight (a long prefill: seconds) is waited for, with the window still drawn and saying
-        so (it used to freeze for 14-30 s without a word)."""
+        so rather than frozen without a word."""
         if self._closing:
             event.ignore()  # a second click on the close button while the first is waited for
             return

@@ -69,8 +69,9 @@ def _new_plot(title: str, left: str, left_unit: str, bottom: str | None = None, 
     # axis ran from -0.4 to 0.4 ms).
     plot.vb.setLimits(yMin=0)
 
-    # The legend is one row under the plot, never over the data, and no taller than its text: with
-    # its default margins and a second row it took 39-52 pixels of a 140-pixel plot at 1280x800.
+    # The legend is one row under the plot, never over the data, and no taller than its text: its
+    # default margins and a second row took a third of a plot's height at 1280x800
+    # (docs/measurements.md, "Figures behind the code").
     plot.legend = pg.LegendItem(colCount=legend_columns, horSpacing=4, labelTextSize="8pt", frame=False)
     plot.legend.layout.setContentsMargins(0, 0, 0, 0)
     plot.legend.layout.setVerticalSpacing(0)

@@ -104,8 +104,7 @@ class WhyView(QWidget):
         controls.addWidget(self.above)
         controls.addWidget(self.explain_button)
         controls.addStretch(1)
-        # Side by side, each the tab's whole height: the tabs under the plots are wide and short
-        # (stacked under the list, the history was 4 lines tall).
+        # Side by side, each the tab's whole height: the tabs under the plots are wide and short.
         body = QSplitter()
         body.addWidget(self.plot_widget)
         body.addWidget(self.slowest)

@@ -11,9 +11,9 @@ ends with the error (the HTTP side answers 500, or an error event mid-stream), a
 on. Only if the engine cannot even abort them does the core stop serving, and says why.
 
 While the decode graph compiles in the background, the core takes requests but does not step: a
-step run beside the compile took 5 (median) to 65 (90th percentile) times as long as a compiled
-one (docs/compiled-decode.md, "Warm-up: who waits"), so requests wait for the compile, and the
-core reports its progress about once a second for /health.
+step run beside the compile takes many times as long as a compiled one (docs/compiled-decode.md,
+"Warm-up: who waits"), so requests wait for the compile, and the core reports its progress about
+once a second for /health.
 
 Run as `python -m workbench.server.engine_core` by `EngineCoreClient`, which hands it the engine
 settings as MessagePack on stdin; or in a thread of the caller's process (`EngineCore.run`) with
