@@ -1,11 +1,11 @@
-"""How often each interval of workbench/intervals.py holds the true value, at the n the presets use:
+"""How often each interval of workbench/analysis/intervals.py holds the true value, at the n the presets use:
 
     python -m benchmarks.interval_coverage [--datasets 2000]
 
 For percentiles, over samples drawn from distributions whose percentiles are known; for shares
 and their differences, exactly (every count weighted by its binomial chance). Beside each, the
 estimator it replaced (the percentile bootstrap; Wilson's interval of a share; the Wald change of
-two shares). tests/workbench/test_intervals.py asserts on the same functions; docs/scenarios.md
+two shares). tests/workbench/analysis/test_intervals.py asserts on the same functions; docs/scenarios.md
 quotes the table.
 """
 
@@ -17,7 +17,14 @@ import math
 import numpy as np
 from scipy import optimize, stats
 
-from workbench.intervals import LEVEL, Interval, difference_of_shares, order_statistic_ranks, share_interval, wilson
+from workbench.analysis.intervals import (
+    LEVEL,
+    Interval,
+    difference_of_shares,
+    order_statistic_ranks,
+    share_interval,
+    wilson,
+)
 
 SIZES = (10, 20, 40, 60, 100, 200, 2000)  # the n of the presets' runs and tags
 

@@ -6,7 +6,7 @@ This machine's speed moved by a third within an hour (vLLM's own single stream m
 either way. Pair k measures ours first when k is even and the peer first when it is odd (ours,
 peer, peer, ours, ...): a drift that is steady over two pairs favours neither side. The ratio is
 the geometric mean of the pairs' ratios, its interval Student's t over their logarithms
-(`workbench.intervals.change_over_repeats`, what `bench --repeat` uses); its coverage at 3 and 5
+(`workbench.analysis.intervals.change_over_repeats`, what `bench --repeat` uses); its coverage at 3 and 5
 pairs is tested against known distributions (tests/test_paired_ratio.py). A target
 counts as met only when the whole interval lies past it."""
 
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from workbench.intervals import change_over_repeats
+from workbench.analysis.intervals import change_over_repeats
 
 T = TypeVar("T")
 

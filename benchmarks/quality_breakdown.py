@@ -21,7 +21,7 @@ from engine.llm_engine import LLMEngine
 from engine.loading.model_source import read_model
 from engine.quantization import get_method
 from engine.quantization.auto import choose_quantization
-from workbench.quality import WINDOW_TOKENS, held_out_windows, score_windows
+from workbench.quality.measure import WINDOW_TOKENS, held_out_windows, score_windows
 
 
 def ingredients(source) -> list[tuple[str, dict]]:

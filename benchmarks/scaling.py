@@ -35,7 +35,7 @@ from benchmarks.common import build_engine, chosen_variants, fixed_workload, mac
 from benchmarks.fixed_workload import run_fixed_workload
 from benchmarks.paired_ratio import MIN_PAIRS, PairedRatio, measure_pairs, paired_ratio
 from benchmarks.peers import VLLM_PYTHON, vllm_offline_sets
-from workbench.export_hf import export_hf_directory
+from workbench.quality.export_hf import export_hf_directory
 
 DEFAULT_ROWS = "default;w8a8 + w8a8 head, KV bf16, compiled"
 MAX_NUM_SEQS = 64

@@ -28,11 +28,11 @@ from pathlib import Path
 from benchmarks.paired_ratio import MIN_PAIRS, measure_pairs, paired_ratio
 from benchmarks.server_processes import free_port, start_vllm_server, start_workbench_server
 from engine.loading.model_source import read_model, read_tokenizer
+from workbench.analysis.compare import compare, format_comparison
 from workbench.backends.remote import RemoteBackend
-from workbench.compare import compare, format_comparison
-from workbench.export_hf import export_hf_directory
-from workbench.headless import run_headless
-from workbench.presets import load_preset
+from workbench.bench.headless import run_headless
+from workbench.quality.export_hf import export_hf_directory
+from workbench.traffic.presets import load_preset
 
 INTENDED = ["output_tok_s:+0%"]  # ours at least as fast as vLLM
 TOLERATED = ["ttft_p99_ms:+25%", "tpot_p50_ms:+25%"]

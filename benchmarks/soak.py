@@ -20,9 +20,9 @@ import numpy as np
 
 from engine import EngineConfig, LLMEngine
 from workbench.backends.local import LocalBackend
-from workbench.runner import ScenarioRunner
-from workbench.scenario import Scenario
-from workbench.traffic import LengthDistribution, TrafficProfile
+from workbench.runs.runner import ScenarioRunner
+from workbench.traffic.profile import LengthDistribution, TrafficProfile
+from workbench.traffic.scenario import Scenario
 
 
 def soak(num_requests: int, abort_probability: float, seed: int = 0) -> dict:

@@ -32,7 +32,7 @@ from benchmarks.common import (
     read_model,
 )
 from benchmarks.peers import vllm_offline
-from workbench.export_hf import export_hf_directory
+from workbench.quality.export_hf import export_hf_directory
 
 
 def transformers_baseline(model: str, prompts: list[list[int]], output_len: int, batch: int = 32) -> float:

@@ -7,7 +7,7 @@ tens of percent between runs a minute apart, more than the cost measured, so tra
 on and off on alternate steps of the same run: consecutive decode steps of a full batch do the
 same work, and their durations compare step for step. Prints the median duration of traced and
 untraced full-batch decode steps, with n, and their ratio (the throughput cost). Then the run-log
-bytes per step of a full and a summary trace line (workbench/traces/log.py) and the time to
+bytes per step of a full and a summary trace line (workbench/step_traces/log.py) and the time to
 encode one, on average and at the busiest step.
 """
 
@@ -21,7 +21,7 @@ import time
 from benchmarks.common import build_engine, fixed_workload, machine_line, read_model
 from engine import SamplingParams
 from engine.step_trace import TraceBuilder
-from workbench.traces.log import trace_record
+from workbench.step_traces.log import trace_record
 
 
 def alternate_tracing(

@@ -29,9 +29,9 @@ def frame_times(frames: int = 200, requests: int = 10_000, steps: int = 50_000) 
 
     from engine.metrics import RequestMetrics, StepStats
     from workbench.gui.plots_view import PlotsView
-    from workbench.live_metrics import LiveMetrics
-    from workbench.metrics_store import MetricsStore
-    from workbench.process_tuning import freeze_loaded_heap
+    from workbench.live.live_metrics import LiveMetrics
+    from workbench.live.metrics_store import MetricsStore
+    from workbench.machine.process_tuning import freeze_loaded_heap
 
     application = pg.mkQApp()
     rng = np.random.default_rng(0)
@@ -102,8 +102,8 @@ def engine_throughput(with_window: bool, requests: int = 48, prompt: int = 64, o
     from PySide6.QtWidgets import QApplication
 
     from engine import EngineConfig
-    from workbench.scenario import Scenario
-    from workbench.traffic import LengthDistribution, TrafficProfile
+    from workbench.traffic.profile import LengthDistribution, TrafficProfile
+    from workbench.traffic.scenario import Scenario
 
     # Compiled before the run: a background compile would take the cores during one of the pair.
     scenario = Scenario(
@@ -120,7 +120,7 @@ def engine_throughput(with_window: bool, requests: int = 48, prompt: int = 64, o
     if not with_window:
         from engine.llm_engine import LLMEngine
         from workbench.backends.local import LocalBackend
-        from workbench.runner import ScenarioRunner
+        from workbench.runs.runner import ScenarioRunner
 
         runner = ScenarioRunner(LocalBackend(LLMEngine(scenario.engine)), scenario)
         begin = time.perf_counter()

@@ -107,7 +107,7 @@ class StepTrace:
     kv_after: KvState
     # to the caller
     emitted: list[Emitted]
-    # Read back from a run log's summary line (workbench/traces/log.py): decode rows, and tokens
+    # Read back from a run log's summary line (workbench/step_traces/log.py): decode rows, and tokens
     # emitted by them, that it counted instead of listing. Always 0 on a live trace.
     decode_rows_omitted: int = 0
     tokens_omitted: int = 0

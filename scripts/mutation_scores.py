@@ -35,7 +35,7 @@ def outcome(code: int | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument(
-        "--survivors", metavar="MODULE", help="list this module's surviving mutants, e.g. workbench/traffic.py"
+        "--survivors", metavar="MODULE", help="list this module's surviving mutants, e.g. workbench/traffic/profile.py"
     )
     parser.add_argument("--mutants", type=Path, default=Path("mutants"))
     args = parser.parse_args()

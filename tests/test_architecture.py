@@ -1,8 +1,10 @@
 """The layout's rules, read from the source (every import, function-local ones included):
 
 - engine/ and kernels/ never import workbench (the engine is usable alone);
-- only workbench/gui/ (the widgets) and benchmarks/ (measurements of the window) import Qt
-  (PySide6, pyqtgraph);
+- the lab's rooms import only rooms in the layers below theirs (`LAYERS`), and `cli/` reaches the
+  window only through `cli/gui.py`;
+- only workbench/gui/ (the widgets), workbench/charts/ (plots drawn offscreen) and benchmarks/
+  (measurements of the window) import Qt (PySide6, pyqtgraph);
 - no import cycles between our modules;
 - nothing builds an object around its constructor with `__new__`.
 """
@@ -70,15 +72,70 @@ def test_the_gui_package_holds_widgets_only():
     assert qt_free == []
 
 
-def test_only_the_gui_package_and_benchmarks_import_qt():
+def test_only_the_gui_and_charts_packages_and_benchmarks_import_qt():
     offenders = {
         name: sorted(imported)
         for name, imported in IMPORTS.items()
-        if not name.startswith(("workbench.gui", "benchmarks"))
+        if not name.startswith(("workbench.gui", "workbench.charts", "benchmarks"))
         for imported in [{i for i in imported if i.split(".")[0] in QT}]
         if imported
     }
     assert not offenders
+
+
+# The lab's rooms, bottom up (napari's import contracts): a room imports the engine, its own
+# modules and the rooms of lower layers only; rooms on one layer do not import each other.
+LAYERS = [
+    {"machine", "quality"},  # this machine and process; what a configuration costs in quality
+    {"backends"},  # what serves the requests
+    {"step_traces"},  # each engine step's record
+    {"traffic"},  # what to send
+    {"runs"},  # drive a backend and record
+    {"live", "analysis"},  # the window's Qt-free models; the questions asked of runs
+    {"charts", "bench"},  # plots drawn offscreen; whole runs with their report and files
+    {"gui", "server"},  # the window; workbench serve
+    {"cli"},  # the command line, which starts either
+]
+LAYER_OF = {room: level for level, rooms in enumerate(LAYERS) for room in rooms}
+
+
+def room_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "workbench" and len(parts) > 1 and parts[1] in LAYER_OF else None
+
+
+def layer_breaches(imports: dict[str, set[str]]) -> list[str]:
+    breaches = []
+    for name, imported in imports.items():
+        room = room_of(name)
+        for other in sorted(imported):
+            target = room_of(other)
+            if room is not None and target is not None and target != room and LAYER_OF[target] >= LAYER_OF[room]:
+                breaches.append(f"{name} imports {other}")
+    return breaches
+
+
+def test_every_module_of_the_lab_is_in_a_room():
+    loose = [name for name in SOURCES if name.startswith("workbench.") and room_of(name) is None]
+    assert loose == ["workbench.__main__"]
+
+
+def test_rooms_import_only_the_layers_below():
+    assert layer_breaches(IMPORTS) == []
+
+
+def test_the_layer_check_finds_a_planted_breach():
+    planted = {**IMPORTS, "workbench.runs.runner": IMPORTS["workbench.runs.runner"] | {"workbench.analysis.report"}}
+    assert layer_breaches(planted) == ["workbench.runs.runner imports workbench.analysis.report"]
+
+
+def test_the_command_line_reaches_the_window_only_through_its_gui_command():
+    reaching = sorted(
+        name
+        for name, imported in IMPORTS.items()
+        if name.startswith("workbench.cli") and any(other.startswith("workbench.gui") for other in imported)
+    )
+    assert reaching == ["workbench.cli.gui"]
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:

@@ -97,8 +97,8 @@ def test_an_installed_wheel_lists_its_presets_and_runs_one(installed, tmp_path):
 
 
 def test_with_no_presets_found_the_list_says_so_and_fails(monkeypatch, tmp_path, capsys):
-    from workbench import presets
     from workbench.cli import main
+    from workbench.traffic import presets
 
     monkeypatch.setattr(presets, "PRESET_DIR", tmp_path)
     assert main(["presets"]) == 1

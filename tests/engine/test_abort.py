@@ -78,11 +78,11 @@ def test_abort_in_every_state_then_keep_serving(state):
 def test_arrival_time_is_when_a_request_was_due_not_when_the_busy_loop_sent_it():
     """Requests due during a long step are sent after it; their clocks start when they were due."""
     from workbench.backends.local import LocalBackend
-    from workbench.prompts import PromptMaker
-    from workbench.request_plan import RequestPlan
-    from workbench.runner import ScenarioRunner
-    from workbench.scenario import Scenario, ScenarioEvent
-    from workbench.traffic import LengthDistribution, TrafficProfile
+    from workbench.runs.runner import ScenarioRunner
+    from workbench.traffic.profile import LengthDistribution, TrafficProfile
+    from workbench.traffic.prompts import PromptMaker
+    from workbench.traffic.request_plan import RequestPlan
+    from workbench.traffic.scenario import Scenario, ScenarioEvent
 
     config = EngineConfig(model="simulated:llama-2-7b@h100-80gb", max_num_batched_tokens=8192, long_prompt_threshold=0)
     scenario = Scenario(
@@ -114,9 +114,9 @@ def test_every_restart_of_traffic_on_a_simulated_clock_sends_all_of_it():
     """Restarting the traffic again and again (the window's Start) at odd clock values: each run's
     requests must all be sent, however the arrival times round against the clock."""
     from workbench.backends.local import LocalBackend
-    from workbench.runner import ScenarioRunner
-    from workbench.scenario import Scenario
-    from workbench.traffic import LengthDistribution, TrafficProfile
+    from workbench.runs.runner import ScenarioRunner
+    from workbench.traffic.profile import LengthDistribution, TrafficProfile
+    from workbench.traffic.scenario import Scenario
 
     engine = LLMEngine(EngineConfig(model="simulated:llama-2-7b@h100-80gb"))
     traffic = TrafficProfile(

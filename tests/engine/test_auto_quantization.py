@@ -9,7 +9,7 @@ import torch
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.quantization.auto import choose_quantization
 from engine.quantization.cpu_products import COPY_PAYS_FROM, CopyTiming, cpu_features, time_batched_copy
-from workbench.provenance import environment
+from workbench.machine.provenance import environment
 
 
 def timed(speedup: float):

@@ -14,9 +14,9 @@ from engine.simulation.cost_model import CostModel, StepShape
 from engine.simulation.executor import SimulatedClock, SimulatedExecutor
 from tests.tiny_models import tiny_engine
 from workbench.backends.local import LocalBackend
-from workbench.runner import ScenarioRunner
-from workbench.scenario import Scenario
-from workbench.traffic import LengthDistribution, TrafficProfile
+from workbench.runs.runner import ScenarioRunner
+from workbench.traffic.profile import LengthDistribution, TrafficProfile
+from workbench.traffic.scenario import Scenario
 
 
 def test_the_mission_worked_number():

@@ -12,10 +12,10 @@ import pytest
 from engine import ConfigError, EngineConfig, EngineError, LLMEngine, SamplingParams
 from engine.simulation.catalogue import hardware_names, model_names
 from tests.engine.simulated import LLAMA_ON_H100, sim
-from workbench.headless import run_headless
-from workbench.prompts import PromptMaker
-from workbench.scenario import SLO, Scenario, ScenarioEvent
-from workbench.traffic import LengthDistribution, PlannedTraffic, TrafficProfile
+from workbench.bench.headless import run_headless
+from workbench.traffic.profile import LengthDistribution, PlannedTraffic, TrafficProfile
+from workbench.traffic.prompts import PromptMaker
+from workbench.traffic.scenario import SLO, Scenario, ScenarioEvent
 
 FIXED = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 

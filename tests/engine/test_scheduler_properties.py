@@ -17,7 +17,7 @@ from engine.kv_layout import KvLayout
 from engine.simulation import catalogue
 from tests.engine.simulated import hang_guard
 from workbench.backends.local import LocalBackend
-from workbench.traces.block_replay import BlockReplay
+from workbench.step_traces.block_replay import BlockReplay
 
 MAX_STEPS_TO_DRAIN = 5_000
 

@@ -7,7 +7,7 @@ from engine import SamplingParams
 from engine.step_trace import ALLOCATE, RELEASE, REUSE, WAITING, WAITING_LONG
 from tests.tiny_models import tiny_engine
 from workbench.backends.local import LocalBackend
-from workbench.traces.block_replay import BlockReplay
+from workbench.step_traces.block_replay import BlockReplay
 
 GREEDY = dict(temperature=0.0, ignore_eos=True)
 

@@ -15,11 +15,11 @@ from benchmarks.server_processes import free_port, start_vllm_server
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.loading.model_source import read_model, read_tokenizer
 from workbench.backends.remote import RemoteBackend
-from workbench.export_hf import export_hf_directory
-from workbench.headless import run_headless
-from workbench.presets import load_preset
-from workbench.run_log import read_run_log
-from workbench.run_recorder import RUN_LOG_NAME
+from workbench.bench.headless import run_headless
+from workbench.quality.export_hf import export_hf_directory
+from workbench.runs.run_log import read_run_log
+from workbench.runs.run_recorder import RUN_LOG_NAME
+from workbench.traffic.presets import load_preset
 
 VLLM_PYTHON = os.environ.get("WORKBENCH_VLLM_PYTHON")
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON, reason="make test-vllm runs these (it sets WORKBENCH_VLLM_PYTHON)")

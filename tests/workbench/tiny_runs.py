@@ -4,8 +4,8 @@ and a preset with two arms and a decision whose verdict is known."""
 from __future__ import annotations
 
 from engine import EngineConfig
-from workbench.scenario import SLO, Scenario, ScenarioEvent
-from workbench.traffic import LengthDistribution, TrafficProfile
+from workbench.traffic.profile import LengthDistribution, TrafficProfile
+from workbench.traffic.scenario import SLO, Scenario, ScenarioEvent
 
 
 def tiny_scenario(directory, **engine_settings) -> Scenario:

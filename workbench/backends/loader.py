@@ -21,7 +21,7 @@ from engine.simulation import is_simulated
 from workbench.backends.local import LocalBackend
 from workbench.backends.protocol import Backend, BackendCapabilities
 from workbench.backends.remote import DEFAULT_REQUEST_TIMEOUT_S, RemoteBackend
-from workbench.quality_ledger import quality_line
+from workbench.quality.ledger import quality_line
 
 SERVER_TOKENIZER = "smollm2-135m"  # prompts for a server are made with this tokenizer unless told otherwise
 

@@ -22,7 +22,7 @@ from workbench.backends.protocol import (
     Chat,
     RequestProgress,
 )
-from workbench.provenance import environment
+from workbench.machine.provenance import environment
 
 
 class LocalBackend:

@@ -45,8 +45,8 @@ from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from workbench.backends.protocol import BackendCapabilities, BackendUpdate, Chat, RequestProgress
 from workbench.backends.server_state import ServerState, parse_server_state
-from workbench.process_tuning import allow_open_files
-from workbench.provenance import package_version
+from workbench.machine.process_tuning import allow_open_files
+from workbench.machine.provenance import package_version
 
 SCRAPE_INTERVAL_S = 0.25
 # A request whose server sends nothing for this long ends with an error (`--request-timeout`).

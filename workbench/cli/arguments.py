@@ -50,7 +50,7 @@ def engine_config(args):
     from engine import EngineConfig
     from engine.errors import ConfigError
     from engine.settings import apply_override, build
-    from workbench.presets import load_preset
+    from workbench.traffic.presets import load_preset
 
     overrides = [*args.overrides, *([f"engine.model={args.model}"] if args.model is not None else [])]
     if args.preset:
@@ -68,8 +68,8 @@ def read_run_for(run, with_traces: bool):
     damaged line is said on stderr, the rest is read."""
     import sys
 
-    from workbench.run_log import read_run_log
-    from workbench.run_recorder import RUN_LOG_NAME
+    from workbench.runs.run_log import read_run_log
+    from workbench.runs.run_recorder import RUN_LOG_NAME
 
     path = run / RUN_LOG_NAME if run.is_dir() else run
     log = read_run_log(path, with_traces=with_traces)

@@ -49,10 +49,10 @@ def run(args) -> int:
     from engine.config import default_compile_decode
     from engine.errors import ConfigError
     from engine.simulation import is_simulated
-    from workbench.presets import load_preset
-    from workbench.process_tuning import freeze_loaded_heap
-    from workbench.quality_terms import add_quality_figures, quality_metrics_named, refuse_on_a_server
-    from workbench.run_recorder import RUN_LOG_NAME
+    from workbench.analysis.quality_terms import add_quality_figures, quality_metrics_named, refuse_on_a_server
+    from workbench.machine.process_tuning import freeze_loaded_heap
+    from workbench.runs.run_recorder import RUN_LOG_NAME
+    from workbench.traffic.presets import load_preset
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
     # A measured run compiles its decode step before the first request unless the preset says
@@ -144,7 +144,7 @@ def run_folder(out: Path, variant: str | None, repeat: int, several_variants: bo
 
 
 def _write_decision(out: Path, pairs: list[tuple[dict, dict]], decision, planned: int) -> None:
-    from workbench.compare import compare, compare_repeats, format_comparison
+    from workbench.analysis.compare import compare, compare_repeats, format_comparison
 
     if planned == 1:
         result = compare(*pairs[0], decision.intended, decision.tolerated)
@@ -161,9 +161,9 @@ def _write_decision(out: Path, pairs: list[tuple[dict, dict]], decision, planned
 def _run_one(scenario, variant, out_dir: Path, backend, plots: bool) -> dict:
     from tqdm import tqdm
 
-    from workbench.headless import run_headless, wait_until_warm
-    from workbench.run_log import read_run_log
-    from workbench.run_recorder import RUN_LOG_NAME
+    from workbench.bench.headless import run_headless, wait_until_warm
+    from workbench.runs.run_log import read_run_log
+    from workbench.runs.run_recorder import RUN_LOG_NAME
 
     wait_until_warm(backend, lambda message: print(message, file=sys.stderr))  # before the bar's clock starts
     with tqdm(desc="requests", unit="req", file=sys.stderr, dynamic_ncols=True) as bar:
@@ -179,14 +179,14 @@ def _run_one(scenario, variant, out_dir: Path, backend, plots: bool) -> dict:
 
         report = run_headless(scenario, out_dir, variant=variant, backend=backend, on_progress=progress)
     if plots:
-        from workbench.gui.report_images import export_plot_images
+        from workbench.charts.report_images import export_plot_images
 
         export_plot_images(read_run_log(out_dir / RUN_LOG_NAME), out_dir)
     return report
 
 
 def print_summary(report: dict) -> None:
-    from workbench.intervals import bounds_text
+    from workbench.analysis.intervals import bounds_text
 
     metrics = report["metrics"]
 

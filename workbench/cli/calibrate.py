@@ -14,7 +14,7 @@ def add_to(commands) -> None:
 def run(args) -> int:
     from engine import EngineConfig, LLMEngine
     from engine.simulation.catalogue import measure_this_machine, save_profile
-    from workbench.calibration import fit, measure
+    from workbench.analysis.calibration import fit, measure
 
     # Eager, as the cost model's step times assume (a compile would also take the cores mid-measurement).
     engine = LLMEngine(EngineConfig(device="auto", kv_cache_memory=256 << 20, compile_decode="off"))

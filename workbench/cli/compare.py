@@ -17,7 +17,7 @@ def add_to(commands) -> None:
 
 
 def run(args) -> int:
-    from workbench.compare import compare, format_comparison, load_report
+    from workbench.analysis.compare import compare, format_comparison, load_report
 
     baseline, candidate = load_report(args.baseline), load_report(args.candidate)
     intended, tolerated = args.intended, args.tolerated

@@ -39,7 +39,7 @@ def add_to(commands) -> None:
 
 def run(args) -> int:
     from engine.errors import ConfigError
-    from workbench.explain import explain, explanation_record, format_explanation
+    from workbench.analysis.explain import explain, explanation_record, format_explanation
 
     path, log = read_run_for(args.run, with_traces=True)
     tags = sorted({record["tag"] for record in log.requests})

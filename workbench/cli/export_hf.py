@@ -19,7 +19,7 @@ def add_to(commands) -> None:
 
 def run(args) -> int:
     from engine.loading.model_source import read_model
-    from workbench.export_hf import export_hf_directory
+    from workbench.quality.export_hf import export_hf_directory
 
     print(f"wrote {export_hf_directory(read_model(args.model), args.out, args.dtype)}")
     return 0

@@ -10,7 +10,7 @@ def add_to(commands) -> None:
 
 
 def run(args) -> int:
-    from workbench.presets import PRESET_DIR, load_preset, preset_names
+    from workbench.traffic.presets import PRESET_DIR, load_preset, preset_names
 
     if not preset_names():
         print(

@@ -34,8 +34,8 @@ def run(args) -> int:
     from engine.loading.model_source import read_model
     from engine.quantization import get_method
     from engine.quantization.auto import AUTO
-    from workbench.quality import evaluate, format_results, results_json
-    from workbench.quality_ledger import record
+    from workbench.quality.ledger import record
+    from workbench.quality.measure import evaluate, format_results, results_json
 
     options = []
     for method in (name.strip() for name in args.quant.split(",")):

@@ -35,11 +35,8 @@ def add_to(commands) -> None:
 
 def run(args) -> int:
     from engine.errors import ConfigError
-    from workbench.cli.arguments import backend_factory
-    from workbench.cli.bench import print_summary
-    from workbench.compare import Criterion, compare, format_comparison, load_report
-    from workbench.headless import run_headless
-    from workbench.replay import (
+    from workbench.analysis.compare import Criterion, compare, format_comparison, load_report
+    from workbench.analysis.replay import (
         PER_REQUEST_CSV,
         REPLAY_NOTE,
         REPLAY_TRACE,
@@ -50,8 +47,11 @@ def run(args) -> int:
         write_per_request_csv,
         write_replay_trace,
     )
-    from workbench.run_log import read_run_log
-    from workbench.run_recorder import RUN_LOG_NAME
+    from workbench.bench.headless import run_headless
+    from workbench.cli.arguments import backend_factory
+    from workbench.cli.bench import print_summary
+    from workbench.runs.run_log import read_run_log
+    from workbench.runs.run_recorder import RUN_LOG_NAME
 
     terms = args.intended + args.tolerated
     criteria = [Criterion.parse(text) for text in terms]  # a bad term stops the replay before anything runs
@@ -107,8 +107,8 @@ def run(args) -> int:
     rows = per_request_rows(original, replayed)
     write_per_request_csv(rows, args.out / PER_REQUEST_CSV)
     if not args.no_plots:
-        from workbench.gui.replay_chart import export_per_request_image
-        from workbench.gui.report_images import export_plot_images
+        from workbench.charts.replay_chart import export_per_request_image
+        from workbench.charts.report_images import export_plot_images
 
         export_plot_images(replayed, args.out)
         export_per_request_image(rows, args.out / "per_request.png")
@@ -130,7 +130,7 @@ def run(args) -> int:
 def _refuse_terms_not_exposed(terms: list[str], criteria: list, original_report: dict, backend) -> None:
     """A decision term on a figure one of the two backends cannot see is refused before the replay."""
     from engine.errors import ConfigError
-    from workbench.report import SERVER_STATE_METRICS
+    from workbench.analysis.report import SERVER_STATE_METRICS
 
     sides = (
         (

@@ -78,10 +78,7 @@ def _rates(text: str | None) -> list[float]:
 def run(args) -> int:
     from engine.config import default_compile_decode
     from engine.errors import ConfigError
-    from workbench.cli.bench import print_summary
-    from workbench.headless import run_headless
-    from workbench.presets import load_preset
-    from workbench.sweep import (
+    from workbench.analysis.sweep import (
         RATE_KEY,
         SWEEP_CSV,
         check_search_settings,
@@ -91,6 +88,9 @@ def run(args) -> int:
         write_search_settings,
         write_sweep_csv,
     )
+    from workbench.bench.headless import run_headless
+    from workbench.cli.bench import print_summary
+    from workbench.traffic.presets import load_preset
 
     varies = [parse_vary(text) for text in args.vary]
     rates = _rates(args.rates)
@@ -141,8 +141,8 @@ def run(args) -> int:
             run_point(point, scenarios[point.index])
     print(f"sweep: {len(rows)} points -> {args.out / SWEEP_CSV}")
     if not args.no_plots:
-        from workbench.gui.sweep_chart import export_sweep_images
-        from workbench.sweep import read_sweep
+        from workbench.analysis.sweep import read_sweep
+        from workbench.charts.sweep_chart import export_sweep_images
 
         target = args.goodput_target if args.find_max_rate else None
         for path in export_sweep_images(read_sweep(args.out), args.out, target):
@@ -165,7 +165,7 @@ def _check_rate_search(scenario) -> None:
 def _search(args, point, scenario_for, run_point, first_index: int) -> None:
     """One search of the highest rate for a combination of the varied settings (or the preset as
     is); its runs are points from `first_index` on."""
-    from workbench.sweep import RATE_KEY, SweepPoint, find_max_rate
+    from workbench.analysis.sweep import RATE_KEY, SweepPoint, find_max_rate
 
     start = scenario_for(point.overrides() if point else []).traffic.rate
     runs = 0

@@ -20,8 +20,8 @@ def add_to(commands) -> None:
 
 def run(args) -> int:
     from engine.errors import ConfigError
-    from workbench.traces.log import read_trace, why_no_traces
-    from workbench.traces.text import format_request, format_step
+    from workbench.step_traces.log import read_trace, why_no_traces
+    from workbench.step_traces.text import format_request, format_step
 
     path, log = read_run_for(args.run, with_traces=True)
     if not log.traces:

@@ -84,10 +84,10 @@ def run_gui(
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
+    from workbench.charts.theme import apply_theme
     from workbench.gui.engine_worker import EngineWorker
     from workbench.gui.main_window import MainWindow
-    from workbench.gui.theme import apply_theme
-    from workbench.presets import load_preset
+    from workbench.traffic.presets import load_preset
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Workbench")

@@ -31,9 +31,9 @@ from PySide6.QtWidgets import (
 )
 
 from engine.errors import EngineError
-from workbench.arms import Arms, read_arms
+from workbench.analysis.arms import Arms, read_arms
 from workbench.gui.form_widgets import choice_box
-from workbench.presets import load_preset, preset_names
+from workbench.traffic.presets import load_preset, preset_names
 
 # Anything else (no verdict, no decision): the default colour.
 VERDICT_COLOURS = {"accept": "#2ecc71", "reject": "#e74c3c", "inconclusive": "#f39c12"}

@@ -27,14 +27,14 @@ from engine import EngineConfig, EngineError
 from engine.metrics import UNFINISHED
 from workbench.backends.loader import BackendLoader
 from workbench.backends.protocol import Backend
-from workbench.metrics_store import MetricsStore
-from workbench.prompts import text_stream
-from workbench.request_rows import RequestRow, RequestRows
-from workbench.run_log import RunLogWriter
-from workbench.run_recorder import RUN_LOG_NAME, RunRecorder
-from workbench.runner import EndedRequest, ScenarioRunner
-from workbench.scenario import SLO, Scenario
-from workbench.traces.store import TraceStore
+from workbench.live.metrics_store import MetricsStore
+from workbench.live.request_rows import RequestRow, RequestRows
+from workbench.runs.run_log import RunLogWriter
+from workbench.runs.run_recorder import RUN_LOG_NAME, RunRecorder
+from workbench.runs.runner import EndedRequest, ScenarioRunner
+from workbench.step_traces.store import TraceStore
+from workbench.traffic.prompts import text_stream
+from workbench.traffic.scenario import SLO, Scenario
 
 _REFRESH_S = 0.1  # how often waiting rows and the block map are refreshed
 

@@ -34,9 +34,13 @@ from engine.device import total_memory_bytes
 from engine.memory import memory_lines, process_resident_bytes
 from engine.simulation import is_simulated, parse
 from engine.simulation.catalogue import hardware_profile
+from workbench.analysis.compare import compare, format_comparison, load_report
+from workbench.analysis.explain import Explanation, explain, request_history
+from workbench.analysis.kv_capacity import kv_cache_note
+from workbench.analysis.report import incomplete_reasons
 from workbench.backends.loader import EngineInfo, ServerInfo
-from workbench.compare import compare, format_comparison, load_report
-from workbench.explain import Explanation, explain, request_history
+from workbench.bench.run_files import PastTraces, open_run, past_traces, save_run
+from workbench.charts.report_images import export_plot_images
 from workbench.gui.arms_view import ArmsView
 from workbench.gui.block_map import BlockMapView
 from workbench.gui.elided_label import ElidedLabel
@@ -44,24 +48,20 @@ from workbench.gui.engine_panel import EnginePanel
 from workbench.gui.engine_worker import EngineWorker
 from workbench.gui.memory_panel import MemoryPanel
 from workbench.gui.plots_view import PlotsView
-from workbench.gui.report_images import export_plot_images
 from workbench.gui.requests_view import RequestsView
 from workbench.gui.runs_panel import RunsPanel
 from workbench.gui.step_panel import StepPanel, step_keys
 from workbench.gui.sweep_view import SweepView
 from workbench.gui.traffic_panel import TrafficPanel
 from workbench.gui.why_view import WhyView
-from workbench.kv_capacity import kv_cache_note
-from workbench.live_metrics import LiveMetrics
-from workbench.process_tuning import freeze_loaded_heap
-from workbench.report import incomplete_reasons
-from workbench.request_rows import ENDED_STATES
-from workbench.run_files import PastTraces, open_run, past_traces, save_run
-from workbench.run_log import RunLog, read_run_log
-from workbench.run_recorder import RUN_LOG_NAME
-from workbench.scenario import Scenario
-from workbench.traces.store import TraceStore
-from workbench.traces.text import format_request
+from workbench.live.live_metrics import LiveMetrics
+from workbench.live.request_rows import ENDED_STATES
+from workbench.machine.process_tuning import freeze_loaded_heap
+from workbench.runs.run_log import RunLog, read_run_log
+from workbench.runs.run_recorder import RUN_LOG_NAME
+from workbench.step_traces.store import TraceStore
+from workbench.step_traces.text import format_request
+from workbench.traffic.scenario import Scenario
 
 ICON = Path(__file__).resolve().parents[2] / "assets" / "icon.svg"
 PLOT_INTERVAL_MS = 50  # about 20 Hz, slower when frames are expensive (see refresh_plots)

@@ -26,8 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.backends.protocol import IN_PROCESS, BackendCapabilities
-from workbench.gui.elided_label import ElidedLabel
-from workbench.gui.plots import (
+from workbench.charts.plots import (
     LATENCY_UNITS,
     PER_STEP_PLOTS,
     PLOT_NEEDS,
@@ -38,8 +37,9 @@ from workbench.gui.plots import (
     set_title,
     show_not_exposed,
 )
+from workbench.gui.elided_label import ElidedLabel
 from workbench.gui.step_panel import step_keys
-from workbench.metrics_store import MetricsSnapshot
+from workbench.live.metrics_store import MetricsSnapshot
 
 
 def axis_end(latest: float) -> float:

@@ -7,7 +7,7 @@ import re
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QPushButton, QSplitter, QTableView, QVBoxLayout, QWidget
 
-from workbench.request_rows import RequestRow
+from workbench.live.request_rows import RequestRow
 
 COLUMNS = [
     ("id", "request_id"),

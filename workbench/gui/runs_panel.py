@@ -1,6 +1,6 @@
 """The Runs tab: buttons for what the window does with runs (save the current one, open a past
 one, compare two, draw one as a baseline, export the plots) and the text of what the last of them
-did. The window does the work; the run files themselves are workbench/run_files.py's."""
+did. The window does the work; the run files themselves are workbench/bench/run_files.py's."""
 
 from __future__ import annotations
 

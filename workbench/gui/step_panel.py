@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.step_trace import ALLOCATE, RELEASE, REUSE, StepTrace
-from workbench.traces.text import block_ranges, row_tokens
+from workbench.step_traces.text import block_ranges, row_tokens
 
 PARTS = {  # table: (title, what it holds, columns)
     "before": (

@@ -1,4 +1,4 @@
-"""The Sweep view: a `workbench sweep` folder's charts (workbench/gui/sweep_chart.py) in the window.
+"""The Sweep view: a `workbench sweep` folder's charts (workbench/charts/sweep_chart.py) in the window.
 A click on a point opens that point's run (its plots, steps and Why) in the Live view."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from engine.errors import EngineError
-from workbench.gui.sweep_chart import sweep_plots
-from workbench.sweep import Sweep, describe_settings, read_sweep
+from workbench.analysis.sweep import Sweep, describe_settings, read_sweep
+from workbench.charts.sweep_chart import sweep_plots
 
 
 class SweepView(QWidget):

@@ -23,9 +23,9 @@ from PySide6.QtWidgets import (
 
 from engine.errors import ConfigError
 from workbench.gui.form_widgets import choice_box, emit_validated, float_box, int_box
-from workbench.presets import load_preset, preset_names
-from workbench.scenario import SLO, Scenario, ScenarioEvent
-from workbench.traffic import ARRIVAL_KINDS, LENGTH_KINDS, LengthDistribution, TrafficProfile
+from workbench.traffic.presets import load_preset, preset_names
+from workbench.traffic.profile import ARRIVAL_KINDS, LENGTH_KINDS, LengthDistribution, TrafficProfile
+from workbench.traffic.scenario import SLO, Scenario, ScenarioEvent
 
 
 class LengthFields:

@@ -1,4 +1,4 @@
-"""The Why tab: where the tail's time went (workbench/explain.py), as two stacked bars, the tail's
+"""The Why tab: where the tail's time went (workbench/analysis/explain.py), as two stacked bars, the tail's
 and everyone's, one segment per cause, and the slowest requests. A click on a segment shows the
 history of the slowest tail request whose main cause it is; a click on a request in the list
 shows its history (the `workbench trace --request` text).
@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.explain import CAUSES, Explanation
+from workbench.analysis.explain import CAUSES, Explanation
 
 # The legend's names (the plot is narrow; the full meanings are in the summary and the history).
 SHORT_NAMES = {

@@ -34,7 +34,7 @@ import zmq
 
 from engine import EngineConfig, EngineError, LLMEngine
 from engine.outputs import RequestOutput
-from workbench.process_tuning import freeze_loaded_heap
+from workbench.machine.process_tuning import freeze_loaded_heap
 from workbench.server import core_protocol as protocol
 
 _IDLE_POLL_MS = 50

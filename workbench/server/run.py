@@ -14,7 +14,7 @@ import uvicorn
 
 from engine import EngineConfig, EngineError
 from engine.simulation import is_simulated
-from workbench.process_tuning import allow_open_files
+from workbench.machine.process_tuning import allow_open_files
 from workbench.server import DEFAULT_MAX_REQUEST_BYTES
 from workbench.server.engine_client import EngineCoreClient
 from workbench.server.openai_api import create_app

@@ -17,14 +17,14 @@ from PySide6.QtCore import Qt
 from engine import EngineConfig
 from tests.workbench.gui.window_helpers import all_ended, load
 from tests.workbench.tiny_runs import tiny_scenario
-from workbench.headless import run_headless
-from workbench.intervals import percentile_interval
-from workbench.quality_ledger import configuration_key, record
-from workbench.report import build_report
-from workbench.run_log import read_run_log
-from workbench.run_recorder import RUN_LOG_NAME
-from workbench.scenario import SLO, Scenario
-from workbench.traffic import LengthDistribution, TrafficProfile
+from workbench.analysis.intervals import percentile_interval
+from workbench.analysis.report import build_report
+from workbench.bench.headless import run_headless
+from workbench.quality.ledger import configuration_key, record
+from workbench.runs.run_log import read_run_log
+from workbench.runs.run_recorder import RUN_LOG_NAME
+from workbench.traffic.profile import LengthDistribution, TrafficProfile
+from workbench.traffic.scenario import SLO, Scenario
 
 
 def test_loading_drives_the_progress_bar_and_shows_memory(window, qtbot, tiny_config):
@@ -836,7 +836,7 @@ def test_every_control_is_whole_and_inside_its_column_at_1280_by_800(window, qtb
 def test_an_events_only_preset_says_it_sends_no_background_traffic(window):
     """Issue 19 #15: for long-prompt-isolation the traffic panel kept showing Poisson, 2 req/s,
     100 requests, which that preset's timeline never uses."""
-    from workbench.presets import load_preset
+    from workbench.traffic.presets import load_preset
 
     panel = window.traffic_panel
     panel.show_scenario(load_preset("long-prompt-isolation"))
@@ -1033,7 +1033,7 @@ def test_time_axes_show_the_whole_run_or_follow_its_last_seconds(qtbot):
 
     from engine.metrics import RequestMetrics, StepStats
     from workbench.gui.plots_view import PlotsView
-    from workbench.metrics_store import MetricsStore
+    from workbench.live.metrics_store import MetricsStore
 
     store = MetricsStore(0.0, kv_capacity_tokens=1024)
     for index in range(600):  # a 60-second run
@@ -1084,7 +1084,7 @@ def test_time_axes_show_the_whole_run_or_follow_its_last_seconds(qtbot):
 def test_after_any_preset_start_runs_exactly_its_traffic_and_names_it(window):
     """The fields lost prefix-sharing's shared prefix, chat-burst's normal output lengths and
     uniform prompt ranges, and the variant was never named."""
-    from workbench.presets import load_preset
+    from workbench.traffic.presets import load_preset
 
     panel = window.traffic_panel
     entries = [panel.presets.item(row).text() for row in range(panel.presets.count())]

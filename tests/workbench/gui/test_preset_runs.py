@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 
 from tests.workbench.gui.window_helpers import all_ended, load
-from workbench.run_log import read_run_log
-from workbench.scenario import Scenario
-from workbench.traffic import LengthDistribution, TrafficProfile
+from workbench.runs.run_log import read_run_log
+from workbench.traffic.profile import LengthDistribution, TrafficProfile
+from workbench.traffic.scenario import Scenario
 
 TRAFFIC = TrafficProfile(
     arrival="poisson",

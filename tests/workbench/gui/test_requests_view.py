@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 from workbench.gui.requests_view import RequestsView
-from workbench.request_rows import RequestRow
+from workbench.live.request_rows import RequestRow
 
 
 def view_with_rows(qtbot, ids):

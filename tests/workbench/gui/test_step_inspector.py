@@ -117,7 +117,7 @@ def test_selecting_a_request_marks_its_steps_its_rows_and_its_blocks(window, qtb
 
 def test_an_opened_run_is_inspected_from_its_log(window, qtbot, tiny_llama, tmp_path):
     from tests.workbench.tiny_runs import tiny_scenario
-    from workbench.headless import run_headless
+    from workbench.bench.headless import run_headless
 
     directory, _ = tiny_llama
     run_headless(tiny_scenario(directory, num_kv_blocks=24), tmp_path)  # small enough to preempt

@@ -8,9 +8,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt
 
 from engine import EngineConfig
+from workbench.bench.headless import run_headless
 from workbench.cli import main
-from workbench.headless import run_headless
-from workbench.scenario import SLO, Scenario, ScenarioEvent
+from workbench.traffic.scenario import SLO, Scenario, ScenarioEvent
 
 SIMULATED = "simulated:llama-3-8b@a100-80gb"
 

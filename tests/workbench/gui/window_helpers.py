@@ -4,8 +4,8 @@ the run has ended, and a metrics store filled with steps and requests for the pl
 from __future__ import annotations
 
 from engine.metrics import RequestMetrics, StepStats
-from workbench.metrics_store import MetricsStore
-from workbench.scenario import SLO
+from workbench.live.metrics_store import MetricsStore
+from workbench.traffic.scenario import SLO
 
 
 def load(window, qtbot, config) -> None:

@@ -1,0 +1,123 @@
+"""One run's log, written as the run happens: the header (provenance, scenario, seed, requests
+planned), a line per backend update that carries server state, the step's trace where the backend
+has one, a line per ended request, and the footer once the run has ended. A log without a footer
+is an interrupted run (its report says so). Headless runs and the window record the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench.backends.protocol import Backend, BackendUpdate
+from workbench.runs.run_log import RunLogWriter
+from workbench.runs.runner import EndedRequest, RunResult, ScenarioRunner
+from workbench.step_traces.log import FULL_TRACE_STEPS, TRACE_COLUMNS, check_trace_level, trace_record
+
+RUN_LOG_NAME = "run.jsonl"
+
+
+def _run_header(
+    backend: Backend,
+    scenario: dict,
+    *,
+    variant: str | None,
+    seed: int,
+    requests_planned: int | None,
+    start_time: float,
+    machine_probe: dict | None,
+    trace_replay: dict | None,
+) -> dict:
+    """The run log's first line: everything needed to read and reproduce the run."""
+    description = backend.describe()
+    return {
+        "start_time": start_time,
+        "scenario": scenario,
+        "variant": variant,
+        "seed": seed,
+        "backend": {"name": backend.name, "not_exposed": backend.capabilities.missing()},
+        "versions": description["versions"],
+        "engine": description["engine"],
+        "requests_planned": requests_planned,
+        "trace_columns": TRACE_COLUMNS,
+        "machine_probe": machine_probe,  # workbench/machine/probe.py, before the first request (headless runs)
+        "trace_replay": trace_replay,  # a replayed trace: its file, rows read, requests, how many were cut to fit
+    }
+
+
+class RunRecorder:
+    """`trace`: how much of each step's trace to write (workbench/step_traces/log.py)."""
+
+    def __init__(self, path: Path, header: dict, trace: str = "auto"):
+        if path.exists():
+            path.unlink()  # a rerun into the same place starts a fresh log
+        self._trace = check_trace_level(trace)
+        self._traces_written = self._full_traces = 0
+        self._writer: RunLogWriter | None = RunLogWriter(path)
+        self._writer.write("header", {**header, "trace": trace})
+
+    @classmethod
+    def for_run(
+        cls,
+        path: Path,
+        backend: Backend,
+        runner: ScenarioRunner,
+        scenario: dict,
+        variant: str | None = None,
+        machine_probe: dict | None = None,
+    ) -> RunRecorder:
+        """The run log of the run `runner` is about to make on `backend`: the one way `workbench
+        bench` (workbench/bench/headless.py) and the window (workbench/gui/engine_worker.py) start one,
+        so their logs carry the same header. `scenario` is the scenario as a dict (its seed, trace
+        level and SLO are read from it)."""
+        header = _run_header(
+            backend,
+            scenario,
+            variant=variant,
+            seed=scenario.get("seed", 0),
+            requests_planned=runner.total_requests,
+            start_time=runner.start_time,
+            machine_probe=machine_probe,
+            trace_replay=runner.plan.trace_summary if runner.plan is not None else None,
+        )
+        return cls(path, header, trace=scenario.get("trace", "auto"))
+
+    def update(self, update: BackendUpdate) -> None:
+        if self._writer is None:
+            return
+        if update.stats is not None:
+            self._writer.step(update.stats)
+        if update.trace is not None:
+            full = self._trace == "full" or (self._trace == "auto" and self._traces_written < FULL_TRACE_STEPS)
+            self._writer.write("trace", trace_record(update.trace, full))
+            self._traces_written += 1
+            self._full_traces += full
+
+    def request_ended(self, ended: EndedRequest) -> None:
+        if self._writer is not None:
+            self._writer.request(ended.request_id, ended.tag, ended.metrics, ended.sent_index, ended.planned)
+
+    def finish(self, result: RunResult, machine_probe: dict | None = None) -> None:
+        """Write the footer and close: the run is whole. `machine_probe`: the machine's speed
+        after the last request (workbench/machine/probe.py)."""
+        if self._writer is not None:
+            self._writer.write(
+                "footer",
+                {
+                    "duration_s": result.duration_s,
+                    "stopped_early": result.interrupted,
+                    "requests_unfinished": result.num_unfinished,
+                    "requests_not_sent": result.num_not_sent,
+                    "traces": self._traces_written,
+                    "traces_full": self._full_traces,
+                    "problems": result.problems,
+                    "machine_probe": machine_probe,
+                    "sessions_cut_by_context": result.sessions_cut_by_context,
+                    "sessions_started": result.sessions_started,
+                },
+            )
+        self.close()
+
+    def close(self) -> None:
+        """Close without a footer (interrupted, or replaced by a new run)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
