@@ -8,14 +8,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-# Architectures the decoder in engine/model.py implements: Llama-shaped (Qwen2 adds a bias to the
-# q/k/v projections, Qwen3 an RMSNorm over each query and key head) and Gemma 3 (its text decoder).
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma3")
-
 
 @dataclass(frozen=True)
 class ModelConfig:
-    architecture: str
+    architecture: str  # an entry of engine/architectures.py
     vocab_size: int
     hidden_size: int
     intermediate_size: int

@@ -203,6 +203,49 @@ def test_only_the_quantization_registry_dispatches_on_method_names():
     assert not offenders
 
 
+def compares_an_architecture_name(node: ast.AST) -> bool:
+    """`config.architecture == "llama"`, `architecture in ("qwen2", ...)`, `arch.startswith("gemma")`:
+    an expression about an architecture that names one."""
+    from engine.architectures import ARCHITECTURES
+
+    if not isinstance(node, (ast.Compare, ast.Call)):
+        return False
+    if isinstance(node, ast.Call) and not (
+        isinstance(node.func, ast.Attribute) and node.func.attr in ("startswith", "endswith")
+    ):
+        return False
+    text = ast.unparse(node)
+    literals = {child.value for child in ast.walk(node) if isinstance(child, ast.Constant)}
+    named = any(isinstance(value, str) and any(name.startswith(value) for name in ARCHITECTURES) for value in literals)
+    return "architecture" in text and named
+
+
+def architecture_name_comparisons(sources: dict[str, Path]) -> list[str]:
+    return sorted(
+        f"{name}:{node.lineno}"
+        for name, path in sources.items()
+        if name != "engine.architectures"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if compares_an_architecture_name(node)
+    )
+
+
+def test_only_the_architecture_registry_dispatches_on_architecture_names():
+    """Issue 49 #4: a new architecture touched five files by name comparisons (`qk_norm=architecture
+    == "qwen3"` in both loaders). Every architecture's facts now come from engine/architectures.py."""
+    assert architecture_name_comparisons(SOURCES) == []
+
+
+def test_the_architecture_check_finds_a_planted_comparison(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        'qk_norm = architecture == "qwen3"\n'
+        'gemma = str(metadata.get("general.architecture", "")).startswith("gemma")\n'
+        'kind_is_sentencepiece = kind == "llama"\n'  # a tokenizer kind, not an architecture: allowed
+    )
+    assert architecture_name_comparisons({"planted": planted}) == ["planted:1", "planted:2"]
+
+
 def test_tests_import_helpers_from_modules_of_their_own():
     """Not from conftest.py (pytest's, loaded its own way) nor from another test module (importing
     one collects its tests' module state twice): shared helpers live in helper modules."""

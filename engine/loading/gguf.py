@@ -16,45 +16,19 @@ import gguf
 import numpy as np
 import torch
 
+from engine.architectures import LLAMA_LAYER_NAMES, Architecture, architecture_named
 from engine.errors import ModelLoadError
 from engine.loading.gguf_file import GGUFTensor, read_gguf_file
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.tokenizer import Tokenizer
-from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig, with_gemma3_traits
+from engine.model_config import ModelConfig
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
 }
-_LAYER_NAMES = {
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_QK_NORM_NAMES = {"attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
-# Gemma 3 names its norms differently: "ffn_norm" is the norm before the MLP, and the norms after
-# attention and the MLP have names of their own.
-_LAYER_NAMES_BY_ARCHITECTURE = {
-    "qwen3": {**_LAYER_NAMES, **_QK_NORM_NAMES},
-    "gemma3": {
-        **_LAYER_NAMES,
-        **_QK_NORM_NAMES,
-        "post_attention_norm": "post_attention_layernorm",
-        "ffn_norm": "pre_feedforward_layernorm",
-        "post_ffw_norm": "post_feedforward_layernorm",
-    },
-}
-_PROJECTIONS = tuple(name for name in _LAYER_NAMES if not name.endswith("_norm"))
-# Gemma 3's local layers: all but every sixth (llama.cpp's swa pattern, transformers' layer_types).
-_GEMMA3_GLOBAL_EVERY = 6
-_GEMMA3_LOCAL_ROPE_THETA = 10_000.0
+_PROJECTIONS = tuple(name for name in LLAMA_LAYER_NAMES if not name.endswith("_norm"))
 _UNSCALED_ROPE = "none"  # llama.cpp's rope.scaling.type when RoPE is not scaled
 # Llama 3.1's RoPE scaling, as llama.cpp's converter stores it: a divisor per frequency.
 _ROPE_DIVISORS_TENSOR = "rope_freqs.weight"
@@ -65,21 +39,22 @@ def read_gguf(path: Path, progress: ProgressCallback) -> ModelSource:
     progress("read file", 0.0)
     file = read_gguf_file(path)
     metadata = file.metadata
-    config = _model_config(metadata, file.tensors, path)
+    architecture = architecture_named(metadata.get("general.architecture"), str(path))
+    config = _model_config(metadata, architecture, file.tensors, path)
     tokenizer = Tokenizer.from_gguf_metadata(metadata, path)
     tensors: dict[str, torch.Tensor] = {}
     for index, tensor in enumerate(file.tensors):
         if tensor.name == _ROPE_DIVISORS_TENSOR:  # read into the config, not a weight
             continue
-        name = _hf_name(tensor.name, config.architecture, path)
+        name = _hf_name(tensor.name, architecture, path)
         values = _dequantize(tensor, path)
         if config.norm_weight_offset and name.endswith("norm.weight"):
             values = values - config.norm_weight_offset
         # llama.cpp's converter permutes Llama's q/k rows to interleave rotary pairs; undo it so
         # the weights match the Hugging Face rotate-half layout our decoder uses.
-        if config.architecture == "llama" and tensor.name.endswith(("attn_q.weight", "attn_q.bias")):
+        if architecture.permuted_qk and tensor.name.endswith(("attn_q.weight", "attn_q.bias")):
             values = _unpermute_rotary_rows(values, config.num_heads)
-        elif config.architecture == "llama" and tensor.name.endswith(("attn_k.weight", "attn_k.bias")):
+        elif architecture.permuted_qk and tensor.name.endswith(("attn_k.weight", "attn_k.bias")):
             values = _unpermute_rotary_rows(values, config.num_kv_heads)
         tensors[name] = torch.from_numpy(np.array(values, dtype=np.float32))  # a copy: the file is mapped read-only
         progress("dequantize", (index + 1) / len(file.tensors))
@@ -108,33 +83,26 @@ def read_gguf_tokenizer(path: Path) -> Tokenizer:
     return Tokenizer.from_gguf_metadata(read_gguf_file(path, with_tensors=False).metadata, path)
 
 
-def _model_config(metadata: dict, tensors: list[GGUFTensor], path: Path) -> ModelConfig:
-    architecture = metadata.get("general.architecture")
-    if architecture not in SUPPORTED_ARCHITECTURES:
-        raise ModelLoadError(
-            f"{path}: architecture {architecture!r} is not supported; expected one of "
-            f"{', '.join(SUPPORTED_ARCHITECTURES)}"
-        )
+def _model_config(metadata: dict, architecture: Architecture, tensors: list[GGUFTensor], path: Path) -> ModelConfig:
+    prefix = architecture.name  # metadata keys are the architecture's: "llama.block_count"
 
     def key(name: str, default: object = None) -> object:
-        value = metadata.get(f"{architecture}.{name}", default)
+        value = metadata.get(f"{prefix}.{name}", default)
         if value is None:
-            raise ModelLoadError(f"{path}: metadata key {architecture}.{name} is missing")
+            raise ModelLoadError(f"{path}: metadata key {prefix}.{name} is missing")
         return value
 
     hidden = int(key("embedding_length"))
     heads = int(key("attention.head_count"))
     tensor_names = {tensor.name for tensor in tensors}
-    layers = int(key("block_count"))
     eos = metadata.get("tokenizer.ggml.eos_token_id")
     head_dim = int(key("attention.key_length", hidden // heads))
-    divisors = _rope_divisors(metadata, architecture, tensors, head_dim, path)
     config = ModelConfig(
-        architecture=architecture,
+        architecture=architecture.name,
         vocab_size=len(metadata.get("tokenizer.ggml.tokens", [])) or int(key("vocab_size")),
         hidden_size=hidden,
         intermediate_size=int(key("feed_forward_length")),
-        num_layers=layers,
+        num_layers=int(key("block_count")),
         num_heads=heads,
         num_kv_heads=int(key("attention.head_count_kv", heads)),
         head_dim=head_dim,
@@ -145,20 +113,10 @@ def _model_config(metadata: dict, tensors: list[GGUFTensor], path: Path) -> Mode
         attention_bias="blk.0.attn_q.bias" in tensor_names,
         bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
         eos_token_ids=() if eos is None else (int(eos),),
-        qk_norm=architecture == "qwen3",
-        rope_frequency_divisors=divisors,
+        qk_norm=architecture.qk_norm,
+        rope_frequency_divisors=_rope_divisors(metadata, prefix, tensors, head_dim, path),
     )
-    if architecture != "gemma3":
-        return config
-    return with_gemma3_traits(
-        config,
-        # The file does not store query_pre_attn_scalar; llama.cpp's rule: head_dim, except for the
-        # 27B model (62 layers), which scales by hidden / heads.
-        query_pre_attn_scalar=hidden / heads if layers == 62 else config.head_dim,
-        sliding_window=int(key("attention.sliding_window")),
-        sliding_layers=tuple(layer for layer in range(layers) if (layer + 1) % _GEMMA3_GLOBAL_EVERY),
-        local_rope_theta=_GEMMA3_LOCAL_ROPE_THETA,
-    )
+    return architecture.from_gguf(config, key)
 
 
 def _rope_divisors(
@@ -189,13 +147,13 @@ def _rope_divisors(
     return tuple(float(value) for value in divisors)
 
 
-def _hf_name(gguf_name: str, architecture: str, path: Path) -> str:
+def _hf_name(gguf_name: str, architecture: Architecture, path: Path) -> str:
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
-    names = _LAYER_NAMES_BY_ARCHITECTURE.get(architecture, _LAYER_NAMES)
+    names = architecture.gguf_layer_names
     match = _LAYER_TENSOR.fullmatch(gguf_name)
     if match is None or match.group(2) not in names:
-        raise ModelLoadError(f"{path}: unexpected tensor {gguf_name!r} for a {architecture} model")
+        raise ModelLoadError(f"{path}: unexpected tensor {gguf_name!r} for a {architecture.name} model")
     layer, part, kind = match.groups()
     return f"model.layers.{layer}.{names[part]}.{kind}"
 

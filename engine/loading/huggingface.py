@@ -6,7 +6,6 @@ refused with a message rather than unpickled.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections import Counter
@@ -15,14 +14,13 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
+from engine.architectures import architecture_of_model_type, hf_rope_settings
 from engine.device import dtype_name
 from engine.errors import ModelLoadError
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.tokenizer import Tokenizer
-from engine.model_config import SUPPORTED_ARCHITECTURES, ModelConfig, with_gemma3_traits
+from engine.model_config import ModelConfig
 
-# config.json's model_type -> the architecture's name here.
-_HF_MODEL_TYPES = {"gemma3_text": "gemma3"}
 _UNSCALED = "default"
 # Settings whose effect the decoder does not implement: refused by name rather than ignored.
 _UNSUPPORTED_WHEN_SET = (
@@ -76,12 +74,7 @@ def _model_config(directory: Path) -> ModelConfig:
         raw = json.loads(config_file.read_text())
     except json.JSONDecodeError as exc:
         raise ModelLoadError(f"{config_file}: not valid JSON ({exc})") from exc
-    architecture = _HF_MODEL_TYPES.get(raw.get("model_type"), raw.get("model_type"))
-    if architecture not in SUPPORTED_ARCHITECTURES:
-        raise ModelLoadError(
-            f"{config_file}: model_type {raw.get('model_type')!r} is not supported; expected one of "
-            f"{', '.join(SUPPORTED_ARCHITECTURES)} (gemma3 as gemma3_text)"
-        )
+    architecture = architecture_of_model_type(raw.get("model_type"), str(config_file))
     for name in _UNSUPPORTED_WHEN_SET:
         if raw.get(name):
             raise ModelLoadError(f"{config_file}: {name} = {raw[name]!r} is not supported")
@@ -96,21 +89,12 @@ def _model_config(directory: Path) -> ModelConfig:
     layers = int(key("num_hidden_layers"))
     eos = raw.get("eos_token_id")
     eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
-    # transformers 5 nests rope settings under "rope_parameters" (per layer type for Gemma 3);
-    # older files use "rope_scaling" and top-level keys, which transformers folds into it.
-    rope = {**(raw.get("rope_parameters") or {}), **(raw.get("rope_scaling") or {})}
-    global_rope = rope.get("full_attention", rope) if architecture == "gemma3" else rope
-    local_rope = rope.get("sliding_attention", {}) if architecture == "gemma3" else {}
+    rope = hf_rope_settings(raw)
+    global_rope = rope.get("full_attention", rope) if architecture.rope_per_layer_type else rope
     head_dim = int(raw.get("head_dim") or hidden // heads)
     rope_theta = float(global_rope.get("rope_theta", raw.get("rope_theta", 10000.0)))
-    local_scaling = local_rope.get("rope_type", local_rope.get("type", _UNSCALED))
-    if local_scaling != _UNSCALED:
-        raise ModelLoadError(
-            f"{config_file}: rope sliding_attention.rope_type {local_scaling!r} is not supported; "
-            "the sliding-window layers' RoPE must be unscaled"
-        )
     config = ModelConfig(
-        architecture=architecture,
+        architecture=architecture.name,
         vocab_size=int(key("vocab_size")),
         hidden_size=hidden,
         intermediate_size=int(key("intermediate_size")),
@@ -121,35 +105,14 @@ def _model_config(directory: Path) -> ModelConfig:
         rope_theta=rope_theta,
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
         max_position_embeddings=int(key("max_position_embeddings")),
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", architecture == "gemma3")),
-        attention_bias=architecture == "qwen2" or bool(raw.get("attention_bias", False)),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", architecture.tied_by_default)),
+        attention_bias=architecture.always_attention_bias or bool(raw.get("attention_bias", False)),
         bos_token_id=raw.get("bos_token_id"),
         eos_token_ids=eos_ids,
-        qk_norm=architecture == "qwen3",
+        qk_norm=architecture.qk_norm,
         rope_frequency_divisors=_rope_divisors(global_rope, head_dim, rope_theta, config_file),
     )
-    if architecture == "mistral" and raw.get("sliding_window"):
-        return dataclasses.replace(
-            config, sliding_window=int(raw["sliding_window"]), sliding_layers=tuple(range(layers))
-        )
-    if architecture != "gemma3":
-        return config
-    activation = raw.get("hidden_activation", "gelu_pytorch_tanh")
-    if activation != "gelu_pytorch_tanh":
-        raise ModelLoadError(
-            f"{config_file}: hidden_activation {activation!r} is not supported; expected gelu_pytorch_tanh"
-        )
-    pattern = raw.get("sliding_window_pattern", 6)
-    layer_types = raw.get("layer_types") or [
-        "full_attention" if (layer + 1) % pattern == 0 else "sliding_attention" for layer in range(layers)
-    ]
-    return with_gemma3_traits(
-        config,
-        query_pre_attn_scalar=float(raw.get("query_pre_attn_scalar", 256)),
-        sliding_window=int(raw.get("sliding_window") or 4096),
-        sliding_layers=tuple(layer for layer, kind in enumerate(layer_types) if kind == "sliding_attention"),
-        local_rope_theta=float(local_rope.get("rope_theta", raw.get("rope_local_base_freq", 10_000.0))),
-    )
+    return architecture.from_hf(config, raw, config_file)
 
 
 def _rope_divisors(rope: dict, head_dim: int, theta: float, config_file: Path) -> tuple[float, ...]:

@@ -19,6 +19,7 @@ import jinja2.sandbox
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as BackendTokenizer
 
+from engine.architectures import ARCHITECTURES
 from engine.errors import ModelLoadError
 
 # llama.cpp's names for byte-level BPE pre-tokenizers. "smollm" (like starcoder) splits every digit
@@ -32,16 +33,6 @@ _QWEN2_REGEX = _LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
 _REGEX_PRE = {"llama-bpe": _LLAMA3_REGEX, "llama3": _LLAMA3_REGEX, "qwen2": _QWEN2_REGEX}
 # GGUF token types (gguf.TokenType): CONTROL and USER_DEFINED tokens are matched whole in text.
 _CONTROL, _USER_DEFINED = 3, 4
-# Chat templates for architectures whose GGUF files may carry none (Gemma 3 270M's does not): the
-# turn format of the model's own template.
-_KNOWN_CHAT_TEMPLATES = {
-    "gemma3": (
-        "{{ bos_token }}{% for message in messages %}"
-        "{% set role = 'model' if message['role'] == 'assistant' else 'user' %}"
-        "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
-        "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
-    ),
-}
 
 
 class Tokenizer:
@@ -125,14 +116,13 @@ class Tokenizer:
             ]
         )
         eos = metadata.get("tokenizer.ggml.eos_token_id")
-        architecture = metadata.get("general.architecture")
         return cls(
             backend,
             bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=() if eos is None else (int(eos),),
             # llama.cpp adds BOS to a SentencePiece vocabulary whose file does not say otherwise.
             add_bos_token=bool(metadata.get("tokenizer.ggml.add_bos_token", kind == "llama")),
-            chat_template=metadata.get("tokenizer.chat_template") or _KNOWN_CHAT_TEMPLATES.get(architecture),
+            chat_template=metadata.get("tokenizer.chat_template") or _architecture_chat_template(metadata),
         )
 
     @classmethod
@@ -166,13 +156,20 @@ def _byte_level_bpe(metadata: dict) -> BackendTokenizer:
     return backend
 
 
+def _architecture_chat_template(metadata: dict) -> str | None:
+    """The architecture's own turn format, for files that carry no template."""
+    architecture = ARCHITECTURES.get(metadata.get("general.architecture"))
+    return architecture.chat_template if architecture is not None else None
+
+
 def _sentencepiece_bpe(metadata: dict) -> BackendTokenizer:
     """Spaces become "▁" (with one in front of the text where the file asks, Llama 2's way),
     text is split after each of them, and unknown characters fall back to their UTF-8 bytes
     (<0x..> tokens)."""
     tokens: list[str] = list(metadata["tokenizer.ggml.tokens"])
-    gemma = str(metadata.get("general.architecture", "")).startswith("gemma")
-    if gemma:
+    architecture = ARCHITECTURES.get(metadata.get("general.architecture"))
+    gemma_style = architecture is not None and architecture.spaces_spelled_out
+    if gemma_style:
         # Gemma's files spell its runs-of-spaces tokens with real spaces; the text they must match
         # has them as "▁".
         tokens = ["▁" * len(token) if " " in token and not token.strip() else token for token in tokens]
@@ -201,7 +198,7 @@ def _sentencepiece_bpe(metadata: dict) -> BackendTokenizer:
         )
     )
     replace_spaces = normalizers.Replace(" ", "▁")
-    if metadata.get("tokenizer.ggml.add_space_prefix", not gemma):
+    if metadata.get("tokenizer.ggml.add_space_prefix", not gemma_style):
         backend.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), replace_spaces])
     else:
         backend.normalizer = replace_spaces

@@ -16,18 +16,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from engine.architectures import ARCHITECTURES
 from engine.errors import ConfigError
 from engine.loading.model_file import ModelSource
-from engine.model_config import ModelConfig
 
-_ARCHITECTURES = {
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-    "gemma3": "Gemma3ForCausalLM",
-}
-_MODEL_TYPES = {"gemma3": "gemma3_text"}
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -37,10 +29,11 @@ def export_hf_directory(source: ModelSource, out_dir: Path, dtype: str = "bfloat
     if source.tokenizer is None:
         raise ConfigError(f"{source.path}: the model has no tokenizer to export")
     config, tokenizer = source.config, source.tokenizer
+    architecture = ARCHITECTURES[config.architecture]
     eos = list(config.eos_token_ids or tokenizer.eos_token_ids)
     hf_config = {
-        "architectures": [_ARCHITECTURES[config.architecture]],
-        "model_type": _MODEL_TYPES.get(config.architecture, config.architecture),
+        "architectures": [architecture.hf_class],
+        "model_type": architecture.hf_model_type,
         "vocab_size": config.vocab_size,
         "hidden_size": config.hidden_size,
         "intermediate_size": config.intermediate_size,
@@ -58,7 +51,7 @@ def export_hf_directory(source: ModelSource, out_dir: Path, dtype: str = "bfloat
         "bos_token_id": config.bos_token_id,
         "eos_token_id": eos[0] if len(eos) == 1 else eos,
         "torch_dtype": dtype,
-        **_architecture_settings(config),
+        **architecture.hf_settings(config),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
@@ -99,29 +92,3 @@ def _rope_scaling(source: ModelSource) -> dict | None:
     if len(divisors) == 1:
         return {"rope_type": "linear", "factor": divisors.pop()}
     raise ConfigError(f"{source.path}: exporting Llama 3's per-frequency RoPE scaling is not supported")
-
-
-def _architecture_settings(config: ModelConfig) -> dict:
-    """The keys a Mistral or Gemma 3 config.json adds (Gemma 3's in the form transformers 4.5x
-    and 5 both read)."""
-    if config.architecture == "mistral":
-        return {"sliding_window": config.sliding_window}
-    if config.architecture != "gemma3":
-        return {}
-    return {
-        "hidden_act": "gelu_pytorch_tanh",
-        "hidden_activation": "gelu_pytorch_tanh",
-        "query_pre_attn_scalar": _integer_if_whole(config.attention_scale**-2),
-        "sliding_window": config.sliding_window,
-        "layer_types": [
-            "sliding_attention" if config.is_sliding(layer) else "full_attention" for layer in range(config.num_layers)
-        ],
-        "rope_local_base_freq": config.local_rope_theta,
-        "final_logit_softcapping": None,
-        "attn_logit_softcapping": None,
-    }
-
-
-def _integer_if_whole(value: float) -> int | float:
-    """transformers' Gemma 3 config checks query_pre_attn_scalar is an int, as the models' are."""
-    return round(value) if abs(value - round(value)) < 1e-6 else value
