@@ -246,6 +246,41 @@ def test_the_architecture_check_finds_a_planted_comparison(tmp_path):
     assert architecture_name_comparisons({"planted": planted}) == ["planted:1", "planted:2"]
 
 
+def traffic_name_comparisons(sources: dict[str, Path]) -> list[str]:
+    """`traffic.arrival == "closed_loop"`, `profile.prompts != "trace"`: a traffic setting compared
+    with a name of the arrival or prompt-source registries."""
+    from workbench.traffic.arrivals import ARRIVALS
+    from workbench.traffic.sources import PROMPT_SOURCES
+
+    names = set(ARRIVALS) | set(PROMPT_SOURCES)
+
+    def compares(node: ast.AST) -> bool:
+        if not isinstance(node, ast.Compare):
+            return False
+        text = ast.unparse(node)
+        literals = {child.value for child in ast.walk(node) if isinstance(child, ast.Constant)}
+        return bool(literals & names) and any(word in text for word in ("arrival", "prompts"))
+
+    return sorted(
+        f"{name}:{node.lineno}"
+        for name, path in sources.items()
+        if name not in ("workbench.traffic.arrivals", "workbench.traffic.sources")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if compares(node)
+    )
+
+
+def test_only_the_traffic_registries_dispatch_on_arrival_and_source_names():
+    """Issue 49 #4: a new traffic source meant new branches among 16 string comparisons."""
+    assert traffic_name_comparisons(SOURCES) == []
+
+
+def test_the_traffic_check_finds_a_planted_comparison(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text('if scenario.traffic.arrival == "closed_loop":\n    pass\nif kind == "trace":\n    pass\n')
+    assert traffic_name_comparisons({"planted": planted}) == ["planted:1"]
+
+
 def test_tests_import_helpers_from_modules_of_their_own():
     """Not from conftest.py (pytest's, loaded its own way) nor from another test module (importing
     one collects its tests' module state twice): shared helpers live in helper modules."""

@@ -13,7 +13,8 @@ from engine import ConfigError, EngineConfig, EngineError, LLMEngine, SamplingPa
 from engine.simulation.catalogue import hardware_names, model_names
 from tests.engine.simulated import LLAMA_ON_H100, sim
 from workbench.bench.headless import run_headless
-from workbench.traffic.profile import LengthDistribution, PlannedTraffic, TrafficProfile
+from workbench.traffic.planned_traffic import PlannedTraffic
+from workbench.traffic.profile import LengthDistribution, TrafficProfile
 from workbench.traffic.prompts import PromptMaker
 from workbench.traffic.scenario import SLO, Scenario, ScenarioEvent
 

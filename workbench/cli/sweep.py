@@ -152,8 +152,11 @@ def run(args) -> int:
 
 def _check_rate_search(scenario) -> None:
     from engine.errors import ConfigError
+    from workbench.traffic.arrivals import ARRIVALS
+    from workbench.traffic.sources import PROMPT_SOURCES
 
-    if scenario.traffic is None or scenario.traffic.arrival == "closed_loop" or scenario.traffic.prompts == "trace":
+    traffic = scenario.traffic
+    if traffic is None or not ARRIVALS[traffic.arrival].open_loop or PROMPT_SOURCES[traffic.prompts].recorded:
         raise ConfigError(
             "--find-max-rate: the preset's traffic needs an arrival rate (poisson, gamma, constant or ramp); "
             "a trace's pace is traffic.time_scale (sweep it with --vary) and closed-loop traffic has no rate"

@@ -23,9 +23,11 @@ from PySide6.QtWidgets import (
 
 from engine.errors import ConfigError
 from workbench.gui.form_widgets import choice_box, emit_validated, float_box, int_box
+from workbench.traffic.arrivals import ARRIVALS
 from workbench.traffic.presets import load_preset, preset_names
-from workbench.traffic.profile import ARRIVAL_KINDS, LENGTH_KINDS, LengthDistribution, TrafficProfile
+from workbench.traffic.profile import LENGTH_KINDS, LengthDistribution, TrafficProfile
 from workbench.traffic.scenario import SLO, Scenario, ScenarioEvent
+from workbench.traffic.sources import PROMPT_SOURCES
 
 
 class LengthFields:
@@ -105,7 +107,7 @@ class TrafficPanel(QWidget):
     def __init__(self):
         super().__init__()
         self.arrival = choice_box(
-            list(ARRIVAL_KINDS), "poisson: random; gamma: burstiness sets the clumping; closed_loop: keep N in flight."
+            list(ARRIVALS), "poisson: random; gamma: burstiness sets the clumping; closed_loop: keep N in flight."
         )
         self.rate = float_box(0.01, 10_000, 2.0, "Mean arrival rate, requests per second (a ramp's starting rate).")
         self.end_rate = float_box(
@@ -277,16 +279,10 @@ class TrafficPanel(QWidget):
 
     def _arrival_parameters(self, arrival: str) -> dict:
         """The fields an arrival process reads, by TrafficProfile field."""
-        used = {
-            "rate": arrival != "closed_loop",
-            "end_rate": arrival == "ramp",
-            "burstiness": arrival == "gamma",
-            "concurrency": arrival == "closed_loop",
-        }
-        return {name: getattr(self, name) for name, reads in used.items() if reads}
+        return {name: getattr(self, name) for name in ARRIVALS[arrival].settings}
 
     def replays_trace(self) -> bool:
-        return self.prompts.currentText() == "trace"
+        return PROMPT_SOURCES[self.prompts.currentText()].recorded
 
     def _show_fields(self) -> None:
         """Only the fields the traffic reads: the chosen arrival process's, or a trace's."""
@@ -368,7 +364,7 @@ class TrafficPanel(QWidget):
             if self.prompts.findText(traffic.prompts) < 0:  # a trace: the preset's file, kept for Start
                 self.prompts.addItem(traffic.prompts)
             self.prompts.setCurrentText(traffic.prompts)
-            if traffic.prompts == "trace":
+            if PROMPT_SOURCES[traffic.prompts].recorded:
                 self.trace_file.setText(
                     f"{Path(traffic.trace_file).name}: arrival times, prompt and output lengths as recorded"
                 )

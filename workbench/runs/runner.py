@@ -19,7 +19,8 @@ from workbench.backends.protocol import Backend, BackendUpdate
 from workbench.traffic.prompts import PromptMaker
 from workbench.traffic.request_plan import RequestPlan
 from workbench.traffic.scenario import Scenario
-from workbench.traffic.profile import PlannedRequest, injected_request
+from workbench.traffic.planned_request import PlannedRequest
+from workbench.traffic.planned_traffic import injected_request
 
 _IDLE_POLL_S = 0.005
 WAITING_STATES = ("waiting", "waiting_long", "preempted")  # RequestProgress.state before (or between) steps

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.traffic.profile import PlannedRequest, PlannedTraffic, injected_request
+from workbench.traffic.arrivals import ARRIVALS
+from workbench.traffic.planned_request import PlannedRequest
+from workbench.traffic.planned_traffic import PlannedTraffic, injected_request
 from workbench.traffic.prompts import PromptMaker
 from workbench.traffic.scenario import Scenario, ScenarioEvent
 
@@ -52,7 +54,7 @@ class RequestPlan:
         if scenario.traffic is not None:
             rate_changes = [(event.at_s, event.rate) for event in scenario.events if event.action == "set_rate"]
             self._traffic = PlannedTraffic(scenario.traffic, prompt_maker, traffic_seed, max_model_len, rate_changes)
-            if scenario.traffic.arrival == "closed_loop":
+            if not ARRIVALS[scenario.traffic.arrival].open_loop:
                 self.closed_loop_left = self._traffic.known_count
             else:
                 self._open_loop = itertools.takewhile(lambda arrival: arrival < self._stop_at, self._traffic.arrivals)

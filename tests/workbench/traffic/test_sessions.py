@@ -16,7 +16,8 @@ from workbench.bench.headless import run_headless
 from workbench.live.metrics_store import MetricsStore
 from workbench.runs.run_log import read_run_log
 from workbench.runs.runner import ScenarioRunner
-from workbench.traffic.profile import LengthDistribution, PlannedTraffic, TrafficProfile
+from workbench.traffic.planned_traffic import PlannedTraffic
+from workbench.traffic.profile import LengthDistribution, TrafficProfile
 from workbench.traffic.prompts import PromptMaker
 from workbench.traffic.scenario import SLO, Scenario
 

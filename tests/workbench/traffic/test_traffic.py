@@ -10,7 +10,8 @@ import pytest
 
 from engine import ConfigError
 from engine.sharegpt import load_sharegpt
-from workbench.traffic.profile import LengthDistribution, PlannedTraffic, TrafficProfile, arrival_times
+from workbench.traffic.planned_traffic import PlannedTraffic, arrival_times
+from workbench.traffic.profile import LengthDistribution, TrafficProfile
 from workbench.traffic.prompts import PromptMaker
 from workbench.traffic.request_trace import read_trace_rows
 
