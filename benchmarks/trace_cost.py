@@ -20,7 +20,7 @@ import time
 
 from benchmarks.common import build_engine, fixed_workload, machine_line, read_model
 from engine import SamplingParams
-from engine.step_trace import TraceBuilder
+from engine.step_trace import NoTrace
 from workbench.step_traces.log import trace_record
 
 
@@ -33,10 +33,10 @@ def alternate_tracing(
     params = SamplingParams(max_tokens=output_len, temperature=0.0, ignore_eos=True)
     for prompt in prompts:
         engine.add_request(prompt, params)
-    builder, traced, untraced, sizes = engine.scheduler.trace, [], [], []
+    builder, no_trace, traced, untraced, sizes = engine.scheduler.trace, NoTrace(), [], [], []
     index = 0
     while engine.has_unfinished():
-        engine.scheduler.trace = builder if index % 2 == 0 else None
+        engine.scheduler.trace = builder if index % 2 == 0 else no_trace
         result = engine.step()
         stats = result.stats
         if stats.prefill_tokens == 0 and stats.decode_tokens == len(prompts):
@@ -64,7 +64,7 @@ def main() -> None:
     engine = build_engine(
         source, {"step_trace": True}, max_num_seqs=args.requests, max_num_batched_tokens=2048, compile_decode="blocking"
     )
-    assert isinstance(engine.scheduler.trace, TraceBuilder)
+    assert engine.scheduler.trace.enabled
     print(
         f"{machine_line()}; {args.requests} x ({args.prompt_len} + {args.output_len}) tokens, ignore_eos; "
         f"default configuration: {engine.quantization}, decode {engine.executor.decode_mode}"

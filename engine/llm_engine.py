@@ -309,7 +309,7 @@ class LLMEngine:
         start = self.clock()
         outputs, self._undelivered = self._undelivered, []
         trace = self.scheduler.trace
-        before = self._trace_before(trace.begin_step()) if trace is not None else None
+        before = self._trace_before(trace.begin_step()) if trace.enabled else None
         batch = self.scheduler.schedule(start)
         beside_compile = self.executor.compile_progress is not None
         execute_s = 0.0
@@ -324,7 +324,7 @@ class LLMEngine:
         end = self.clock()
         scheduled = {entry.request_id: len(entry.token_ids) for entry in batch.sequences}
         stats = self._stats(batch, start, end, beside_compile)
-        step_trace = self._step_trace(before, outputs, execute_s, end - start, end) if trace is not None else None
+        step_trace = self._step_trace(before, outputs, execute_s, end - start, end) if trace.enabled else None
         self.num_steps += 1
         return StepResult(outputs, stats, scheduled, step_trace)
 

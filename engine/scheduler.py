@@ -28,14 +28,10 @@ from engine.config import EngineConfig
 from engine.kv_layout import blocks_held
 from engine.sequence import FinishReason, Sequence, SequenceStatus
 from engine.step_trace import (
-    ALLOCATE,
-    RELEASE,
-    REUSE,
     WAITING,
     WAITING_LONG,
-    BlockChange,
     Held,
-    Preemption,
+    NoTrace,
     ScheduledRow,
     TraceBuilder,
 )
@@ -65,8 +61,8 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self._in_flight: list[Sequence] = []  # row order of the last batch
-        # Each step's causal record (engine/step_trace.py), when the configuration asks for it.
-        self.trace: TraceBuilder | None = TraceBuilder() if config.step_trace else None
+        # Each step's causal record (engine/step_trace.py), or a NoTrace that drops every record.
+        self.trace = TraceBuilder(block_manager.is_windowed) if config.step_trace else NoTrace()
 
     # ----- arrival -------------------------------------------------------------------------------
 
@@ -117,8 +113,10 @@ class Scheduler:
         preempted = self._schedule_running(scheduled, budget)
         if not preempted:
             self._admit_waiting(scheduled, budget, now)
-        elif self.trace is not None:
-            self._record_held({}, budget, "a running request was preempted in this step: nobody is admitted")
+        else:
+            self.trace.held_back(
+                lambda: self._held({}, budget, "a running request was preempted in this step: nobody is admitted")
+            )
         return self._build_batch(scheduled)
 
     def _schedule_running(self, scheduled: dict[Sequence, int], budget: _Budget) -> bool:
@@ -132,12 +130,8 @@ class Scheduler:
             count = self._chunk_size(seq, seq.num_uncomputed_tokens, budget)
             while not self.block_manager.can_grow(seq, count):
                 victim = self._preemption_victim()
-                self._preempt(
-                    victim,
-                    scheduled,
-                    budget,
-                    self._no_block_reason(seq, count, victim) if self.trace is not None else "",
-                )
+                why = self.trace.describe(lambda: self._no_block_reason(seq, count, victim))  # before the free
+                self._preempt(victim, scheduled, budget, why)
                 preempted = True
                 if victim is seq:
                     break
@@ -166,12 +160,11 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence, scheduled: dict[Sequence, int], budget: _Budget, reason: str) -> None:
         """Free the sequence's blocks and send it back to its queue; if it was already part of this
-        step's batch, it leaves the batch and its tokens return to the budget. `reason` is for the trace."""
+        step's batch, it leaves the batch and its tokens return to the budget. `reason` says why,
+        for the trace."""
         budget.tokens += scheduled.pop(seq, 0)
         released, freed = self.block_manager.free(seq)
-        if self.trace is not None:
-            self.trace.changed(BlockChange(seq.request_id, RELEASE, released, freed, "preempted"))
-            self.trace.preemptions.append(Preemption(seq.request_id, reason))
+        self.trace.preempted(seq.request_id, released, freed, reason)
         self.running.remove(seq)
         seq.status = SequenceStatus.WAITING
         seq.metrics.preemptions += 1
@@ -199,8 +192,7 @@ class Scheduler:
             if self._is_overdue(seq, now):
                 overdue = f"the overdue long prompt {seq.request_id} goes first"
                 break  # the long queue's guarantee: nobody is admitted ahead of it
-        if self.trace is not None:
-            self._record_held(skipped, budget, overdue)
+        self.trace.held_back(lambda: self._held(skipped, budget, overdue))
 
     def _admission_detail(self, outcome: _Admission) -> str:
         if outcome is _Admission.NO_SLOT:
@@ -209,8 +201,9 @@ class Scheduler:
             return f"{outcome.value} ({self.block_manager.num_free_blocks} free)"
         return outcome.value
 
-    def _record_held(self, skipped: dict[WaitQueue, str], budget: _Budget, otherwise: str | None) -> None:
+    def _held(self, skipped: dict[WaitQueue, str], budget: _Budget, otherwise: str | None) -> list[Held]:
         """The trace's reason why each waiting queue's head was not admitted in this step."""
+        held = []
         for queue, name in ((self.waiting, WAITING), (self.waiting_long, WAITING_LONG)):
             if not queue:
                 continue
@@ -219,7 +212,8 @@ class Scheduler:
                 reason = f"the step's token budget ({self.config.max_num_batched_tokens} tokens) is used"
             if reason is None:  # _next_queue left it out
                 reason = f"max_long_prefills ({self.config.max_long_prefills}) long prompts already prefill"
-            self.trace.held.append(Held(queue.peek().request_id, name, reason))
+            held.append(Held(queue.peek().request_id, name, reason))
+        return held
 
     def _next_queue(self, skipped: dict[WaitQueue, str], now: float) -> WaitQueue | None:
         """The queue whose head is admitted next: an overdue long prompt, else by priority across
@@ -255,10 +249,7 @@ class Scheduler:
             return _Admission.NO_BLOCKS
         self._queue_of(seq).pop()
         from_free = self.block_manager.admit(seq, hit)
-        if self.trace is not None:
-            self.trace.admitted_from[seq.request_id] = WAITING_LONG if seq.is_long else WAITING
-            reused = hit.block_ids()
-            self.trace.changed(BlockChange(seq.request_id, REUSE, reused, from_free, "", self._windowed(reused)))
+        self.trace.admitted(seq.request_id, WAITING_LONG if seq.is_long else WAITING, hit.block_ids(), from_free)
         seq.status = SequenceStatus.RUNNING
         if seq.metrics.first_scheduled_time is None:
             seq.metrics.first_scheduled_time = now
@@ -304,16 +295,9 @@ class Scheduler:
         return sum(1 for seq in self.running if seq.is_long and seq.is_prefilling)
 
     def _take(self, seq: Sequence, count: int, scheduled: dict[Sequence, int], budget: _Budget) -> None:
-        allocated = self.block_manager.grow(seq, count)
-        if self.trace is not None:
-            self.trace.changed(
-                BlockChange(seq.request_id, ALLOCATE, allocated, allocated, "", self._windowed(allocated))
-            )
+        self.trace.allocated(seq.request_id, self.block_manager.grow(seq, count))
         scheduled[seq] = count
         budget.tokens -= count
-
-    def _windowed(self, block_ids: list[int]) -> list[int]:
-        return [block_id for block_id in block_ids if self.block_manager.is_windowed(block_id)]
 
     def _build_batch(self, scheduled: dict[Sequence, int]) -> ScheduledBatch:
         batch = ScheduledBatch(decodes=[], prefills=[], block_size=self.block_manager.block_size)
@@ -339,25 +323,28 @@ class Scheduler:
                 batch.prefills.append(entry)
                 prefill_seqs.append(seq)
         self._in_flight = decode_seqs + prefill_seqs
-        if self.trace is not None:
-            self.trace.rows = [
-                self._trace_row(seq, entry, kind)
+        self.trace.scheduled(
+            lambda admitted_from: [
+                self._trace_row(seq, entry, kind, admitted_from)
                 for seqs, entries, kind in (
                     (decode_seqs, batch.decodes, "decode"),
                     (prefill_seqs, batch.prefills, "prefill"),
                 )
                 for seq, entry in zip(seqs, entries)
             ]
+        )
         return batch
 
-    def _trace_row(self, seq: Sequence, entry: ScheduledSequence, kind: str) -> ScheduledRow:
+    def _trace_row(
+        self, seq: Sequence, entry: ScheduledSequence, kind: str, admitted_from: dict[str, str]
+    ) -> ScheduledRow:
         return ScheduledRow(
             seq.request_id,
             kind,
             entry.start_position,
             entry.context_len,
             seq.num_prompt_tokens,
-            self.trace.admitted_from.get(seq.request_id),
+            admitted_from.get(seq.request_id),
             kind == "prefill" and seq.num_output_tokens > 0,
         )
 
@@ -369,9 +356,8 @@ class Scheduler:
             seq.num_computed_tokens += len(entry.token_ids)
             registered = self.block_manager.register_full_blocks(seq)
             released, freed = self.block_manager.slide_window(seq)
-            if self.trace is not None:
-                self.trace.registered.extend(registered)
-                self.trace.changed(BlockChange(seq.request_id, RELEASE, released, freed, "left the sliding window"))
+            self.trace.registered_blocks(registered)
+            self.trace.released(seq.request_id, released, freed, "left the sliding window")
             if entry.samples:
                 seq.append_token(next(sampled), now)
                 extended.append(seq)
@@ -385,9 +371,8 @@ class Scheduler:
         if seq.status is SequenceStatus.RUNNING:
             released, freed = self.block_manager.free(seq)
             self.running.remove(seq)
-            if self.trace is not None:
-                cause = "aborted" if reason is FinishReason.ABORT else f"finished ({reason.value})"
-                self.trace.changed(BlockChange(seq.request_id, RELEASE, released, freed, cause))
+            cause = "aborted" if reason is FinishReason.ABORT else f"finished ({reason.value})"
+            self.trace.released(seq.request_id, released, freed, cause)
         elif seq.status is SequenceStatus.WAITING:
             self._queue_of(seq).remove(seq)
         seq.mark_finished(reason, now)

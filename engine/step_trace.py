@@ -17,6 +17,7 @@ after.used, so a replay of allocations and releases rebuilds the block map at an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # Where an admitted request waited (the scheduler's two queues).
@@ -123,9 +124,14 @@ class StepTrace:
 
 class TraceBuilder:
     """Collects one step's rows, block changes, registrations and preemptions as the scheduler and
-    block manager make them. Releases outside a step (aborts) are kept for the next step's "before"."""
+    block manager make them. Releases outside a step (aborts) are kept for the next step's "before".
+    What costs something to describe (a preemption's reason, the held queues, the rows) is passed
+    as a function, called only here: `NoTrace` takes the same calls and does nothing."""
 
-    def __init__(self):
+    enabled = True
+
+    def __init__(self, is_windowed: Callable[[int], bool]):
+        self._is_windowed = is_windowed  # whether a block serves a sliding-window group
         self.in_step = False
         self.rows: list[ScheduledRow] = []
         self.admitted_from: dict[str, str] = {}
@@ -141,9 +147,40 @@ class TraceBuilder:
         self.in_step = True
         return released
 
-    def changed(self, change: BlockChange) -> None:
+    def _changed(self, change: BlockChange) -> None:
         if change.block_ids:
             (self.block_changes if self.in_step else self.between_steps).append(change)
+
+    def _windowed(self, block_ids: list[int]) -> list[int]:
+        return [block_id for block_id in block_ids if self._is_windowed(block_id)]
+
+    def released(self, request_id: str, block_ids: list[int], freed: list[int], cause: str) -> None:
+        self._changed(BlockChange(request_id, RELEASE, block_ids, freed, cause))
+
+    def allocated(self, request_id: str, block_ids: list[int]) -> None:
+        self._changed(BlockChange(request_id, ALLOCATE, block_ids, block_ids, "", self._windowed(block_ids)))
+
+    def admitted(self, request_id: str, queue: str, reused: list[int], from_free: list[int]) -> None:
+        self.admitted_from[request_id] = queue
+        self._changed(BlockChange(request_id, REUSE, reused, from_free, "", self._windowed(reused)))
+
+    def describe(self, text: Callable[[], str]) -> str:
+        """A record's text, built only where it is kept."""
+        return text()
+
+    def preempted(self, request_id: str, block_ids: list[int], freed: list[int], reason: str) -> None:
+        self._changed(BlockChange(request_id, RELEASE, block_ids, freed, "preempted"))
+        self.preemptions.append(Preemption(request_id, reason))
+
+    def held_back(self, held: Callable[[], list[Held]]) -> None:
+        self.held.extend(held())
+
+    def scheduled(self, rows: Callable[[dict[str, str]], list[ScheduledRow]]) -> None:
+        """The step's rows, from which queue each admitted request came."""
+        self.rows = rows(self.admitted_from)
+
+    def registered_blocks(self, block_ids: list[int]) -> None:
+        self.registered.extend(block_ids)
 
     def end_step(self) -> tuple[list[ScheduledRow], list[Held], list[BlockChange], list[int], list[Preemption]]:
         """This step's records, and a clean slate for the next one."""
@@ -158,3 +195,39 @@ class TraceBuilder:
         )
         self.in_step = False
         return taken
+
+
+class NoTrace(TraceBuilder):
+    """A configuration without step traces: every record is dropped, and nothing costly is built."""
+
+    enabled = False
+
+    def __init__(self):
+        super().__init__(lambda block_id: False)
+
+    def _changed(self, change: BlockChange) -> None:
+        pass
+
+    def released(self, request_id: str, block_ids: list[int], freed: list[int], cause: str) -> None:
+        pass
+
+    def allocated(self, request_id: str, block_ids: list[int]) -> None:
+        pass
+
+    def admitted(self, request_id: str, queue: str, reused: list[int], from_free: list[int]) -> None:
+        pass
+
+    def describe(self, text: Callable[[], str]) -> str:
+        return ""
+
+    def preempted(self, request_id: str, block_ids: list[int], freed: list[int], reason: str) -> None:
+        pass
+
+    def held_back(self, held: Callable[[], list[Held]]) -> None:
+        pass
+
+    def scheduled(self, rows: Callable[[dict[str, str]], list[ScheduledRow]]) -> None:
+        pass
+
+    def registered_blocks(self, block_ids: list[int]) -> None:
+        pass
