@@ -91,7 +91,7 @@ class LLMEngine:
         self.block_manager = BlockManager(
             num_blocks, config.block_size, config.enable_prefix_caching, self.kv_layout.windows
         )
-        self.scheduler = Scheduler(config, self.block_manager, self.max_model_len)
+        self.scheduler = Scheduler(config, self.block_manager, self.max_model_len, frozenset(self.eos_token_ids))
         if prepared.kv_limits.must_hold_longest_request:
             self._check_the_longest_request_fits(prepared.kv_limits)
         progress("allocate KV cache", 1.0)
@@ -275,7 +275,7 @@ class LLMEngine:
         seq = self._sequences.pop(request_id, None)
         if seq is None:
             return False
-        self.scheduler.finish(seq, FinishReason.ABORT, self.clock())
+        self.scheduler.finish(seq, FinishReason.ABORT, "", self.clock())
         self._undelivered.append(self._output(seq, []))
         return True
 
@@ -318,8 +318,9 @@ class LLMEngine:
             sampled = self.executor.execute(batch)
             now = self.clock()
             execute_s = now - executing
-            for seq in self.scheduler.update(batch, sampled, now):
-                self._finish_if_done(seq, now)
+            for seq in self.scheduler.update(batch, sampled, now):  # each sequence given a token; some stopped
+                if seq.is_finished:
+                    del self._sequences[seq.request_id]
                 outputs.append(self._output(seq, seq.token_ids[-1:]))
         end = self.clock()
         scheduled = {entry.request_id: len(entry.token_ids) for entry in batch.sequences}
@@ -351,34 +352,6 @@ class LLMEngine:
                     waiting_for.discard(output.request_id)
                     done[output.request_id] = output
         return [done[request_id] for request_id in ids]
-
-    def _finish_if_done(self, seq: Sequence, now: float) -> None:
-        matched_stop = seq.detokenizer.add(seq.token_ids[-1]) if seq.detokenizer is not None else None
-        stop = self._stop_reason(seq, matched_stop)
-        if stop is not None:
-            reason, detail = stop
-            self.scheduler.finish(seq, reason, now)
-            seq.metrics.finish_detail = detail
-            del self._sequences[seq.request_id]
-
-    def _stop_reason(self, seq: Sequence, matched_stop: str | None) -> tuple[FinishReason, str] | None:
-        params, token = seq.params, seq.token_ids[-1]
-        if token in self.eos_token_ids and not params.ignore_eos:
-            return FinishReason.STOP, "end-of-sequence token"
-        if token in params.stop_token_ids:
-            return FinishReason.STOP, f"stop token {token}"
-        if matched_stop is not None:
-            return FinishReason.STOP, f"stop string {matched_stop!r}"
-        if seq.num_output_tokens >= params.max_tokens:
-            return FinishReason.LENGTH, f"max_tokens ({params.max_tokens})"
-        if seq.num_tokens >= self.max_model_len:
-            return FinishReason.LENGTH, f"context full (max_model_len {self.max_model_len})"
-        if self.scheduler.blocks_held(seq.num_tokens + 1) > self.block_manager.num_blocks:
-            return FinishReason.LENGTH, (
-                f"the whole KV cache ({self.num_kv_blocks} blocks of {self.config.block_size} tokens) "
-                "holds no more of it"
-            )
-        return None
 
     def _output(self, seq: Sequence, new_token_ids: list[int]) -> RequestOutput:
         detokenizer = seq.detokenizer

@@ -51,10 +51,17 @@ class _Admission(enum.Enum):
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, block_manager: BlockManager, max_model_len: int):
+    def __init__(
+        self,
+        config: EngineConfig,
+        block_manager: BlockManager,
+        max_model_len: int,
+        eos_token_ids: frozenset[int] = frozenset(),
+    ):
         self.config = config
         self.block_manager = block_manager
         self.max_model_len = max_model_len
+        self.eos_token_ids = eos_token_ids  # the model's and its tokenizer's: a sequence stops on one
         self.by_priority = config.scheduling_policy == "priority"
         self.waiting = WaitQueue(self.by_priority)
         self.waiting_long = WaitQueue(self.by_priority)
@@ -349,7 +356,8 @@ class Scheduler:
         )
 
     def update(self, batch: ScheduledBatch, sampled_token_ids: list[int], now: float) -> list[Sequence]:
-        """Record a computed batch; returns the sequences that received a new token."""
+        """Record a computed batch, and stop the sequences that are done (vLLM's check_stop, here
+        too); returns the sequences that received a new token, finished or not."""
         sampled = iter(sampled_token_ids)
         extended = []
         for seq, entry in zip(self._in_flight, batch.sequences):
@@ -362,12 +370,38 @@ class Scheduler:
                 seq.append_token(next(sampled), now)
                 extended.append(seq)
         self._in_flight = []
+        for seq in extended:  # after every row's blocks are settled, in row order
+            matched_stop = seq.detokenizer.add(seq.token_ids[-1]) if seq.detokenizer is not None else None
+            stop = self._stop_reason(seq, matched_stop)
+            if stop is not None:
+                self.finish(seq, *stop, now)
         return extended
+
+    def _stop_reason(self, seq: Sequence, matched_stop: str | None) -> tuple[FinishReason, str] | None:
+        """Why a sequence that just received a token stops, with the detail its metrics keep."""
+        params, token = seq.params, seq.token_ids[-1]
+        if token in self.eos_token_ids and not params.ignore_eos:
+            return FinishReason.STOP, "end-of-sequence token"
+        if token in params.stop_token_ids:
+            return FinishReason.STOP, f"stop token {token}"
+        if matched_stop is not None:
+            return FinishReason.STOP, f"stop string {matched_stop!r}"
+        if seq.num_output_tokens >= params.max_tokens:
+            return FinishReason.LENGTH, f"max_tokens ({params.max_tokens})"
+        if seq.num_tokens >= self.max_model_len:
+            return FinishReason.LENGTH, f"context full (max_model_len {self.max_model_len})"
+        if self.blocks_held(seq.num_tokens + 1) > self.block_manager.num_blocks:
+            return FinishReason.LENGTH, (
+                f"the whole KV cache ({self.block_manager.num_blocks} blocks of {self.config.block_size} tokens) "
+                "holds no more of it"
+            )
+        return None
 
     # ----- leaving ------------------------------------------------------------------------------
 
-    def finish(self, seq: Sequence, reason: FinishReason, now: float) -> None:
-        """End a sequence (stop, length or abort) and release everything it holds."""
+    def finish(self, seq: Sequence, reason: FinishReason, detail: str, now: float) -> None:
+        """End a sequence (stop, length or abort) and release everything it holds; `detail` says
+        what ended it, for its metrics."""
         if seq.status is SequenceStatus.RUNNING:
             released, freed = self.block_manager.free(seq)
             self.running.remove(seq)
@@ -375,4 +409,4 @@ class Scheduler:
             self.trace.released(seq.request_id, released, freed, cause)
         elif seq.status is SequenceStatus.WAITING:
             self._queue_of(seq).remove(seq)
-        seq.mark_finished(reason, now)
+        seq.mark_finished(reason, now, detail)
