@@ -13,7 +13,6 @@ Per `step()`:
 from __future__ import annotations
 
 import itertools
-import math
 import numbers
 import time
 from collections.abc import Callable
@@ -25,14 +24,15 @@ from engine.batch import ScheduledBatch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
-from engine.errors import ConfigError, EngineError
+from engine.errors import EngineError
 from engine.executor import ModelExecutor
 from engine.kv_layout import KvLayout
+from engine.kv_sizing import check_the_longest_request_fits, kv_blocks
 from engine.loading.model_file import ModelSource, ProgressCallback, no_progress
 from engine.metrics import StepStats
 from engine.outputs import RequestOutput, StepResult
-from engine.prepared_model import KvMemoryLimits
 from engine.quantization import describe_quantization
+from engine.request_checks import check_request, prompt_token_ids
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import FinishReason, Sequence
@@ -86,14 +86,21 @@ class LLMEngine:
 
         progress("allocate KV cache", 0.0)
         self.kv_layout = KvLayout.of(self.model_config)
-        num_blocks = self._num_kv_blocks(prepared.kv_limits)
+        num_blocks = kv_blocks(config, prepared.kv_limits, self.kv_block_bytes, self.kv_layout.tensors_per_block)
         self.executor: ModelExecutor = prepared.create_executor(num_blocks)
         self.block_manager = BlockManager(
             num_blocks, config.block_size, config.enable_prefix_caching, self.kv_layout.windows
         )
         self.scheduler = Scheduler(config, self.block_manager, self.max_model_len, frozenset(self.eos_token_ids))
         if prepared.kv_limits.must_hold_longest_request:
-            self._check_the_longest_request_fits(prepared.kv_limits)
+            check_the_longest_request_fits(
+                self.max_model_len,
+                self.scheduler.blocks_held(self.max_model_len),
+                self.num_kv_blocks,
+                self.kv_block_bytes,
+                self.kv_cache_bytes,
+                prepared.kv_limits,
+            )
         progress("allocate KV cache", 1.0)
         progress("warm up", 0.0)
         if self.device.type == "cpu" and not is_simulated(config.model):
@@ -143,46 +150,6 @@ class LLMEngine:
     def kv_cache_bytes(self) -> int:
         return self.executor.kv_cache_bytes
 
-    def _num_kv_blocks(self, limits: KvMemoryLimits) -> int:
-        """Blocks from num_kv_blocks, or kv_cache_memory: bytes, a fraction of the free bytes, or
-        the default when unset. Never more than is free: asking for more is a ConfigError."""
-        free_bytes, default_bytes, where = limits.free_bytes, limits.default_bytes, limits.where
-        block_bytes = self.kv_block_bytes
-        memory = self.config.kv_cache_memory
-        if self.config.num_kv_blocks is not None:
-            budget = self.config.num_kv_blocks * block_bytes
-        elif memory is None:
-            budget = default_bytes
-        elif isinstance(memory, float):
-            budget = int(memory * free_bytes)
-        else:
-            budget = memory
-        name = "num_kv_blocks" if self.config.num_kv_blocks is not None else "kv_cache_memory"
-        if budget > free_bytes:
-            raise ConfigError(
-                f"{name}: {budget / 2**20:,.0f} MiB asked for, but {where} leaves {max(free_bytes, 0) / 2**20:,.0f} "
-                "MiB "
-                "once the weights are loaded; choose a smaller size or a fraction"
-            )
-        if budget < block_bytes:
-            raise ConfigError(
-                f"kv_cache_memory: {budget} bytes cannot hold one KV block ({self.config.block_size} tokens x "
-                f"{self.kv_layout.tensors_per_block} layers = {block_bytes} bytes)"
-            )
-        return budget // block_bytes
-
-    def _check_the_longest_request_fits(self, limits: KvMemoryLimits) -> None:
-        longest = self.max_model_len
-        needed = self.scheduler.blocks_held(longest)
-        if needed > self.num_kv_blocks:
-            raise ConfigError(
-                f"one {longest:,}-token request needs {needed * self.kv_block_bytes / 1e9:.2f} GB of KV cache but "
-                "the "
-                f"KV cache holds {self.kv_cache_bytes / 1e9:.2f} GB ({self.num_kv_blocks:,} blocks); at most "
-                f"{max(limits.free_bytes, 0) / 1e9:.2f} GB fit on {limits.where}: raise kv_cache_memory, lower "
-                "max_model_len or use fewer weight bits"
-            )
-
     # ----- requests ------------------------------------------------------------------------------
 
     def add_request(
@@ -194,25 +161,9 @@ class LLMEngine:
         request_id: str | None = None,
     ) -> str:
         params = params or SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise EngineError(f"params: expected SamplingParams, got {type(params).__name__}")
-        if isinstance(priority, bool) or not isinstance(priority, numbers.Integral):
-            raise EngineError(f"priority: expected an integer, got {priority!r}")
         now = self.clock()
-        if arrival_time is not None and not (
-            isinstance(arrival_time, numbers.Real) and math.isfinite(arrival_time) and arrival_time <= now
-        ):
-            raise EngineError(
-                f"arrival_time: expected a finite number of seconds on the engine clock, no later than now "
-                f"({now:.3f}), got {arrival_time!r}"
-            )
-        if request_id is not None and not isinstance(request_id, str):
-            raise EngineError(f"request_id: expected a string, got {request_id!r}")
-        if params.top_k > self.model_config.vocab_size:
-            raise EngineError(
-                f"top_k: expected at most the vocabulary size ({self.model_config.vocab_size}), got {params.top_k}"
-            )
-        token_ids = self._prompt_token_ids(prompt)
+        check_request(params, priority, arrival_time, request_id, now, self.model_config.vocab_size)
+        token_ids = prompt_token_ids(prompt, self.tokenizer, self.model_config.vocab_size, self.model_path)
         if request_id is not None and self._id_in_use(request_id):
             raise EngineError(
                 f"request_id {request_id!r} is already in use by a request whose end has not been "
@@ -250,25 +201,6 @@ class LLMEngine:
 
     def _id_in_use(self, request_id: str) -> bool:
         return request_id in self._sequences or self.ended_unreported(request_id) is not None
-
-    def _prompt_token_ids(self, prompt: str | list[int]) -> list[int]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise EngineError(f"{self.model_path}: this model has no tokenizer; pass token ids instead of text")
-            return self.tokenizer.encode(prompt)
-        try:
-            token_ids = list(prompt)
-        except TypeError:
-            raise EngineError(f"prompt: expected a text or a list of token ids, got {type(prompt).__name__}") from None
-        vocab = self.model_config.vocab_size
-        bad = [
-            token
-            for token in token_ids
-            if isinstance(token, bool) or not isinstance(token, numbers.Integral) or not 0 <= token < vocab
-        ]
-        if bad:
-            raise EngineError(f"prompt: token ids must be integers in [0, {vocab}), got {bad[:5]}")
-        return [int(token) for token in token_ids]
 
     def abort(self, request_id: str) -> bool:
         """Stop a request and free everything it holds; False if it is unknown or already done."""
