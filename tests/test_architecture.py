@@ -138,6 +138,17 @@ def test_the_command_line_reaches_the_window_only_through_its_gui_command():
     assert reaching == ["workbench.cli.gui"]
 
 
+def test_the_window_and_its_models_do_not_import_torch():
+    """Issue 49 #3: the Memory tab's breakdown comes from the backend's info (its device memory
+    measured at load), so no widget or live model needs torch."""
+    offenders = sorted(
+        name
+        for name, imported in IMPORTS.items()
+        if name.startswith(("workbench.gui", "workbench.live")) and any(i.split(".")[0] == "torch" for i in imported)
+    )
+    assert offenders == []
+
+
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import cycle as a path of module names, or None."""
     state: dict[str, str] = {}  # "open" while on the current path, "done" after

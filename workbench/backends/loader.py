@@ -11,7 +11,7 @@ import torch
 
 from engine import EngineConfig, LLMEngine
 from engine.compile_cache import CompileProgress
-from engine.device import dtype_name
+from engine.device import dtype_name, total_memory_bytes
 from engine.errors import ConfigError
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.model_source import read_model, read_tokenizer
@@ -48,6 +48,7 @@ class EngineInfo:
     kv_cache_dtype: str
     bytes_per_element: int
     device: str
+    device_memory_bytes: int  # the device's whole memory (the host's, on a CPU)
     model_path: str
     model_config: ModelConfig
     tokenizer: Tokenizer | None  # decoding is thread-safe (the tokenizers library is immutable)
@@ -120,6 +121,7 @@ class BackendLoader:
             kv_cache_dtype=kv_cache_dtype,
             bytes_per_element=torch.finfo(engine.dtype).bits // 8,
             device=str(engine.device),
+            device_memory_bytes=total_memory_bytes(engine.device),
             model_path=str(engine.model_path),
             model_config=engine.model_config,
             tokenizer=engine.tokenizer,

@@ -10,7 +10,6 @@ import os
 import time
 from pathlib import Path
 
-import torch
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import (
@@ -30,7 +29,6 @@ from PySide6.QtWidgets import (
 
 from engine import ConfigError, EngineConfig, EngineError
 from engine.compile_cache import CompileProgress
-from engine.device import total_memory_bytes
 from engine.memory import memory_lines, process_resident_bytes
 from engine.simulation import is_simulated, parse
 from engine.simulation.catalogue import hardware_profile
@@ -496,7 +494,7 @@ class MainWindow(QMainWindow):
         """The loaded device's memory, measured; or a simulated GPU's, every line an estimate."""
         summary, config = info.summary, info.config
         simulated = is_simulated(config.model)
-        device = torch.device(info.device)
+        on_cpu = info.device.split(":")[0] == "cpu"
         lines = memory_lines(
             info.model_config,
             weight_bytes=summary["weight_bytes"],
@@ -507,7 +505,7 @@ class MainWindow(QMainWindow):
             bytes_per_element=info.bytes_per_element,
             step_tokens=config.max_num_batched_tokens,
             max_seqs=config.max_num_seqs,
-            resident_bytes=process_resident_bytes() if device.type == "cpu" and not simulated else None,
+            resident_bytes=process_resident_bytes() if on_cpu and not simulated else None,
             weight_parts=summary.get("weight_parts"),
         )
         if simulated:
@@ -517,7 +515,7 @@ class MainWindow(QMainWindow):
         else:
             self.memory.show_lines(
                 lines,
-                total_memory_bytes(device),
+                info.device_memory_bytes,
                 info.device,
                 f"{info.quantization} — {info.quality}",
                 kv_cache_note(info),
