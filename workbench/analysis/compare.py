@@ -307,6 +307,19 @@ def runs_repeat_exactly(report: dict) -> bool:
     return model.startswith("simulated:") and backend == "in-process engine"
 
 
+def compare_folders(
+    baseline: str | Path, candidate: str | Path, intended: list[str] | None = None, tolerated: list[str] | None = None
+) -> dict:
+    """Two run folders compared: against `intended` / `tolerated` where given, otherwise against
+    the decision the candidate's scenario declared before the runs. `workbench compare` and the
+    window's Runs tab both call this."""
+    first, second = load_report(baseline), load_report(candidate)
+    if intended is None and tolerated is None:
+        declared = second["scenario"].get("decision") or {}
+        intended, tolerated = declared.get("intended", []), declared.get("tolerated", [])
+    return compare(first, second, intended or [], tolerated or [])
+
+
 def compare(baseline: dict, candidate: dict, intended: list[str], tolerated: list[str]) -> dict:
     pairs = [(baseline, candidate)]
     drift = machine_drift(baseline, candidate)

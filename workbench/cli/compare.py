@@ -17,15 +17,9 @@ def add_to(commands) -> None:
 
 
 def run(args) -> int:
-    from workbench.analysis.compare import compare, format_comparison, load_report
+    from workbench.analysis.compare import compare_folders, format_comparison
 
-    baseline, candidate = load_report(args.baseline), load_report(args.candidate)
-    intended, tolerated = args.intended, args.tolerated
-    if intended is None and tolerated is None:
-        # Fall back to the decision the scenario declared before the runs.
-        declared = candidate["scenario"].get("decision") or {}
-        intended, tolerated = declared.get("intended", []), declared.get("tolerated", [])
-    result = compare(baseline, candidate, intended or [], tolerated or [])
+    result = compare_folders(args.baseline, args.candidate, args.intended, args.tolerated)
     print(format_comparison(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

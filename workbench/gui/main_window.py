@@ -32,7 +32,7 @@ from engine.compile_cache import CompileProgress
 from engine.memory import memory_lines, process_resident_bytes
 from engine.simulation import is_simulated, parse
 from engine.simulation.catalogue import hardware_profile
-from workbench.analysis.compare import compare, format_comparison, load_report
+from workbench.analysis.compare import compare_folders, format_comparison
 from workbench.analysis.explain import Explanation, explain, request_history
 from workbench.analysis.kv_capacity import kv_cache_note
 from workbench.analysis.report import incomplete_reasons
@@ -782,9 +782,7 @@ class MainWindow(QMainWindow):
         if not baseline or not candidate:
             return
         try:
-            second = load_report(candidate)
-            declared = second["scenario"].get("decision") or {}
-            result = compare(load_report(baseline), second, declared.get("intended", []), declared.get("tolerated", []))
+            result = compare_folders(baseline, candidate)
         except EngineError as error:
             self.on_failed(str(error))
             return
