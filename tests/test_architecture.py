@@ -91,7 +91,8 @@ LAYERS = [
     {"step_traces"},  # each engine step's record
     {"traffic"},  # what to send
     {"runs"},  # drive a backend and record
-    {"live", "analysis"},  # the window's Qt-free models; the questions asked of runs
+    {"analysis"},  # the questions asked of runs
+    {"live"},  # the window's Qt-free models: its state, its metrics, an opened run
     {"charts", "bench"},  # plots drawn offscreen; whole runs with their report and files
     {"gui", "server"},  # the window; workbench serve
     {"cli"},  # the command line, which starts either

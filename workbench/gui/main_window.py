@@ -33,11 +33,11 @@ from engine.memory import memory_lines, process_resident_bytes
 from engine.simulation import is_simulated, parse
 from engine.simulation.catalogue import hardware_profile
 from workbench.analysis.compare import compare_folders, format_comparison
-from workbench.analysis.explain import Explanation, explain, request_history
+from workbench.analysis.explain import explain, request_history
 from workbench.analysis.kv_capacity import kv_cache_note
 from workbench.analysis.report import incomplete_reasons
 from workbench.backends.loader import EngineInfo, ServerInfo
-from workbench.bench.run_files import PastTraces, open_run, past_traces, save_run
+from workbench.bench.run_files import open_run, save_run
 from workbench.charts.report_images import export_plot_images
 from workbench.gui.arms_view import ArmsView
 from workbench.gui.block_map import BlockMapView
@@ -54,8 +54,9 @@ from workbench.gui.traffic_panel import TrafficPanel
 from workbench.gui.why_view import WhyView
 from workbench.live.live_metrics import LiveMetrics
 from workbench.live.request_rows import ENDED_STATES
+from workbench.live.session import WindowSession
 from workbench.machine.process_tuning import freeze_loaded_heap
-from workbench.runs.run_log import RunLog, read_run_log
+from workbench.runs.run_log import read_run_log
 from workbench.runs.run_recorder import RUN_LOG_NAME
 from workbench.step_traces.store import TraceStore
 from workbench.step_traces.text import format_request
@@ -96,7 +97,7 @@ class MainWindow(QMainWindow):
         self._decode_mode_shown = ""
         self._warming_shown = False  # the status line says "warming up": redrawn until it no longer does
         self._waiting_shown = ""  # the warm-up note the plots' titles show now
-        self.viewing_past_run = False
+        self.session = WindowSession()  # which run the panes show, and what is selected (no Qt)
         self.tokenizer_decode = None
         self._closing = False
         self._arms_waiting: str | None = None  # a preset whose arms wait for the window's engine to be quiet
@@ -110,13 +111,11 @@ class MainWindow(QMainWindow):
         )
         self.block_map = BlockMapView()
         self.step_panel = StepPanel()
-        self.selected_step: int | None = None  # pinned by a click on a plot; None: the block map follows the run
-        self.selected_request: str | None = None
-        self._past: PastTraces | None = None  # an opened run's step traces
         self.memory = MemoryPanel()
-        self._why_log: RunLog | None = None  # the run the Why tab explains, read with its traces
         self.why = WhyView(
-            history=lambda request_id: request_history(self._why_log, request_id) if self._why_log else ""
+            history=lambda request_id: (
+                request_history(self.session.explained, request_id) if self.session.explained else ""
+            )
         )
         self.arms = ArmsView()
         self.arms.run_requested.connect(self.run_arms)
@@ -330,8 +329,9 @@ class MainWindow(QMainWindow):
         self.error_label.setText("")
         self.back_to_live()  # a new run has its own time axis, and the plots show it, not an opened run
         # Nothing of the last run stays on show: its request's detail ("decoding") and its Why.
+        self.session.new_run()
         self.select_request(None)
-        self._forget_explanation()
+        self.why.clear()
         self.worker.start_traffic(scenario)
 
     def confirm_drop_waiting(self, waiting: int) -> bool | None:
@@ -421,7 +421,7 @@ class MainWindow(QMainWindow):
         self.cancel_button.setVisible(False)
         freeze_loaded_heap()
         self.tokenizer_decode = info.tokenizer.decode if info.tokenizer else None
-        self.viewing_past_run = False
+        self.session.new_engine()
         self.plots.show_source(None)
         self.plots.set_capabilities(info.capabilities)
         self.progress.setValue(100)
@@ -573,7 +573,8 @@ class MainWindow(QMainWindow):
         """The traces being looked at (the live engine's, or an opened run's) and the engine-clock
         time their run started (plot times count from it)."""
         if self.viewing_past_run:
-            return (self._past.store, self._past.start_time) if self._past is not None else (None, 0.0)
+            past = self.session.opened.past
+            return past.store, past.start_time
         store = self.worker.store
         return self.worker.traces, store.start_time if store is not None else 0.0
 
@@ -603,7 +604,7 @@ class MainWindow(QMainWindow):
                 5000,
             )
             return
-        self.selected_step = step
+        self.session.select_step(step)
         self.step_panel.show_trace(trace, origin, traces.step_range())
         self.plots.set_cursor(trace.time_s - origin)
         self._show_block_map_at_step()
@@ -614,7 +615,7 @@ class MainWindow(QMainWindow):
         rows = (
             {row.request_id: index for index, row in enumerate(self.worker.rows())}
             if not self.viewing_past_run
-            else self._past.rows
+            else self.session.opened.past.rows
         )
         highlighted = replay.blocks_of(self.selected_request) if self.selected_request else []
         self.block_map.set_owners(
@@ -627,7 +628,7 @@ class MainWindow(QMainWindow):
     def select_request(self, request_id: str | None) -> None:
         """Show the request's row, timeline and causal history; mark its steps on the plots, its
         rows in the Step panel, its blocks in the map."""
-        self.selected_request = request_id
+        self.session.select_request(request_id)
         row = self.worker.row(request_id) if request_id else None
         self.requests.show_detail(row, self._request_history(row) if row is not None else "")
         traces, origin = self._trace_source()
@@ -651,7 +652,7 @@ class MainWindow(QMainWindow):
 
     def follow_live(self) -> None:
         """Leave the selected step: no cursor, the block map follows the run."""
-        self.selected_step = None
+        self.session.follow_live()
         self.plots.set_cursor(None)
         self.step_panel.show_trace(None)
         self.block_map.set_owners(self.worker.block_map(), caption="live", windowed=self.worker.window_blocks())
@@ -714,22 +715,21 @@ class MainWindow(QMainWindow):
             return
         log, store = run
         try:  # all of it read before anything is switched: a log that fails leaves the window as it was
-            past = past_traces(log)
-            explanation = explain(log, self.why.above.value())
+            opened = self.session.read_opened_run(Path(folder).name, log, self.why.above.value())
         except (EngineError, KeyError, TypeError, ValueError) as error:
             self.on_failed(f"open run: {folder}: its log cannot be shown ({type(error).__name__}: {error})")
             return
         self.follow_live()
-        self.viewing_past_run = True
+        self.session.show_opened_run(opened)
         incomplete = incomplete_reasons(log)  # as report.json says: a run saved mid-run is incomplete
         snapshot = store.snapshot()
         self.plots.update_from(snapshot, whole=not incomplete)
-        self.plots.show_source(Path(folder).name)
-        self._past = past
-        self._show_explanation(log, explanation, Path(folder).name)
-        if self._past.store is None:
-            self.step_panel.show_not_exposed(self._past.note)
-        note = "\n".join(filter(None, [log.skipped_summary(Path(folder) / RUN_LOG_NAME), self._past.note]))
+        self.plots.show_source(opened.name)
+        self.why.show_explanation(opened.explanation, opened.name)
+        past = opened.past
+        if past.store is None:
+            self.step_panel.show_not_exposed(past.note)
+        note = "\n".join(filter(None, [log.skipped_summary(Path(folder) / RUN_LOG_NAME), past.note]))
         finished = int((snapshot.requests["finished"] == 1).sum())
         state = (
             "complete"
@@ -745,11 +745,8 @@ class MainWindow(QMainWindow):
         except EngineError as error:
             self.on_failed(f"explain: {error}")
             return
-        self._show_explanation(log, explain(log, above_percentile), "the current run")
-
-    def _show_explanation(self, log: RunLog, explanation: Explanation, source: str) -> None:
-        self._why_log = log
-        self.why.show_explanation(explanation, source)
+        self.session.explain_live(log)
+        self.why.show_explanation(explain(log, above_percentile), "the current run")
 
     def open_sweep_point(self, folder: str, settings: str = "") -> None:
         """A sweep's point was clicked: its run in the Live view, labelled with its settings, its
@@ -762,19 +759,25 @@ class MainWindow(QMainWindow):
 
     def back_to_live(self) -> None:
         """The plots, the Step source, the Runs text and the Why tab leave an opened run."""
-        if self.viewing_past_run:
+        if self.session.back_to_live():
             self.runs.say("back to the live run")
-            self._forget_explanation()
+            self.why.clear()
             self.select_request(None)  # an id of the opened run would mark the live run's namesake
         self.follow_live()
         self.plots.show_source(None)
-        self.viewing_past_run = False
-        self._past = None
         self._live = None
 
-    def _forget_explanation(self) -> None:
-        self._why_log = None
-        self.why.clear()
+    @property
+    def viewing_past_run(self) -> bool:
+        return self.session.viewing_past_run
+
+    @property
+    def selected_step(self) -> int | None:
+        return self.session.selected_step
+
+    @property
+    def selected_request(self) -> str | None:
+        return self.session.selected_request
 
     def compare_runs(self, baseline: str | None = None, candidate: str | None = None) -> None:
         baseline = baseline or QFileDialog.getExistingDirectory(self, "Baseline run folder")

@@ -252,7 +252,8 @@ def test_a_run_whose_header_lacks_the_cache_size_opens_without_its_step_traces(w
     assert window.plots.source_label.text() == f"showing {tmp_path.name} (Back to live returns)"
     said = "its step traces cannot be shown: the header's engine.kv_blocks (the cache's size in blocks) is missing"
     assert said in window.runs.text.toPlainText()
-    assert window._past.store is None and why_source(window) == tmp_path.name  # all panes on the opened run
+    # all panes on the opened run
+    assert window.session.opened.past.store is None and why_source(window) == tmp_path.name
 
 
 def test_a_run_that_cannot_be_shown_switches_nothing(window, tmp_path, tiny_llama, monkeypatch):
@@ -261,7 +262,7 @@ def test_a_run_that_cannot_be_shown_switches_nothing(window, tmp_path, tiny_llam
     run_headless(tiny_scenario(directory), shown)
     run_headless(tiny_scenario(directory), broken)
     window.open_run(str(shown))
-    monkeypatch.setattr("workbench.gui.main_window.explain", lambda *_: {}["a field this log lacks"])
+    monkeypatch.setattr("workbench.live.session.explain", lambda *_: {}["a field this log lacks"])
     window.open_run(str(broken))
     assert (
         "open run: " in window.error_label.text() and "its log cannot be shown (KeyError" in window.error_label.text()
