@@ -65,7 +65,7 @@ class RunRecorder:
         machine_probe: dict | None = None,
     ) -> RunRecorder:
         """The run log of the run `runner` is about to make on `backend`: the one way `workbench
-        bench` (workbench/bench/headless.py) and the window (workbench/gui/engine_worker.py) start one,
+        bench` (workbench/bench/headless.py) and the window (workbench/live/engine_loop.py) start one,
         so their logs carry the same header. `scenario` is the scenario as a dict (its seed, trace
         level and SLO are read from it)."""
         header = _run_header(

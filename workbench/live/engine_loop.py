@@ -1,0 +1,430 @@
+"""The engine loop in its own thread, without Qt: the window's Qt adapter
+(workbench/gui/engine_worker.py) turns its four events into signals.
+
+The loop's thread is the only code that touches the backend. The GUI sends commands through a
+thread-safe queue, drained between steps; the loop writes metrics into a `MetricsStore`, request
+rows and the block map into `RequestRows`, step traces into a `TraceStore`, and the run log
+through a `RunRecorder`, all of which the GUI reads as snapshots on its timers, so a fast engine
+cannot flood the window's event loop. Events carry only rare news (load progress, loaded, errors,
+traffic state), never per-step data.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import queue
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine import EngineConfig, EngineError
+from engine.metrics import UNFINISHED
+from workbench.backends.loader import BackendLoader
+from workbench.backends.protocol import Backend
+from workbench.live.metrics_store import MetricsStore
+from workbench.live.request_rows import RequestRow, RequestRows
+from workbench.runs.run_log import RunLogWriter
+from workbench.runs.run_recorder import RUN_LOG_NAME, RunRecorder
+from workbench.runs.runner import EndedRequest, ScenarioRunner
+from workbench.step_traces.store import TraceStore
+from workbench.traffic.prompts import text_stream
+from workbench.traffic.scenario import SLO, Scenario
+
+_REFRESH_S = 0.1  # how often waiting rows and the block map are refreshed
+
+
+class LoadCancelled(Exception):
+    """Raised from a load's progress callback when a newer load, a cancel or a shutdown replaced it."""
+
+
+@dataclass(frozen=True)
+class EngineEvents:
+    """What the loop tells its owner, called from the loop's thread."""
+
+    loading: Callable[[str, float], None]  # stage, fraction done
+    loaded: Callable[[object], None]  # EngineInfo, or ServerInfo for a server
+    failed: Callable[[str], None]  # a one-line message for the user
+    traffic_state: Callable[[str], None]  # "idle" (loaded), "running", "paused", "stopped", "finished"
+
+
+class EngineLoop:
+    def __init__(self, events: EngineEvents, runs_dir: Path | None = None, loader: BackendLoader | None = None):
+        self.events = events
+        # Where the current run's log is written; a folder of our own is removed at shutdown
+        # (Save run… keeps a copy elsewhere).
+        self._own_runs_dir = runs_dir is None
+        self.runs_dir = runs_dir or Path(tempfile.mkdtemp(prefix="workbench-runs-"))
+        # Each load request and each cancel counts up: a load whose number is no longer the
+        # latest stops at its next stage, and the traffic sent with it is dropped (double-clicking
+        # three presets during a load queued four full loads).
+        self._load_number = 0
+        self._shutting_down = False
+        self.store: MetricsStore | None = None
+        self.slo = SLO()
+        self._commands: queue.Queue = queue.Queue()
+        self._loader = loader or BackendLoader()
+        self._backend: Backend | None = None
+        self._runner: ScenarioRunner | None = None
+        # A run started while the decode graph compiles: it starts once the engine is warm.
+        self._held_run: Scenario | None = None
+        self._requests: RequestRows | None = None
+        # Step traces since the engine was loaded, for the Step panel (None: the backend has none).
+        self.traces: TraceStore | None = None
+        self._recorder: RunRecorder | None = None
+        self._last_refresh = 0.0
+        self._thread = threading.Thread(target=self._loop, name="engine-loop", daemon=True)
+
+    # ----- GUI thread: commands ------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def load(self, config: EngineConfig) -> None:
+        """Load `config`, replacing any load not finished yet (the latest wins)."""
+        self._load_number += 1
+        self._commands.put(("load", (config, self._load_number)))
+
+    def cancel_load(self) -> None:
+        """Stop the load in progress at its next stage, and any queued; the engine loaded keeps
+        serving. `loading` then reports the stage "load cancelled"."""
+        self._load_number += 1
+        self._commands.put(("cancelled", None))
+
+    def start_traffic(self, scenario: Scenario) -> None:
+        self._commands.put(("traffic", (scenario, self._load_number)))
+
+    def pause_traffic(self) -> None:
+        self._commands.put(("pause", None))
+
+    def resume_traffic(self) -> None:
+        self._commands.put(("resume", None))
+
+    def stop_traffic(self, drop_waiting: bool = False) -> None:
+        """Send no more traffic; with drop_waiting, also abort the requests sent that still wait."""
+        self._commands.put(("stop", drop_waiting))
+
+    def inject(self, count: int, prompt_tokens: int, output_tokens: int, tag: str) -> None:
+        self._commands.put(("inject", (count, prompt_tokens, output_tokens, tag)))
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(("abort", request_id))
+
+    def save_log_copy(self, path: Path, timeout_s: float = 120.0) -> None:
+        """A copy of the run log as it is now, closed with a footer: at any moment, mid-run too.
+        Written by the engine thread between two steps, so that it holds every request sent:
+        those still in flight as "unfinished" with what they have so far, the planned ones not sent
+        yet as a count (not "never sent", and not a crash)."""
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        self._commands.put(("save", (path, done)))
+        done.result(timeout=timeout_s)
+
+    def shutdown(self, timeout_s: float | None = None) -> bool:
+        """Stop traffic and the loop; True when the thread has ended. The loop reads commands
+        between steps, so by default this waits for the step in flight (seconds, for a long
+        prefill on a CPU): tearing the interpreter down under a running step aborts the process."""
+        if not self._shutting_down:
+            self._shutting_down = True
+            self._load_number += 1  # a load stops at its next stage rather than run to its end
+            self._commands.put(("shutdown", None))
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    # ----- GUI thread: snapshots -----------------------------------------------------------------
+
+    def rows(self) -> list[RequestRow]:
+        requests = self._requests
+        return requests.rows() if requests is not None else []
+
+    def row(self, request_id: str) -> RequestRow | None:
+        requests = self._requests
+        return requests.row(request_id) if requests is not None else None
+
+    def block_map(self) -> np.ndarray:
+        requests = self._requests
+        return requests.block_map() if requests is not None else np.empty(0, dtype=np.int64)
+
+    def window_blocks(self) -> np.ndarray:
+        requests = self._requests
+        return requests.window_blocks() if requests is not None else np.empty(0, dtype=bool)
+
+    @property
+    def run_log_path(self) -> Path:
+        return self.runs_dir / RUN_LOG_NAME
+
+    def at_rest(self) -> bool:
+        """Every request sent has ended and no traffic is left to send: the run so far is whole."""
+        runner = self._runner
+        return (
+            not self.requests_in_flight()
+            and not (runner is not None and runner.traffic_pending)
+            and not self.run_held()
+        )
+
+    def run_held(self) -> bool:
+        """A run waits for the engine's warm-up (the decode graph's compile) to end."""
+        return self._held_run is not None
+
+    def has_backend(self) -> bool:
+        """An engine or server is loaded (a failed load keeps the previous one)."""
+        return self._backend is not None
+
+    def requests_in_flight(self) -> int:
+        requests = self._requests
+        return requests.num_in_flight() if requests is not None else 0
+
+    def requests_waiting(self) -> int:
+        requests = self._requests
+        return requests.num_waiting() if requests is not None else 0
+
+    def requests_sent(self) -> int:
+        requests = self._requests
+        return len(requests) if requests is not None else 0
+
+    # ----- worker thread -------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        was_busy = False
+        while True:
+            if self._held_run is not None and self._backend.warm_up_progress() is None:
+                self._start_run(self._held_run)
+            busy = self._runner is not None and (self._backend.has_unfinished() or self._runner.traffic_pending)
+            if was_busy and not busy and self._runner is not None:
+                self._requests.refresh()  # the last states and block map: the idle loop refreshes nothing
+                self.events.traffic_state("finished")  # every request sent has ended, nothing is left to send
+            was_busy = busy
+            try:
+                command, argument = self._commands.get(block=not busy, timeout=None if busy else 0.05)
+            except queue.Empty:
+                command = None
+            if command == "shutdown":
+                self._close_log()
+                self._close_backend()
+                if self._own_runs_dir:
+                    shutil.rmtree(self.runs_dir, ignore_errors=True)
+                return
+            try:
+                if command is not None:
+                    self._handle(command, argument)
+                elif busy:
+                    self._runner.tick()
+                    self._refresh_if_due()
+            except EngineError as error:
+                self.events.failed(str(error))
+            except Exception as error:  # noqa: BLE001 - the loop must survive anything a step raises
+                # The engine may be half-way through a step: drop it, stop its traffic and close the
+                # run log without a footer (its report says incomplete); a new configuration reloads.
+                engine_was_running = self._backend is not None
+                self._backend, self._runner, self._held_run = None, None, None
+                self._close_log()
+                if engine_was_running:
+                    self.events.traffic_state("stopped")
+                self.events.failed(f"engine stopped: {type(error).__name__}: {error}. Apply a configuration to reload.")
+                traceback.print_exc()
+
+    def _handle(self, command: str, argument) -> None:
+        if command == "cancelled":
+            self.events.loading("load cancelled", 1.0)
+            return
+        if command == "load":
+            config, number = argument
+            if number == self._load_number:  # otherwise a later load or a cancel replaced it
+                self._load(config, number)
+            return
+        if command == "save":
+            path, done = argument
+            try:
+                self._write_log_copy(path)
+            except Exception as error:  # noqa: BLE001 - handed to the GUI thread, which reports it
+                done.set_exception(error)
+            else:
+                done.set_result(None)
+            return
+        if self._runner is None:
+            raise EngineError("no model is loaded yet")
+        if command == "traffic":
+            scenario, load_number = argument
+            if load_number != self._load_number:
+                return  # sent with a load that was replaced or cancelled
+            if self._backend.warm_up_progress() is not None:
+                # Steps beside the compile run eagerly, 5 to 65 times as slow (docs/compiled-decode.md):
+                # a run started now measured the warm-up, not the engine (the README's screenshot
+                # showed chat-burst at goodput 0%). It starts once the engine is warm, as `bench`'s
+                # does; `serve` holds its requests the same way.
+                self._held_run = scenario
+                self.events.traffic_state("held until the decode and prefill graphs are compiled")
+                return
+            self._start_run(scenario)
+        elif command == "pause":
+            self._runner.pause()
+            self.events.traffic_state("paused")
+        elif command == "resume":
+            self._runner.resume()
+            self.events.traffic_state("running")
+        elif command == "stop":
+            self._held_run = None
+            self._runner.stop_traffic()
+            if argument:
+                self._runner.abort_waiting()
+            self.events.traffic_state("stopped")
+        elif command == "inject":
+            self._runner.inject(*argument)
+        elif command == "abort":
+            self._backend.abort(argument)
+
+    def _start_run(self, scenario: Scenario) -> None:
+        """Each Start is a new run: its own time axis from zero, its own requests, store and run
+        log. Requests the last run still has in flight end there, aborted: carried into the new
+        run they counted in its percentiles on two clocks."""
+        self._held_run = None
+        self._runner.end_in_flight()
+        self._runner.load_traffic(scenario)
+        self.slo = scenario.slo
+        self._requests = RequestRows(self._backend, self._backend.num_kv_blocks or 0)
+        self.store = self._new_store()
+        self._open_log(dataclasses.asdict(scenario))
+        self.events.traffic_state("running")
+
+    def _load(self, config: EngineConfig, number: int) -> None:
+        """Build the new backend, then replace the old one. The old one keeps serving until the
+        new one has loaded (a mistyped path or an impossible cache leaves the working engine as it
+        was), but its background compile is stopped first: the next engine must not be built
+        beside it (once, that corrupted the heap). A newer load, a cancel or a shutdown stops this
+        one at the start of its next stage; one that ended meanwhile is closed unused."""
+
+        def progress(stage: str, fraction: float) -> None:
+            # Never at a stage's end: the engine's last one comes after its compile has started.
+            if number != self._load_number and fraction < 1.0:
+                raise LoadCancelled
+            self.events.loading(stage, fraction)
+
+        if self._backend is not None:
+            self.events.loading("stopping the previous engine's background work (its compile)", 0.0)
+            self._backend.stop_background_work()
+        try:
+            backend, info = self._loader.load(config, progress=progress)
+        except LoadCancelled:
+            return
+        if number != self._load_number:
+            backend.close()
+            return
+        if self._runner is not None:
+            self._runner.end_in_flight()  # the replaced engine's requests end in its run's log, aborted
+        self._close_backend()
+        self._close_log()
+        self._held_run = None  # it was for the engine replaced
+        if backend.tokenizer is not None:
+            self.events.loading("prompt text", 0.0)
+            text_stream(backend.tokenizer)  # now, not as a stall at the first injected request
+        self._backend, self._requests = backend, RequestRows(backend, backend.num_kv_blocks or 0)
+        self.traces = TraceStore(backend.num_kv_blocks) if backend.capabilities.step_trace else None
+        self._runner = ScenarioRunner(
+            backend,
+            None,
+            on_step=self._on_update,
+            on_request_end=self._on_end,
+            on_output=self._on_output,
+            on_send=self._on_send,
+        )
+        self.store = self._new_store()
+        self._open_log(
+            {
+                "name": "interactive",
+                "engine": dataclasses.asdict(info.config),
+                "slo": dataclasses.asdict(self.slo),
+                "events": [],
+            }
+        )
+        self.events.loading("ready", 1.0)
+        self.events.traffic_state("idle")
+        self.events.loaded(info)
+
+    def _write_log_copy(self, path: Path) -> None:
+        if self._runner is None:
+            raise EngineError("no model is loaded yet")
+        runner = self._runner
+        path.write_bytes(self.run_log_path.read_bytes())
+        in_flight = runner.in_flight_now("when the run was saved")
+        writer = RunLogWriter(path)
+        for ended in in_flight:
+            writer.request(ended.request_id, ended.tag, ended.metrics, ended.sent_index, ended.planned)
+        mid_run = bool(in_flight) or runner.traffic_pending
+        writer.write(
+            "footer",
+            {
+                "duration_s": self._seconds(),
+                "stopped_early": mid_run,
+                "saved_mid_run": mid_run,
+                "requests_unfinished": sum(ended.metrics.finish_reason == UNFINISHED for ended in in_flight),
+                "requests_not_sent": runner.not_sent_yet() if runner.traffic_pending else 0,
+            },
+        )
+        writer.close()
+
+    def _close_backend(self) -> None:
+        """Close the backend before it is replaced: a remote one holds connections and a thread,
+        the in-process engine may still be compiling its decode graph (the next engine must not be
+        built beside that compile: it corrupted the heap once)."""
+        backend, self._backend, self._runner = self._backend, None, None
+        if backend is not None:
+            backend.close()
+
+    def _new_store(self) -> MetricsStore:
+        backend = self._backend
+        return MetricsStore(
+            self._runner.start_time,
+            kv_capacity_tokens=backend.kv_capacity_tokens or 0,
+            kv_cache_bytes=backend.kv_cache_bytes or 0,
+            slo=self.slo,
+        )
+
+    def _open_log(self, scenario: dict) -> None:
+        """Each traffic run (and each load) starts a fresh run log, ready for "save run"."""
+        self._close_log()
+        scenario.setdefault("slo", dataclasses.asdict(self.slo))
+        self._recorder = RunRecorder.for_run(self.run_log_path, self._backend, self._runner, scenario)
+
+    def _close_log(self) -> None:
+        if self._recorder is not None:
+            self._recorder.close()
+            self._recorder = None
+
+    def _seconds(self) -> float:
+        return self._backend.clock() - self._runner.start_time
+
+    def _on_send(self, request_id: str, prompt_token_ids: list[int]) -> None:
+        self.store.request_sent()
+        self._requests.sent(request_id, self._runner.tags.get(request_id, ""), prompt_token_ids, self._seconds())
+
+    def _on_update(self, update) -> None:
+        if update.stats is not None:
+            self.store.add_step(update.stats)
+        if self._recorder is not None:
+            self._recorder.update(update)
+        if update.trace is not None and self.traces is not None:
+            self.traces.add(update.trace)
+        self._requests.updated(update, self._seconds())
+
+    def _on_output(self, output) -> None:
+        self._requests.output(output)  # the current run's rows: each Start has its own
+
+    def _on_end(self, ended: EndedRequest) -> None:
+        self.store.add_request(ended.metrics, ended.tag, ended.request_id)
+        if self._recorder is not None:
+            self._recorder.request_ended(ended)
+        self._requests.ended(ended, self._seconds())
+
+    def _refresh_if_due(self) -> None:
+        """Waiting rows' states and the block map change without being scheduled; refresh them
+        at a bounded rate rather than every step."""
+        now = time.monotonic()
+        if now - self._last_refresh >= _REFRESH_S:
+            self._last_refresh = now
+            self._requests.refresh()
