@@ -139,6 +139,16 @@ class EngineConfig:
         0.0,
         help="Simulated models only: simulated seconds per wall-clock second (0 = as fast as the host allows).",
     )
+    tensor_parallel_size: int = knob(
+        1,
+        help="Simulated models only: GPUs each layer is split across (vLLM's name). Times pipeline_parallel_size, "
+        "as many GPUs as the hardware names (simulated:llama-3-70b@4xh100-80gb).",
+    )
+    pipeline_parallel_size: int = knob(
+        1,
+        help="Simulated models only: stages the layers are split into, which each step passes one after another "
+        "(vLLM's name).",
+    )
     seed: int = knob(0, help="Seed for requests that carry none of their own.")
     step_trace: bool = knob(
         True,
@@ -153,6 +163,8 @@ class EngineConfig:
             ("max_num_batched_tokens", 1),
             ("max_long_prefills", 1),
             ("long_prompt_threshold", 0),
+            ("tensor_parallel_size", 1),
+            ("pipeline_parallel_size", 1),
         ):
             _require_int(name, getattr(self, name), minimum)
         if self.max_model_len is not None:

@@ -29,6 +29,12 @@ def prepare_torch_model(
     clock: Callable[[], float],
     source: ModelSource | None,
 ) -> PreparedModel:
+    if config.tensor_parallel_size * config.pipeline_parallel_size > 1:
+        raise ConfigError(
+            f"tensor_parallel_size, pipeline_parallel_size: {config.tensor_parallel_size} and "
+            f"{config.pipeline_parallel_size} need a simulated model (simulated:MODEL@4xGPU); a real model runs on "
+            "one device here"
+        )
     device = resolve_device(config.device)
     source = source or read_model(config.model, progress)
     dtype = resolve_dtype(config.dtype, device, source.weights_dtype)

@@ -28,6 +28,7 @@ from engine.quantization.auto import AUTO, CONFIGURED
 from engine.simulation.catalogue import hardware_profile, model_shape
 from engine.simulation.cost_model import CostModel
 from engine.simulation.executor import SimulatedClock, SimulatedExecutor
+from engine.simulation.parallel import Parallelism, parse_gpu_count
 
 PREFIX = "simulated:"
 KV_DTYPE = torch.float16  # simulated GPUs keep K and V at 16 bits
@@ -57,31 +58,44 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
             "auto: a simulated 16-bit checkpoint runs unquantized",
         )
     shape, _ = model_shape(name)
-    hardware = hardware_profile(hardware_name)
+    gpu_count, single_gpu = parse_gpu_count(hardware_name)
+    hardware = hardware_profile(single_gpu)
+    parallelism = Parallelism(config.tensor_parallel_size, config.pipeline_parallel_size)
+    parallelism.check(shape, name, gpu_count, hardware_name)
+    if parallelism.gpus > 1 and not hardware.link_bytes_s:
+        raise ConfigError(
+            f"{hardware_name}: {single_gpu} has no link catalogued (link_bytes_s) to join several of them"
+        )
     method = get_method(config.quantization)
     bits = method.bits_per_weight
     weights = weight_bytes_estimate(shape, bits, config.group_size if method.group_sizes else None)
+    gpu_weights = parallelism.weight_bytes_per_gpu(weights)  # every figure below is one GPU's
     activations = activation_bytes_estimate(shape, config.max_num_batched_tokens, 2, config.max_num_seqs)
+    activations += parallelism.all_reduce_buffer_bytes(shape, config.max_num_batched_tokens)
     usable = hardware.memory_bytes * (1 - RUNTIME_OVERHEAD_FRACTION) - activations
+    each = f"each of {gpu_count} GPUs' " if gpu_count > 1 else ""
     if activations >= hardware.memory_bytes:
         raise ConfigError(
             f"max_num_batched_tokens, max_num_seqs: one step's activations ({config.max_num_batched_tokens:,} tokens, "
             "logits for "
-            f"{config.max_num_seqs:,} sequences) need {activations / 1e9:,.1f} GB but {hardware_name} has "
+            f"{config.max_num_seqs:,} sequences) need {activations / 1e9:,.1f} GB but {each}{single_gpu} has "
             f"{hardware.memory_bytes / 1e9:.1f} GB; lower them"
         )
-    if weights >= usable:
+    if gpu_weights >= usable:
+        share = f" ({gpu_weights / 1e9:.1f} GB on each of {parallelism.gpus})" if parallelism.gpus > 1 else ""
         raise ConfigError(
-            f"{name} weights need {weights / 1e9:.1f} GB at {bits} bits but {hardware_name} has "
+            f"{name} weights need {weights / 1e9:.1f} GB at {bits} bits{share} but {single_gpu} has "
             f"{hardware.memory_bytes / 1e9:.1f} GB "
-            f"({usable / 1e9:.1f} GB after runtime overhead and activations); choose fewer bits, a smaller model or a "
-            "larger GPU"
+            f"({usable / 1e9:.1f} GB after runtime overhead and activations); choose fewer bits, a smaller model, a "
+            "larger GPU or more of them (tensor_parallel_size)"
         )
     clock = SimulatedClock(speed=config.simulation_speed)
     kv_bytes_per_token = shape.kv_bytes_per_token(KV_BYTES_PER_VALUE)
+    # The engine counts KV blocks in the whole model's bytes; one GPU holds this share of each.
+    kv_share = parallelism.kv_bytes_per_token_per_gpu(shape, KV_BYTES_PER_VALUE) / kv_bytes_per_token
 
     def create_executor(num_blocks: int) -> SimulatedExecutor:
-        cost_model = CostModel(shape, hardware, weights, kv_bytes_per_token)
+        cost_model = CostModel(shape, hardware, weights, kv_bytes_per_token, parallelism)
         block_bytes = KvLayout.of(shape).block_bytes(config.block_size, kv_bytes_per_token // shape.num_layers)
         return SimulatedExecutor(cost_model, clock, kv_cache_bytes=num_blocks * block_bytes)
 
@@ -102,9 +116,10 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
         sleep=clock.advance,
         idle_wait_is_free=not config.simulation_speed,
         kv_limits=KvMemoryLimits(
-            free_bytes=int(usable - weights),
-            default_bytes=int(hardware.memory_bytes * GPU_MEMORY_UTILIZATION - weights - activations),
-            where=f"{hardware_name} ({hardware.memory_bytes / 2**30:,.1f} GiB, {weights / 2**30:,.2f} GiB of weights)",
+            free_bytes=int((usable - gpu_weights) / kv_share),
+            default_bytes=int((hardware.memory_bytes * GPU_MEMORY_UTILIZATION - gpu_weights - activations) / kv_share),
+            where=f"{hardware_name} ({each}{hardware.memory_bytes / 2**30:,.1f} GiB, {gpu_weights / 2**30:,.2f} GiB "
+            "of weights" + (", K/V counted as the whole model's bytes" if gpu_count > 1 else "") + ")",
             must_hold_longest_request=True,
         ),
         create_executor=create_executor,

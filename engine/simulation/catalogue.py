@@ -38,6 +38,11 @@ class HardwareProfile:
     step_overhead_s: float = 0.0005
     # Host-side cost per sequence in the batch (building its metadata, its attention call).
     sequence_overhead_s: float = 0.0
+    # The link between two such GPUs (engine/simulation/parallel.py): bytes/s in each direction,
+    # seconds per hop, and what it is (0: no link, the GPU is catalogued alone).
+    link_bytes_s: float = 0.0
+    link_latency_s: float = 0.0
+    link: str = ""
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "bandwidth_bytes_s", "peak_flops"):
@@ -51,8 +56,13 @@ class HardwareProfile:
             )
             or self.step_overhead_s < 0
             or self.sequence_overhead_s < 0
+            or self.link_bytes_s < 0
+            or self.link_latency_s < 0
         ):
-            raise ConfigError("efficiencies must be in (0, 1], step_overhead_s and sequence_overhead_s >= 0")
+            raise ConfigError(
+                "efficiencies must be in (0, 1]; step_overhead_s, sequence_overhead_s, link_bytes_s and "
+                "link_latency_s >= 0"
+            )
 
 
 def _table(file_name: str) -> dict:

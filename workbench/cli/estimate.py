@@ -13,7 +13,13 @@ def add_to(commands) -> None:
         "--params", type=at_least(float, 0.0, inclusive=False), help="parameter count, e.g. 7e9 (weights only)"
     )
     estimate.add_argument("--model", help="a catalogued model (see presets/catalogue/models.toml)")
-    estimate.add_argument("--hardware", help="a catalogued GPU, or this-machine")
+    estimate.add_argument("--hardware", help="a catalogued GPU (4xh100-80gb: four of them), or this-machine")
+    estimate.add_argument(
+        "--tp", type=at_least(int, 1), default=1, help="tensor_parallel_size: GPUs each layer is split across"
+    )
+    estimate.add_argument(
+        "--pp", type=at_least(int, 1), default=1, help="pipeline_parallel_size: stages the layers are split into"
+    )
     estimate.add_argument("--bits", type=int, choices=(16, 8, 4), default=16, help="weight bits: 16, 8 or 4")
     estimate.add_argument(
         "--group-size",
@@ -42,6 +48,7 @@ def run(args) -> int:
     from engine.errors import ConfigError
     from engine.memory import concurrency_lines, model_memory_lines, params_only_line
     from engine.simulation.catalogue import hardware_profile, model_shape
+    from engine.simulation.parallel import parse_gpu_count
 
     if args.params is None and args.model is None:
         raise ConfigError("estimate: give --params N (weights only) or --model NAME [--hardware NAME]")
@@ -58,6 +65,8 @@ def run(args) -> int:
             ):
                 print(f"  {line.name:<17} {_size(line.bytes)}  {line.arithmetic}")
             print("  (add --hardware NAME, or this-machine, for how many requests fit on a device)")
+        elif args.tp * args.pp > 1 or parse_gpu_count(args.hardware)[0] > 1:
+            _print_per_gpu(args, shape, context)
         else:
             profile = hardware_profile(
                 args.hardware,
@@ -92,6 +101,40 @@ def run(args) -> int:
     if args.loaded:
         _compare_with_loaded(args.model)
     return 0
+
+
+def _print_per_gpu(args, shape, context: int) -> None:
+    """The memory of one GPU of a TP x PP group, and how many requests the group holds."""
+    from engine.simulation.catalogue import hardware_profile
+    from engine.simulation.parallel import Parallelism, parse_gpu_count, per_gpu_lines
+
+    count, single = parse_gpu_count(args.hardware)
+    parallelism = Parallelism(args.tp, args.pp)
+    count = count if count > 1 else parallelism.gpus  # "h100-80gb --tp 4": four of them
+    parallelism.check(shape, args.model, count, f"{count}x{single}")
+    profile = hardware_profile(single)
+    lines, fits = per_gpu_lines(
+        shape,
+        parallelism,
+        profile.memory_bytes,
+        args.bits,
+        args.kv_bits // 8,
+        context,
+        args.max_num_batched_tokens,
+        256,
+        args.group_size,
+    )
+    print(
+        f"{count}x{single}: TP {args.tp} x PP {args.pp}, each GPU {profile.memory_bytes / 1e9:.1f} GB "
+        f"({profile.source}); linked by {profile.link or 'nothing catalogued'}"
+    )
+    for line in lines:
+        print(f"  {line.name:<17} {line.bytes / 1e9:>8.2f} GB  per GPU, estimate  {line.arithmetic}")
+    if lines[0].bytes >= profile.memory_bytes:
+        print(f"=> impossible: each GPU's share of the weights ({lines[0].bytes / 1e9:.2f} GB) exceeds its memory")
+    else:
+        bubble = f"; each GPU idles {parallelism.bubble:.0%} of a step (pipeline bubble)" if args.pp > 1 else ""
+        print(f"=> {fits:,} concurrent {context:,}-token requests fit{bubble}")
 
 
 def _size(count: int) -> str:

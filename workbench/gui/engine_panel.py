@@ -130,6 +130,9 @@ class EnginePanel(QGroupBox):
             64,
         )
         self.long_prefills = int_box(1, 64, defaults.max_long_prefills, knob_help("max_long_prefills"))
+        # Simulated models on several GPUs ("simulated:llama-3-70b@4xh100-80gb"): how they split.
+        self.tensor_parallel = int_box(1, 64, defaults.tensor_parallel_size, knob_help("tensor_parallel_size"))
+        self.pipeline_parallel = int_box(1, 64, defaults.pipeline_parallel_size, knob_help("pipeline_parallel_size"))
         self.long_max_wait = float_box(
             0,
             1e6,
@@ -175,6 +178,8 @@ class EnginePanel(QGroupBox):
         form.addRow(self.chunked)
         form.addRow(self.prefix_caching)
         form.addRow("compile decode step", self.compile_decode)
+        form.addRow("tensor parallel (GPUs)", self.tensor_parallel)
+        form.addRow("pipeline parallel (stages)", self.pipeline_parallel)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.apply_button)
@@ -223,6 +228,8 @@ class EnginePanel(QGroupBox):
             long_prompt_max_wait_s=self.long_max_wait.value(),
             scheduling_policy=self.policy.currentText(),
             enable_prefix_caching=self.prefix_caching.isChecked(),
+            tensor_parallel_size=self.tensor_parallel.value(),
+            pipeline_parallel_size=self.pipeline_parallel.value(),
         )
 
     def set_config(self, config: EngineConfig) -> None:
@@ -247,6 +254,8 @@ class EnginePanel(QGroupBox):
         self.chunked.setChecked(config.enable_chunked_prefill)
         self.long_threshold.setValue(config.long_prompt_threshold)
         self.long_prefills.setValue(config.max_long_prefills)
+        self.tensor_parallel.setValue(config.tensor_parallel_size)
+        self.pipeline_parallel.setValue(config.pipeline_parallel_size)
         self.long_max_wait.setValue(config.long_prompt_max_wait_s)
         self.policy.setCurrentText(config.scheduling_policy)
         self.prefix_caching.setChecked(config.enable_prefix_caching)
