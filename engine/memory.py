@@ -202,6 +202,16 @@ def model_memory_lines(
     ]
 
 
+def runtime_overhead_line(memory_bytes: float) -> MemoryLine:
+    """The allowance for what no other line accounts for (CUDA context, fragmentation, buffers)."""
+    return MemoryLine(
+        "runtime overhead",
+        int(memory_bytes * RUNTIME_OVERHEAD_FRACTION),
+        f"{RUNTIME_OVERHEAD_FRACTION:.0%} of {memory_bytes / 1e9:.0f} GB (assumed allowance)",
+        measured=False,
+    )
+
+
 def concurrency_lines(
     config: ModelConfig,
     memory_bytes: float,
@@ -229,12 +239,7 @@ def concurrency_lines(
             f"{step_tokens} tokens/step, one layer live at a time ≈ {activations / 1e9:.3f} GB",
             measured=False,
         ),
-        MemoryLine(
-            "runtime overhead",
-            overhead,
-            f"{RUNTIME_OVERHEAD_FRACTION:.0%} of {memory_bytes / 1e9:.0f} GB (assumed allowance)",
-            measured=False,
-        ),
+        runtime_overhead_line(memory_bytes),
         MemoryLine(
             "KV cache",
             max(free, 0),

@@ -25,6 +25,7 @@ from engine.memory import (
     MemoryLine,
     activation_bytes_estimate,
     kv_request_bytes,
+    runtime_overhead_line,
     weight_bytes_estimate,
 )
 from engine.model_config import ModelConfig
@@ -160,12 +161,7 @@ def per_gpu_lines(
             f"{step_tokens} tokens x {model.hidden_size} x {ACTIVATION_BYTES} B" if buffer else "none without TP",
             measured=False,
         ),
-        MemoryLine(
-            "runtime overhead",
-            overhead,
-            f"{RUNTIME_OVERHEAD_FRACTION:.0%} of {memory_bytes / 1e9:.0f} GB (assumed allowance)",
-            measured=False,
-        ),
+        runtime_overhead_line(memory_bytes),
         MemoryLine(
             "KV cache",
             max(free, 0),
