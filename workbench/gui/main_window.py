@@ -32,6 +32,7 @@ from engine.compile_cache import CompileProgress
 from engine.memory import memory_lines, process_resident_bytes
 from engine.simulation import is_simulated, parse
 from engine.simulation.catalogue import hardware_profile
+from engine.simulation.parallel import parse_gpu_count
 from workbench.analysis.compare import compare_folders, format_comparison
 from workbench.analysis.explain import explain, request_history
 from workbench.analysis.kv_capacity import kv_cache_note
@@ -510,8 +511,14 @@ class MainWindow(QMainWindow):
         )
         if simulated:
             hardware = parse(config.model)[1]
+            count, single = parse_gpu_count(hardware)  # "4xh100-80gb": the group's memory, the lines its totals
             lines = [dataclasses.replace(line, measured=False) for line in lines]
-            self.memory.show_lines(lines, hardware_profile(hardware).memory_bytes, f"{hardware} (simulated)")
+            group = f", {count} GPUs: TP {config.tensor_parallel_size} x PP {config.pipeline_parallel_size}"
+            self.memory.show_lines(
+                lines,
+                count * hardware_profile(single).memory_bytes,
+                f"{hardware} (simulated{group if count > 1 else ''})",
+            )
         else:
             self.memory.show_lines(
                 lines,

@@ -728,6 +728,17 @@ def test_the_memory_tab_shows_a_simulated_gpu_as_estimates(window, qtbot):
     assert "h100-80gb (simulated)" in text and "of 74.5 GiB" in text and "measured" not in text
 
 
+def test_a_model_split_across_four_simulated_gpus_loads_and_shows_the_groups_memory(window, qtbot):
+    """Issue 50 #1: the Memory tab asked the catalogue for "4xh100-80gb", which names no GPU."""
+    from engine import EngineConfig
+
+    window.load(EngineConfig(model="simulated:llama-3-70b@4xh100-80gb", tensor_parallel_size=4, max_model_len=2048))
+    qtbot.waitUntil(lambda: window.info is not None and "llama-3-70b" in window.info.config.model, timeout=30_000)
+    text = window.memory.text.text()
+    assert "4xh100-80gb (simulated, 4 GPUs: TP 4 x PP 1)" in text and "of 298.0 GiB" in text
+    assert window.error_label.text() == ""
+
+
 def test_a_second_start_is_a_new_run_with_its_own_time_axis(window, qtbot, tiny_config):
     load(window, qtbot, tiny_config)
     traffic = TrafficProfile(
