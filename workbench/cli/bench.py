@@ -179,7 +179,7 @@ def _run_one(scenario, variant, out_dir: Path, backend, plots: bool) -> dict:
 
         report = run_headless(scenario, out_dir, variant=variant, backend=backend, on_progress=progress)
     if plots:
-        from workbench.charts.report_images import export_plot_images
+        from workbench.gui.charts.report_images import export_plot_images
 
         export_plot_images(read_run_log(out_dir / RUN_LOG_NAME), out_dir)
     return report

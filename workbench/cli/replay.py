@@ -107,8 +107,8 @@ def run(args) -> int:
     rows = per_request_rows(original, replayed)
     write_per_request_csv(rows, args.out / PER_REQUEST_CSV)
     if not args.no_plots:
-        from workbench.charts.replay_chart import export_per_request_image
-        from workbench.charts.report_images import export_plot_images
+        from workbench.gui.charts.replay_chart import export_per_request_image
+        from workbench.gui.charts.report_images import export_plot_images
 
         export_plot_images(replayed, args.out)
         export_per_request_image(rows, args.out / "per_request.png")

@@ -142,7 +142,7 @@ def run(args) -> int:
     print(f"sweep: {len(rows)} points -> {args.out / SWEEP_CSV}")
     if not args.no_plots:
         from workbench.analysis.sweep import read_sweep
-        from workbench.charts.sweep_chart import export_sweep_images
+        from workbench.gui.charts.sweep_chart import export_sweep_images
 
         target = args.goodput_target if args.find_max_rate else None
         for path in export_sweep_images(read_sweep(args.out), args.out, target):

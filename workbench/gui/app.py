@@ -84,7 +84,7 @@ def run_gui(
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from workbench.charts.theme import apply_theme
+    from workbench.gui.charts.theme import apply_theme
     from workbench.gui.engine_worker import EngineWorker
     from workbench.gui.main_window import MainWindow
     from workbench.traffic.presets import load_preset

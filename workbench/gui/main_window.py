@@ -39,9 +39,9 @@ from workbench.analysis.kv_capacity import kv_cache_note
 from workbench.analysis.report import incomplete_reasons
 from workbench.backends.loader import EngineInfo, ServerInfo
 from workbench.bench.run_files import open_run, save_run
-from workbench.charts.report_images import export_plot_images
 from workbench.gui.arms_view import ArmsView
 from workbench.gui.block_map import BlockMapView
+from workbench.gui.charts.report_images import export_plot_images
 from workbench.gui.elided_label import ElidedLabel
 from workbench.gui.engine_panel import EnginePanel
 from workbench.gui.engine_worker import EngineWorker

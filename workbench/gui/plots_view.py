@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.backends.protocol import IN_PROCESS, BackendCapabilities
-from workbench.charts.plots import (
+from workbench.gui.charts.plots import (
     LATENCY_UNITS,
     PER_STEP_PLOTS,
     PLOT_NEEDS,

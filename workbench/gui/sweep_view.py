@@ -1,4 +1,4 @@
-"""The Sweep view: a `workbench sweep` folder's charts (workbench/charts/sweep_chart.py) in the window.
+"""The Sweep view: a `workbench sweep` folder's charts (workbench/gui/charts/sweep_chart.py) in the window.
 A click on a point opens that point's run (its plots, steps and Why) in the Live view."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVB
 
 from engine.errors import EngineError
 from workbench.analysis.sweep import Sweep, describe_settings, read_sweep
-from workbench.charts.sweep_chart import sweep_plots
+from workbench.gui.charts.sweep_chart import sweep_plots
 
 
 class SweepView(QWidget):

@@ -9,8 +9,8 @@ import pytest
 from PySide6.QtGui import QImage
 
 from tests.workbench.images import distinct_colours
-from workbench.charts.report_images import export_plot_images
 from workbench.cli import main
+from workbench.gui.charts.report_images import export_plot_images
 from workbench.runs.run_log import RunLog, read_run_log
 
 

@@ -11,7 +11,7 @@ import pyqtgraph as pg
 from engine.metrics import RequestMetrics, StepStats
 from tests.workbench.gui.window_helpers import filled_store
 from workbench.analysis.intervals import percentile_interval
-from workbench.charts.plots import LatencyPlot, all_plots
+from workbench.gui.charts.plots import LatencyPlot, all_plots
 from workbench.live.metrics_store import MetricsStore
 from workbench.traffic.scenario import SLO
 
@@ -66,7 +66,7 @@ def test_the_latency_title_gives_intervals_once_the_run_is_whole(qtbot):
 
 
 def test_a_whole_runs_intervals_are_computed_once_not_on_every_zoom(qtbot, monkeypatch):
-    import workbench.charts.plots as plots_module
+    import workbench.gui.charts.plots as plots_module
 
     computed = []
     real = plots_module.percentile_intervals_line
@@ -176,7 +176,7 @@ def test_a_frame_hands_pyqtgraph_bounded_work_whatever_the_store_holds(qtbot):
     latency plot alone, and one that brings a finished request appends its points without
     handing pyqtgraph the others again."""
     from engine.metrics import RequestMetrics
-    from workbench.charts.plots import MAX_SCATTER_POINTS
+    from workbench.gui.charts.plots import MAX_SCATTER_POINTS
     from workbench.gui.plots_view import PlotsView
     from workbench.live.live_metrics import LiveMetrics
     from workbench.live.step_overview import MAX_LINE_POINTS

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyqtgraph as pg
 
 from workbench.analysis.sweep import RATE_KEY, Sweep
-from workbench.charts.sweep_chart import MIN_SPAN, OVERLAP_NOTE, goodput_rate_plot, throughput_latency_plot
+from workbench.gui.charts.sweep_chart import MIN_SPAN, OVERLAP_NOTE, goodput_rate_plot, throughput_latency_plot
 
 
 def point(seqs: str, tok_s: float, p99: float, spread: float, goodput: float = 100.0) -> dict:

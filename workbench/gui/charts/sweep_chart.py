@@ -23,8 +23,8 @@ import numpy as np
 import pyqtgraph as pg
 
 from workbench.analysis.sweep import RATE_KEY, Sweep, describe_settings
-from workbench.charts.report_images import drawing_offscreen, export_png
-from workbench.charts.theme import series_colour
+from workbench.gui.charts.report_images import drawing_offscreen, export_png
+from workbench.gui.charts.theme import series_colour
 
 MIN_SPAN = 0.2  # an axis's shortest span, as a fraction of its largest value
 LATENCIES = {

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 
-from workbench.charts.report_images import drawing_offscreen, export_png
-from workbench.charts.theme import series_colour
+from workbench.gui.charts.report_images import drawing_offscreen, export_png
+from workbench.gui.charts.theme import series_colour
 
 
 def per_request_plot(rows: list[dict]) -> pg.PlotItem:

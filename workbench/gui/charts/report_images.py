@@ -39,7 +39,7 @@ def export_plot_images(log: RunLog, out_dir: Path, width: int = 1200, height: in
     drawing_offscreen(antialias=False)  # antialiased grids and fills cost most of a frame
     import pyqtgraph as pg
 
-    from workbench.charts.plots import all_plots
+    from workbench.gui.charts.plots import all_plots
 
     snapshot = MetricsStore.from_run_log(log).snapshot()
     written = []
