@@ -205,9 +205,6 @@ class NoTrace(TraceBuilder):
     def __init__(self):
         super().__init__(lambda block_id: False)
 
-    def _changed(self, change: BlockChange) -> None:
-        pass
-
     def released(self, request_id: str, block_ids: list[int], freed: list[int], cause: str) -> None:
         pass
 

@@ -135,7 +135,8 @@ def per_gpu_lines(
     (every GPU holds its share of each request's K/V, so what fits on one fits on all). Activations
     are counted whole on every GPU: an upper bound."""
     tp, pp = parallelism.tensor, parallelism.pipeline
-    weights = parallelism.weight_bytes_per_gpu(weight_bytes_estimate(model, bits, group_size))
+    all_weights = weight_bytes_estimate(model, bits, group_size)
+    weights = parallelism.weight_bytes_per_gpu(all_weights)
     activations = activation_bytes_estimate(model, step_tokens, max(bits, 16) // 8, max_seqs)
     buffer = parallelism.all_reduce_buffer_bytes(model, step_tokens)
     overhead = int(memory_bytes * RUNTIME_OVERHEAD_FRACTION)
@@ -150,8 +151,7 @@ def per_gpu_lines(
         MemoryLine(
             "weights",
             weights,
-            f"{weight_bytes_estimate(model, bits, group_size) / 1e9:.2f} GB at {bits} bits / ({tp} x {pp} GPUs) "
-            f"= {weights / 1e9:.2f} GB",
+            f"{all_weights / 1e9:.2f} GB at {bits} bits / ({tp} x {pp} GPUs) = {weights / 1e9:.2f} GB",
             measured=False,
         ),
         MemoryLine("activations", activations, f"{step_tokens} tokens/step, counted whole on each GPU", False),

@@ -67,12 +67,10 @@ def record_problem(kind: str, record: dict) -> str | None:
             problem = f"kv_blocks_total: expected at least 1, got {record['kv_blocks_total']}"
         return problem
     if kind == "request":
-        return (
-            _keys_problem(record, _REQUEST_KEYS)
-            or _fields_problem(record, RequestMetrics)
-            or ("planned" in record and _planned_problem(record["planned"]))
-            or None
-        )
+        problem = _keys_problem(record, _REQUEST_KEYS) or _fields_problem(record, RequestMetrics)
+        if problem is None and "planned" in record:
+            problem = _planned_problem(record["planned"])
+        return problem
     if kind == "trace":
         problem = _keys_problem(record, _TRACE)
         if problem is None:
