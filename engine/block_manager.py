@@ -146,6 +146,45 @@ class BlockManager:
             tables.append([None] * first + found[group][first:length])
         return CachedPrefix(length, chain[:length], tables)
 
+    def receive_prefix(self, token_ids: list[int]) -> int:
+        """Take in K/V computed elsewhere (a prefill instance's, sent over the link) for the full
+        blocks of `token_ids`, as free blocks a prompt starting with those tokens finds by prefix
+        hash: how vLLM's KV connectors hand a decode instance its external tokens, which admission
+        then counts as computed. Blocks already findable stay; new ones are taken off the front of
+        the free list (overwriting its oldest cached prefix) and go to its back, to be overwritten
+        last. Takes at most the blocks free now: what does not fit is recomputed on admission.
+        Returns how many blocks it wrote."""
+        if not self.enable_prefix_caching:
+            return 0
+        full_blocks = len(token_ids) // self.block_size
+        room = self.num_free_blocks  # blocks popped are ones free now, never one written here
+        written = 0
+        parent_hash = ROOT_HASH
+        for index in range(full_blocks):
+            parent_hash = block_hash(
+                parent_hash, tuple(token_ids[index * self.block_size : (index + 1) * self.block_size])
+            )
+            for group, window in enumerate(self.windows):
+                if window is not None and index < self._first_visible_block(window, full_blocks * self.block_size):
+                    continue  # a sliding-window group keeps only what the next query reads
+                key = _key(group, parent_hash)
+                if key in self._block_by_hash:
+                    continue
+                if written == room:
+                    return written
+                block_id, _ = self._free.popitem(last=False)
+                block = self.blocks[block_id]
+                if block.prefix_hash is not None:
+                    del self._block_by_hash[block.prefix_hash]
+                    self._num_cached_free -= 1
+                block.prefix_hash = key
+                self._block_by_hash[key] = block_id
+                self.window_flags[block_id] = window is not None
+                self._free[block_id] = None
+                self._num_cached_free += 1
+                written += 1
+        return written
+
     def new_blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
         """Blocks off the free list the sequence needs for its next num_new_tokens tokens: as many
         in every group (each table covers every position, released window entries included)."""

@@ -193,6 +193,20 @@ class LLMEngine:
             self._sequences[request_id] = seq
         return request_id
 
+    def receive_kv(self, token_ids: list[int]) -> int:
+        """K/V for `token_ids` computed by another instance arrives (prefill/decode disaggregation,
+        engine/simulation/deployment.py): a request whose prompt starts with them is admitted with
+        their full blocks computed (BlockManager.receive_prefix). Needs prefix caching, and no step
+        traces: a trace records what steps do, and this happens between them. Returns the blocks
+        written."""
+        if not self.config.enable_prefix_caching or self.config.step_trace:
+            raise EngineError(
+                "receive_kv: expected enable_prefix_caching = true and step_trace = false (received K/V enters "
+                f"through the prefix cache, between steps); got {self.config.enable_prefix_caching} and "
+                f"{self.config.step_trace}"
+            )
+        return self.block_manager.receive_prefix(token_ids)
+
     def _new_request_id(self) -> str:
         """The next number not already taken by a caller's own id."""
         while self._id_in_use(request_id := str(next(self._automatic_ids))):

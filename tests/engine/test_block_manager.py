@@ -79,7 +79,7 @@ def test_a_block_is_found_only_after_the_same_chain_of_blocks():
     st.sampled_from([(None,), (None, 6), (None, 9, 9), (5,)]),  # KV groups: full, windows of 6, 9, 5 tokens
     st.integers(1, 9),  # tokens computed per step
     st.lists(
-        st.tuples(st.booleans(), st.lists(st.integers(0, 3), min_size=1, max_size=23)),
+        st.tuples(st.sampled_from(["add", "release", "receive"]), st.lists(st.integers(0, 3), min_size=1, max_size=23)),
         min_size=1,
         max_size=30,
     ),
@@ -87,9 +87,15 @@ def test_a_block_is_found_only_after_the_same_chain_of_blocks():
 def test_reference_counts_and_free_list_stay_consistent(windows, chunk, operations):
     manager = BlockManager(num_blocks=48, block_size=4, windows=windows)
     live: list[Sequence] = []
-    for index, (release, tokens) in enumerate(operations):
-        if release and live:
+    for index, (kind, tokens) in enumerate(operations):
+        if kind == "release" and live:
             manager.free(live.pop(0))
+        elif kind == "receive":  # K/V sent by a prefill instance: findable, free, no holder
+            free = manager.num_free_blocks
+            manager.receive_prefix(tokens)
+            assert manager.num_free_blocks == free
+            if len(tokens) // 4 * len(windows) <= free:  # room for all of it: a prompt starting so finds it
+                assert manager.find_cached_prefix(make_sequence(tokens + [0])).num_blocks == len(tokens) // 4
         else:
             seq = make_sequence(tokens, index)
             hit = manager.find_cached_prefix(seq)
@@ -110,6 +116,9 @@ def test_reference_counts_and_free_list_stay_consistent(windows, chunk, operatio
         assert manager.num_used_blocks == len(holders)
         cached_free = [block for block in manager.blocks if block.ref_count == 0 and block.prefix_hash is not None]
         assert manager.num_cached_free_blocks == len(cached_free)
+        assert {block_id: key for key, block_id in manager._block_by_hash.items()} == {
+            block.block_id: block.prefix_hash for block in manager.blocks if block.prefix_hash is not None
+        }
         # Findable blocks hold exactly the tokens of every holder; only findable blocks are shared.
         for seq in live:
             for group, table in enumerate(seq.block_tables):
