@@ -149,6 +149,18 @@ class EngineConfig:
         help="Simulated models only: stages the layers are split into, which each step passes one after another "
         "(vLLM's name).",
     )
+    data_parallel_size: int = knob(
+        1,
+        help="Simulated models only: instances of the model, each on tensor_parallel_size x pipeline_parallel_size "
+        "GPUs, every request routed to the least busy (vLLM's name). The hardware names all their GPUs "
+        "(simulated:llama-3-8b@4xh100-80gb with 4 instances of one GPU).",
+    )
+    prefill_instances: int = knob(
+        0,
+        help="Simulated models only: of the data_parallel_size instances, how many only prefill (prefill/decode "
+        "disaggregation); the rest only decode, taking each request's K/V over the GPUs' link once its first "
+        "token is out. 0: every instance does both (colocated).",
+    )
     seed: int = knob(0, help="Seed for requests that carry none of their own.")
     step_trace: bool = knob(
         True,
@@ -165,8 +177,15 @@ class EngineConfig:
             ("long_prompt_threshold", 0),
             ("tensor_parallel_size", 1),
             ("pipeline_parallel_size", 1),
+            ("data_parallel_size", 1),
+            ("prefill_instances", 0),
         ):
             _require_int(name, getattr(self, name), minimum)
+        if self.prefill_instances and self.prefill_instances >= self.data_parallel_size:
+            raise ConfigError(
+                f"prefill_instances: {self.prefill_instances} of data_parallel_size {self.data_parallel_size} "
+                "instances leaves none to decode; expected fewer than data_parallel_size (0 for colocated)"
+            )
         if self.max_model_len is not None:
             _require_int("max_model_len", self.max_model_len, 2)
         if self.num_kv_blocks is not None:

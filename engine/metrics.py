@@ -55,6 +55,15 @@ class RequestMetrics:
     preemptions: int = 0
     finish_reason: str | None = None  # stop, length, abort, rejected; in run reports also UNFINISHED
     finish_detail: str = ""  # e.g. why a request was rejected
+    # Where it ran in a deployment of several instances (engine/simulation/deployment.py); None on
+    # one engine. Under prefill/decode disaggregation: its prefill instance, when its K/V left it
+    # (after the first token, once the link was free), when the K/V reached `instance` (its decode
+    # instance), and when that instance first scheduled it.
+    instance: int | None = None
+    prefill_instance: int | None = None
+    kv_transfer_start_time: float | None = None
+    kv_ready_time: float | None = None
+    decode_scheduled_time: float | None = None
 
     @property
     def num_output_tokens(self) -> int:

@@ -29,11 +29,15 @@ def prepare_torch_model(
     clock: Callable[[], float],
     source: ModelSource | None,
 ) -> PreparedModel:
-    if config.tensor_parallel_size * config.pipeline_parallel_size > 1:
+    several = [
+        f"{name} = {getattr(config, name)}"
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "prefill_instances")
+        if getattr(config, name) != (0 if name == "prefill_instances" else 1)
+    ]
+    if several:
         raise ConfigError(
-            f"tensor_parallel_size, pipeline_parallel_size: {config.tensor_parallel_size} and "
-            f"{config.pipeline_parallel_size} need a simulated model (simulated:MODEL@4xGPU); a real model runs on "
-            "one device here"
+            f"{', '.join(several)}: several GPUs and instances (and prefill/decode disaggregation) need a simulated "
+            f"model (simulated:MODEL@4xGPU); {config.model} runs on one device here, expected the defaults"
         )
     device = resolve_device(config.device)
     source = source or read_model(config.model, progress)

@@ -51,6 +51,12 @@ def parse(model: str) -> tuple[str, str]:
 
 def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
     name, hardware_name = parse(config.model)
+    if config.data_parallel_size > 1 or config.prefill_instances:
+        raise ConfigError(
+            f"data_parallel_size = {config.data_parallel_size}, prefill_instances = {config.prefill_instances}: one "
+            "engine is one instance; several run as a deployment (engine/simulation/deployment.py, which workbench "
+            "bench and sweep build), expected the defaults here"
+        )
     choice = CONFIGURED
     if config.quantization == AUTO:  # the catalogue's shapes are 16-bit checkpoints
         config, choice = (

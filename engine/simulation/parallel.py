@@ -114,6 +114,14 @@ class Parallelism:
         )
         return all_reduces + (hand_overs if tokens else 0.0)
 
+    def kv_transfer_s(
+        self, tokens: int, model: ModelConfig, bytes_per_value: int, link_bytes_s: float, link_latency_s: float
+    ) -> float:
+        """Sending `tokens` tokens' K/V from a prefill instance to a decode instance of the same
+        split: each GPU sends its own share (its layers, its KV heads) to its counterpart, all at
+        once, over its link: one GPU's bytes / the link's bandwidth each way + one hop."""
+        return tokens * self.kv_bytes_per_token_per_gpu(model, bytes_per_value) / link_bytes_s + link_latency_s
+
     @property
     def bubble(self) -> float:
         """The share of a step each GPU waits for the other stages (no micro-batches)."""
