@@ -18,6 +18,9 @@ Without step traces (a server's run, or engine.step_trace off) only the request'
 known: arrival, first scheduled (the in-process engine), first token, last token. Then waiting is
 one cause "waiting (no step traces)", and for a server everything before the first token is
 "at the server before the first token", which the server's queueing and its prefill share.
+A request of a disaggregated deployment (engine/simulation/deployment.py, whose instances keep no
+step traces) has five: waiting for a prefill instance, prefill, its K/V's transfer (waiting for
+the link included), waiting for a decode instance, and decode.
 
 The per-step reasons are accumulated once per queue and cause (`_QueueReasons`), so a request's
 wait costs a subtraction, not a pass over the steps it waited through.
@@ -48,6 +51,9 @@ CAUSES = {
     "decode": "decode",
     "preempted": "preempted: waiting again and recomputing",
     "waiting_untraced": "waiting (no step traces)",
+    "prefill_instance_wait": "waiting for a prefill instance (disaggregated)",
+    "kv_transfer": "K/V sent to a decode instance (link waits included)",
+    "decode_instance_wait": "waiting for a decode instance (disaggregated)",
     "server_before_first_token": "at the server before the first token (its queue and prefill)",
 }
 _INDEX = {cause: index for index, cause in enumerate(CAUSES)}
@@ -234,6 +240,15 @@ def attribute_untraced(log: RunLog, on_a_server: bool) -> list[RequestTime]:
         arrival, first_token, finish = record["arrival_time"], record["first_token_time"], record["finish_time"]
         time = RequestTime(record["request_id"], record["tag"], finish - arrival)
         scheduled = record.get("first_scheduled_time")
+        if record.get("kv_ready_time") is not None:  # prefilled on one instance, decoded on another
+            decode_scheduled = record["decode_scheduled_time"]
+            time.add("prefill_instance_wait", scheduled - arrival)
+            time.add("prefill", first_token - scheduled)
+            time.add("kv_transfer", record["kv_ready_time"] - first_token)
+            time.add("decode_instance_wait", decode_scheduled - record["kv_ready_time"])
+            time.add("decode", finish - decode_scheduled)
+            times.append(time)
+            continue
         if on_a_server or scheduled is None:
             time.add("server_before_first_token", first_token - arrival)
         else:
@@ -299,7 +314,9 @@ def explain(log: RunLog, above_percentile: float = 90.0, tag: str | None = None,
     """The causes of the requests at or above the percentile of end-to-end latency, next to everyone's.
     `log` must have been read with its traces (read_run_log(..., with_traces=True))."""
     backend = log.header.get("backend", {})
-    on_a_server = "step_trace" in backend.get("not_exposed", []) and backend.get("name") != "in-process engine"
+    on_a_server = "step_trace" in backend.get("not_exposed", []) and not backend.get("name", "").startswith(
+        "in-process"
+    )
     if log.traces:
         times, not_attributable = attribute_traced(log), None
     else:

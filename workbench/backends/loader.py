@@ -18,6 +18,7 @@ from engine.loading.model_source import read_model, read_tokenizer
 from engine.loading.tokenizer import Tokenizer
 from engine.model_config import ModelConfig
 from engine.simulation import is_simulated
+from workbench.backends.deployment import is_deployment
 from workbench.backends.local import LocalBackend
 from workbench.backends.protocol import Backend, BackendCapabilities
 from workbench.backends.remote import DEFAULT_REQUEST_TIMEOUT_S, RemoteBackend
@@ -105,6 +106,12 @@ class BackendLoader:
             progress("connect", 1.0)
             return backend, ServerInfo(
                 config, backend.name, backend.max_model_len, backend.tokenizer, backend.capabilities
+            )
+        if is_deployment(config):
+            raise ConfigError(
+                f"data_parallel_size = {config.data_parallel_size}, prefill_instances = {config.prefill_instances}: "
+                "a deployment of several instances runs headless (workbench bench, sweep, explain); the window "
+                "shows one engine, expected the defaults"
             )
         if is_simulated(config.model):
             # The window watches a simulated engine in real time, unless a speed was chosen.

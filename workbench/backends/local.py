@@ -10,9 +10,11 @@ import dataclasses
 
 import numpy as np
 
-from engine import LLMEngine
+from engine import EngineConfig, LLMEngine
 from engine.compile_cache import CompileProgress
+from engine.loading.model_file import ModelSource
 from engine.sampling_params import SamplingParams
+from workbench.backends.deployment import DeploymentBackend, is_deployment
 from workbench.backends.protocol import (
     BLOCK_CACHED,
     BLOCK_FREE,
@@ -85,7 +87,7 @@ class LocalBackend:
     def has_unfinished(self) -> bool:
         return self.engine.has_unfinished()
 
-    def advance(self) -> BackendUpdate:
+    def advance(self, until: float | None = None) -> BackendUpdate:
         step = self.engine.step()
         return BackendUpdate(outputs=step.outputs, stats=step.stats, scheduled=step.scheduled, trace=step.trace)
 
@@ -124,3 +126,11 @@ class LocalBackend:
 
     def window_blocks(self) -> np.ndarray:
         return np.frombuffer(self.engine.block_manager.window_flags, dtype=bool).copy()
+
+
+def in_process_backend(config: EngineConfig, source: ModelSource | None = None) -> LocalBackend | DeploymentBackend:
+    """The engine for `config`, in this process: one engine, or a simulated deployment of several
+    instances (data_parallel_size, prefill_instances). `source`: the model file already read."""
+    if is_deployment(config):
+        return DeploymentBackend(config)
+    return LocalBackend(LLMEngine(config, source=source))

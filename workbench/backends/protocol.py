@@ -111,8 +111,10 @@ class Backend(Protocol):
     def has_unfinished(self) -> bool:
         """Some request sent has not ended yet."""
 
-    def advance(self) -> BackendUpdate:
-        """Make progress and report it (the local backend: one engine step)."""
+    def advance(self, until: float | None = None) -> BackendUpdate:
+        """Make progress and report it (the local backend: one engine step). `until`: when the
+        next planned request arrives, on this clock; a backend that simulates several instances
+        (workbench/backends/deployment.py) runs no event after it, the others need not look."""
 
     def progress(self, request_id: str) -> RequestProgress | None:
         """None once the request has ended (or was never queued)."""

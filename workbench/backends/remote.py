@@ -185,7 +185,7 @@ class RemoteBackend:
     def has_unfinished(self) -> bool:
         return bool(self._requests or self._events)
 
-    def advance(self) -> BackendUpdate:
+    def advance(self, until: float | None = None) -> BackendUpdate:
         with self._ready:
             if not self._events and not self._states:
                 self._ready.wait(_EVENT_WAIT_S)

@@ -10,11 +10,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engine import LLMEngine
 from engine.loading.model_file import ModelSource
 from engine.simulation import is_simulated
 from workbench.analysis.report import write_report_files
-from workbench.backends.local import LocalBackend
+from workbench.backends.local import LocalBackend, in_process_backend
 from workbench.backends.protocol import Backend
 from workbench.machine.probe import probe_machine
 from workbench.runs.run_log import read_run_log
@@ -64,7 +63,7 @@ def run_headless(
     log and marked incomplete, and then the KeyboardInterrupt goes on to the caller (a bench of
     several variants stops, rather than starting the next); during the warm-up, before any file
     is written."""
-    backend = backend or LocalBackend(LLMEngine(scenario.engine, source=source))
+    backend = backend or in_process_backend(scenario.engine, source)
     wait_until_warm(backend, on_warm_up)
     # One-time costs before the run's clock starts: requests are stamped with their planned
     # arrival, so what the first send and the header pay counts as their queue time. Here the

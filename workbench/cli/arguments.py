@@ -114,11 +114,10 @@ def backend_factory(args, base):
     arguments (the server at --server, or the in-process engine of the scenario's [engine]
     table), and the model file read once for the in-process runs (None for a server or a
     simulated GPU). `base` is the scenario whose model the runs share."""
-    from engine import LLMEngine
     from engine.loading.model_source import read_model
     from engine.simulation import is_simulated
     from workbench.backends.loader import server_tokenizer
-    from workbench.backends.local import LocalBackend
+    from workbench.backends.local import in_process_backend
     from workbench.backends.remote import RemoteBackend
 
     if args.server:
@@ -131,4 +130,4 @@ def backend_factory(args, base):
 
         return remote, None
     source = None if is_simulated(base.engine.model) else read_model(base.engine.model)
-    return (lambda scenario: LocalBackend(LLMEngine(scenario.engine, source=source))), source
+    return (lambda scenario: in_process_backend(scenario.engine, source)), source

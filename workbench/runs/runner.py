@@ -306,7 +306,8 @@ class ScenarioRunner:
         )
 
     def _step(self) -> None:
-        update = self.backend.advance()
+        timed = self.plan is not None and self.plan.has_timed and self._paused_since is None
+        update = self.backend.advance(self._next_due_time() if timed else None)
         if update.stats is not None:
             self.result.steps.append(update.stats)
         self.on_step(update)

@@ -57,7 +57,7 @@ class TokensOnlyBackend:
     def describe(self) -> dict:
         return {"versions": {}, "engine": {}}
 
-    def advance(self) -> BackendUpdate:
+    def advance(self, until: float | None = None) -> BackendUpdate:
         return BackendUpdate(outputs=self._local.advance().outputs)
 
     def block_owners(self, rows):
