@@ -87,6 +87,13 @@ tolerated = ["tpot_p99_ms:+10%"]
     report = json.loads((out / "disaggregated" / "report.json").read_text())
     assert report["complete"] and report["metrics"]["requests_finished"]["value"] == 300
 
+    # Replaying the colocated run on the split reproduces the disaggregated run, figure for figure.
+    replayed = tmp_path / "replayed"
+    assert main(["replay", str(out / "colocated"), "--set", "engine.prefill_instances=1", "--out", str(replayed)]) == 0
+    replay_report = json.loads((replayed / "report.json").read_text())
+    for metric in ("ttft_p99_ms", "tpot_p99_ms", "e2e_p50_ms"):
+        assert replay_report["metrics"][metric]["value"] == report["metrics"][metric]["value"]
+
     explanation = explain(log)
     causes = explanation.everyone.share_perc
     assert {"prefill_instance_wait", "prefill", "kv_transfer", "decode"} <= set(causes)
