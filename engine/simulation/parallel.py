@@ -109,10 +109,10 @@ class Parallelism:
         """A step's time on the links: two all-reduces per layer (TP), and a hand-over of the
         activations between consecutive stages (PP)."""
         all_reduces = 2 * model.num_layers * self.all_reduce_s(tokens, model, link_bytes_s, link_latency_s)
-        hand_overs = (self.pipeline - 1) * (
-            tokens * model.hidden_size * ACTIVATION_BYTES / link_bytes_s + link_latency_s
-        )
-        return all_reduces + (hand_overs if tokens else 0.0)
+        if self.pipeline == 1 or tokens == 0:  # one GPU's profile may have no link at all
+            return all_reduces
+        hand_over = tokens * model.hidden_size * ACTIVATION_BYTES / link_bytes_s + link_latency_s
+        return all_reduces + (self.pipeline - 1) * hand_over
 
     def kv_transfer_s(
         self, tokens: int, model: ModelConfig, bytes_per_value: int, link_bytes_s: float, link_latency_s: float

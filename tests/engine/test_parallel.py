@@ -51,6 +51,7 @@ def test_a_ring_all_reduce_and_a_steps_communication_by_hand():
     pp2 = Parallelism(pipeline=2)  # one hand-over between the two stages
     assert pp2.communication_s(2048, LLAMA_3_70B, 450e9, 5e-6) == pytest.approx(payload / 450e9 + 5e-6)
     assert Parallelism().communication_s(2048, LLAMA_3_70B, 450e9, 5e-6) == 0.0
+    assert Parallelism().communication_s(2048, LLAMA_3_70B, 0.0, 0.0) == 0.0  # a profile with no link: one GPU
 
 
 @pytest.mark.parametrize(
