@@ -1,6 +1,9 @@
-"""`workbench calibrate`: the cost model fitted to this machine, saved as a hardware profile."""
+"""`workbench calibrate`: the cost model fitted to this machine, saved as a hardware profile, and
+with --held-out, its error end to end on workloads the fit never saw (workbench/analysis/fidelity.py)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 
 def add_to(commands) -> None:
@@ -8,6 +11,20 @@ def add_to(commands) -> None:
         "calibrate", help="fit the cost model to this machine and save it as a hardware profile"
     )
     calibrate.add_argument("--name", default="this-machine-calibrated")
+    calibrate.add_argument(
+        "--held-out",
+        type=Path,
+        metavar="OUT",
+        help="then run the held-out presets (chat-burst, sharegpt-chat, kv-pressure, azure-conv's bundled variant) "
+        "on the real engine and replay each on the calibrated simulator, into OUT; print and write the errors",
+    )
+    calibrate.add_argument(
+        "--presets",
+        help="with --held-out: only these of them, comma-separated (e.g. kv-pressure,azure-conv-bundled)",
+    )
+    calibrate.add_argument(
+        "--requests", type=int, help="with --held-out: at most this many requests per preset (default: each preset's)"
+    )
     calibrate.set_defaults(handler=run)
 
 
@@ -16,8 +33,14 @@ def run(args) -> int:
     from engine.simulation.catalogue import measure_this_machine, save_profile
     from workbench.analysis.calibration import fit, measure
 
-    # Eager, as the cost model's step times assume (a compile would also take the cores mid-measurement).
-    engine = LLMEngine(EngineConfig(device="auto", kv_cache_memory=256 << 20, compile_decode="off"))
+    chosen = _chosen(args.presets) if args.held_out else []
+    # Eager, as the cost model's step times assume (a compile would also take the cores
+    # mid-measurement), and one weight format in every step: the cost model streams one set of
+    # weight bytes, while the batched bf16 copy switches steps of 8 rows or more to 2 bytes a
+    # weight (docs/memory.md, "The simulator's error"). The held-out runs use the same settings.
+    engine = LLMEngine(
+        EngineConfig(device="auto", kv_cache_memory=256 << 20, compile_decode="off", batched_bf16_copy=False)
+    )
     base = measure_this_machine()
     print(
         f"measured: {base.bandwidth_bytes_s / 1e9:.1f} GB/s copy bandwidth, {base.peak_flops / 1e9:.1f} GFLOP/s matmul "
@@ -36,4 +59,90 @@ def run(args) -> int:
         f"median |prediction error|: {train_error:.1f}% on the {len(points[0::2])} fitted points, "
         f"{held_out_error:.1f}% on the {len(points[1::2])} held-out points; saved as {args.name!r} in {path}"
     )
+    if args.held_out:
+        config = engine.config
+        engine.close()
+        del engine  # the held-out runs build their own
+        _held_out(args, config, chosen)
     return 0
+
+
+def _chosen(presets: str | None) -> list[tuple[str, str | None]]:
+    """The held-out workloads --presets names (all of them without it), checked before anything runs."""
+    from engine.errors import ConfigError
+    from workbench.analysis.fidelity import HELD_OUT, held_out_name
+
+    if not presets:
+        return list(HELD_OUT)
+    names = {held_out_name(*entry): entry for entry in HELD_OUT}
+    unknown = [name for name in presets.split(",") if name not in names]
+    if unknown:
+        raise ConfigError(f"--presets: {', '.join(unknown)} not held out; expected some of {', '.join(names)}")
+    return [names[name] for name in presets.split(",")]
+
+
+def _held_out(args, config, chosen) -> None:
+    """Each held-out preset on the real engine (eager, as calibrated), then replayed on the
+    simulated engine of the same model and quantization on the profile just saved."""
+    import json
+
+    from workbench.analysis.fidelity import (
+        figure_errors,
+        format_fidelity,
+        held_out_name,
+        step_terms,
+        summarise,
+    )
+    from workbench.runs.run_log import read_run_log
+    from workbench.runs.run_recorder import RUN_LOG_NAME
+
+    simulated = f"simulated:{config.model}@{args.name}"
+    errors, terms = [], {}
+    for preset, variant in chosen:
+        workload = held_out_name(preset, variant)
+        real, replayed = args.held_out / workload / "real", args.held_out / workload / "simulated"
+        limit = ["--set", f"traffic.num_requests={args.requests}"] if args.requests else []
+        _workbench(
+            workload,
+            ["bench", "--preset", preset, *(["--variant", variant] if variant else []), *limit]
+            + ["--set", "engine.compile_decode=off", "--set", "engine.batched_bf16_copy=false"]
+            + ["--out", str(real), "--no-plots"],
+        )
+        real_report = json.loads((real / "report.json").read_text())
+        # A simulated engine must hold its longest request; the real one rejects what does not fit
+        # (kv-pressure's 64 blocks): the same context, then, for the same requests.
+        context = min(real_report["engine"]["max_model_len"], real_report["engine"]["kv_capacity_tokens"])
+        _workbench(
+            workload,
+            ["replay", str(real), "--backend", simulated, "--set", f"engine.quantization={config.quantization}"]
+            + ["--set", f"engine.group_size={config.group_size}", "--set", f"engine.max_model_len={context}"]
+            + ["--out", str(replayed), "--no-plots"],
+        )
+        replay_report = json.loads((replayed / "report.json").read_text())
+        errors += figure_errors(workload, real_report, replay_report)
+        terms[workload] = step_terms(read_run_log(real / RUN_LOG_NAME), read_run_log(replayed / RUN_LOG_NAME))
+    summaries = summarise(errors)
+    table = format_fidelity(errors, terms, summaries)
+    (args.held_out / "fidelity.md").write_text(table + "\n")
+    (args.held_out / "fidelity.json").write_text(
+        json.dumps(
+            {
+                "profile": args.name,
+                "simulated": simulated,
+                "figures": [{**vars(error), "error_perc": error.error_perc} for error in errors],
+                "summary": [{**vars(summary), "met": summary.met} for summary in summaries],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(table)
+
+
+def _workbench(workload: str, argv: list[str]) -> None:
+    from engine.errors import ConfigError
+    from workbench.cli import main
+
+    print(f"{workload}: workbench {' '.join(argv)}", flush=True)
+    if main(argv) != 0:
+        raise ConfigError(f"held-out {workload}: `workbench {' '.join(argv)}` failed (see above)")
