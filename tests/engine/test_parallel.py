@@ -4,6 +4,7 @@ against arithmetic done by hand, and the splits a model or the hardware cannot t
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -127,3 +128,23 @@ def test_llama_3_70b_runs_on_four_simulated_h100s_at_the_hand_computed_pace():
     assert engine.sequence(request) is None  # finished: 8 tokens on the group
     with pytest.raises(ConfigError, match="need a simulated model"):
         LLMEngine(EngineConfig(model="smollm2-135m", tensor_parallel_size=2))
+
+
+def test_llama_3_70b_on_four_h100s_runs_in_bench_sweep_and_replay(tmp_path):
+    group = ["--set", "engine.model=simulated:llama-3-70b@4xh100-80gb", "--set", "engine.tensor_parallel_size=4"]
+    few = ["--set", "traffic.num_requests=20"]
+    bench = tmp_path / "bench"
+    assert main(["bench", "--preset", "chat-steady", *group, *few, "--out", str(bench), "--no-plots"]) == 0
+    report = json.loads((bench / "report.json").read_text())
+    assert report["metrics"]["requests_finished"]["value"] == 20
+    assert report["scenario"]["engine"]["tensor_parallel_size"] == 4
+    sweep = tmp_path / "sweep"
+    vary = ["--vary", "engine.max_num_seqs=8,32"]
+    assert main(["sweep", "--preset", "chat-steady", *group, *few, *vary, "--out", str(sweep), "--no-plots"]) == 0
+    assert len((sweep / "sweep.csv").read_text().splitlines()) == 3  # a header and two points
+    replay = tmp_path / "replay"
+    assert main(["replay", str(bench), "--out", str(replay), "--no-plots"]) == 0
+    replayed = json.loads((replay / "report.json").read_text())
+    # The same settings on a simulated group: every latency again, to the last digit.
+    for metric in ("ttft_p50_ms", "tpot_p50_ms", "e2e_p99_ms"):
+        assert replayed["metrics"][metric]["value"] == report["metrics"][metric]["value"]
