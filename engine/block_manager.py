@@ -172,15 +172,10 @@ class BlockManager:
                     continue
                 if written == room:
                     return written
-                block_id, _ = self._free.popitem(last=False)
-                block = self.blocks[block_id]
-                if block.prefix_hash is not None:
-                    del self._block_by_hash[block.prefix_hash]
-                    self._num_cached_free -= 1
+                block = self._overwrite_oldest_free(window)
                 block.prefix_hash = key
-                self._block_by_hash[key] = block_id
-                self.window_flags[block_id] = window is not None
-                self._free[block_id] = None
+                self._block_by_hash[key] = block.block_id
+                self._free[block.block_id] = None
                 self._num_cached_free += 1
                 written += 1
         return written
@@ -229,17 +224,23 @@ class BlockManager:
         allocated = []
         for _ in range(self.new_blocks_needed(seq, num_new_tokens) // self.num_groups):
             for window, table in zip(self.windows, seq.block_tables):
-                block_id, _ = self._free.popitem(last=False)
-                block = self.blocks[block_id]
-                if block.prefix_hash is not None:
-                    del self._block_by_hash[block.prefix_hash]
-                    self._num_cached_free -= 1
-                block.prefix_hash = None
+                block = self._overwrite_oldest_free(window)
                 block.ref_count = 1
-                self.window_flags[block_id] = window is not None
-                table.append(block_id)
-                allocated.append(block_id)
+                table.append(block.block_id)
+                allocated.append(block.block_id)
         return allocated
+
+    def _overwrite_oldest_free(self, window: int | None) -> Block:
+        """The free list's oldest block, taken off it for new content: its cached prefix, if
+        any, is forgotten; it now belongs to a group with this window."""
+        block_id, _ = self._free.popitem(last=False)
+        block = self.blocks[block_id]
+        if block.prefix_hash is not None:
+            del self._block_by_hash[block.prefix_hash]
+            self._num_cached_free -= 1
+            block.prefix_hash = None
+        self.window_flags[block_id] = window is not None
+        return block
 
     def register_full_blocks(self, seq: Sequence) -> list[int]:
         """Make the sequence's newly completed blocks findable by later prompts; returns the ids
