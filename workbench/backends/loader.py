@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -16,8 +16,12 @@ from engine.errors import ConfigError
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.model_source import read_model, read_tokenizer
 from engine.loading.tokenizer import Tokenizer
+from engine.memory import MemoryLine
 from engine.model_config import ModelConfig
-from engine.simulation import is_simulated
+from engine.quantization import get_method
+from engine.simulation import KV_BYTES_PER_VALUE, is_simulated, parse
+from engine.simulation.catalogue import hardware_profile
+from engine.simulation.parallel import Parallelism, parse_gpu_count, per_gpu_lines
 from workbench.backends.deployment import is_deployment
 from workbench.backends.local import LocalBackend
 from workbench.backends.protocol import Backend, BackendCapabilities
@@ -64,6 +68,9 @@ class EngineInfo:
     # What this configuration costs against the file's own weights, from the quality ledger
     # (workbench quality); empty for a simulated engine, which has no weights.
     quality: str
+    # A simulated model split across several GPUs: one GPU's memory, each line an estimate with
+    # its arithmetic (engine/simulation/parallel.py); empty otherwise.
+    per_gpu: list[MemoryLine] = field(default_factory=list)
 
 
 @dataclass
@@ -137,8 +144,32 @@ class BackendLoader:
             capabilities=backend.capabilities,
             quantization=engine.quantization,
             quantization_choice=engine.quantization_choice,
+            per_gpu=_per_gpu_lines(engine),
             quality=""
             if is_simulated(config.model)
             else quality_line(engine.model_path, config.quantization, engine.quantization, dtype, kv_cache_dtype),
         )
         return backend, info
+
+
+def _per_gpu_lines(engine: LLMEngine) -> list[MemoryLine]:
+    """One GPU's memory, for a simulated model split across several GPUs; empty otherwise."""
+    config = engine.config
+    if not is_simulated(config.model):
+        return []
+    count, single = parse_gpu_count(parse(config.model)[1])
+    if count == 1:
+        return []
+    method = get_method(config.quantization)
+    lines, _ = per_gpu_lines(
+        engine.model_config,
+        Parallelism(config.tensor_parallel_size, config.pipeline_parallel_size),
+        hardware_profile(single).memory_bytes,
+        method.bits_per_weight,
+        KV_BYTES_PER_VALUE,
+        engine.max_model_len,
+        config.max_num_batched_tokens,
+        config.max_num_seqs,
+        config.group_size if method.group_sizes else None,
+    )
+    return lines

@@ -21,6 +21,8 @@ from engine.config import COMPILE_DECODE_CHOICES, DTYPES, SCHEDULING_POLICIES, E
 from engine.loading.bundled_models import BUNDLED_MODELS
 from engine.quantization import METHODS, all_group_sizes
 from engine.quantization.auto import AUTO
+from engine.simulation import is_simulated
+from engine.simulation.parallel import parse_gpu_count
 from workbench.gui.form_widgets import ChoiceBox, emit_validated, float_box, int_box
 
 
@@ -44,6 +46,7 @@ class EnginePanel(QGroupBox):
                     ("llama-2-7b", "h100-80gb"),
                     ("llama-3-8b", "h100-80gb"),
                     ("llama-3-70b", "h200"),
+                    ("llama-3-70b", "4xh100-80gb"),
                     ("mistral-7b", "a100-80gb"),
                 )
             ]
@@ -133,6 +136,7 @@ class EnginePanel(QGroupBox):
         # Simulated models on several GPUs ("simulated:llama-3-70b@4xh100-80gb"): how they split.
         self.tensor_parallel = int_box(1, 64, defaults.tensor_parallel_size, knob_help("tensor_parallel_size"))
         self.pipeline_parallel = int_box(1, 64, defaults.pipeline_parallel_size, knob_help("pipeline_parallel_size"))
+        self.model.currentTextChanged.connect(self._split_across_its_gpus)
         self.long_max_wait = float_box(
             0,
             1e6,
@@ -231,6 +235,16 @@ class EnginePanel(QGroupBox):
             tensor_parallel_size=self.tensor_parallel.value(),
             pipeline_parallel_size=self.pipeline_parallel.value(),
         )
+
+    def _split_across_its_gpus(self, model: str) -> None:
+        """A simulated model named on several GPUs ("...@4xh100-80gb") whose split does not cover
+        them takes tensor parallelism over all of them: the load would refuse the old split."""
+        if not is_simulated(model) or "@" not in model:
+            return
+        count, _ = parse_gpu_count(model.rpartition("@")[2])
+        if self.tensor_parallel.value() * self.pipeline_parallel.value() != count:
+            self.tensor_parallel.setValue(count)
+            self.pipeline_parallel.setValue(1)
 
     def set_config(self, config: EngineConfig) -> None:
         self.model.setCurrentText(config.model)

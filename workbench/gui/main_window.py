@@ -518,6 +518,7 @@ class MainWindow(QMainWindow):
                 lines,
                 count * hardware_profile(single).memory_bytes,
                 f"{hardware} (simulated{group if count > 1 else ''})",
+                per_gpu=info.per_gpu,
             )
         else:
             self.memory.show_lines(

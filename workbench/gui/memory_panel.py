@@ -52,24 +52,25 @@ class MemoryPanel(QWidget):
         layout.addWidget(scroll, 1)
 
     def show_lines(
-        self, lines: list[MemoryLine], device_total: int, device: str, quality: str = "", kv_note: str = ""
+        self,
+        lines: list[MemoryLine],
+        device_total: int,
+        device: str,
+        quality: str = "",
+        kv_note: str = "",
+        per_gpu: list[MemoryLine] = (),
     ) -> None:
         """`quality`: what the weights' format costs against the file's own weights (the quality
         ledger's line), shown under the lines because memory and quality are one trade; `kv_note`:
-        what the KV cache holds its tokens in, and why."""
+        what the KV cache holds its tokens in, and why; `per_gpu`: one GPU's lines, for a
+        simulated model split across several."""
         self.bar.lines, self.bar.total = lines, max(device_total, 1)
         self.bar.update()
-        rows = "".join(
-            f"<tr><td><span style='color:{_COLOURS.get(line.name, '#999')}'>■</span> {line.name}</td>"
-            f"<td align='right'>{line.bytes / 2**20:,.1f} "
-            f"MiB</td><td>{'measured' if line.measured else 'estimate'}</td>"
-            f"<td>{line.arithmetic}</td></tr>"
-            for line in lines
-        )
         used = sum(line.bytes for line in lines)
         self.text.setText(
             f"<b>{device}</b>: {used / 2**30:,.2f} GiB of {device_total / 2**30:,.1f} GiB "
-            f"({100 * used / max(device_total, 1):.1f}%)<table cellspacing='6'>{rows}</table>"
+            f"({100 * used / max(device_total, 1):.1f}%){_table(lines)}"
+            + (f"<p><b>each GPU</b>:</p>{_table(per_gpu, gigabytes=True)}" if per_gpu else "")
             + (f"<p><b>KV cache</b>: {html.escape(kv_note, quote=False)}</p>" if kv_note else "")
             + (f"<p><b>quality</b>: {html.escape(quality, quote=False)}</p>" if quality else "")
         )
@@ -82,3 +83,19 @@ class MemoryPanel(QWidget):
             f"<b>{server}</b>: memory not exposed by this backend (a server reports KV usage only; "
             "see the KV-cache plot)"
         )
+
+
+def _table(lines: list[MemoryLine], gigabytes: bool = False) -> str:
+    """The lines as table rows, each in the unit its arithmetic uses: MiB, or GB for one GPU's
+    share (engine/simulation/parallel.py, as `workbench estimate --tp` prints it)."""
+
+    def size(line: MemoryLine) -> str:
+        return f"{line.bytes / 1e9:,.2f} GB" if gigabytes else f"{line.bytes / 2**20:,.1f} MiB"
+
+    rows = "".join(
+        f"<tr><td><span style='color:{_COLOURS.get(line.name, '#999')}'>■</span> {line.name}</td>"
+        f"<td align='right'>{size(line)}</td><td>{'measured' if line.measured else 'estimate'}</td>"
+        f"<td>{line.arithmetic}</td></tr>"
+        for line in lines
+    )
+    return f"<table cellspacing='6'>{rows}</table>"

@@ -736,7 +736,22 @@ def test_a_model_split_across_four_simulated_gpus_loads_and_shows_the_groups_mem
     qtbot.waitUntil(lambda: window.info is not None and "llama-3-70b" in window.info.config.model, timeout=30_000)
     text = window.memory.text.text()
     assert "4xh100-80gb (simulated, 4 GPUs: TP 4 x PP 1)" in text and "of 298.0 GiB" in text
+    # One GPU's lines, each in GB as its arithmetic: a quarter of Llama-3-70B's 141.11 GB.
+    assert "<b>each GPU</b>" in text and "35.28 GB</td>" in text and "/ (4 x 1 GPUs) = 35.28 GB" in text
     assert window.error_label.text() == ""
+
+
+def test_choosing_a_model_on_four_gpus_splits_it_across_them(window):
+    panel = window.engine_panel
+    assert panel.model.findText("simulated:llama-3-70b@4xh100-80gb") >= 0  # offered in the list
+    panel.model.setCurrentText("simulated:llama-3-70b@4xh100-80gb")
+    assert (panel.config().tensor_parallel_size, panel.config().pipeline_parallel_size) == (4, 1)
+    panel.pipeline_parallel.setValue(2)
+    panel.tensor_parallel.setValue(2)  # a split that covers the four: kept
+    panel.model.setCurrentText("simulated:llama-2-70b@4xh100-80gb")
+    assert (panel.config().tensor_parallel_size, panel.config().pipeline_parallel_size) == (2, 2)
+    panel.model.setCurrentText("simulated:llama-3-8b@h100-80gb")  # one GPU again
+    assert (panel.config().tensor_parallel_size, panel.config().pipeline_parallel_size) == (1, 1)
 
 
 def test_a_second_start_is_a_new_run_with_its_own_time_axis(window, qtbot, tiny_config):
