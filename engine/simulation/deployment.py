@@ -15,9 +15,9 @@ pipeline_parallel_size GPUs ("simulated:llama-3-8b@4xh100-80gb" with 4 instances
   block and the first token before its next one: as vLLM's KV connectors count external tokens.
 
 Each instance keeps its own simulated clock. `step()` runs the earliest event (an instance's step
-or a K/V arrival) and never one after `until`, the next planned arrival, so a request that arrives
-while one instance is mid-step still finds an idle one idle (a conservative discrete-event
-simulation: events only ever cause later ones).
+or a K/V arrival) and none at or after `until`, the next planned arrival, so a request that arrives
+while its instance is mid-step joins that instance's next step, not a later one (a conservative
+discrete-event simulation: an event only ever causes later ones).
 
 Assumptions, not measurements: the instances share one node's link (the catalogue's, per GPU);
 transfers do not slow the steps running beside them; K/V at 16 bits.
