@@ -35,6 +35,13 @@ def get_method(name: str) -> QuantizationMethod:
     return METHODS[name]
 
 
+def weight_format(name: str, group_size: int) -> tuple[int, int | None]:
+    """(bits per weight, group size or None) of a resolved quantization setting: what the memory
+    model's weight estimate takes (engine.memory.weight_bytes_estimate)."""
+    method = get_method(name)
+    return method.bits_per_weight, group_size if method.group_sizes else None
+
+
 def describe_quantization(name: str, group_size: int, quantize_lm_head: bool, batched_copy: bool = False) -> str:
     """E.g. "int4 g32 + int8 head, bf16 copy from 8 rows", "none"."""
     method = get_method(name)

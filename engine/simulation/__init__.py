@@ -23,7 +23,7 @@ from engine.memory import (
     weight_bytes_estimate,
 )
 from engine.prepared_model import KvMemoryLimits, PreparedModel
-from engine.quantization import UNQUANTIZED, get_method
+from engine.quantization import UNQUANTIZED, weight_format
 from engine.quantization.auto import AUTO, CONFIGURED
 from engine.simulation.catalogue import hardware_profile, model_shape
 from engine.simulation.cost_model import CostModel
@@ -72,9 +72,8 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
         raise ConfigError(
             f"{hardware_name}: {single_gpu} has no link catalogued (link_bytes_s) to join several of them"
         )
-    method = get_method(config.quantization)
-    bits = method.bits_per_weight
-    weights = weight_bytes_estimate(shape, bits, config.group_size if method.group_sizes else None)
+    bits, group_size = weight_format(config.quantization, config.group_size)
+    weights = weight_bytes_estimate(shape, bits, group_size)
     gpu_weights = parallelism.weight_bytes_per_gpu(weights)  # every figure below is one GPU's
     activations = activation_bytes_estimate(shape, config.max_num_batched_tokens, 2, config.max_num_seqs)
     activations += parallelism.all_reduce_buffer_bytes(shape, config.max_num_batched_tokens)

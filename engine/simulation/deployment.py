@@ -207,7 +207,7 @@ class Deployment:
                 return None
             metrics, state = ended.metrics, ended.finish_reason
         if request.prefill is not None:
-            metrics = _joined(request.prefill, metrics, request.instance)
+            metrics = _joined(request.prefill, metrics)
         return state, metrics, len(request.prompt), len(request.prompt) + len(metrics.token_times)
 
     # ----- the loop --------------------------------------------------------------------------------
@@ -255,7 +255,7 @@ class Deployment:
                 self._send_kv(output.request_id, request, output)
                 return dataclasses.replace(output, finished=False, finish_reason=None, metrics=request.prefill)
         else:
-            metrics = _joined(request.prefill, output.metrics, index)
+            metrics = _joined(request.prefill, output.metrics)
             output = dataclasses.replace(output, token_ids=[request.first_token, *output.token_ids], metrics=metrics)
         if output.finished:
             self._end(output.request_id)
@@ -323,9 +323,9 @@ class Deployment:
             engine.close()
 
 
-def _joined(prefill: RequestMetrics, decode: RequestMetrics, decode_instance: int) -> RequestMetrics:
+def _joined(prefill: RequestMetrics, decode: RequestMetrics) -> RequestMetrics:
     """One request's metrics from its prefill instance's (arrival to first token, and where its K/V
-    went) and its decode instance's (the tokens after the first)."""
+    went: `instance`, its decode instance) and that decode instance's (the tokens after the first)."""
     return dataclasses.replace(
         prefill,
         finish_time=decode.finish_time,
@@ -333,6 +333,5 @@ def _joined(prefill: RequestMetrics, decode: RequestMetrics, decode_instance: in
         preemptions=prefill.preemptions + decode.preemptions,
         finish_reason=decode.finish_reason,
         finish_detail=decode.finish_detail,
-        instance=decode_instance,
         decode_scheduled_time=decode.first_scheduled_time,
     )

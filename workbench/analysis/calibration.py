@@ -15,7 +15,7 @@ import numpy as np
 from engine.batch import ScheduledBatch, ScheduledSequence, slot_mappings
 from engine.llm_engine import LLMEngine
 from engine.memory import weight_bytes_estimate
-from engine.quantization import get_method
+from engine.quantization import weight_format
 from engine.sampling_params import SamplingParams
 from engine.simulation import KV_BYTES_PER_VALUE
 from engine.simulation.catalogue import HardwareProfile
@@ -66,9 +66,9 @@ def fit(
     weight bytes estimated from the shape, K/V at 16 bits), so the profile fits the simulator as
     it will run, not the real engine's own byte counts (a bf16 copy beside int4 weights, say)."""
     train, held_out = points[0::2], points[1::2]
-    method = get_method(engine.config.quantization)
-    group_size = engine.config.group_size if method.group_sizes else None
-    weights = weight_bytes_estimate(engine.model_config, method.bits_per_weight, group_size)
+    weights = weight_bytes_estimate(
+        engine.model_config, *weight_format(engine.config.quantization, engine.config.group_size)
+    )
     kv_bytes_per_token = engine.model_config.kv_bytes_per_token(KV_BYTES_PER_VALUE)
 
     def ratios(profile: HardwareProfile, subset) -> list[float]:

@@ -18,7 +18,7 @@ from engine.loading.model_source import read_model, read_tokenizer
 from engine.loading.tokenizer import Tokenizer
 from engine.memory import MemoryLine
 from engine.model_config import ModelConfig
-from engine.quantization import get_method
+from engine.quantization import weight_format
 from engine.simulation import KV_BYTES_PER_VALUE, is_simulated, parse
 from engine.simulation.catalogue import hardware_profile
 from engine.simulation.parallel import Parallelism, parse_gpu_count, per_gpu_lines
@@ -160,16 +160,16 @@ def _per_gpu_lines(engine: LLMEngine) -> list[MemoryLine]:
     count, single = parse_gpu_count(parse(config.model)[1])
     if count == 1:
         return []
-    method = get_method(config.quantization)
+    bits, group_size = weight_format(config.quantization, config.group_size)
     lines, _ = per_gpu_lines(
         engine.model_config,
         Parallelism(config.tensor_parallel_size, config.pipeline_parallel_size),
         hardware_profile(single).memory_bytes,
-        method.bits_per_weight,
+        bits,
         KV_BYTES_PER_VALUE,
         engine.max_model_len,
         config.max_num_batched_tokens,
         config.max_num_seqs,
-        config.group_size if method.group_sizes else None,
+        group_size,
     )
     return lines
