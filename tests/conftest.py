@@ -31,6 +31,8 @@ os.environ.setdefault(COMPILE_DECODE_ENVIRONMENT, "off")
 # hardware profiles, quality figures and compile durations go to a cache of the session's own.
 os.environ.setdefault(INDUCTOR_CACHE_ENVIRONMENT, str(cache_directory() / "torch-compile"))
 os.environ["WORKBENCH_CACHE"] = tempfile.mkdtemp(prefix="workbench-cache-")
+# The window's runs (workbench/runs/run_folder.py) go to a folder of the session's own, not the user's.
+os.environ["WORKBENCH_RUNS"] = tempfile.mkdtemp(prefix="workbench-runs-")
 
 from engine import EngineConfig, LLMEngine
 from engine.executor import DecodeGraph

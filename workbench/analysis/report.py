@@ -332,6 +332,7 @@ def incomplete_reasons(log: RunLog) -> list[str]:
             ("the run log was not closed (crash or interruption)", not log.complete),
             (f"requests still in flight when the run ended: {unfinished}", unfinished),
             (f"planned requests never sent: {not_sent}", not_sent),
+            (f"stopped before its traffic ended ({footer.get('stopped_by')})", footer.get("stopped_by")),
             ("saved while the run was going (requests in flight or still to send)", footer.get("saved_mid_run")),
             *((problem, True) for problem in footer.get("problems", [])),
             (log.skipped_summary(), log.skipped_lines),

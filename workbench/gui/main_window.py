@@ -134,8 +134,8 @@ class MainWindow(QMainWindow):
             ]
         )
         self.runs.say(
-            f"The current run's log is written to {self.worker.run_log_path}; that folder is "
-            "removed when the window closes (Save run… keeps a copy)."
+            f"Each run is kept in a folder of its own under {self.worker.runs_dir} (its log, and its report "
+            "files once it ends); a new run, Apply or closing the window removes none of them."
         )
         self._build_layout()
         self._build_status_bar()
@@ -313,8 +313,9 @@ class MainWindow(QMainWindow):
         answer = QMessageBox.question(
             self,
             "Start a new run?",
-            f"{in_flight} requests of the current run are in flight. A new run aborts them (they end in the "
-            f"current run's log){' and loads its own engine settings' if reload else ''}. Start?",
+            f"{in_flight} requests of the current run are in flight. A new run aborts them"
+            f"{' and loads its own engine settings' if reload else ''}; they end, aborted, in the current run's "
+            "folder, which is kept. Start?",
         )
         return answer == QMessageBox.StandardButton.Yes
 
@@ -749,7 +750,9 @@ class MainWindow(QMainWindow):
     def explain_current_run(self, above_percentile: float) -> None:
         """The Why tab for the run going on now, from its log as written so far."""
         try:
-            log = read_run_log(self.worker.run_log_path, with_traces=True)
+            if (path := self.worker.run_log_path) is None:
+                raise EngineError("the current run has sent no request yet")
+            log = read_run_log(path, with_traces=True)
         except EngineError as error:
             self.on_failed(f"explain: {error}")
             return

@@ -14,8 +14,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import queue
-import shutil
-import tempfile
 import threading
 import time
 import traceback
@@ -27,11 +25,13 @@ import numpy as np
 
 from engine import EngineConfig, EngineError
 from engine.metrics import UNFINISHED
+from workbench.analysis.report import write_report_files
 from workbench.backends.loader import BackendLoader
 from workbench.backends.protocol import Backend
 from workbench.live.metrics_store import MetricsStore
 from workbench.live.request_rows import RequestRow, RequestRows
-from workbench.runs.run_log import RunLogWriter
+from workbench.runs.run_folder import RunFolderLock, new_run_folder, runs_home
+from workbench.runs.run_log import RunLogWriter, read_run_log
 from workbench.runs.run_recorder import RUN_LOG_NAME, RunRecorder
 from workbench.runs.runner import EndedRequest, ScenarioRunner
 from workbench.step_traces.store import TraceStore
@@ -58,14 +58,19 @@ class EngineEvents:
 class EngineLoop:
     def __init__(self, events: EngineEvents, runs_dir: Path | None = None, loader: BackendLoader | None = None):
         self.events = events
-        # Where the current run's log is written; a folder of our own is removed at shutdown
-        # (Save run… keeps a copy elsewhere).
-        self._own_runs_dir = runs_dir is None
-        self.runs_dir = runs_dir or Path(tempfile.mkdtemp(prefix="workbench-runs-"))
+        # Every run gets a folder of its own under runs_dir, created when its first request is
+        # sent, closed with its footer and report files when it ends, and never removed: a new
+        # run, a reload or closing the window keeps every earlier run on disk.
+        self.runs_dir = runs_dir or runs_home()
+        self.run_folder: Path | None = None  # the current run's, once it has sent a request
+        self._folder_lock: RunFolderLock | None = None
+        self._run_to_log: dict | None = None  # the scenario of the run whose folder is not made yet
+        self._stopped_by: str | None = None  # what stopped the current run's traffic early, if anything
         # Each load request and each cancel counts up: a load whose number is no longer the
         # latest stops at its next stage, and the traffic sent with it is dropped (double-clicking
         # three presets during a load queued four full loads).
         self._load_number = 0
+        self._refused_load = 0  # the number of the last load that failed: traffic sent with it never runs
         self._shutting_down = False
         self.store: MetricsStore | None = None
         self.slo = SLO()
@@ -156,8 +161,10 @@ class EngineLoop:
         return requests.window_blocks() if requests is not None else np.empty(0, dtype=bool)
 
     @property
-    def run_log_path(self) -> Path:
-        return self.runs_dir / RUN_LOG_NAME
+    def run_log_path(self) -> Path | None:
+        """The current run's log; None until the run has sent its first request."""
+        folder = self.run_folder
+        return folder / RUN_LOG_NAME if folder is not None else None
 
     def at_rest(self) -> bool:
         """Every request sent has ended and no traffic is left to send: the run so far is whole."""
@@ -198,17 +205,17 @@ class EngineLoop:
             busy = self._runner is not None and (self._backend.has_unfinished() or self._runner.traffic_pending)
             if was_busy and not busy and self._runner is not None:
                 self._requests.refresh()  # the last states and block map: the idle loop refreshes nothing
-                self.events.traffic_state("finished")  # every request sent has ended, nothing is left to send
+                self.events.traffic_state(
+                    self._at_rest_state()
+                )  # every request sent has ended, nothing is left to send
             was_busy = busy
             try:
                 command, argument = self._commands.get(block=not busy, timeout=None if busy else 0.05)
             except queue.Empty:
                 command = None
             if command == "shutdown":
-                self._close_log()
+                self._end_run("the window closed")
                 self._close_backend()
-                if self._own_runs_dir:
-                    shutil.rmtree(self.runs_dir, ignore_errors=True)
                 return
             try:
                 if command is not None:
@@ -223,7 +230,7 @@ class EngineLoop:
                 # run log without a footer (its report says incomplete); a new configuration reloads.
                 engine_was_running = self._backend is not None
                 self._backend, self._runner, self._held_run = None, None, None
-                self._close_log()
+                self._end_run("the engine failed")  # no runner left: the log stays without a footer
                 if engine_was_running:
                     self.events.traffic_state("stopped")
                 self.events.failed(f"engine stopped: {type(error).__name__}: {error}. Apply a configuration to reload.")
@@ -251,8 +258,8 @@ class EngineLoop:
             raise EngineError("no model is loaded yet")
         if command == "traffic":
             scenario, load_number = argument
-            if load_number != self._load_number:
-                return  # sent with a load that was replaced or cancelled
+            if load_number != self._load_number or load_number == self._refused_load:
+                return  # sent with a load that was replaced, cancelled or refused: a refusal runs nothing
             if self._backend.warm_up_progress() is not None:
                 # Steps beside the compile run eagerly, 5 to 65 times as slow (docs/compiled-decode.md):
                 # a run started now measured the warm-up, not the engine (the README's screenshot
@@ -273,8 +280,11 @@ class EngineLoop:
             self._runner.stop_traffic()
             if argument:
                 self._runner.abort_waiting()
-            self.events.traffic_state("stopped")
+            if self._runner.result.interrupted:
+                self._stopped_by = self._stopped_by or "Stop"
+            self.events.traffic_state(self._at_rest_state() if self.at_rest() else "stopped")
         elif command == "inject":
+            self._log_the_run()  # requests injected before any Start are a run of their own
             self._runner.inject(*argument)
         elif command == "abort":
             self._backend.abort(argument)
@@ -285,11 +295,17 @@ class EngineLoop:
         run they counted in its percentiles on two clocks."""
         self._held_run = None
         self._runner.end_in_flight()
+        self._end_run("a new run started")
         self._runner.load_traffic(scenario)
         self.slo = scenario.slo
         self._requests = RequestRows(self._backend, self._backend.num_kv_blocks or 0)
         self.store = self._new_store()
         self._open_log(dataclasses.asdict(scenario))
+        try:
+            self._log_the_run()
+        except EngineError:
+            self._runner.load_traffic(None)  # a run that cannot be recorded does not run
+            raise
         self.events.traffic_state("running")
 
     def _load(self, config: EngineConfig, number: int) -> None:
@@ -312,13 +328,16 @@ class EngineLoop:
             backend, info = self._loader.load(config, progress=progress)
         except LoadCancelled:
             return
+        except Exception:
+            self._refused_load = number
+            raise
         if number != self._load_number:
             backend.close()
             return
         if self._runner is not None:
             self._runner.end_in_flight()  # the replaced engine's requests end in its run's log, aborted
+        self._end_run("the engine was reloaded")
         self._close_backend()
-        self._close_log()
         self._held_run = None  # it was for the engine replaced
         if backend.tokenizer is not None:
             self.events.loading("prompt text", 0.0)
@@ -349,6 +368,8 @@ class EngineLoop:
     def _write_log_copy(self, path: Path) -> None:
         if self._runner is None:
             raise EngineError("no model is loaded yet")
+        if self.run_log_path is None:
+            raise EngineError("the current run has sent no request yet: nothing to save")
         runner = self._runner
         path.write_bytes(self.run_log_path.read_bytes())
         in_flight = runner.in_flight_now("when the run was saved")
@@ -356,14 +377,16 @@ class EngineLoop:
         for ended in in_flight:
             writer.request(ended.request_id, ended.tag, ended.metrics, ended.sent_index, ended.planned)
         mid_run = bool(in_flight) or runner.traffic_pending
+        not_sent_yet = runner.not_sent_yet() if runner.traffic_pending else 0
         writer.write(
             "footer",
             {
                 "duration_s": self._seconds(),
-                "stopped_early": mid_run,
+                "stopped_early": mid_run or runner.result.interrupted,
+                "stopped_by": self._stopped_by,
                 "saved_mid_run": mid_run,
                 "requests_unfinished": sum(ended.metrics.finish_reason == UNFINISHED for ended in in_flight),
-                "requests_not_sent": runner.not_sent_yet() if runner.traffic_pending else 0,
+                "requests_not_sent": None if not_sent_yet is None else runner.result.num_not_sent + not_sent_yet,
             },
         )
         writer.close()
@@ -386,15 +409,53 @@ class EngineLoop:
         )
 
     def _open_log(self, scenario: dict) -> None:
-        """Each traffic run (and each load) starts a fresh run log, ready for "save run"."""
-        self._close_log()
+        """Each Start is a new run, and so is each load, for the requests injected before any
+        Start: that one's folder is made only at its first injection, so a load leaves no empty
+        folder behind."""
         scenario.setdefault("slo", dataclasses.asdict(self.slo))
-        self._recorder = RunRecorder.for_run(self.run_log_path, self._backend, self._runner, scenario)
+        self._run_to_log, self._stopped_by = scenario, None
 
-    def _close_log(self) -> None:
-        if self._recorder is not None:
-            self._recorder.close()
-            self._recorder = None
+    def _log_the_run(self) -> None:
+        """The current run's folder, lock and log (nothing when they are made already)."""
+        if self._run_to_log is None:
+            return
+        scenario, self._run_to_log = self._run_to_log, None
+        try:
+            folder = new_run_folder(self.runs_dir, scenario.get("name") or "run")
+        except OSError as error:
+            raise EngineError(f"{self.runs_dir}: cannot make the run's folder ({error.strerror or error})") from None
+        self._folder_lock = RunFolderLock(folder)
+        self.run_folder = folder
+        self._recorder = RunRecorder.for_run(folder / RUN_LOG_NAME, self._backend, self._runner, scenario)
+
+    def _end_run(self, why: str) -> None:
+        """Close the current run: the requests still in flight logged as unfinished, the footer
+        (stopped early, and by what, with the requests never sent), then report.json and the CSVs
+        beside the log. The folder stays where it is. Without a runner (the engine failed
+        mid-step) the log is closed without a footer: its report says the run did not end cleanly."""
+        recorder, self._recorder, self._run_to_log = self._recorder, None, None
+        lock, self._folder_lock = self._folder_lock, None
+        if recorder is None:
+            return
+        try:
+            runner = self._runner
+            if runner is None:
+                recorder.close()
+            else:
+                runner.stop_traffic()
+                in_flight = runner.in_flight_now(f"when {why}")
+                for ended in in_flight:
+                    recorder.request_ended(ended)
+                result = runner.result
+                result.duration_s = self._seconds()
+                result.num_unfinished = sum(ended.metrics.finish_reason == UNFINISHED for ended in in_flight)
+                result.interrupted |= bool(in_flight)
+                recorder.finish(result, stopped_by=(self._stopped_by or why) if result.interrupted else None)
+            write_report_files(read_run_log(lock.folder / RUN_LOG_NAME, with_traces=True), lock.folder)
+        except (EngineError, OSError) as error:  # the log is on disk: `workbench report` rebuilds the rest
+            self.events.failed(f"{lock.folder}: the run's report files were not written ({error})")
+        finally:
+            lock.release()
 
     def _seconds(self) -> float:
         return self._backend.clock() - self._runner.start_time
@@ -420,6 +481,14 @@ class EngineLoop:
         if self._recorder is not None:
             self._recorder.request_ended(ended)
         self._requests.ended(ended, self._seconds())
+
+    def _at_rest_state(self) -> str:
+        """The traffic state once every request sent has ended: "finished", or for a run stopped
+        early, what it never sent."""
+        result = self._runner.result
+        if not result.interrupted:
+            return "finished"
+        return f"stopped early: {result.num_not_sent:,} planned requests never sent"
 
     def _refresh_if_due(self) -> None:
         """Waiting rows' states and the block map change without being scheduled; refresh them

@@ -48,7 +48,7 @@ class RunRecorder:
 
     def __init__(self, path: Path, header: dict, trace: str = "auto"):
         if path.exists():
-            path.unlink()  # a rerun into the same place starts a fresh log
+            path.unlink()  # a rerun into the folder the user named for it starts a fresh log
         self._trace = check_trace_level(trace)
         self._traces_written = self._full_traces = 0
         self._writer: RunLogWriter | None = RunLogWriter(path)
@@ -95,15 +95,17 @@ class RunRecorder:
         if self._writer is not None:
             self._writer.request(ended.request_id, ended.tag, ended.metrics, ended.sent_index, ended.planned)
 
-    def finish(self, result: RunResult, machine_probe: dict | None = None) -> None:
+    def finish(self, result: RunResult, machine_probe: dict | None = None, stopped_by: str | None = None) -> None:
         """Write the footer and close: the run is whole. `machine_probe`: the machine's speed
-        after the last request (workbench/machine/probe.py)."""
+        after the last request (workbench/machine/probe.py); `stopped_by`: what stopped the run
+        before its traffic ended, in words (the window's Stop, a new run, a reload)."""
         if self._writer is not None:
             self._writer.write(
                 "footer",
                 {
                     "duration_s": result.duration_s,
                     "stopped_early": result.interrupted,
+                    "stopped_by": stopped_by,
                     "requests_unfinished": result.num_unfinished,
                     "requests_not_sent": result.num_not_sent,
                     "traces": self._traces_written,

@@ -91,7 +91,7 @@ class ScenarioRunner:
             RequestPlan(scenario, self.backend.max_model_len, self._prompt_maker) if scenario is not None else None
         )
         self._paused_since = None
-        self.result.start_time = self.backend.clock()
+        self.result = RunResult(start_time=self.backend.clock(), duration_s=0.0)  # each run its own
         # Each run numbers its requests from 0 ("conv-0", not "conv-977" in the window's second run).
         self._sent_in_run = 0
 
@@ -130,7 +130,7 @@ class ScenarioRunner:
         self.result.num_unfinished = sum(ended.metrics.finish_reason == UNFINISHED for ended in rest)
         for ended in rest:
             self._record_end(ended)
-        self.result.num_not_sent = self.plan.count_rest() if self.plan is not None else 0
+        self.result.num_not_sent += self.plan.count_rest() if self.plan is not None else 0
 
     def in_flight_now(self, when: str) -> list[EndedRequest]:
         """The requests sent whose end has not been recorded, as copies: "unfinished" with what they
@@ -231,9 +231,11 @@ class ScenarioRunner:
             self._paused_since = None
 
     def stop_traffic(self) -> None:
-        """Send nothing more; requests in flight run to completion."""
-        if self.plan is not None:
-            self.plan.clear()
+        """Send nothing more; requests in flight run to completion. The requests the plan still
+        held count as never sent, and the run as stopped early if there were any."""
+        if self.plan is not None and (never_sent := self.plan.count_rest()):
+            self.result.num_not_sent += never_sent
+            self.result.interrupted = True
 
     @property
     def num_in_flight(self) -> int:
@@ -250,6 +252,7 @@ class ScenarioRunner:
         ]
         for request_id in waiting:
             self.backend.abort(request_id)
+        self.result.interrupted |= bool(waiting)
         return len(waiting)
 
     def end_in_flight(self, timeout_s: float = 10.0) -> int:
@@ -262,6 +265,7 @@ class ScenarioRunner:
         aborted = list(self._in_flight)
         for request_id in aborted:
             self.backend.abort(request_id)
+        self.result.interrupted |= bool(aborted)
         deadline = self.backend.clock() + timeout_s
         while self._in_flight and self.backend.has_unfinished() and self.backend.clock() < deadline:
             self._step()

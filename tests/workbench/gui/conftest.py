@@ -29,6 +29,7 @@ def tiny_config(tiny_llama) -> EngineConfig:
 @pytest.fixture
 def window(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_SETTINGS", str(tmp_path / "settings.ini"))
+    monkeypatch.setenv("WORKBENCH_RUNS", str(tmp_path / "runs"))
     from workbench.gui.main_window import MainWindow
 
     main_window = MainWindow()

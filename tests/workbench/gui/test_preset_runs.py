@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from engine import EngineConfig
 from tests.workbench.gui.window_helpers import all_ended, load
 from workbench.runs.run_log import read_run_log
 from workbench.traffic.profile import LengthDistribution, TrafficProfile
@@ -67,3 +68,45 @@ def test_yes_ends_the_old_runs_requests_in_it_then_loads_the_presets_engine(wind
     assert ended["ttft_ms"].size == first_store.requests_sent >= 1 and (ended["finished"] == 0).any()
     second = read_run_log(window.worker.run_log_path)
     assert second.header["scenario"]["name"] == "second" and len(second.requests) == TRAFFIC.num_requests
+
+
+def test_start_apply_and_close_with_a_run_in_flight_keep_every_earlier_run(window, qtbot, tiny_config, tmp_path):
+    """Issue 58 #1: a new run, an Apply and closing the window each rewrote the one run log, and
+    the dialog promised the requests in flight "end in the current run's log". Each run now has a
+    folder of its own, kept whole: its requests to the last, a footer saying what stopped it."""
+    folders = []
+
+    def start(name: str) -> None:
+        window.start_traffic(Scenario(name=name, engine=tiny_config, traffic=TRAFFIC))
+        qtbot.waitUntil(lambda: window.worker.run_folder not in (None, *folders), timeout=30_000)
+        folders.append(window.worker.run_folder)
+        qtbot.waitUntil(lambda: window.worker.requests_in_flight() > 0, timeout=30_000)
+
+    load(window, qtbot, tiny_config)
+    start("first")
+    start("second")  # Start, "Yes" to the new run
+    window.apply_config(dataclasses.replace(tiny_config, max_num_seqs=3))  # Apply, "Yes" to the reload
+    qtbot.waitUntil(lambda: window.info.config.max_num_seqs == 3, timeout=60_000)
+    start("third")
+    window.close()  # mid-run
+    assert not window.worker._thread.is_alive()
+    assert [folder.parent for folder in folders] == [tmp_path / "runs"] * 3
+    for folder, name, stopped_by in zip(
+        folders, ("first", "second", "third"), ("a new run started", "the engine was reloaded", "the window closed")
+    ):
+        log = read_run_log(folder / "run.jsonl")
+        assert log.header["scenario"]["name"] == name and log.footer["stopped_by"] == stopped_by
+        assert len(log.requests) + log.footer["requests_not_sent"] == TRAFFIC.num_requests
+        assert (folder / "report.json").exists()
+
+
+def test_a_refused_deployment_runs_nothing(window, qtbot, tiny_config):
+    """Issue 58 #3: a deployment preset's load was refused in one line, then its traffic ran on
+    the engine already loaded, with a log header naming the refused deployment."""
+    load(window, qtbot, tiny_config)
+    deployment = EngineConfig(model="simulated:llama-3-70b@8xh100-80gb", tensor_parallel_size=4, data_parallel_size=2)
+    window.run_preset(Scenario(name="colocated", engine=deployment, traffic=TRAFFIC), "azure-conv / colocated")
+    qtbot.waitUntil(lambda: "deployment" in window.error_label.text(), timeout=30_000)
+    qtbot.wait(500)  # the traffic it was sent with would have started by now
+    assert window.worker.run_folder is None and window.worker.requests_sent() == 0
+    assert window.info.config == tiny_config and window.traffic_label.text() != "traffic: running"

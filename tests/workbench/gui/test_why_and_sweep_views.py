@@ -53,8 +53,7 @@ def test_an_opened_run_is_explained_and_a_click_on_the_tails_cause_shows_a_histo
 
 def test_the_current_run_is_explained_from_its_log(window, qtbot, tmp_path):
     slot_bound_run(tmp_path)
-    window.worker.run_log_path.parent.mkdir(parents=True, exist_ok=True)
-    window.worker.run_log_path.write_bytes((tmp_path / "run.jsonl").read_bytes())
+    window.worker.run_folder = tmp_path  # as if the window had made the run there
     window.why.explain_requested.emit(50.0)
     assert window.why.explanation.above_percentile == 50.0 and window.why.slowest.count() == 5
 
