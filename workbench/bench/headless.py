@@ -16,6 +16,7 @@ from workbench.analysis.report import write_report_files
 from workbench.backends.local import LocalBackend, in_process_backend
 from workbench.backends.protocol import Backend
 from workbench.machine.probe import probe_machine
+from workbench.runs.run_folder import RunFolderLock
 from workbench.runs.run_log import read_run_log
 from workbench.runs.run_recorder import RUN_LOG_NAME, RunRecorder
 from workbench.runs.runner import EndedRequest, ScenarioRunner
@@ -62,7 +63,13 @@ def run_headless(
     report files. Ctrl-C ends the run early: the report files are still written, built from the
     log and marked incomplete, and then the KeyboardInterrupt goes on to the caller (a bench of
     several variants stops, rather than starting the next); during the warm-up, before any file
-    is written."""
+    is written. ConfigError, before anything runs, where another process writes out_dir or
+    a file in it is a symbolic link."""
+    with RunFolderLock(out_dir):
+        return _run_and_report(scenario, out_dir, variant, source, backend, on_progress, on_warm_up)
+
+
+def _run_and_report(scenario, out_dir, variant, source, backend, on_progress, on_warm_up) -> dict:
     backend = backend or in_process_backend(scenario.engine, source)
     wait_until_warm(backend, on_warm_up)
     # One-time costs before the run's clock starts: requests are stamped with their planned

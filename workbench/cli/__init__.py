@@ -11,6 +11,7 @@ run function; `main` only dispatches and turns errors into one line and an exit 
     workbench trace RUN_DIR [--step N | --request ID]
     workbench explain RUN_DIR [--above p90] [--tag T]
     workbench replay RUN_DIR [--set table.key=value ...] [--backend MODEL|URL] --out DIR
+    workbench report RUN_DIR       (a run folder's report files, built again from its log)
     workbench quality | estimate | calibrate | export-hf   (quality, memory, the cost model, a HF copy)
     workbench serve [--preset NAME] [--set engine.KEY=VALUE ...] [--port N]
     workbench compile [--preset NAME] [--set engine.KEY=VALUE ...]   (the decode graphs, into the cache)
@@ -35,6 +36,7 @@ from workbench.cli import (
     presets_list,
     quality,
     replay,
+    report,
     serve,
     sweep,
     trace,
@@ -49,6 +51,7 @@ COMMANDS = (
     trace,
     explain,
     replay,
+    report,
     quality,
     estimate,
     serve,

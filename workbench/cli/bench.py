@@ -49,9 +49,8 @@ def run(args) -> int:
     from engine.config import default_compile_decode
     from engine.errors import ConfigError
     from engine.simulation import is_simulated
-    from workbench.analysis.quality_terms import add_quality_figures, quality_metrics_named, refuse_on_a_server
-    from workbench.machine.process_tuning import freeze_loaded_heap
-    from workbench.runs.run_recorder import RUN_LOG_NAME
+    from workbench.analysis.quality_terms import quality_metrics_named, refuse_on_a_server
+    from workbench.runs.run_folder import RunFolderLock
     from workbench.traffic.presets import load_preset
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
@@ -76,6 +75,16 @@ def run(args) -> int:
         raise ConfigError(
             f"decision: quality terms score held-out text, which needs the model's tokenizer; {source.path} has none"
         )
+    # Held to the end: a second bench into the same --out is refused rather than deleting this one's logs.
+    with RunFolderLock(args.out):
+        return _run_schedule(args, schedule, scenarios, variants, decision, quality_named, make_backend, source)
+
+
+def _run_schedule(args, schedule, scenarios, variants, decision, quality_named, make_backend, source) -> int:
+    from workbench.analysis.quality_terms import add_quality_figures
+    from workbench.machine.process_tuning import freeze_loaded_heap
+    from workbench.runs.run_recorder import RUN_LOG_NAME
+
     reports: dict[int, dict] = {}  # repeat -> variant -> report
     stopped = None
     for repeat, variant, seed in schedule:

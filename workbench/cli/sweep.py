@@ -90,6 +90,7 @@ def run(args) -> int:
     )
     from workbench.bench.headless import run_headless
     from workbench.cli.bench import print_summary
+    from workbench.runs.run_folder import RunFolderLock
     from workbench.traffic.presets import load_preset
 
     varies = [parse_vary(text) for text in args.vary]
@@ -112,42 +113,42 @@ def run(args) -> int:
             _check_rate_search(scenario)
         check_search_settings(args.goodput_target, args.tolerance)
     make_backend, _ = backend_factory(args, base)
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.find_max_rate:  # the window's Sweep view draws the target from it
-        write_search_settings(args.out, args.goodput_target, args.tolerance)
-    keys = list(points[0].settings) if points else []
-    varied_keys = keys + [RATE_KEY] if args.find_max_rate else keys
-    rows = []
+    with RunFolderLock(args.out):  # to the end: a second sweep into the same --out is refused
+        if args.find_max_rate:  # the window's Sweep view draws the target from it
+            write_search_settings(args.out, args.goodput_target, args.tolerance)
+        keys = list(points[0].settings) if points else []
+        varied_keys = keys + [RATE_KEY] if args.find_max_rate else keys
+        rows = []
 
-    def run_point(point, scenario) -> dict:
-        """Run one point, add its row and rewrite sweep.csv (an interrupted sweep keeps its points)."""
-        folder = args.out / point.folder
-        print(f"running {point.label() or 'the preset'} -> {folder}", file=sys.stderr)
-        backend = make_backend(scenario)
-        try:
-            report = run_headless(scenario, folder, backend=backend)
-        finally:
-            backend.close()
-        print_summary(report)
-        rows.append(sweep_row(point, report))
-        write_sweep_csv(args.out / SWEEP_CSV, varied_keys, rows)
-        return report
+        def run_point(point, scenario) -> dict:
+            """Run one point, add its row and rewrite sweep.csv (an interrupted sweep keeps its points)."""
+            folder = args.out / point.folder
+            print(f"running {point.label() or 'the preset'} -> {folder}", file=sys.stderr)
+            backend = make_backend(scenario)
+            try:
+                report = run_headless(scenario, folder, backend=backend)
+            finally:
+                backend.close()
+            print_summary(report)
+            rows.append(sweep_row(point, report))
+            write_sweep_csv(args.out / SWEEP_CSV, varied_keys, rows)
+            return report
 
-    if args.find_max_rate:
-        for point in points or [None]:
-            _search(args, point, scenario_for, run_point, first_index=len(rows) + 1)
-    else:
-        for point in points:
-            run_point(point, scenarios[point.index])
-    print(f"sweep: {len(rows)} points -> {args.out / SWEEP_CSV}")
-    if not args.no_plots:
-        from workbench.analysis.sweep import read_sweep
-        from workbench.gui.charts.sweep_chart import export_sweep_images
+        if args.find_max_rate:
+            for point in points or [None]:
+                _search(args, point, scenario_for, run_point, first_index=len(rows) + 1)
+        else:
+            for point in points:
+                run_point(point, scenarios[point.index])
+        print(f"sweep: {len(rows)} points -> {args.out / SWEEP_CSV}")
+        if not args.no_plots:
+            from workbench.analysis.sweep import read_sweep
+            from workbench.gui.charts.sweep_chart import export_sweep_images
 
-        target = args.goodput_target if args.find_max_rate else None
-        for path in export_sweep_images(read_sweep(args.out), args.out, target):
-            print(f"chart: {path}")
-    return 0
+            target = args.goodput_target if args.find_max_rate else None
+            for path in export_sweep_images(read_sweep(args.out), args.out, target):
+                print(f"chart: {path}")
+        return 0
 
 
 def _check_rate_search(scenario) -> None:
