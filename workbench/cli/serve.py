@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from workbench.cli.arguments import add_engine_options, at_least, engine_config, port_number
-from workbench.server import DEFAULT_MAX_REQUEST_BYTES
+from workbench.server import CORE_STOP_WAIT_S, DEFAULT_MAX_REQUEST_BYTES
 
 
 def add_to(commands) -> None:
@@ -27,6 +27,14 @@ def add_to(commands) -> None:
         help="cores the engine's compute threads leave to the HTTP server and clients on the same machine "
         "(as vLLM's VLLM_CPU_NUM_OF_RESERVED_CPU; default 0); the engine keeps at least one thread",
     )
+    serve.add_argument(
+        "--core-stop-timeout",
+        type=at_least(float, 0.0),
+        default=CORE_STOP_WAIT_S,
+        metavar="SECONDS",
+        help="at shutdown, how long the engine core has to stop (its compile too) before it is killed "
+        f"(default {CORE_STOP_WAIT_S:g})",
+    )
     serve.set_defaults(handler=run)
 
 
@@ -34,5 +42,13 @@ def run(args) -> int:
     from workbench.server.run import serve
 
     config = engine_config(args)
-    serve(config, args.host, args.port, args.served_model_name, args.max_request_bytes, args.reserved_cpus)
+    serve(
+        config,
+        args.host,
+        args.port,
+        args.served_model_name,
+        args.max_request_bytes,
+        args.reserved_cpus,
+        args.core_stop_timeout,
+    )
     return 0

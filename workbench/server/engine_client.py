@@ -35,12 +35,13 @@ from engine.loading.model_source import read_tokenizer
 from engine.loading.tokenizer import Tokenizer
 from engine.outputs import RequestOutput
 from engine.simulation import is_simulated
+from workbench.server import CORE_STOP_WAIT_S
 from workbench.server import core_protocol as protocol
-from workbench.server.engine_core import EngineCore
+from workbench.server.engine_core import SHUTTING_DOWN, EngineCore
 from workbench.server.metrics import ServerMetrics
 
 _RECEIVE_POLL_MS = 100
-_STOP_WAIT_S = 30  # for the core to stop its compile and exit, before it is killed
+_KILL_WAIT_S = 2.0  # after SIGTERM, before SIGKILL (which also ends a stopped process)
 _addresses = itertools.count()
 
 
@@ -65,6 +66,7 @@ class EngineCoreClient:
     def __init__(self, model_name: str, tokenizer: Tokenizer | None):
         self.model_name, self.tokenizer = model_name, tokenizer
         self.failure: str | None = None  # why the core stopped serving, if it did
+        self.shutting_down = False  # end_all_requests was called: every request is refused from then on
         self.max_model_len = 0
         self.metrics: ServerMetrics | None = None
         self._progress: str | None = None
@@ -152,19 +154,21 @@ class EngineCoreClient:
         self.max_model_len, self._progress = ready.max_model_len, ready.warming_up
         self.metrics = ServerMetrics(self.model_name, ready.block_size, ready.num_kv_blocks)
 
-    def stop(self) -> None:
-        """Stop the core (its background compile too) and wait for it; kill it if it hangs."""
+    def stop(self, wait_s: float = CORE_STOP_WAIT_S) -> None:
+        """Stop the core (its background compile too) and wait `wait_s` for it; then kill it: a
+        core that is stuck, or stopped (SIGSTOP), must not keep the server up."""
         self._stopping.set()
         self._send(protocol.StopCore())
         if self._core_thread is not None:
             self._core_thread.join()
         if self._process is not None:
             try:
-                self._process.wait(timeout=1 if self.metrics is None else _STOP_WAIT_S)
+                self._process.wait(timeout=1 if self.metrics is None else wait_s)
             except subprocess.TimeoutExpired:  # still loading, or stuck: SIGTERM, then SIGKILL
+                print(f"workbench serve: the engine core did not stop within {wait_s:g} s; killing it", file=sys.stderr)
                 self._process.terminate()
                 try:
-                    self._process.wait(timeout=10)
+                    self._process.wait(timeout=_KILL_WAIT_S)
                 except subprocess.TimeoutExpired:
                     self._process.kill()
                     self._process.wait()
@@ -183,6 +187,8 @@ class EngineCoreClient:
     async def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> asyncio.Queue:
         """Queue a request; its outputs arrive on the returned queue. Raises EngineError for what
         add_request refuses, EngineFailure when the server is shutting down."""
+        if self.shutting_down:
+            raise EngineFailure(SHUTTING_DOWN, 503)
         outputs: asyncio.Queue = asyncio.Queue()
         added: concurrent.futures.Future = concurrent.futures.Future()
         self._streams[request_id] = _Stream(asyncio.get_running_loop(), outputs)
@@ -201,10 +207,17 @@ class EngineCoreClient:
         self._send(protocol.AbortRequest(request_id))
 
     def end_all_requests(self) -> None:
-        """Abort every request and end its stream with "the server is shutting down" (safe from
-        any thread): a shutdown waits for open requests, and one held while the graph compiles
-        or a long stream would keep the process up for minutes. A request submitted after this
-        is refused with the same words."""
+        """End every request's stream with "the server is shutting down" now, here, and tell the
+        core to abort them (safe from any thread): a shutdown waits for open requests, and one
+        held while the graph compiles, a long stream, or a core that no longer answers (stuck,
+        or stopped with SIGSTOP) would keep the process up for minutes or for ever. A request
+        submitted after this is refused with the same words."""
+        self.shutting_down = True
+        self._end_streams(list(self._streams), EngineFailure(SHUTTING_DOWN, 503))
+        for request_id in list(self._added):
+            future = self._added.pop(request_id, None)
+            if future is not None and not future.done():
+                future.set_exception(EngineFailure(SHUTTING_DOWN, 503))
         self._send(protocol.EndAllRequests())
 
     def _send(self, command) -> None:

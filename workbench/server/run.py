@@ -15,7 +15,7 @@ import uvicorn
 from engine import EngineConfig, EngineError
 from engine.simulation import is_simulated
 from workbench.machine.process_tuning import allow_open_files
-from workbench.server import DEFAULT_MAX_REQUEST_BYTES
+from workbench.server import CORE_STOP_WAIT_S, DEFAULT_MAX_REQUEST_BYTES
 from workbench.server.engine_client import EngineCoreClient
 from workbench.server.openai_api import create_app
 
@@ -82,6 +82,7 @@ def serve(
     model_name: str | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     reserved_cpus: int = 0,
+    core_stop_wait_s: float = CORE_STOP_WAIT_S,
 ) -> None:
     listener = listening_socket(host, port)
     cores = split_cores(reserved_cpus)
@@ -114,5 +115,5 @@ def serve(
         for number, handler in previous.items():
             signal.signal(number, handler)
         if core is not None:
-            core.stop()
+            core.stop(core_stop_wait_s)
         listener.close()

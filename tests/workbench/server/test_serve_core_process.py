@@ -89,6 +89,43 @@ def test_the_core_leaves_when_the_server_that_started_it_is_killed():
     assert not alive(core)
 
 
+def test_sigterm_ends_every_stream_at_once_and_kills_a_stopped_core(tmp_path):
+    """Issue 58 #6: with the core stopped (SIGSTOP) and 20 streams open, SIGTERM ended nothing in
+    90 s and the server was still up at 120 s: the streams waited for the core to end them. They
+    now end at once with 503, and the core, which cannot stop itself, is killed after
+    --core-stop-timeout (docs/servers.md)."""
+    port = free_port()
+    server = start_workbench_server(port, *SIMULATED, "--core-stop-timeout", "3")
+    url = f"http://127.0.0.1:{port}"
+    (core,) = children(server.pid)
+    body = {"prompt": list(range(1, 30)), "max_tokens": 4000, "ignore_eos": True, "stream": True}
+    ends: list[tuple[float, str]] = []
+
+    def stream() -> None:
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=120) as answer:
+            lines = [line for line in answer.iter_lines() if line]
+        ends.append((time.monotonic(), "\n".join(lines[-2:])))
+
+    senders = [threading.Thread(target=stream) for _ in range(20)]
+    for sender in senders:
+        sender.start()
+    try:
+        wait_until(lambda: server_state(url).num_running + server_state(url).num_waiting == 20, "20 streams")
+        os.kill(core, signal.SIGSTOP)
+        signalled = time.monotonic()
+        server.send_signal(signal.SIGTERM)
+        for sender in senders:
+            sender.join(timeout=30)
+        assert len(ends) == 20 and max(at for at, _ in ends) - signalled < 10
+        assert all("the server is shutting down" in last and "503" in last for _, last in ends), ends[0][1][-300:]
+        assert server.wait(timeout=30) == 0
+        assert time.monotonic() - signalled < 25 and not alive(core)
+    finally:
+        if alive(core):
+            os.kill(core, signal.SIGKILL)
+        server.kill()
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs at least two cores")
 def test_reserved_cpus_pin_the_core_and_the_http_process_apart():
     port = free_port()
