@@ -155,3 +155,27 @@ def test_settings_a_deployment_cannot_take_get_one_line():
         deployment(prefill_instances=1, simulation_speed=1.0)
     with pytest.raises(EngineError, match="receive_kv: expected enable_prefix_caching = true and step_trace = false"):
         LLMEngine(EngineConfig(model="simulated:llama-3-8b@h100-80gb")).receive_kv(PROMPT)
+
+
+def test_simultaneous_requests_alternate_between_decode_instances_and_every_load_ends_at_zero():
+    """Issue 58's planted bug: the decode instance's load never counted up, so every request went
+    to the first decode instance. One prefill and two decode instances: four requests at once
+    decode two on each, and the loads are back at zero once they end."""
+    d = deployment(prefill_instances=1, gpus=3)
+    for request_id in "abcd":
+        d.add_request(PROMPT, SamplingParams(max_tokens=8, ignore_eos=True), arrival_time=0.0, request_id=request_id)
+    ended = run(d)
+    decoded_on = [ended[request_id].metrics.instance for request_id in "abcd"]
+    assert sorted(decoded_on) == [1, 1, 2, 2] and decoded_on[0] != decoded_on[1]
+    assert all(load == 0 for load in d._load.values())
+
+
+def test_an_arrival_exactly_at_an_instances_step_end_ties_and_goes_to_the_first():
+    """Issue 58's planted bug: an arrival at exactly the moment instance 0's last step ended went
+    to instance 1. Both are free then with nothing to do: a tie, which goes to the first."""
+    d = deployment(prefill_instances=0)
+    d.add_request(PROMPT, SamplingParams(max_tokens=4, ignore_eos=True), arrival_time=0.0, request_id="x")
+    first = run(d)["x"].metrics
+    assert first.instance == 0 and d.instances[0].clock() == first.finish_time > d.instances[1].clock()
+    d.add_request(PROMPT, SamplingParams(max_tokens=4, ignore_eos=True), arrival_time=first.finish_time, request_id="y")
+    assert run(d)["y"].metrics.instance == 0

@@ -131,3 +131,18 @@ def test_no_step_decodes_the_whole_output_however_many_stop_strings(make_smollm_
     assert output.finish_reason == "length" and len(output.token_ids) == 60
     # Each token decodes the few tokens since the last whole character, never the output so far.
     assert max(decoded) <= 2 and output.text == whole_decode(engine.tokenizer, output.token_ids)
+
+
+@pytest.mark.parametrize("model", sorted(TOKENIZERS))
+def test_the_stream_holds_back_exactly_the_longest_stop_string_less_one(model):
+    """Issue 58's planted bug: the hold-back without its `- 1` kept one character more than can
+    begin a stop string (every stream lagged a character behind). A stop string of 4 characters
+    that never comes: after each token, all but the last 3 characters decoded have been sent."""
+    tokenizer = TOKENIZERS[model]
+    detokenizer = IncrementalDetokenizer(tokenizer, ["§§§§", "§"])
+    sent = 0
+    for token in tokenizer.encode(SAMPLE_TEXTS[0] + SAMPLE_TEXTS[1], add_special_tokens=False):
+        assert detokenizer.add(token) is None
+        sent += len(detokenizer.take_new_text(finished=False))
+        assert sent == max(0, len(detokenizer.text) - 3)
+    assert sent + len(detokenizer.take_new_text(finished=True)) == len(detokenizer.text)

@@ -148,3 +148,30 @@ def test_llama_3_70b_on_four_h100s_runs_in_bench_sweep_and_replay(tmp_path):
     # The same settings on a simulated group: every latency again, to the last digit.
     for metric in ("ttft_p50_ms", "tpot_p50_ms", "e2e_p99_ms"):
         assert replayed["metrics"][metric]["value"] == report["metrics"][metric]["value"]
+
+
+def test_a_pipeline_of_two_stages_charges_its_bubble_by_hand():
+    """Issue 58's planted bug: a step under PP 2 charged as if the stages ran at once. Without
+    micro-batches the batch passes the two stages one after the other: each stage's time twice,
+    plus one hand-over of the activations between them."""
+    from engine import EngineConfig, LLMEngine
+    from engine.simulation.cost_model import StepShape
+
+    engine = LLMEngine(
+        EngineConfig(
+            model="simulated:llama-3-70b@4xh100-80gb",
+            tensor_parallel_size=2,
+            pipeline_parallel_size=2,
+            max_model_len=2048,
+        )
+    )
+    h100, weights = hardware_profile("h100-80gb"), weight_bytes_estimate(LLAMA_3_70B, 16)
+    # One GPU: a quarter of the weights, and its share of the K/V (4 of 8 KV heads, 40 of 80 layers).
+    stage = -(-weights // 4) / (3.35e12 * h100.bandwidth_efficiency) + 1000 * 81_920 / (
+        3.35e12 * h100.kv_bandwidth_efficiency
+    )
+    all_reduces = 2 * 80 * (2 * 1 / 2 * 8192 * 2 / 450e9 + 2 * 5e-6)
+    hand_over = 8192 * 2 / 450e9 + 5e-6
+    step = engine.executor.cost_model.step_time(StepShape(((1, 1000, True),)))
+    assert step == pytest.approx(2 * stage + all_reduces + hand_over + h100.step_overhead_s, rel=1e-9)
+    assert engine.executor.cost_model.parallelism.bubble == 0.5

@@ -185,3 +185,13 @@ def test_each_request_samples_with_its_own_seed_whatever_its_batch(tiny_llama):
     assert together[0] != together[1]  # the same prompt, two requests: two seeds
     alone = tiny_engine(directory, seed=3).generate([prompt], random)[0].token_ids
     assert alone == together[0]  # the first request's tokens do not depend on its batch mates
+
+
+def test_a_request_ends_at_exactly_max_model_len():
+    """Issue 58's planted bug: the context-full stop with `>` for `>=` ran a request to 513 tokens
+    where the model has 512. One that asks for more than fits ends with the context exactly full."""
+    engine = sim(max_model_len=512)
+    request_id = engine.add_request([1] * 500, SamplingParams(max_tokens=100, ignore_eos=True))
+    metrics = drain(engine)[request_id].metrics
+    assert 500 + metrics.num_output_tokens == 512
+    assert metrics.finish_reason == "length" and metrics.finish_detail == "context full (max_model_len 512)"

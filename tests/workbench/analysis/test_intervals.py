@@ -172,3 +172,24 @@ def test_the_batch_means_interval_of_a_rate_holds_the_true_rate_about_95_percent
         interval = rate_interval(list(times), 0.0, 60.0)
         held += interval.low <= (50 if process == "poisson" else 51) <= interval.high
     assert held / (DATASETS // 2) >= LEVEL - 3 * math.sqrt(LEVEL * (1 - LEVEL) / (DATASETS // 2))
+
+
+@pytest.mark.parametrize(
+    "n, q, ranks",
+    # The median's rows are the classical table's (Conover, Practical Nonparametric Statistics:
+    # n = 10 -> X(2), X(9); 20 -> X(6), X(15); 100 -> X(40), X(61)); the others are checked below
+    # against the binomial sums written out with math.comb.
+    [(10, 50, (2, 9)), (20, 50, (6, 15)), (100, 50, (40, 61)), (100, 90, (84, 96)), (1000, 99, (983, 997))],
+)
+def test_order_statistic_ranks_are_pinned_for_a_few_sizes_and_percentiles(n, q, ranks):
+    """Issue 58's planted bug: the lower rank one too low (wider, still "covering") passed the
+    suite. Each rank is the tightest whose tail is at most 2.5%: one rank nearer fails that."""
+    low, high = order_statistic_ranks(n, q)
+    assert (low, high) == ranks
+    p = q / 100
+
+    def at_most(k: int) -> float:  # P(B <= k), B ~ Binomial(n, p)
+        return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
+
+    assert at_most(low - 1) <= 0.025 < at_most(low)  # X(low + 1) would not cover
+    assert 1 - at_most(high - 2) > 0.025 >= 1 - at_most(high - 1)  # X(high - 1) would not cover

@@ -154,6 +154,19 @@ def test_one_pair_on_a_real_machine_decides_no_measured_figure_however_far_apart
     assert simulated["decision"] == "accept"  # the simulated GPU's runs repeat exactly: one pair decides
 
 
+def test_one_measured_run_against_one_simulated_run_is_uncertain_either_way_round():
+    """Issue 58's planted bug: the one-pair rule with `or` for `and` let a pair decide when
+    either run was simulated. Only a pair of simulated runs repeats exactly; a measured run on
+    either side brings its run-to-run noise, which one pair cannot measure."""
+    rng = np.random.default_rng(3)
+    measured = percentile_run(list(rng.lognormal(5.2, 0.3, 48)), model="smollm2-135m")
+    simulated = percentile_run([50.0] * 48)
+    for first, second in ((measured, simulated), (simulated, measured)):
+        result = compare(first, second, ["ttft_p50_ms:-10%"], [])
+        (check,) = result["checks"]
+        assert check["status"] == "uncertain" and result["decision"] == "inconclusive"
+
+
 def test_one_pair_takes_its_interval_from_the_two_runs_and_without_one_is_inconclusive():
     rng = np.random.default_rng(0)
     faster = compare(
