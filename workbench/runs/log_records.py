@@ -15,8 +15,8 @@ import typing
 from functools import cache
 
 from engine.metrics import RequestMetrics, StepStats
-from workbench.traffic.scenario import SLO
 from workbench.step_traces.log import read_trace
+from workbench.traffic.scenario import SLO
 
 _NUMBER = (int, float)
 _HEADER = {"start_time": _NUMBER, "scenario": dict, "engine": dict, "versions": dict}

@@ -126,6 +126,6 @@ def _same_file(descriptor: int, path: Path) -> bool:
 
 
 def _read_holder(descriptor: int) -> str:
-    """" (pid N)" from the lock file, or "" where it says nothing readable."""
+    """ " (pid N)" from the lock file, or "" where it says nothing readable."""
     text = os.pread(descriptor, 32, 0).decode(errors="replace").strip()
     return f" (pid {text})" if text.isdigit() else ""

@@ -16,11 +16,11 @@ import numpy as np
 from engine.metrics import FINISHED_REASONS, UNFINISHED, RequestMetrics, StepStats
 from engine.outputs import RequestOutput
 from workbench.backends.protocol import Backend, BackendUpdate
+from workbench.traffic.planned_request import PlannedRequest
+from workbench.traffic.planned_traffic import injected_request
 from workbench.traffic.prompts import PromptMaker
 from workbench.traffic.request_plan import RequestPlan
 from workbench.traffic.scenario import Scenario
-from workbench.traffic.planned_request import PlannedRequest
-from workbench.traffic.planned_traffic import injected_request
 
 _IDLE_POLL_S = 0.005
 WAITING_STATES = ("waiting", "waiting_long", "preempted")  # RequestProgress.state before (or between) steps

@@ -19,6 +19,7 @@ from workbench.cli import main
 from workbench.runs.run_folder import LOCK_NAME, RunFolderLock, new_run_folder
 from workbench.runs.run_log import read_run_log
 
+TAKE_LOCK = "from pathlib import Path; from workbench.runs.run_folder import RunFolderLock; RunFolderLock(Path"
 SIMULATED_IN_REAL_TIME = [
     "--preset",
     "chat-steady",
@@ -33,10 +34,11 @@ SIMULATED_IN_REAL_TIME = [
 
 
 def _bench_in_another_process(out) -> subprocess.Popen:
+    """A bench writing `out`, once its log holds an ended request."""
     command = [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())", "bench"]
     process = subprocess.Popen([*command, *SIMULATED_IN_REAL_TIME, "--out", str(out)], stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    while not ((out / "run.jsonl").exists() and len((out / "run.jsonl").read_bytes().splitlines()) > 5):
+    while not ((out / "run.jsonl").exists() and b'"type": "request"' in (out / "run.jsonl").read_bytes()):
         assert process.poll() is None and time.monotonic() < deadline, process.stderr.read().decode()
         time.sleep(0.1)
     return process
@@ -69,11 +71,7 @@ def test_a_lock_refuses_another_holder_and_is_free_once_released(tmp_path):
     folder = tmp_path / "run"
     held = RunFolderLock(folder)
     other = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            f"from workbench.runs.run_folder import RunFolderLock; RunFolderLock(__import__('pathlib').Path({str(folder)!r}))",
-        ],
+        [sys.executable, "-c", f"{TAKE_LOCK}({str(folder)!r}))"],
         capture_output=True,
         text=True,
     )
@@ -83,11 +81,7 @@ def test_a_lock_refuses_another_holder_and_is_free_once_released(tmp_path):
     held.release()
     assert not (folder / LOCK_NAME).exists()
     again = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            f"from workbench.runs.run_folder import RunFolderLock; RunFolderLock(__import__('pathlib').Path({str(folder)!r}))",
-        ],
+        [sys.executable, "-c", f"{TAKE_LOCK}({str(folder)!r}))"],
         capture_output=True,
     )
     assert again.returncode == 0
