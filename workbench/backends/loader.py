@@ -16,7 +16,7 @@ from engine.errors import ConfigError
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.model_source import read_model, read_tokenizer
 from engine.loading.tokenizer import Tokenizer
-from engine.memory import MemoryLine
+from engine.memory import GPU_MEMORY_UTILIZATION, MemoryLine
 from engine.model_config import ModelConfig
 from engine.quantization import weight_format
 from engine.simulation import KV_BYTES_PER_VALUE, is_simulated, parse
@@ -161,10 +161,12 @@ def _per_gpu_lines(engine: LLMEngine) -> list[MemoryLine]:
     if count == 1:
         return []
     bits, group_size = weight_format(config.quantization, config.group_size)
+    parallelism = Parallelism(config.tensor_parallel_size, config.pipeline_parallel_size)
+    memory_bytes = hardware_profile(single).memory_bytes
     lines, _ = per_gpu_lines(
         engine.model_config,
-        Parallelism(config.tensor_parallel_size, config.pipeline_parallel_size),
-        hardware_profile(single).memory_bytes,
+        parallelism,
+        memory_bytes,
         bits,
         KV_BYTES_PER_VALUE,
         engine.max_model_len,
@@ -172,4 +174,27 @@ def _per_gpu_lines(engine: LLMEngine) -> list[MemoryLine]:
         config.max_num_seqs,
         group_size,
     )
-    return lines
+    # `estimate`'s lines say what could fit beside a 5% allowance; the window shows what this
+    # engine holds: its KV cache as allocated, within gpu_memory_utilization (issue 58 #4: the
+    # tab said 40.06 GB a GPU where the engine held 36.06 GB).
+    per_token = parallelism.kv_bytes_per_token_per_gpu(engine.model_config, KV_BYTES_PER_VALUE)
+    held = engine.kv_capacity_tokens * per_token
+    reserve = int(memory_bytes * (1 - GPU_MEMORY_UTILIZATION))
+    kept = [line for line in lines if line.name not in ("runtime overhead", "KV cache")]
+    return [
+        *kept,
+        MemoryLine(
+            "reserve",
+            reserve,
+            f"{1 - GPU_MEMORY_UTILIZATION:.0%} of {memory_bytes / 1e9:.1f} GB left unused "
+            f"(gpu_memory_utilization {GPU_MEMORY_UTILIZATION:g}, as vLLM's default)",
+            measured=False,
+        ),
+        MemoryLine(
+            "KV cache",
+            held,
+            f"{engine.kv_capacity_tokens:,} tokens allocated x {per_token / 1024:,.0f} KiB a token on one GPU "
+            f"= {held / 1e9:.2f} GB",
+            measured=False,
+        ),
+    ]

@@ -740,6 +740,11 @@ def test_a_model_split_across_four_simulated_gpus_loads_and_shows_the_groups_mem
     assert "4xh100-80gb (simulated, 4 GPUs: TP 4 x PP 1)" in text and "of 298.0 GiB" in text
     # One GPU's lines, each in GB as its arithmetic: a quarter of Llama-3-70B's 141.11 GB.
     assert "<b>each GPU</b>" in text and "35.28 GB</td>" in text and "/ (4 x 1 GPUs) = 35.28 GB" in text
+    # Issue 58 #4: the KV line said 40.06 GB, what could fit beside a 5% allowance, where the engine
+    # holds its capacity in tokens x one GPU's 80 KiB a token, within 90% of the GPU's 80 GB.
+    held = window.info.summary["kv_capacity_tokens"] * 81_920 / 1e9
+    assert f"x 80 KiB a token on one GPU = {held:.2f} GB" in text and 35.5 < held < 37
+    assert "10% of 80.0 GB left unused" in text and "runtime overhead" not in text
     assert window.error_label.text() == ""
 
 
