@@ -78,8 +78,12 @@ def test_kv_heads_that_neither_divide_nor_are_divided_are_refused():
 def test_gpu_counts_are_read_from_the_hardware_name():
     assert parse_gpu_count("4xh100-80gb") == (4, "h100-80gb")
     assert parse_gpu_count("rtx-4090") == (1, "rtx-4090") and parse_gpu_count("h100-80gb") == (1, "h100-80gb")
-    with pytest.raises(ConfigError, match="expected at least one GPU"):
+    with pytest.raises(ConfigError, match="'0xh100-80gb': expected 1 to 256 GPUs, as in 4xh100-80gb, got 0"):
         parse_gpu_count("0xh100-80gb")
+    assert parse_gpu_count("256xh100-80gb") == (256, "h100-80gb")
+    # Issue 58 #10: a million instances grew past 4.5 GB in 46 s before anything said no.
+    with pytest.raises(ConfigError, match="expected 1 to 256 GPUs, as in 4xh100-80gb, got 1,000,000"):
+        parse_gpu_count("1000000xh100-80gb")
 
 
 def test_estimate_prints_one_gpus_memory_and_what_the_group_holds(capsys):
