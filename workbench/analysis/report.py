@@ -24,7 +24,7 @@ from pathlib import Path
 from engine.metrics import FINISHED_REASONS, UNFINISHED, RequestMetrics, StepStats, percentiles
 from workbench.analysis.explain import explain, explanation_record
 from workbench.analysis.intervals import PAIR_LEVEL, Interval, percentile_interval, rate_interval, share_interval
-from workbench.runs.run_log import RunLog, request_metrics
+from workbench.runs.run_log import RunLog, request_metrics, step_stats
 from workbench.traffic.scenario import SLO
 
 LATENCIES = {  # report name -> how to read it from RequestMetrics
@@ -151,7 +151,7 @@ def build_report(log: RunLog) -> dict:
     slo = SLO(**header["scenario"]["slo"])
     requests = [request_metrics(record) for record in log.requests]
     tags = [record["tag"] for record in log.requests]
-    steps = [StepStats(**record) for record in log.steps]
+    steps = [step_stats(record) for record in log.steps]
     last_time = steps[-1].time_s if steps else start
     duration = log.footer["duration_s"] if log.complete else last_time - start
 
@@ -365,7 +365,7 @@ def write_report_files(log: RunLog, out_dir: Path) -> dict:
             writer.writerow({column: row.get(column) for column in REQUEST_COLUMNS})
     step_columns = ["time_since_start_s"] + [field.name for field in dataclasses.fields(StepStats)]
     with (out_dir / "steps.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=step_columns)
+        writer = csv.DictWriter(handle, fieldnames=step_columns, extrasaction="ignore")  # a newer log's keys
         writer.writeheader()
         for record in log.steps:
             writer.writerow({"time_since_start_s": record["time_s"] - log.header["start_time"], **record})

@@ -15,7 +15,7 @@ import numpy as np
 
 from engine.metrics import FINISHED_REASONS, RequestMetrics, StepStats
 from workbench.live.step_overview import StepOverview
-from workbench.runs.run_log import RunLog, request_metrics
+from workbench.runs.run_log import RunLog, request_metrics, step_stats
 from workbench.traffic.scenario import SLO
 
 STEP_LINES = (  # per-step series drawn as lines
@@ -175,7 +175,7 @@ class MetricsStore:
             slo=SLO(**log.header["scenario"]["slo"]),
         )
         for record in log.steps:
-            store.add_step(StepStats(**record))
+            store.add_step(step_stats(record))
         for record in log.requests:
             store.add_request(request_metrics(record), record["tag"], record["request_id"])
         return store

@@ -134,5 +134,15 @@ def _parse(line: bytes) -> tuple[dict | None, str | None]:
 
 def request_metrics(record: dict) -> RequestMetrics:
     """A logged request back as `RequestMetrics` (for its derived latencies)."""
-    fields = {field.name for field in dataclasses.fields(RequestMetrics)}
-    return RequestMetrics(**{key: value for key, value in record.items() if key in fields})
+    return _known_fields(RequestMetrics, record)
+
+
+def step_stats(record: dict) -> StepStats:
+    """A logged step back as `StepStats`. Keys it does not know (a newer version's) are left out:
+    they once raised a TypeError in the report writer (issue 58 #10)."""
+    return _known_fields(StepStats, record)
+
+
+def _known_fields(dataclass, record: dict):
+    fields = {field.name for field in dataclasses.fields(dataclass)}
+    return dataclass(**{key: value for key, value in record.items() if key in fields})

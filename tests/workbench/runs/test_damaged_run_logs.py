@@ -111,3 +111,21 @@ def test_a_report_whose_metrics_are_not_metrics_is_one_message(whole_run, tmp_pa
     ):
         load_report(tmp_path)
     assert main(["compare", str(source), str(tmp_path)]) == 2
+
+
+def test_a_step_line_with_a_key_this_version_does_not_know_is_read_and_reported(whole_run, tmp_path):
+    """Issue 58 #10: a step line with an unknown key (a newer version's log) raised a TypeError in
+    the report writer. The key is left out; the report, the CSVs and the window's replay read it."""
+    from workbench.live.metrics_store import MetricsStore
+
+    def add_key(number, line):
+        record = json.loads(line)
+        return json.dumps({**record, "from_a_newer_version": 1}).encode() + b"\n" if record["type"] == "step" else line
+
+    folder, report, _ = damaged_copy(whole_run, tmp_path, add_key)
+    assert main(["report", str(folder)]) == 0
+    rebuilt = load_report(folder)
+    assert rebuilt["complete"] and rebuilt["metrics"]["ttft_p50_ms"] == report["metrics"]["ttft_p50_ms"]
+    assert "from_a_newer_version" not in (folder / "steps.csv").read_text().splitlines()[0]
+    log = read_run_log(folder / RUN_LOG_NAME)
+    assert not log.skipped_lines and MetricsStore.from_run_log(log).snapshot() is not None
