@@ -21,6 +21,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Annotated
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -34,28 +35,34 @@ from engine.loading.tokenizer import Tokenizer
 from engine.outputs import RequestOutput
 from workbench.machine.provenance import package_version
 from workbench.server import DEFAULT_MAX_REQUEST_BYTES
+from workbench.server.body_limit import BodyLimit
 from workbench.server.engine_client import EngineCoreClient, EngineFailure
+
+# An integer the engine core's messages can carry (msgpack: -2**63 to 2**64 - 1). A larger one (a seed of
+# 2**64, a token id of 10**20) failed to encode after the request was registered: a 500 with a
+# traceback, a reset connection and a request left behind (issue 58 #8). Now a 400 naming the field.
+MessageInt = Annotated[int, Field(ge=-(2**63), le=2**64 - 1)]
 
 
 class _Sampling(BaseModel):
     model_config = ConfigDict(extra="ignore")  # as vLLM: fields it does not know are ignored
 
     model: str | None = None
-    max_tokens: int | None = None
+    max_tokens: MessageInt | None = None
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = 0  # vLLM's -1 means off too
+    top_k: MessageInt = 0  # vLLM's -1 means off too
     min_p: float = 0.0
-    seed: int | None = None
+    seed: MessageInt | None = None
     stop: str | list[str] | None = None
     ignore_eos: bool = False
-    n: int = 1
+    n: MessageInt = 1
     stream: bool = False
     stream_options: dict | None = None
     return_token_ids: bool = False
     # Not served: refused when asked for, rather than silently ignored.
-    logprobs: bool | int | None = None
-    top_logprobs: int | None = None
+    logprobs: bool | MessageInt | None = None
+    top_logprobs: MessageInt | None = None
     echo: bool = False
 
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
@@ -97,7 +104,7 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = None
+    max_completion_tokens: MessageInt | None = None
 
 
 class BadRequest(Exception):
@@ -142,16 +149,7 @@ def create_app(core: EngineCoreClient, max_request_bytes: int = DEFAULT_MAX_REQU
     tokenizer = core.tokenizer
     created = int(time.time())
 
-    @app.middleware("http")
-    async def refuse_large_bodies(request: Request, call_next):
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > max_request_bytes:
-            return error_response(
-                f"request body of {int(declared):,} bytes is larger than this server's limit of "
-                f"{max_request_bytes:,} bytes (serve --max-request-bytes)",
-                413,
-            )
-        return await call_next(request)
+    app.add_middleware(BodyLimit, max_bytes=max_request_bytes, error_body=lambda message: error_body(message, 413))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -176,6 +174,8 @@ def create_app(core: EngineCoreClient, max_request_bytes: int = DEFAULT_MAX_REQU
     async def health() -> Response:
         if core.failure is not None:
             return error_response(f"the engine has stopped serving: {core.failure}", 503)
+        if core.shutting_down:
+            return error_response("the server is shutting down", 503)
         if (progress := core.warming_up()) is not None:
             return error_response(f"warming up: {progress}; requests wait until it ends", 503)
         return Response(status_code=200)
@@ -215,6 +215,9 @@ def create_app(core: EngineCoreClient, max_request_bytes: int = DEFAULT_MAX_REQU
             prompt_ids = await _encode(tokenizer, body.prompt)
         else:
             prompt_ids = list(body.prompt)
+            for index, token in enumerate(prompt_ids):
+                if not -(2**63) <= token <= 2**64 - 1:  # the engine's own check names the vocabulary
+                    raise BadRequest(f"prompt[{index}]: expected a token id of at most 64 bits, got {token}")
         return await _serve(core, request, body, prompt_ids, chat=False)
 
     @app.post("/v1/chat/completions")

@@ -66,6 +66,10 @@ def assert_openai_error(response: httpx.Response, status: int, message: str) -> 
         ("/v1/completions", {"prompt": "hi", "stop": ["x"] * 10_000}, 400, "stop: at most 64 stop strings, got 10000"),
         ("/v1/completions", {"prompt": "hi", "stop": ["x" * 257]}, 400, "stop: each stop string at most 256"),
         ("/v1/completions", {"prompt": [1, True]}, 400, "prompt.list[int].1: Input should be a valid integer"),
+        # Past 64 bits (issue 58 #8): a 500 with a traceback and a request left registered.
+        ("/v1/completions", {"prompt": "hi", "seed": 2**64}, 400, "seed: Input should be less than or equal to"),
+        ("/v1/completions", {"prompt": "hi", "top_k": 2**70}, 400, "top_k: Input should be less than or equal to"),
+        ("/v1/completions", {"prompt": [1, 10**20]}, 400, "prompt[1]: expected a token id of at most 64 bits"),
     ],
 )
 def test_out_of_range_values_are_refused_as_vllm_refuses_them(server, path, body, status, message):
@@ -96,6 +100,24 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(server):
         f"{server}/v1/completions", content=huge, headers={"content-type": "application/json"}, timeout=60
     )
     assert_openai_error(answer, 413, "larger than this server's limit of 8,388,608 bytes (serve --max-request-bytes)")
+
+
+def test_a_chunked_body_over_the_limit_is_refused_as_it_arrives(server):
+    """Issue 58 #7: without a Content-Length the limit was never checked (a 600 MiB chunked body
+    got 200). The body comes in 1 MiB chunks; the refusal comes once 8 MiB have arrived."""
+
+    def chunks():
+        yield b'{"prompt": "'
+        for _ in range(64):
+            yield b"a" * (1 << 20)
+        yield b'"}'
+
+    answer = httpx.post(
+        f"{server}/v1/completions", content=chunks(), headers={"content-type": "application/json"}, timeout=60
+    )
+    assert "content-length" not in answer.request.headers and answer.request.headers["transfer-encoding"] == "chunked"
+    assert_openai_error(answer, 413, "request body of more than 8,388,608 bytes is larger than this server's limit")
+    assert httpx.post(f"{server}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=60).status_code == 200
 
 
 def test_rejected_requests_are_not_counted_as_successes(server):
