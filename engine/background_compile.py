@@ -11,6 +11,12 @@ inductor waits for a C++ compiler it runs no Python (one g++ run of the C++ wrap
 on 2 cores), so the compilers this process started are killed too, which returns control at once.
 The thread is then joined: by `stop()` when an engine is closed or replaced, and at interpreter
 exit for every compile still running (`atexit` runs before daemon threads are killed).
+
+At exit the join has a deadline. Once the interpreter is shutting down no new thread can start,
+and a compile thread waiting in `Thread.start` (Inductor's code generation starts tqdm's monitor
+thread) waits in C, where CompileStopped never reaches it: a library script hung at exit for 14
+minutes at 0% CPU (issue 58 #11). tqdm's monitor is turned off while compiles run, and a thread
+that still has not ended by the deadline is left behind, blocked, for the process's exit.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +36,8 @@ from pathlib import Path
 _COMPILERS = {"g++", "gcc", "c++", "cc", "clang", "clang++"}
 # How long stop() waits for a stopped compile thread before raising CompileStopped in it again.
 _DELIVER_AGAIN_AFTER_S = 2.0
+# At interpreter exit, how long each compile still running gets to end once stopped.
+EXIT_DEADLINE_S = 20.0
 
 
 class CompileStopped(BaseException):
@@ -48,6 +57,7 @@ class BackgroundCompile:
 
     def start(self) -> None:
         _quiet_about_lost_stops()
+        _no_tqdm_monitor()
         _running.add(self)
         self._thread.start()
 
@@ -55,13 +65,17 @@ class BackgroundCompile:
     def running(self) -> bool:
         return self._thread.is_alive()
 
-    def stop(self) -> None:
-        """End the compile if it is still running and wait for its thread."""
+    def stop(self, deadline_s: float | None = None) -> bool:
+        """End the compile if it is still running and wait for its thread (at most `deadline_s`
+        seconds, if given); whether the thread has ended."""
         with self._lock:
             if not self._finished and self._thread.ident is not None:
                 self.stopped = True
                 self._interrupt()
+        give_up_at = None if deadline_s is None else time.monotonic() + deadline_s
         while self._thread.ident is not None and self._thread.is_alive():
+            if give_up_at is not None and time.monotonic() >= give_up_at:
+                return False
             self._thread.join(timeout=_DELIVER_AGAIN_AFTER_S)
             # Python ignores an exception raised inside a weakref callback or __del__ ("Exception
             # ignored in ..."): a CompileStopped delivered there is lost and the compile runs on
@@ -69,6 +83,7 @@ class BackgroundCompile:
             with self._lock:
                 if self._thread.is_alive() and not self._finished:
                     self._interrupt()
+        return True
 
     def _interrupt(self) -> None:
         """Raise CompileStopped in the compile thread and kill the compilers it waits on."""
@@ -105,6 +120,16 @@ def _quiet_about_lost_stops() -> None:
     sys.unraisablehook = hook
 
 
+def _no_tqdm_monitor() -> None:
+    """tqdm's monitor thread off: a compile thread that starts it during the interpreter's
+    shutdown waits for ever for a thread that cannot start (issue 58 #11)."""
+    try:
+        import tqdm
+    except ImportError:
+        return
+    tqdm.tqdm.monitor_interval = 0
+
+
 def kill_compiler_processes() -> list[int]:
     """Kill the C/C++ compilers this process started, directly or through inductor's compile
     workers (whose futures the compile thread may be waiting on, in C, where no exception reaches
@@ -138,4 +163,9 @@ _running: weakref.WeakSet[BackgroundCompile] = weakref.WeakSet()
 @atexit.register
 def _stop_running_compiles() -> None:
     for compile_ in list(_running):
-        compile_.stop()
+        if not compile_.stop(EXIT_DEADLINE_S):
+            print(
+                f"workbench: a background compile did not stop within {EXIT_DEADLINE_S:g} s of the exit; "
+                "leaving it behind",
+                file=sys.stderr,
+            )

@@ -175,3 +175,31 @@ def test_a_stop_lost_in_a_finalizer_is_not_reported_as_an_error_and_other_errors
     finished = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True)
     assert finished.returncode == 0 and finished.stdout == "went on\n", finished.stderr
     assert "CompileStopped" not in finished.stderr and "ValueError: a real problem" in finished.stderr
+
+
+def test_a_process_exits_with_its_own_status_while_a_compile_thread_is_stuck_in_c():
+    """Issue 58 #11: a library script hung at exit for 14 minutes: its compile thread waited in
+    C (Thread.start, for tqdm's monitor thread, which cannot start during shutdown), where the
+    CompileStopped sent to it never arrives, and the exit hook joined it for ever. A thread stuck
+    the same way (on a lock nobody releases) is left behind after the exit deadline, and the
+    process exits with the status it chose. tqdm's monitor is off while compiles run."""
+    script = textwrap.dedent(
+        """
+        import sys, threading, tqdm
+        import engine.background_compile as background_compile
+        background_compile.EXIT_DEADLINE_S = 1.0
+        never = threading.Lock()
+        never.acquire()
+        started = threading.Event()
+        def stuck_in_c():
+            started.set()
+            never.acquire()  # waits in C: an asynchronous exception is never delivered here
+        background_compile.BackgroundCompile(stuck_in_c, "stuck").start()
+        started.wait()
+        assert tqdm.tqdm.monitor_interval == 0
+        sys.exit(3)
+        """
+    )
+    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert finished.returncode == 3, finished.stderr[-2000:]
+    assert "did not stop within 1 s of the exit; leaving it behind" in finished.stderr
