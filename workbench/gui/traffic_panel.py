@@ -101,7 +101,7 @@ class TrafficPanel(QWidget):
     resume_requested = Signal()
     stop_requested = Signal()
     inject_requested = Signal(int, int, int, str)  # count, prompt tokens, output tokens, tag
-    preset_chosen = Signal(object)  # Scenario
+    preset_chosen = Signal(object, str)  # Scenario, and its entry in the list ("name / variant")
     invalid = Signal(str)  # a configuration error, for the status line (never an exception in a slot)
 
     def __init__(self):
@@ -190,8 +190,11 @@ class TrafficPanel(QWidget):
         for name in preset_names():
             variants = load_preset(name).variants
             self.presets.addItems([f"{name} / {variant}" for variant in variants] or [name])
-        self.presets.setToolTip("Double-click to load and run a preset: its engine settings, traffic, events and SLOs.")
-        self.presets.itemDoubleClicked.connect(lambda item: self._preset_double_clicked(item.text()))
+        self.presets.setToolTip(
+            "Double-click (or Enter) to load and run a preset: its engine settings, traffic, events and SLOs."
+        )
+        # Activated: a double-click, or Enter on the selected entry (issue 58 #5: Enter did nothing).
+        self.presets.itemActivated.connect(lambda item: self._preset_activated(item.text()))
 
         self.preset_label = QLabel("")
         self.preset_label.setWordWrap(True)
@@ -249,7 +252,7 @@ class TrafficPanel(QWidget):
 
         # The window puts the presets first in its controls column (a newcomer's first choice, and
         # under the 45 fields only 4 of 13 showed); every entry shows without scrolling.
-        self.presets_box = QGroupBox("Presets (double-click to run)")
+        self.presets_box = QGroupBox("Presets (double-click or Enter to run)")
         QVBoxLayout(self.presets_box).addWidget(self.presets)
         self.presets.setMinimumHeight(
             self.presets.sizeHintForRow(0) * self.presets.count() + 2 * self.presets.frameWidth()
@@ -268,14 +271,15 @@ class TrafficPanel(QWidget):
         self.preset_label.setVisible(False)
         self.events.setVisible(False)
 
-    def _preset_double_clicked(self, entry: str) -> None:
+    def _preset_activated(self, entry: str) -> None:
+        """Ask for the preset to run. The fields stay as they are until the window has said yes
+        (issue 58 #5: a "No" to the switch left the other preset's traffic in the fields)."""
         try:
             scenario = self.preset_scenario(entry)
         except ConfigError as error:  # a preset file edited since the list was filled
             self.invalid.emit(f"preset {entry}: {error}")
             return
-        self.show_scenario(scenario, entry)
-        self.preset_chosen.emit(scenario)
+        self.preset_chosen.emit(scenario, entry)
 
     def _arrival_parameters(self, arrival: str) -> dict:
         """The fields an arrival process reads, by TrafficProfile field."""

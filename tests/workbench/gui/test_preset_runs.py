@@ -110,3 +110,22 @@ def test_a_refused_deployment_runs_nothing(window, qtbot, tiny_config):
     qtbot.wait(500)  # the traffic it was sent with would have started by now
     assert window.worker.run_folder is None and window.worker.requests_sent() == 0
     assert window.info.config == tiny_config and window.traffic_label.text() != "traffic: running"
+
+
+def test_enter_runs_a_preset_and_no_to_the_switch_leaves_the_traffic_fields(window, qtbot, tiny_config):
+    """Issue 58 #5: Enter on a preset did nothing, and a "No" to a preset switch still wrote the
+    other preset's traffic into the fields (the next Start ran it)."""
+    from PySide6.QtCore import Qt
+
+    start_a_run_with_requests_in_flight(window, qtbot, tiny_config)
+    fields_before, label_before = window.traffic_panel.scenario().traffic, window.traffic_panel.preset_label.text()
+    asked = []
+    window.confirm_new_run = lambda in_flight, reload=False: asked.append(reload) or False
+    presets = window.traffic_panel.presets
+    entry = next(presets.item(row) for row in range(presets.count()) if presets.item(row).text() == "chat-burst")
+    presets.setCurrentItem(entry)
+    presets.setFocus()
+    qtbot.keyClick(presets, Qt.Key.Key_Return)
+    assert asked == [True]  # Enter asked to run it; the answer was No
+    assert window.traffic_panel.scenario().traffic == fields_before
+    assert window.traffic_panel.preset_label.text() == label_before and "'first'" in label_before
