@@ -53,14 +53,20 @@ def _wait_for(condition, timeout_s: float = 60.0) -> None:
         time.sleep(0.02)
 
 
+def _started_loop(runs_dir):
+    """A running loop writing runs under `runs_dir`; (loop, loaded event, failures, traffic states)."""
+    loaded, failed, states = threading.Event(), [], []
+    events = EngineEvents(lambda stage, fraction: None, lambda info: loaded.set(), failed.append, states.append)
+    loop = EngineLoop(events, runs_dir=runs_dir)
+    loop.start()
+    return loop, loaded, failed, states
+
+
 def test_a_new_run_a_reload_and_a_shutdown_each_keep_the_run_they_replace(tmp_path):
     """Issue 58 #1 and #2: each run had one log, rewritten by the next Start, Apply or close.
     Every run now keeps its own folder, closed with a footer that says it was stopped early, by
     what, and how many planned requests it never sent; report.json says incomplete."""
-    loaded, failed, states = threading.Event(), [], []
-    events = EngineEvents(lambda stage, fraction: None, lambda info: loaded.set(), failed.append, states.append)
-    loop = EngineLoop(events, runs_dir=tmp_path)
-    loop.start()
+    loop, loaded, failed, states = _started_loop(tmp_path)
     # In real time, so that each run has requests in flight and more to send when it is replaced.
     config = EngineConfig(model="simulated:llama-3-8b@a100-80gb", max_model_len=2048, simulation_speed=1.0)
     traffic = TrafficProfile(
@@ -107,10 +113,7 @@ def test_a_new_run_a_reload_and_a_shutdown_each_keep_the_run_they_replace(tmp_pa
 
 def test_stop_says_how_many_requests_were_never_sent_and_a_finished_run_is_complete(tmp_path):
     """Issue 58 #2: after Stop the window said "traffic: finished" and saved the run as complete."""
-    loaded, failed, states = threading.Event(), [], []
-    events = EngineEvents(lambda stage, fraction: None, lambda info: loaded.set(), failed.append, states.append)
-    loop = EngineLoop(events, runs_dir=tmp_path)
-    loop.start()
+    loop, loaded, failed, states = _started_loop(tmp_path)
     config = EngineConfig(model="simulated:llama-3-8b@a100-80gb", max_model_len=2048, simulation_speed=1.0)
     long_traffic = TrafficProfile(
         arrival="constant", rate=20.0, num_requests=200, output_len=LengthDistribution(mean=50)
