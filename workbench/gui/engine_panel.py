@@ -155,7 +155,7 @@ class EnginePanel(QGroupBox):
             "Reload the engine with these settings (requests in flight are dropped after confirmation)."
         )
         self.apply_button.clicked.connect(
-            lambda: emit_validated(self.config, self.apply_requested, self.invalid, "engine", self)
+            lambda: emit_validated(self.config, self.apply_requested, self.invalid, "engine", (self,))
         )
 
         model_row = QHBoxLayout()

@@ -123,13 +123,14 @@ def emit_validated(
     accepted: SignalInstance,
     invalid: SignalInstance,
     what: str,
-    panel: QWidget | None = None,
+    panels: tuple[QWidget, ...] = (),
 ) -> None:
     """Emit `accepted` with what `build` makes of the fields, or `invalid` with the ConfigError it
-    raised or the typing a field of `panel` refused: a slot must never raise, and a bad field is a
-    message in the window."""
+    raised or the typing a field of `panels` refused (only the fields this press reads: a refusal
+    elsewhere must not block it): a slot must never raise, and a bad field is a message in the
+    window."""
     try:
-        if panel is not None and (refused := refused_typing(panel)):
+        if refused := next(filter(None, map(refused_typing, panels)), ""):
             raise ConfigError(refused)
         value = build()
     except ConfigError as error:

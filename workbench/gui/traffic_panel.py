@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QPushButton,
+    QSpinBox,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -22,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.errors import ConfigError
-from workbench.gui.form_widgets import choice_box, emit_validated, float_box, int_box
+from workbench.gui.form_widgets import choice_box, emit_validated, float_box, int_box, refused_typing
 from workbench.traffic.arrivals import ARRIVALS
 from workbench.traffic.presets import load_preset, preset_names
 from workbench.traffic.profile import LENGTH_KINDS, LengthDistribution, TrafficProfile
@@ -166,7 +167,9 @@ class TrafficPanel(QWidget):
             QPushButton("Stop"),
         )
         self.start_button.clicked.connect(
-            lambda: emit_validated(self.scenario, self.start_requested, self.invalid, "traffic", self)
+            lambda: emit_validated(
+                self.scenario, self.start_requested, self.invalid, "traffic", (self.traffic_box, self.slo_box)
+            )
         )
         self.pause_button.setCheckable(True)
         self.pause_button.toggled.connect(
@@ -177,14 +180,12 @@ class TrafficPanel(QWidget):
         self.burst_count = int_box(1, 10_000, 20, "How many short chats to inject at once.")
         self.burst_prompt = int_box(1, 1 << 20, 64, "Prompt tokens of each injected chat.")
         burst = QPushButton("Inject burst of chats")
-        burst.clicked.connect(
-            lambda: self.inject_requested.emit(self.burst_count.value(), self.burst_prompt.value(), 32, "chat")
-        )
+        burst.clicked.connect(lambda: self._inject(self.burst_count, self.burst_prompt, 32, "chat"))
         self.long_tokens = int_box(
             1, 1 << 20, 6000, "Prompt tokens of the long request (clipped to the model's context)."
         )
         long_prompt = QPushButton("Inject one long prompt")
-        long_prompt.clicked.connect(lambda: self.inject_requested.emit(1, self.long_tokens.value(), 16, "long"))
+        long_prompt.clicked.connect(lambda: self._inject(1, self.long_tokens, 16, "long"))
 
         self.presets = QListWidget()
         for name in preset_names():
@@ -226,7 +227,7 @@ class TrafficPanel(QWidget):
         self.prompt_len.add_rows(shape)
         self.output_len.add_rows(shape)
         shape.addRow("seed", self.seed)
-        traffic_box = QGroupBox("Traffic")
+        self.traffic_box = traffic_box = QGroupBox("Traffic")
         traffic_layout = QVBoxLayout(traffic_box)
         traffic_layout.addWidget(self.preset_label)
         traffic_layout.addWidget(self.events)
@@ -236,7 +237,7 @@ class TrafficPanel(QWidget):
             buttons.addWidget(button)
         traffic_layout.addLayout(buttons)
 
-        inject_box = QGroupBox("Inject")
+        self.inject_box = inject_box = QGroupBox("Inject")
         inject = QFormLayout(inject_box)
         inject.addRow("chats", self.burst_count)
         inject.addRow("chat prompt tokens", self.burst_prompt)
@@ -244,7 +245,7 @@ class TrafficPanel(QWidget):
         inject.addRow("long prompt tokens", self.long_tokens)
         inject.addRow(long_prompt)
 
-        slo_box = QGroupBox("SLOs (set before the run)")
+        self.slo_box = slo_box = QGroupBox("SLOs (set before the run)")
         slo = QFormLayout(slo_box)
         slo.addRow("TTFT (ms)", self.ttft_slo)
         slo.addRow("TPOT (ms/token)", self.tpot_slo)
@@ -265,6 +266,15 @@ class TrafficPanel(QWidget):
         self.arrival.currentTextChanged.connect(self._show_fields)
         self.prompts.currentTextChanged.connect(self._show_fields)
         self._show_fields()
+
+    def _inject(self, count: QSpinBox | int, prompt_tokens: QSpinBox, output_tokens: int, tag: str) -> None:
+        """Inject, unless a field of the Inject box holds typing it refused (issue 58 #5: "0" chats
+        went back to 20 and 20 were injected, and the refusal then blocked the next Starts)."""
+        if refused := refused_typing(self.inject_box):
+            self.invalid.emit(f"inject: {refused}")
+            return
+        how_many = count if isinstance(count, int) else count.value()
+        self.inject_requested.emit(how_many, prompt_tokens.value(), output_tokens, tag)
 
     def hide_preset(self) -> None:
         """Once Start has begun a run of the fields: they, not the preset, are what runs."""

@@ -80,3 +80,28 @@ def test_typed_text_a_field_cannot_take_is_refused_by_name_and_the_next_start_go
     type_into(qtbot, panel.rate, "3.5", panel.start_button)  # what it can take, it takes
     panel.start_button.click()
     assert len(started) == 2 and started[1].traffic.rate == 3.5
+
+
+def test_inject_refuses_a_count_it_cannot_take_and_the_refusal_does_not_block_start(qtbot):
+    """Issue 58 #5: "0" chats went back to 20 and 20 chats were injected in silence; that refusal,
+    never read, then blocked the next Starts."""
+    from PySide6.QtWidgets import QPushButton
+
+    panel = TrafficPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    refused, injected, started = [], [], []
+    panel.invalid.connect(refused.append)
+    panel.inject_requested.connect(lambda *request: injected.append(request))
+    panel.start_requested.connect(started.append)
+    burst = next(button for button in panel.findChildren(QPushButton) if button.text() == "Inject burst of chats")
+    type_into(qtbot, panel.burst_count, "0", burst)
+    burst.click()
+    assert not injected and refused[-1].startswith("inject: chats: '0' is not a whole number from 1 to 10000")
+    type_into(qtbot, panel.burst_count, "0", panel.start_button)  # typed again, then Start instead
+    panel.start_button.click()
+    assert len(started) == 1  # a refusal in the Inject box is not the traffic's
+    burst.click()
+    assert injected == [] and refused[-1].startswith("inject: chats: '0'")
+    burst.click()  # the value shown, as the message says
+    assert injected == [(20, 64, 32, "chat")]
