@@ -126,6 +126,30 @@ def test_sigterm_ends_every_stream_at_once_and_kills_a_stopped_core(tmp_path):
         server.kill()
 
 
+def test_a_client_gone_before_its_first_output_is_aborted_while_it_waits():
+    """Issue 58: a planted bug (no abort for a client that leaves before its first output) was
+    caught only by a 12-minute test on the bundled model. Here, on a simulated GPU with one
+    sequence slot: a request queued behind a long one, whose client gives up, leaves the queue at
+    once instead of running when its turn comes."""
+    port = free_port()
+    server = start_workbench_server(port, *SIMULATED, "--set", "engine.max_num_seqs=1")
+    url = f"http://127.0.0.1:{port}"
+    long_body = {"prompt": list(range(1, 30)), "max_tokens": 4000, "ignore_eos": True}
+    try:
+        runner = threading.Thread(
+            target=lambda: httpx.post(f"{url}/v1/completions", json=long_body, timeout=120), daemon=True
+        )
+        runner.start()
+        wait_until(lambda: server_state(url).num_running == 1, "the long request to run")
+        with pytest.raises(httpx.ReadTimeout):  # the client gives up before any output
+            httpx.post(f"{url}/v1/completions", json={**long_body, "max_tokens": 4}, timeout=1.0)
+        wait_until(lambda: server_state(url).num_waiting == 0, "the abandoned request to leave the queue", 10)
+        assert server_state(url).num_running == 1  # the long one still runs: the queue emptied by the abort
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs at least two cores")
 def test_reserved_cpus_pin_the_core_and_the_http_process_apart():
     port = free_port()
