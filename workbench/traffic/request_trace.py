@@ -11,7 +11,8 @@ Vidur's, in which the Azure LLM inference trace is published (`arrived_at`, `num
 The rows a run replays, in this order:
   1. the window: rows arriving at or after `trace_start_s` (trace seconds), rebased to start at 0;
      a first row more than a day after it is refused (absolute timestamps: the message says
-     which `trace_start_s` replays from it);
+     which `trace_start_s` replays from it), and so is a later row more than a day (in run
+     seconds) after the one before it;
   2. time scaling: arrival times multiplied by `time_scale` (Vidur's time_scale_factor: 0.5
      replays the trace twice as fast, 10 ten times as slow);
   3. `duration_s`: rows arriving within that many run seconds (0 = all);
@@ -148,7 +149,8 @@ def read_trace_rows(path: Path) -> list[TraceRow]:
 
 # A run that would wait longer than this for its first request (a day) is refused: its arrival
 # times are absolute (a production log's epoch seconds), and it would sit at "requests: 0" for ever.
-MAX_QUIET_START_S = 86_400.0
+# So is a later request this far after the one before it (issue 58 #10: a row 1e300 s on).
+MAX_QUIET_S = 86_400.0
 
 
 def select_rows(rows: list[TraceRow], window: TraceWindow, where: str) -> list[TraceRow]:
@@ -160,11 +162,17 @@ def select_rows(rows: list[TraceRow], window: TraceWindow, where: str) -> list[T
         arrival = (row.arrival_s - window.start_s) * window.time_scale
         if window.duration_s and arrival > window.duration_s:
             break
-        if not chosen and (quiet := row.arrival_s - window.start_s) > MAX_QUIET_START_S:
+        if not chosen and (quiet := row.arrival_s - window.start_s) > MAX_QUIET_S:
             raise ConfigError(
                 f"{where}: the first request arrives {row.arrival_s:.17g} s into the trace, {quiet:,.0f} s "
                 f"after trace_start_s = {window.start_s:g}: arrival times look absolute (epoch seconds?); set "
                 f"traffic.trace_start_s = {row.arrival_s:.17g} to replay from that request"
+            )
+        if chosen and (gap := arrival - chosen[-1].arrival_s) > MAX_QUIET_S:
+            raise ConfigError(
+                f"{where}: line {row.line} arrives {gap:,.6g} run seconds after line {chosen[-1].line}, more than "
+                f"a day of quiet that a run would wait through (a simulated run then reads 0 tok/s, a server "
+                f"waits for ever); set traffic.duration_s = {chosen[-1].arrival_s:.17g} to end the replay before it"
             )
         chosen.append(dataclasses.replace(row, arrival_s=arrival))
         if window.num_requests and len(chosen) == window.num_requests:

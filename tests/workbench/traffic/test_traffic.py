@@ -298,6 +298,22 @@ def test_a_trace_of_absolute_timestamps_is_refused_naming_where_to_start(tmp_pat
     assert planned == [(86400.0, 5, 2)]
 
 
+def test_a_later_row_more_than_a_day_after_the_one_before_is_refused(tmp_path):
+    """Issue 58 #10: a row 1e300 s after the others ran "complete" at 0 tok/s on a simulated
+    engine and waited for ever on a server. The refusal names the lines and the duration_s that
+    ends the replay before the gap; a day of quiet is kept, and a faster time_scale keeps more."""
+    rows = "arrival_s,prompt_tokens,output_tokens\n0,5,2\n1,6,2\n1e300,7,2\n"
+    with pytest.raises(ConfigError, match=r"line 4 arrives 1e\+300 run seconds after line 3.*duration_s = 1 to end"):
+        trace_plan(tmp_path, rows)
+    planned, _ = trace_plan(tmp_path, rows, duration_s=1)
+    assert planned == [(0.0, 5, 2), (1.0, 6, 2)]
+    day_apart = "arrival_s,prompt_tokens,output_tokens\n0,5,2\n86401,6,2\n"
+    with pytest.raises(ConfigError, match="line 3 arrives 86,401 run seconds after line 2"):
+        trace_plan(tmp_path, day_apart)
+    planned, _ = trace_plan(tmp_path, day_apart, time_scale=0.5)
+    assert planned == [(0.0, 5, 2), (43200.5, 6, 2)]
+
+
 def test_an_empty_window_says_where_the_trace_runs(tmp_path):
     with pytest.raises(ConfigError, match=r"no request in the window \(trace_start_s = 20.*run from 0 to 9 s"):
         trace_plan(tmp_path, VIDUR_ROWS, trace_start_s=20)
