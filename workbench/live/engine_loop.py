@@ -205,9 +205,8 @@ class EngineLoop:
             busy = self._runner is not None and (self._backend.has_unfinished() or self._runner.traffic_pending)
             if was_busy and not busy and self._runner is not None:
                 self._requests.refresh()  # the last states and block map: the idle loop refreshes nothing
-                self.events.traffic_state(
-                    self._at_rest_state()
-                )  # every request sent has ended, nothing is left to send
+                # Every request sent has ended, nothing is left to send.
+                self.events.traffic_state(self._at_rest_state())
             was_busy = busy
             try:
                 command, argument = self._commands.get(block=not busy, timeout=None if busy else 0.05)

@@ -214,10 +214,7 @@ class EngineCoreClient:
         submitted after this is refused with the same words."""
         self.shutting_down = True
         self._end_streams(list(self._streams), EngineFailure(SHUTTING_DOWN, 503))
-        for request_id in list(self._added):
-            future = self._added.pop(request_id, None)
-            if future is not None and not future.done():
-                future.set_exception(EngineFailure(SHUTTING_DOWN, 503))
+        self._refuse_pending(SHUTTING_DOWN, 503)
         self._send(protocol.EndAllRequests())
 
     def _send(self, command) -> None:
@@ -306,10 +303,14 @@ class EngineCoreClient:
             self.failure = failure
         print(f"workbench serve: {failure}", file=sys.stderr)
         self._end_streams(list(self._streams), EngineFailure(self.failure, 500))
+        self._refuse_pending(self.failure, 503)
+
+    def _refuse_pending(self, message: str, status: int) -> None:
+        """Answer every submission still waiting for the core's word with an EngineFailure."""
         for request_id in list(self._added):
-            future = self._added.pop(request_id)
-            if not future.done():
-                future.set_exception(EngineFailure(self.failure, 503))
+            future = self._added.pop(request_id, None)
+            if future is not None and not future.done():
+                future.set_exception(EngineFailure(message, status))
 
     def _watch_process(self) -> None:
         status = self._process.wait()
