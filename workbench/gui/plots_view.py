@@ -84,8 +84,8 @@ BESIDE_COMPILE_MEANING = (
 
 
 def header_label(text: str) -> ElidedLabel:
-    """A label of the plots' header row: its whole text where there is room, "…" where not (the
-    goodput line made the window 915 pixels wide at least under Xvfb's fonts)."""
+    """A label of the plots' header row: its whole text where there is room, "…" where not (an
+    opened run's long name would widen the window past an 800-pixel screen)."""
     label = ElidedLabel(text)
     label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
     return label
@@ -164,9 +164,9 @@ class PlotsView(QWidget):
         self.baseline_name = ""
         self._ghosts: list = []
         self.not_exposed: set[str] = set()  # plots the backend has no data for
-        # One line, whole where there is room and elided where not (an 800-pixel screen), the whole
-        # text and what it counts in its tooltip.
-        self.goodput = header_label("goodput: -")
+        # Never elided (it was cut before its n, "38 of n=4…"): the short line keeps its width and
+        # the other header labels give way; what it counts is in its tooltip.
+        self.goodput = QLabel("goodput: -")
         self.goodput.setToolTip(GOODPUT_MEANING)
         header = QHBoxLayout()
         header.addWidget(self.latency_mode)
