@@ -305,7 +305,10 @@ class EngineLoop:
         except EngineError:
             self._runner.load_traffic(None)  # a run that cannot be recorded does not run
             raise
-        self.events.traffic_state("running")
+        warm = (self._recorder.header["prefix_cache_at_start"] or {}).get("cached_blocks")
+        self.events.traffic_state(
+            f"running (prefix cache warm: {warm} blocks from earlier runs)" if warm else "running"
+        )
 
     def _load(self, config: EngineConfig, number: int) -> None:
         """Build the new backend, then replace the old one. The old one keeps serving until the

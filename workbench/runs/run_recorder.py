@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.backends.protocol import Backend, BackendUpdate
+from workbench.backends.protocol import BLOCK_CACHED, Backend, BackendUpdate
 from workbench.runs.run_log import RunLogWriter
 from workbench.runs.runner import EndedRequest, RunResult, ScenarioRunner
 from workbench.step_traces.log import FULL_TRACE_STEPS, TRACE_COLUMNS, check_trace_level, trace_record
@@ -40,7 +40,16 @@ def _run_header(
         "trace_columns": TRACE_COLUMNS,
         "machine_probe": machine_probe,  # workbench/machine/probe.py, before the first request (headless runs)
         "trace_replay": trace_replay,  # a replayed trace: its file, rows read, requests, how many were cut to fit
+        "prefix_cache_at_start": prefix_cache_at_start(backend),
     }
+
+
+def prefix_cache_at_start(backend: Backend) -> dict | None:
+    """The KV blocks that already hold reusable prefixes as the run starts, left by earlier runs on
+    the same engine: a rerun's prompts hit them, and start faster than the first run's did. None
+    where the backend shows no block map (a server, a simulated deployment)."""
+    owners = backend.block_owners({}) if backend.capabilities.block_map else None
+    return None if owners is None else {"cached_blocks": int((owners == BLOCK_CACHED).sum())}
 
 
 class RunRecorder:
@@ -52,7 +61,8 @@ class RunRecorder:
         self._trace = check_trace_level(trace)
         self._traces_written = self._full_traces = 0
         self._writer: RunLogWriter | None = RunLogWriter(path)
-        self._writer.write("header", {**header, "trace": trace})
+        self.header = {**header, "trace": trace}
+        self._writer.write("header", self.header)
 
     @classmethod
     def for_run(

@@ -147,3 +147,29 @@ def test_stop_says_how_many_requests_were_never_sent_and_a_finished_run_is_compl
     assert "stopped before its traffic ended (Stop)" in report["incomplete_because"]
     whole_report = json.loads((whole / "report.json").read_text())
     assert whole_report["complete"] and not whole_report["stopped_early"]
+
+
+def test_a_rerun_on_the_same_engine_says_its_prefix_cache_starts_warm(tmp_path):
+    """Issue 58 #5: a rerun started with the last run's prompts in the prefix cache (TTFT p50 31 →
+    13 ms) and nothing said so. The run's header counts the blocks found cached at its start, and
+    the traffic state says the run starts warm."""
+    loop, loaded, failed, states = _started_loop(tmp_path)
+    config = EngineConfig(model="simulated:llama-3-8b@a100-80gb", max_model_len=2048)
+    traffic = TrafficProfile(arrival="constant", rate=50.0, num_requests=6, prompt_len=LengthDistribution(mean=256))
+    folders = []
+    try:
+        loop.load(config)
+        assert loaded.wait(60)
+        for name in ("cold", "rerun"):
+            loop.start_traffic(Scenario(name=name, engine=config, traffic=traffic))
+            _wait_for(lambda: states[-1] == "finished" and loop.run_folder not in folders)
+            folders.append(loop.run_folder)
+    finally:
+        assert loop.shutdown(60)
+    assert not failed
+    cold, rerun = (read_run_log(folder / "run.jsonl").header["prefix_cache_at_start"] for folder in folders)
+    assert cold == {"cached_blocks": 0}
+    assert rerun["cached_blocks"] >= 6 * 256 // 16  # every prompt's full blocks
+    warm_states = [state for state in states if state.startswith("running")]
+    assert warm_states[0] == "running"
+    assert warm_states[1] == f"running (prefix cache warm: {rerun['cached_blocks']} blocks from earlier runs)"
