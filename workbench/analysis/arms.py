@@ -73,9 +73,7 @@ def read_arms(folder: Path) -> Arms:
             f"found {len(_variant_reports(folder))}"
         )
     decision = next(iter(runs[0].values()))["scenario"].get("decision") or {}
-    names = [decision.get("baseline"), decision.get("candidate")]
-    if not all(name in runs[0] for name in names):
-        names = list(runs[0])[:2]
+    names = the_two_arms(list(runs[0]), decision)
     pairs = [(reports[names[0]], reports[names[1]]) for reports in runs if all(name in reports for name in names)]
     intended, tolerated = decision.get("intended", []), decision.get("tolerated", [])
     if len(pairs) == 1:
@@ -103,6 +101,13 @@ def read_arms(folder: Path) -> Arms:
         len(pairs),
         base["scenario"].get("name", ""),
     )
+
+
+def the_two_arms(variants: list[str], decision: dict) -> list[str]:
+    """Which two variants are the arms: the decision's baseline and candidate, otherwise the first
+    two by name. The Arms view runs these two alone and shows them."""
+    named = [decision.get("baseline"), decision.get("candidate")]
+    return named if all(name in variants for name in named) else sorted(variants)[:2]
 
 
 def _variant_reports(folder: Path) -> dict[str, dict]:

@@ -12,7 +12,11 @@ from workbench.cli.arguments import add_server_model_options, add_set_option, at
 def add_to(commands) -> None:
     bench = commands.add_parser("bench", help="run a preset headless and write its report")
     bench.add_argument("--preset", required=True, help="a preset name (see `workbench presets`) or a .toml file")
-    bench.add_argument("--variant", help="run only this variant (default: every variant, then compare)")
+    bench.add_argument(
+        "--variant",
+        action="append",
+        help="run only this variant; give it twice for two (default: every variant, then compare)",
+    )
     add_set_option(
         bench, "override a preset setting, e.g. engine.max_num_seqs=16 or traffic.rate=4 (engine keys: docs/knobs.md)"
     )
@@ -58,7 +62,7 @@ def run(args) -> int:
     # otherwise: every step of it, and of each variant, then runs the same way.
     defaults = {"compile_decode": default_compile_decode(otherwise="blocking")}
     base = load_preset(args.preset, overrides, engine_defaults=defaults)
-    variants = [args.variant] if args.variant else list(base.variants) or [None]
+    variants = list(dict.fromkeys(args.variant or base.variants)) or [None]
     schedule = repeat_schedule(variants, args.repeat, base.seed, same_traffic=args.same_traffic, shuffle=args.shuffle)
     scenarios = {
         (variant, seed): load_preset(args.preset, [*overrides, f"seed={seed}"], variant, engine_defaults=defaults)

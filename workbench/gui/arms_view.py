@@ -2,17 +2,17 @@
 choice) in one view: TPOT and TTFT with n, memory by part, KV capacity and why it changed, the
 quality each arm costs, and the decision's verdict.
 
-"Run both arms" runs `workbench bench --preset P` in a process of its own (the arms one after the
-other, each on a fresh engine, exactly as the command line does, while the window's engine stays
-as it is), N times interleaved with "repeats: N" (`--repeat N`: the verdict on the paired
-repeats); "Open arms…" shows a folder that command wrote before.
+"Run both arms" runs `workbench bench --preset P --variant A --variant B` in a process of its own
+(the two arms shown, not the preset's other variants; one after the other, each on a fresh engine,
+exactly as the command line does, while the window's engine stays as it is), N times interleaved
+with "repeats: N" (`--repeat N`: the verdict on the paired repeats), into a run folder of its own
+beside the window's runs; "Open arms…" shows a folder that command wrote before.
 """
 
 from __future__ import annotations
 
-import shutil
+import dataclasses
 import sys
-import tempfile
 from pathlib import Path
 
 from PySide6.QtCore import QProcess, Signal
@@ -31,8 +31,9 @@ from PySide6.QtWidgets import (
 )
 
 from engine.errors import EngineError
-from workbench.analysis.arms import Arms, read_arms
+from workbench.analysis.arms import Arms, read_arms, the_two_arms
 from workbench.gui.form_widgets import choice_box
+from workbench.runs.run_folder import new_run_folder, runs_home
 from workbench.traffic.presets import load_preset, preset_names
 
 # Anything else (no verdict, no decision): the default colour.
@@ -109,19 +110,25 @@ class ArmsView(QWidget):
         layout.addStretch(1)
         self.process: QProcess | None = None
         self._out: Path | None = None  # where the arms being run are written
-        self._own_out = False  # that folder is a temporary one of ours: removed if the run is stopped
         self._output = ""  # what that bench process has said so far
 
     def run_arms(self, preset: str, out: Path | None = None) -> None:
-        """Run the preset's arms in a `workbench bench` process writing into `out` (default: a new
-        temporary folder, named in the status line), then show them."""
+        """Run the preset's two arms in a `workbench bench` process writing into `out` (default: a
+        new run folder beside the window's, named in the status line, kept as any run is), then
+        show them."""
         if self.process is not None:
             self.status.setText("the arms of the last run are still running")
             return
-        self._own_out = out is None
-        self._out = out or Path(tempfile.mkdtemp(prefix="workbench-arms-"))
+        try:
+            scenario = load_preset(preset)
+            decision = dataclasses.asdict(scenario.decision) if scenario.decision else {}
+            arms = the_two_arms(list(scenario.variants), decision)
+        except EngineError:
+            arms = []  # bench says what is wrong with the preset, in the status line
+        self._out = out or new_run_folder(runs_home(), f"arms-{Path(preset).stem}")
         repeats = self.repeats.value()
         arguments = ["-m", "workbench", "bench", "--preset", preset, "--out", str(self._out), "--no-plots"]
+        arguments += [argument for arm in arms for argument in ("--variant", arm)]
         arguments += ["--repeat", str(repeats)] if repeats > 1 else []
         self.process = process = QProcess(self)
         process.setProcessChannelMode(QProcess.ProcessChannelMode.MergedChannels)
@@ -192,6 +199,4 @@ class ArmsView(QWidget):
             self.process.finished.disconnect(self._finished)
             self.process.kill()
             self.process.waitForFinished(5000)
-            self.process = None
-            if self._own_out:  # a half-written temporary folder nobody will open
-                shutil.rmtree(self._out, ignore_errors=True)
+            self.process = None  # its folder stays: each arm's run log says how far it got

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.workbench.tiny_runs import arms_preset
 from workbench.gui.arms_view import VERDICT_COLOURS
+from workbench.runs.run_folder import runs_home
 
 
 def test_run_both_arms_shows_them_side_by_side_with_the_verdict(window, qtbot, tmp_path, tiny_llama):
@@ -54,14 +57,25 @@ def test_repeated_arms_show_means_over_the_repeats_and_a_verdict_on_them(window,
     assert word in ("accept", "reject", "inconclusive") and VERDICT_COLOURS[word] in arms.verdict.styleSheet()
 
 
-def test_closing_during_a_run_leaves_no_temporary_folder(window, tmp_path, tiny_llama):
+def test_the_arms_run_alone_into_a_run_folder_that_closing_keeps(window, qtbot, tmp_path, tiny_llama):
+    """Issue 58 #5: Arms on azure-conv ran its four variants (about 40 minutes) and showed two, in a
+    temporary folder that each run left behind (145 MB). It runs the two arms it shows, into a run
+    folder beside the window's runs, which closing mid-run keeps."""
     directory, _ = tiny_llama
+    preset = Path(arms_preset(tmp_path, directory))
+    preset.write_text(preset.read_text() + '\n[variants.unshown]\nengine = { quantization = "int4" }\n')
     arms = window.arms
-    arms.run_arms(arms_preset(tmp_path, directory))  # into a temporary folder of its own
+    with qtbot.waitSignal(arms.finished, timeout=240_000) as ended:
+        arms.run_arms(str(preset))
+    assert ended.args == [True]
     out = arms._out
-    assert out.is_dir()
+    assert out.parent == runs_home() and out.name.endswith("-arms-arms")
+    assert sorted(path.name for path in out.iterdir() if path.is_dir()) == ["int8", "plain"]
+    arms.run_arms(str(preset))
+    second = arms._out
+    qtbot.waitUntil(lambda: any(second.iterdir()), timeout=60_000)
     arms.stop()  # what closing the window does
-    assert not out.exists()
+    assert second != out and second.is_dir() and out.is_dir()
 
 
 def test_a_failed_bench_says_what_it_said_last(window, qtbot, tmp_path):
