@@ -13,6 +13,10 @@ from engine.errors import EngineError
 from workbench.analysis.sweep import Sweep, describe_settings, read_sweep
 from workbench.gui.charts.sweep_chart import sweep_plots
 
+# The narrowest a chart reads at (its axes, its title's longest line); narrower than two of these,
+# the charts stack instead of the second being drawn off screen (issue 58 #5: at 800x600).
+MIN_CHART_WIDTH = 340
+
 
 class SweepView(QWidget):
     run_chosen = Signal(str, str)  # a point's run folder, and its settings in words
@@ -20,6 +24,8 @@ class SweepView(QWidget):
     def __init__(self):
         super().__init__()
         self.sweep: Sweep | None = None
+        self.plots: dict[str, pg.PlotItem] = {}
+        self._columns = 0  # how the charts are arranged now: side by side (2) or stacked (1)
         self.open_button = QPushButton("Open sweep…")
         self.open_button.setToolTip("A folder written by workbench sweep (it holds sweep.csv).")
         self.open_button.clicked.connect(lambda: self.open())
@@ -49,8 +55,9 @@ class SweepView(QWidget):
         self.sweep = sweep
         self.charts.clear()
         self.plots = sweep_plots(sweep)
-        for column, plot in enumerate(self.plots.values()):
-            self.charts.addItem(plot, row=0, col=column)
+        self._columns = 0
+        self._arrange()
+        for plot in self.plots.values():
             for curve in plot.listDataItems():
                 if hasattr(curve, "sweep_rows"):
                     curve.sigPointsClicked.connect(self._point_clicked)
@@ -58,6 +65,22 @@ class SweepView(QWidget):
         self.caption.setText(
             f"{sweep.folder}: {len(sweep.rows)} points, varying {varied}. Click a point to open its run."
         )
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._arrange()
+
+    def _arrange(self) -> None:
+        """The charts side by side where two fit the view's width, else one above the other."""
+        columns = 2 if self.charts.width() >= 2 * MIN_CHART_WIDTH else 1
+        if columns == self._columns or not self.plots:
+            return
+        self._columns = columns
+        for plot in self.plots.values():
+            if plot.scene() is not None:
+                self.charts.removeItem(plot)
+        for index, plot in enumerate(self.plots.values()):
+            self.charts.addItem(plot, row=index // columns, col=index % columns)
 
     def _point_clicked(self, curve, points, event=None) -> None:
         if points is None or not len(points):

@@ -102,3 +102,23 @@ def test_a_rate_searchs_target_and_each_goodputs_n_are_in_the_window(window, tmp
     assert [line.value() for line in targets] == [80.0] and targets[0].label.format == "target 80%"
     labels = [item.textItem.toPlainText() for item in chart.items if isinstance(item, pg.TextItem)]
     assert labels and all(label == "n=20" for label in labels)
+
+
+def test_both_sweep_charts_and_their_titles_are_on_screen_at_800_by_600(window, qtbot, tmp_path):
+    """Issue 58 #5: the second chart sat off screen, and the first one's one-line title was cut."""
+    code = main(
+        ["sweep", "--preset", "chat-steady", "--set", f"engine.model={SIMULATED}", "--set", "traffic.num_requests=20"]
+        + ["--find-max-rate", "--goodput-target", "80", "--tolerance", "0.5", "--no-plots", "--out", str(tmp_path)]
+    )
+    assert code == 0 and window.sweep_view.open(str(tmp_path))
+    window.views.setCurrentWidget(window.sweep_view)
+    for width, height in ((800, 600), (1280, 800)):
+        window.resize(width, height)
+        qtbot.waitUntil(lambda: window.width() == width, timeout=5_000)  # noqa: B023
+        qtbot.wait(50)
+        charts = window.sweep_view.charts
+        assert len(window.sweep_view.plots) == 2
+        for plot in window.sweep_view.plots.values():
+            box = plot.sceneBoundingRect()
+            assert box.left() >= 0 and box.right() <= charts.width() and box.bottom() <= charts.height()
+            assert plot.titleLabel.item.boundingRect().width() <= box.width()

@@ -72,7 +72,9 @@ def _apart(first: tuple[float, float], second: tuple[float, float]) -> bool:
     return first[1] < second[0] or second[1] < first[0]
 
 
-OVERLAP_NOTE = "; dashed: neighbours' 95% intervals overlap"
+# Titles in short lines: one long line made a chart wider than the window's Sweep view, which
+# pushed the second chart off screen (issue 58 #5).
+OVERLAP_NOTE = "<br>dashed: neighbours' 95% intervals overlap"
 
 
 def _series(
@@ -121,7 +123,7 @@ def throughput_latency_plot(sweep: Sweep, latency: str = "tpot_p99_ms") -> pg.Pl
     plot = pg.PlotItem()
     along = sweep.keys[0] if sweep.keys else ""
     labelled_by = f", points labelled by {along.rsplit('.', 1)[-1]}" if along else ""
-    title = f"throughput vs {LATENCIES[latency]} ({len(sweep.rows)} points{labelled_by})"
+    title = f"throughput vs {LATENCIES[latency]}<br>{len(sweep.rows)} points{labelled_by}"
     plot.setLabel("bottom", "output tokens/s")
     plot.setLabel("left", LATENCIES[latency], units="ms")
     for axis in ("left", "bottom"):
