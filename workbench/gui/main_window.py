@@ -543,8 +543,8 @@ class MainWindow(QMainWindow):
         progress = self._compile_progress()
         waiting = ""
         if progress is not None:
-            held = "the run starts when it is warm, " if self.worker.run_held() else ""
-            waiting = f"warming up, {held}{progress.time_so_far()}"
+            held = "<br>the run starts when it is warm" if self.worker.run_held() else ""
+            waiting = f"warming up, {progress.time_so_far()}{held}"
         whole = self.worker.at_rest() and not waiting
         if self._live.refresh() or new_store or waiting != self._waiting_shown or whole != self.plots.whole:
             self._waiting_shown = waiting

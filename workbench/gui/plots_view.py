@@ -258,7 +258,8 @@ class PlotsView(QWidget):
             if name not in self.not_exposed:
                 plot.update(snapshot, x_range)
                 if waiting and name in PER_STEP_PLOTS and not snapshot.steps["time_s"].size:
-                    set_title(plot.plot, f"{PER_STEP_PLOTS[name]}: no step yet, {waiting}")
+                    # Two lines: in one, the note widened a column past a 1280-pixel window's.
+                    set_title(plot.plot, f"{PER_STEP_PLOTS[name]}: no step yet<br>{waiting}")
         for region in self.beside_compile.values():
             region.setVisible(snapshot.beside_compile is not None)
             if snapshot.beside_compile is not None:

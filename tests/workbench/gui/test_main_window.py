@@ -91,8 +91,8 @@ def test_the_status_line_follows_a_background_compile_to_the_compiled_path(windo
     assert stage.endswith("; until then steps run eagerly and slowly")
     window.refresh_plots()  # no step yet: the per-step plots say why instead of looking frozen
     titles = {name: plot.plot.title_text for name, plot in window.plots.plots.items()}
-    assert titles["kv_occupancy"].startswith("KV-cache occupancy: no step yet, warming up, ")
-    assert all(", warming up, " in titles[name] for name in ("queue_depth", "throughput", "batch_composition"))
+    assert titles["kv_occupancy"].startswith("KV-cache occupancy: no step yet<br>warming up, ")
+    assert all("<br>warming up, " in titles[name] for name in ("queue_depth", "throughput", "batch_composition"))
     window.traffic_panel.inject_requested.emit(4, 20, 8, "chat")  # it serves meanwhile, eagerly
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=60_000)
     # Those steps are marked as the warm-up's, in the plots, the run log and the report.
@@ -137,7 +137,8 @@ def test_a_run_started_while_the_graph_compiles_waits_for_it_and_says_so(window,
     )
     window.refresh_plots()
     title = window.plots.plots["kv_occupancy"].plot.title_text
-    assert title.startswith("KV-cache occupancy: no step yet, warming up, the run starts when it is warm, ")
+    assert title.startswith("KV-cache occupancy: no step yet<br>warming up, ")
+    assert title.endswith("<br>the run starts when it is warm")
     assert window.worker.requests_sent() == 0 and not window.worker.at_rest()
     held_compile.set()
     qtbot.waitUntil(lambda: "decode compiled)" in window.stage.text(), timeout=600_000)
@@ -1210,3 +1211,18 @@ def test_gui_names_a_variant_either_way_and_refuses_an_unknown_one(capsys):
         "--server with int4-vs-none, a preset of variants: choose one with --variant (none, int4)"
         in capsys.readouterr().err
     )
+
+
+def test_warm_up_titles_leave_both_columns_of_plots_in_view_at_1280_and_1480(window, qtbot):
+    """Issue 58 #5: "no step yet, warming up, ..." in one line pushed two plots behind a sideways
+    scrollbar at 1280 and 1480 px."""
+    from tests.workbench.gui.window_helpers import filled_store
+
+    waiting = "warming up, 12 min 34 s so far<br>the run starts when it is warm"  # as refresh_plots says it
+    for width in (1280, 1480):
+        window.resize(width, 800)
+        qtbot.waitUntil(lambda: window.width() == width, timeout=5_000)  # noqa: B023
+        window.plots.update_from(filled_store(steps=0, requests=0).snapshot(), waiting=waiting)
+        qtbot.wait(50)
+        assert "no step yet" in window.plots.plots["kv_occupancy"].plot.title_text
+        assert window.plots.scroll.horizontalScrollBar().maximum() == 0, width
