@@ -4,7 +4,9 @@ A QLabel in the status bar asks for its whole text's width; a long status ("read
 up, compiling the decode and prefill graphs: 12 s of about 31 s; until then …") pushed past the edge of a
 1,280-px window, and the end, the part that mattered, was cut off unseen. This one takes the room
 it is given, ends with "…" where the text does not fit, and shows the whole text in its tooltip,
-above any tooltip of its own."""
+above any tooltip of its own. A label given a short form as well (`setText(text, short=...)`)
+shows that where the whole text does not fit, and never less: its minimum is the short form's
+width (the goodput line: "92.7%, n=41" rather than "goodput 92.7% (38 of n=4…")."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ class ElidedLabel(QWidget):
     def __init__(self, text: str = "", parent: QWidget | None = None, hide_when_empty: bool = False):
         super().__init__(parent)
         self._text = text
+        self._short = ""  # what it says where the whole text does not fit; "" elides the text
         self._note = ""  # a tooltip of its own, shown below the whole text
         self._hide_when_empty = hide_when_empty
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -30,8 +33,8 @@ class ElidedLabel(QWidget):
     def text(self) -> str:
         return self._text
 
-    def setText(self, text: str) -> None:
-        self._text = text
+    def setText(self, text: str, short: str = "") -> None:
+        self._text, self._short = text, short
         self._update_tooltip()
         if self._hide_when_empty:
             self.setVisible(bool(text))
@@ -43,8 +46,12 @@ class ElidedLabel(QWidget):
         self._update_tooltip()
 
     def shown_text(self) -> str:
-        """What fits in the label's width now: the text, or its start and "…"."""
-        return self.fontMetrics().elidedText(self._text, Qt.TextElideMode.ElideRight, self.width())
+        """What fits in the label's width now: the text, else its short form, else the start of
+        the text and "…"."""
+        metrics = self.fontMetrics()
+        if self._short and metrics.horizontalAdvance(self._text) > self.width():
+            return self._short
+        return metrics.elidedText(self._text, Qt.TextElideMode.ElideRight, self.width())
 
     def is_elided(self) -> bool:
         return self.shown_text() != self._text
@@ -54,9 +61,11 @@ class ElidedLabel(QWidget):
         return QSize(metrics.horizontalAdvance(self._text), metrics.height())
 
     def minimumSizeHint(self) -> QSize:
-        """Room for a few letters and "…"; none while it says nothing (it sits in rows that must
-        fit an 800-pixel screen)."""
+        """Room for its short form, or for a few letters and "…"; none while it says nothing (it
+        sits in rows that must fit an 800-pixel screen)."""
         metrics = self.fontMetrics()
+        if self._short:
+            return QSize(metrics.horizontalAdvance(self._short), metrics.height())
         return QSize(min(metrics.horizontalAdvance("…") * 4, self.sizeHint().width()), metrics.height())
 
     def paintEvent(self, event) -> None:

@@ -80,6 +80,9 @@ LOAD_STAGES = (
 )
 PLOTS_MIN_HEIGHT = 380  # pixels: three rows of plots with their titles, axes and legends
 PLOTS_PREFERRED_HEIGHT = 670  # every plot's data area at least 120 pixels (a test checks at 1280x800)
+# Pixels a window manager adds around the window (borders; a title bar of about 30), kept free of
+# the screen's available area when the window sizes itself.
+WINDOW_FRAME_PX = (16, 40)
 TABS_OPEN_HEIGHT = 220  # pixels: a tab opened (clicked, or shown by the window) gets at least this
 
 
@@ -233,12 +236,14 @@ class MainWindow(QMainWindow):
             self.centre.setSizes([total - tabs, tabs])
 
     def _fit_to_screen(self, width: int, height: int) -> None:
-        """The preferred size, but never larger than the screen's available area (a 1280x800
-        laptop must still show the status bar, where every error appears)."""
+        """The preferred size, but never larger than the screen's available area less what a
+        window manager adds around it (a 1280x800 laptop must still show the status bar, where
+        every error appears: sized to the whole area, the title bar pushed it off the screen)."""
         screen = QGuiApplication.primaryScreen()
         if screen is not None:
             available = screen.availableGeometry()
-            width, height = min(width, available.width()), min(height, available.height())
+            width = min(width, available.width() - WINDOW_FRAME_PX[0])
+            height = min(height, available.height() - WINDOW_FRAME_PX[1])
         self.resize(width, height)
 
     def _build_status_bar(self) -> None:
@@ -810,6 +815,7 @@ class MainWindow(QMainWindow):
         geometry = stored.value("geometry")
         if geometry is not None:
             self.restoreGeometry(geometry)
+            self._fit_to_screen(self.width(), self.height())  # saved on a larger screen, or unframed
         saved = stored.value("engine_config")
         if saved:
             try:

@@ -84,8 +84,8 @@ BESIDE_COMPILE_MEANING = (
 
 
 def header_label(text: str) -> ElidedLabel:
-    """A label of the plots' header row: its whole text where there is room, "…" where not (an
-    opened run's long name would widen the window past an 800-pixel screen)."""
+    """A label of the plots' header row: its whole text where there is room, "…" (or its short
+    form) where not (the goodput line made the window 915 pixels wide at least under Xvfb's fonts)."""
     label = ElidedLabel(text)
     label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
     return label
@@ -164,9 +164,9 @@ class PlotsView(QWidget):
         self.baseline_name = ""
         self._ghosts: list = []
         self.not_exposed: set[str] = set()  # plots the backend has no data for
-        # Never elided (it was cut before its n, "38 of n=4…"): the short line keeps its width and
-        # the other header labels give way; what it counts is in its tooltip.
-        self.goodput = QLabel("goodput: -")
+        # Whole where there is room, else its short form, never cut before its n ("38 of n=4…"
+        # at 800 px); what it counts is in its tooltip.
+        self.goodput = header_label("goodput: -")
         self.goodput.setToolTip(GOODPUT_MEANING)
         header = QHBoxLayout()
         header.addWidget(self.latency_mode)
@@ -359,5 +359,5 @@ class PlotsView(QWidget):
     def _update_goodput(self, snapshot: MetricsSnapshot) -> None:
         meeting, n = snapshot.goodput
         share = f"{100.0 * meeting / n:.1f}%" if n else "-"
-        self.goodput.setText(f"goodput {share} ({meeting} of n={n})")
+        self.goodput.setText(f"goodput {share} ({meeting} of n={n})", short=f"{share}, n={n}")
         self.goodput.setToolTip(f"{GOODPUT_MEANING}\nNow: {meeting} of {n} arrived requests meet every SLO.")
