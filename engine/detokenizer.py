@@ -4,14 +4,18 @@ strings looked for in the new text only.
 Decoding a request's whole output after every token, and searching every stop string over all of
 it, costs time in proportion to the output so far, in the loop that steps every request: one
 client with a long output and many stop strings then slows every other stream. Here a token costs
-the decode of a few tokens and a search of at most `longest stop string - 1 + new text`
+the decode of its own bytes and a search of at most `longest stop string - 1 + new text`
 characters: a stop string that ends in the new text starts no earlier than that.
 
-The decode is vLLM's incremental one: the tokens since the last text handed out are decoded with
-and without the new one, and the difference is the new text, unless it ends inside a UTF-8
-character (a replacement character), when it waits for the next token. (`tokenizers`'
-DecodeStream does the same, but raises on a run of byte tokens that is not valid UTF-8, which a
-model may sample: a step must not fail for what a model writes.)
+The output is decoded as one UTF-8 byte stream: each token's bytes (`Tokenizer.token_bytes`) go
+through Python's incremental UTF-8 decoder, which holds back at most the 3 bytes of a character
+still being written and turns bytes that can form no character into one replacement character per
+maximal invalid run, as the Unicode standard asks (and as the byte-level decoder's whole decode
+does). Where the output is valid UTF-8 the text is the whole decode's. Where it is not, a
+SentencePiece whole decode turns every byte of a fallback run into a replacement character, valid
+ones too; that cannot be streamed (a run has no bounded end), so the stream keeps the valid ones.
+(vLLM instead decodes the tokens since the last text with and without the new one; after an invalid
+byte that drops a valid character whose bytes straddle its four-token give-up.)
 
 Text is handed out (`take_new_text`) as soon as it can no longer turn out to be the start of a
 stop string; the stop string itself never is (as vLLM, the output ends before it). The number and
@@ -19,18 +23,15 @@ length of stop strings are capped in `SamplingParams`, so each token's search st
 
 from __future__ import annotations
 
-from engine.loading.tokenizer import Tokenizer
+import codecs
 
-UTF8_MAX_BYTES = 4
+from engine.loading.tokenizer import Tokenizer
 
 
 class IncrementalDetokenizer:
     def __init__(self, tokenizer: Tokenizer, stop: list[str]):
-        self._tokenizer = tokenizer
-        self._token_ids: list[int] = []
-        # Tokens before `_read_offset` have been turned into text; those from `_prefix_offset` on
-        # are decoded again for context (a byte-level token's text depends on its neighbours).
-        self._prefix_offset = self._read_offset = 0
+        self._token_bytes = tokenizer.token_bytes
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stop = stop
         # Characters that may still be the start of a stop string, so are not handed out yet.
         self._held_back = max((len(text) for text in stop), default=1) - 1
@@ -43,7 +44,9 @@ class IncrementalDetokenizer:
 
     def add(self, token_id: int) -> str | None:
         """Decode one more token; the stop string it completes, if any (the earliest in the text)."""
-        piece = self._decode_new_token(token_id)
+        return self._append(self._utf8.decode(self._token_bytes(token_id)))
+
+    def _append(self, piece: str) -> str | None:
         if not piece:
             return None
         window_start = max(0, len(self._unsent) - self._held_back)
@@ -59,23 +62,12 @@ class IncrementalDetokenizer:
             return self.matched_stop
         return None
 
-    def _decode_new_token(self, token_id: int) -> str:
-        self._token_ids.append(token_id)
-        decode = self._tokenizer.decode
-        before = decode(self._token_ids[self._prefix_offset : self._read_offset])
-        after = decode(self._token_ids[self._prefix_offset :])
-        if len(after) <= len(before):
-            return ""  # a special token
-        # A character still missing bytes waits, but no longer than the 4 bytes UTF-8 allows: bytes
-        # that form no character are shown as replacement characters, as the whole decode does.
-        if after.endswith("\ufffd") and len(self._token_ids) - self._read_offset < UTF8_MAX_BYTES:
-            return ""
-        self._prefix_offset, self._read_offset = self._read_offset, len(self._token_ids)
-        return after[len(before) :]
-
     def take_new_text(self, finished: bool) -> str:
         """The text no earlier call returned that can be shown now: all of it up to the stop
-        string once finished; before that, all but what may still begin a stop string."""
+        string once finished; before that, all but what may still begin a stop string. Bytes of
+        a character the output ended inside are shown, once finished, as a replacement character."""
+        if finished and self.stop_end is None:
+            self._append(self._utf8.decode(b"", final=True))
         if finished:
             end = self._length if self.stop_end is None else self.stop_end
         else:

@@ -21,6 +21,7 @@ from tokenizers import Tokenizer as BackendTokenizer
 
 from engine.architectures import ARCHITECTURES
 from engine.errors import ModelLoadError
+from engine.loading.token_bytes import TokenBytes
 
 # llama.cpp's names for byte-level BPE pre-tokenizers. "smollm" (like starcoder) splits every digit
 # on its own before the GPT-2 regex, exactly as SmolLM2's own tokenizer.json does.
@@ -50,6 +51,7 @@ class Tokenizer:
         self.eos_token_ids = eos_token_ids
         self.add_bos_token = add_bos_token
         self.chat_template = chat_template
+        self.token_bytes = TokenBytes(backend)
 
     @property
     def vocab_size(self) -> int:
