@@ -301,6 +301,8 @@ class LLMEngine:
 
     def _output(self, seq: Sequence, new_token_ids: list[int]) -> RequestOutput:
         detokenizer = seq.detokenizer
+        # The new text first: once finished, it takes in the bytes of a character left unfinished.
+        new_text = detokenizer.take_new_text(seq.is_finished) if detokenizer is not None else ""
         return RequestOutput(
             request_id=seq.request_id,
             new_token_ids=new_token_ids,
@@ -308,7 +310,7 @@ class LLMEngine:
             finished=seq.is_finished,
             finish_reason=seq.finish_reason.value if seq.finish_reason else None,
             text=detokenizer.text if seq.is_finished and detokenizer is not None else None,
-            new_text=detokenizer.take_new_text(seq.is_finished) if detokenizer is not None else "",
+            new_text=new_text,
             metrics=seq.metrics,
         )
 
