@@ -70,6 +70,7 @@ def _export_svg(plot: pg.PlotItem, path: Path) -> None:
     painter.end()
 
 
+PLOT_MIN_DATA_HEIGHT = 80  # pixels: the least data area a plot is drawn with; below, the plots scroll
 GOODPUT_MEANING = (
     "Goodput: the share of arrived requests meeting every SLO set before the run, with n, as in report.json; "
     "rejected, aborted and still unfinished requests count as misses."
@@ -109,6 +110,7 @@ class PlotsView(QWidget):
             "throughput": (1, 1),
             "batch_composition": (2, 0),
         }
+        self._rows = 1 + max(row for row, _ in positions.values())
         for name, (row, column) in positions.items():
             self.layout_widget.addItem(
                 self.plots[name].plot, row=row, col=column, colspan=2 if name == "batch_composition" else 1
@@ -192,12 +194,12 @@ class PlotsView(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(header)
-        # Where the centre is narrower than two columns of plots need (an 800-pixel screen), they
-        # scroll sideways instead of being cut at the window's edge.
+        # Where the centre is narrower than two columns of plots need (an 800-pixel screen), or
+        # shorter than three rows with a readable data area each (a tab open at 800x600), they
+        # scroll instead of being cut at the window's edge or squeezed.
         self.scroll = QScrollArea()
         self.scroll.setWidget(self.layout_widget)
         self.scroll.setWidgetResizable(True)
-        self.scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.scroll.setFrameShape(QFrame.Shape.NoFrame)
         layout.addWidget(self.scroll, 1)
         self._keep_reachable()
@@ -268,12 +270,16 @@ class PlotsView(QWidget):
         QTimer.singleShot(0, self, self._keep_reachable)  # once the new titles have laid their plots out
 
     def _keep_reachable(self) -> None:
-        """The plots' widget never narrower than their titles, axes and legends need: past that,
-        the scroll area scrolls (pyqtgraph would draw the right column past the edge, unseen)."""
-        needed = math.ceil(self.layout_widget.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width())
-        needed += 2 * self.layout_widget.frameWidth()
-        if needed != self.layout_widget.minimumWidth():
-            self.layout_widget.setMinimumWidth(needed)
+        """The plots' widget never narrower than their titles, axes and legends need, nor shorter
+        than they need with PLOT_MIN_DATA_HEIGHT of data each: past that, the scroll area scrolls
+        (pyqtgraph would draw the right column past the edge, unseen, and squeeze the data areas
+        to 20-45 pixels at 800x600 with a tab open)."""
+        least = self.layout_widget.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize)
+        frame = 2 * self.layout_widget.frameWidth()
+        width = math.ceil(least.width()) + frame
+        height = math.ceil(least.height()) + frame + self._rows * PLOT_MIN_DATA_HEIGHT
+        if (width, height) != (self.layout_widget.minimumWidth(), self.layout_widget.minimumHeight()):
+            self.layout_widget.setMinimumSize(width, height)
 
     def redraw(self) -> None:
         """Draw the last data again, for a new range (the engine may be idle, or this may be a past run)."""

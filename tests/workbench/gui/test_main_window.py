@@ -1243,3 +1243,25 @@ def test_the_window_opens_with_its_frame_and_status_bar_on_the_screen(window, qt
     assert window.height() + (frame.height() - window.height()) <= available.height()
     status = window.statusBar()
     assert status.mapTo(window, status.rect().bottomLeft()).y() < window.height()
+
+
+@pytest.mark.parametrize("tab", ["KV block map", "Runs"])
+def test_every_plots_data_area_stays_readable_at_800_by_600_with_a_tab_open(window, qtbot, tab):
+    """Issue 58 #5: at 800x600 with a tab open the data areas were 20-45 pixels. The plots keep
+    PLOT_MIN_DATA_HEIGHT each and scroll up and down where the centre is shorter than that."""
+    from tests.workbench.gui.window_helpers import filled_store
+    from workbench.gui.plots_view import PLOT_MIN_DATA_HEIGHT
+
+    window.resize(800, 600)
+    qtbot.waitUntil(lambda: window.width() == 800 and window.height() == 600, timeout=5_000)
+    window.plots.update_from(filled_store(requests=5000).snapshot())
+    window.tabs.setCurrentIndex([window.tabs.tabText(i) for i in range(window.tabs.count())].index(tab))
+    window.tabs.tabBarClicked.emit(window.tabs.currentIndex())
+    qtbot.waitUntil(lambda: window.tabs.height() >= 120, timeout=5_000)
+    qtbot.wait(50)
+    heights = {name: plot.plot.vb.height() for name, plot in window.plots.plots.items()}
+    assert min(heights.values()) >= PLOT_MIN_DATA_HEIGHT - 1, heights  # less a fraction of a pixel
+    scroll = window.plots.scroll
+    assert scroll.verticalScrollBar().maximum() > 0  # what does not fit is reached by scrolling
+    status = window.statusBar().geometry()
+    assert status.bottom() < window.height() and status.height() > 0
