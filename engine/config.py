@@ -139,6 +139,19 @@ class EngineConfig:
         0.0,
         help="Simulated models only: simulated seconds per wall-clock second (0 = as fast as the host allows).",
     )
+    num_scheduler_steps: int = knob(
+        1,
+        help="Admit waiting requests only every N decode steps (vLLM 0.6's multi-step scheduling, "
+        "--num-scheduler-steps): a step that prefills runs alone and starts the count again. On a simulated GPU "
+        "the serving stack's per-step host cost is paid once per N steps.",
+    )
+    serving_stack: str = knob(
+        "auto",
+        help="Simulated models only: the serving software whose own costs the simulated GPU adds to its "
+        "roofline (presets/catalogue/stacks.toml: vllm-0.5.4, vllm-0.6.0, sglang-0.3.0, lmdeploy-0.2.0, ideal), "
+        "each fitted to published runs. auto: vllm-0.6.0 on a catalogued GPU, ideal on a profile measured on "
+        "this machine (its host time is measured with it).",
+    )
     tensor_parallel_size: int = knob(
         1,
         help="Simulated models only: GPUs each layer is split across (vLLM's name). Times pipeline_parallel_size, "
@@ -222,6 +235,9 @@ class EngineConfig:
                     else ""
                 )
             )
+        _require_int("num_scheduler_steps", self.num_scheduler_steps, 1)
+        if not isinstance(self.serving_stack, str) or not self.serving_stack:
+            raise ConfigError(f"serving_stack: expected a stack's name or 'auto', got {self.serving_stack!r}")
         for name in (
             "enable_prefix_caching",
             "enable_chunked_prefill",

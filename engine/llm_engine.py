@@ -24,7 +24,7 @@ from engine.batch import ScheduledBatch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
-from engine.errors import EngineError
+from engine.errors import ConfigError, EngineError
 from engine.executor import ModelExecutor
 from engine.kv_layout import KvLayout
 from engine.kv_sizing import check_the_longest_request_fits, kv_blocks
@@ -37,6 +37,7 @@ from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import FinishReason, Sequence
 from engine.simulation import is_simulated, prepare_simulated_model
+from engine.simulation.serving_stacks import AUTO as AUTO_STACK
 from engine.step_trace import BlockChange, Emitted, KvState, StepTrace
 from engine.torch_model import prepare_torch_model
 from kernels import cpu_paged_attention
@@ -60,6 +61,11 @@ class LLMEngine:
         if is_simulated(config.model):
             prepared = prepare_simulated_model(config)
         else:
+            if config.serving_stack != AUTO_STACK:
+                raise ConfigError(
+                    f"serving_stack = {config.serving_stack!r}: a serving stack's costs are for simulated GPUs "
+                    f"(simulated:MODEL@GPU); {config.model} runs for real, expected 'auto'"
+                )
             prepared = prepare_torch_model(config, progress, clock, source)
         config = prepared.config  # "auto" settings resolved
         self.config, self.model_config, self.tokenizer = config, prepared.model_config, prepared.tokenizer

@@ -14,6 +14,8 @@ Each `schedule()` builds one step's batch under two budgets, `max_num_seqs` and
      that has waited `long_prompt_max_wait_s` goes first (nobody is admitted ahead of it), and
      under the "priority" policy the queues are served by priority across both, a waiting
      request preempting running ones of lower priority when it has no slot or no blocks.
+With `num_scheduler_steps` N > 1 (vLLM 0.6's multi-step scheduling), step 2 happens only every N
+decode steps, or when nothing runs; a step that prefills ends such a run of N.
 `update()` then records what the executor computed and sampled.
 """
 
@@ -68,6 +70,7 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self._in_flight: list[Sequence] = []  # row order of the last batch
+        self._steps_into_run = 0  # multi-step scheduling: steps since the last admission (0: admit now)
         # Each step's causal record (engine/step_trace.py), or a NoTrace that drops every record.
         self.trace = TraceBuilder(block_manager.is_windowed) if config.step_trace else NoTrace()
 
@@ -118,13 +121,29 @@ class Scheduler:
         budget = _Budget(self.config.max_num_batched_tokens)
         scheduled: dict[Sequence, int] = {}  # sequence -> tokens it computes this step, in order
         preempted = self._schedule_running(scheduled, budget)
-        if not preempted:
-            self._admit_waiting(scheduled, budget, now)
-        else:
+        if preempted:
             self.trace.held_back(
                 lambda: self._held({}, budget, "a running request was preempted in this step: nobody is admitted")
             )
-        return self._build_batch(scheduled)
+        elif self._steps_into_run and self.running:
+            steps = self.config.num_scheduler_steps
+            self.trace.held_back(
+                lambda: self._held(
+                    {},
+                    budget,
+                    f"multi-step scheduling admits every {steps} steps: {steps - self._steps_into_run} to go",
+                )
+            )
+        else:
+            self._admit_waiting(scheduled, budget, now)
+        batch = self._build_batch(scheduled)
+        # Multi-step scheduling (vLLM 0.6's --num-scheduler-steps N): a run of N decode steps
+        # starts at an admission; a step that prefills runs alone and ends the run.
+        if batch.prefills:
+            self._steps_into_run = 0
+        else:
+            self._steps_into_run = (self._steps_into_run + 1) % self.config.num_scheduler_steps
+        return batch
 
     def _schedule_running(self, scheduled: dict[Sequence, int], budget: _Budget) -> bool:
         preempted = False

@@ -25,10 +25,12 @@ from engine.memory import (
 from engine.prepared_model import KvMemoryLimits, PreparedModel
 from engine.quantization import UNQUANTIZED, weight_format
 from engine.quantization.auto import AUTO, CONFIGURED
-from engine.simulation.catalogue import hardware_profile, model_shape
+from engine.simulation.catalogue import catalogued_hardware, hardware_profile, model_shape
 from engine.simulation.cost_model import CostModel
 from engine.simulation.executor import SimulatedClock, SimulatedExecutor
 from engine.simulation.parallel import Parallelism, parse_gpu_count
+from engine.simulation.serving_stacks import AUTO as AUTO_STACK
+from engine.simulation.serving_stacks import DEFAULT_STACK, IDEAL, serving_stack
 
 PREFIX = "simulated:"
 KV_DTYPE = torch.float16  # simulated GPUs keep K and V at 16 bits
@@ -66,6 +68,11 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
     shape, _ = model_shape(name)
     gpu_count, single_gpu = parse_gpu_count(hardware_name)
     hardware = hardware_profile(single_gpu)
+    if config.serving_stack == AUTO_STACK:
+        config = dataclasses.replace(
+            config, serving_stack=DEFAULT_STACK if single_gpu in catalogued_hardware() else IDEAL
+        )
+    stack = serving_stack(config.serving_stack)
     parallelism = Parallelism(config.tensor_parallel_size, config.pipeline_parallel_size)
     parallelism.check(shape, name, gpu_count, hardware_name)
     if parallelism.gpus > 1 and not hardware.link_bytes_s:
@@ -100,7 +107,9 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
     kv_share = parallelism.kv_bytes_per_token_per_gpu(shape, KV_BYTES_PER_VALUE) / kv_bytes_per_token
 
     def create_executor(num_blocks: int) -> SimulatedExecutor:
-        cost_model = CostModel(shape, hardware, weights, kv_bytes_per_token, parallelism)
+        cost_model = CostModel(
+            shape, hardware, weights, kv_bytes_per_token, parallelism, stack, config.num_scheduler_steps
+        )
         block_bytes = KvLayout.of(shape).block_bytes(config.block_size, kv_bytes_per_token // shape.num_layers)
         return SimulatedExecutor(cost_model, clock, kv_cache_bytes=num_blocks * block_bytes)
 

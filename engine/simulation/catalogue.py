@@ -29,14 +29,20 @@ class HardwareProfile:
     memory_bytes: float
     bandwidth_bytes_s: float
     peak_flops: float
-    # Fractions of peak that a serving step reaches, and a fixed cost per step (launches, Python):
-    # defaults are typical for a tuned engine; `workbench calibrate` fits them to measurements.
-    bandwidth_efficiency: float = 0.8
+    # Fractions of peak that a serving step's kernels reach. The defaults are fitted to published
+    # serving runs on A100s and H100s (`workbench calibrate --published --refit`, docs/memory.md);
+    # `workbench calibrate` fits them to this machine's measurements.
+    bandwidth_efficiency: float = 0.75
     # Paged K/V reads are gathers through block tables, not streams: their own efficiency.
-    kv_bandwidth_efficiency: float = 0.5
-    compute_efficiency: float = 0.6
+    kv_bandwidth_efficiency: float = 0.9
+    compute_efficiency: float = 0.65
+    # How sharply an operator turns from memory- to compute-bound: its time is
+    # (memory^k + compute^k)^(1/k); large k is the kink of max(), 2 a gradual turn.
+    roofline_sharpness: float = 2.0
+    # The hardware's own fixed costs per step (kernel launches) and per sequence. The serving
+    # software's costs are its stack's (engine/simulation/serving_stacks.py); a profile measured
+    # on this machine holds the engine's whole host time here instead (`workbench calibrate`).
     step_overhead_s: float = 0.0005
-    # Host-side cost per sequence in the batch (building its metadata, its attention call).
     sequence_overhead_s: float = 0.0
     # The link between two such GPUs (engine/simulation/parallel.py): bytes/s in each direction,
     # seconds per hop, and what it is (0: no link, the GPU is catalogued alone).
@@ -54,14 +60,15 @@ class HardwareProfile:
                 and 0 < self.kv_bandwidth_efficiency <= 1
                 and 0 < self.compute_efficiency <= 1
             )
+            or not self.roofline_sharpness >= 1
             or self.step_overhead_s < 0
             or self.sequence_overhead_s < 0
             or self.link_bytes_s < 0
             or self.link_latency_s < 0
         ):
             raise ConfigError(
-                "efficiencies must be in (0, 1]; step_overhead_s, sequence_overhead_s, link_bytes_s and "
-                "link_latency_s >= 0"
+                "efficiencies must be in (0, 1]; roofline_sharpness >= 1; step_overhead_s, sequence_overhead_s, "
+                "link_bytes_s and link_latency_s >= 0"
             )
 
 
@@ -75,6 +82,11 @@ def _table(file_name: str) -> dict:
 
 def model_names() -> list[str]:
     return sorted(_table("models.toml"))
+
+
+def catalogued_hardware() -> list[str]:
+    """The GPUs of the catalogue, from their datasheets (not measured here)."""
+    return sorted(_table("hardware.toml"))
 
 
 def hardware_names() -> list[str]:

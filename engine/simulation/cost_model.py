@@ -1,14 +1,18 @@
-"""A roofline cost model of one engine step, for the simulated executor and for calibration.
+"""The time of one engine step on simulated GPUs, for the simulated executor and for calibration.
 
-step time = PP x stage time + communication + step_overhead + sequence_overhead x sequences
-stage time = max(weight bytes / GPUs / (bandwidth x bandwidth_efficiency)
-                   + K/V bytes on one GPU / (bandwidth x kv_bandwidth_efficiency),
-                 FLOPs / GPUs / (peak x compute_efficiency))
-(on one GPU: PP = GPUs = 1 and no communication; several: engine/simulation/parallel.py)
-bytes moved: every weight once per step (streamed), plus the K/V of each sequence's context
-             (gathered through its block table);
-FLOPs:       2 x (non-embedding parameters) per token, attention's QK^T and PV (4 x layers x
-             heads x head_dim x new tokens x context), and the LM head for the rows that sample.
+step time = serving stack (GPU time, sequences, requests starting)    engine/simulation/serving_stacks.py
+GPU time  = sum over operators of roofline(operator) + communication + the hardware's fixed costs
+roofline  = (memory time^k + compute time^k)^(1/k), k = the hardware's roofline_sharpness
+memory time = streamed bytes / (bandwidth x bandwidth_efficiency)
+              + gathered bytes / (bandwidth x kv_bandwidth_efficiency)
+compute time = FLOPs / (peak x compute_efficiency)
+
+Each operator (engine/simulation/operators.py: the dense products, attention, the LM head,
+embedding, sampling) is timed at its own roofline and the operators run one after another: a
+step does not overlap the weights' stream of one with the K/V gather of another. The smooth
+roofline turns from memory- to compute-bound gradually, as GEMM efficiency does with the number
+of rows, instead of a kink. On one GPU PP = 1 and there is no communication; several:
+engine/simulation/parallel.py. docs/memory.md has the assumptions and the figures it is held to.
 """
 
 from __future__ import annotations
@@ -17,19 +21,27 @@ from dataclasses import dataclass
 
 from engine.batch import ScheduledBatch
 from engine.model_config import ModelConfig
+from engine.simulation import operators
 from engine.simulation.catalogue import HardwareProfile
+from engine.simulation.operators import OperatorCost
 from engine.simulation.parallel import Parallelism
+from engine.simulation.serving_stacks import IDEAL, ServingStack
 
 
 @dataclass(frozen=True)
 class StepShape:
-    """What a step costs depends on: per sequence, (new tokens, context after the step, samples)."""
+    """What a step costs depends on: per sequence, (new tokens, context after the step, samples),
+    and how many requests start their prefill in it (the stack's per-request cost)."""
 
     sequences: tuple[tuple[int, int, bool], ...]
+    starting: int = 0
 
     @classmethod
     def of(cls, batch: ScheduledBatch) -> StepShape:
-        return cls(tuple((len(entry.token_ids), entry.context_len, entry.samples) for entry in batch.sequences))
+        return cls(
+            tuple((len(entry.token_ids), entry.context_len, entry.samples) for entry in batch.sequences),
+            starting=sum(1 for entry in batch.prefills if entry.start_position == 0),
+        )
 
 
 class CostModel:
@@ -40,37 +52,63 @@ class CostModel:
         weight_bytes: int,
         kv_bytes_per_token: int,
         parallelism: Parallelism = Parallelism(),
+        stack: ServingStack | None = None,
+        scheduler_steps: int = 1,
     ):
         self.model, self.hardware, self.parallelism = model, hardware, parallelism
+        self.stack = stack if stack is not None else ServingStack(source=IDEAL)
+        self.scheduler_steps = scheduler_steps  # the engine's num_scheduler_steps (multi-step scheduling)
         self.weight_bytes, self.kv_bytes_per_token = weight_bytes, kv_bytes_per_token
-        # The share of the model's K/V one GPU reads (more than 1/GPUs where KV heads are replicated).
-        self.kv_share = parallelism.kv_bytes_per_token_per_gpu(model, 2) / model.kv_bytes_per_token(2)
-        embeddings = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
-        self.dense_params = model.num_parameters - embeddings
+        # The share of the model's K/V one TP rank reads over all its stages: one GPU's share (more
+        # than 1/GPUs where KV heads are replicated) times the PP stages it passes through.
+        per_gpu = parallelism.kv_bytes_per_token_per_gpu(model, 2) / model.kv_bytes_per_token(2)
+        self.kv_share = per_gpu * parallelism.pipeline
+        self.bytes_per_weight = weight_bytes / model.num_parameters
+        tables = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
+        self.dense_weight_bytes = weight_bytes - tables * self.bytes_per_weight
+
+    def operators(self, shape: StepShape) -> list[OperatorCost]:
+        """One TP rank's share of each operator over the whole model (all its stages)."""
+        model, sequences, tensor = self.model, shape.sequences, self.parallelism.tensor
+        return [
+            operators.embedding(sequences, model, self.bytes_per_weight),
+            operators.dense_products(sequences, model, self.dense_weight_bytes, tensor),
+            operators.attention(sequences, model, self.kv_bytes_per_token, self.kv_share, tensor),
+            operators.lm_head(sequences, model, self.bytes_per_weight, tensor),
+            operators.sampling(sequences, model),
+        ]
+
+    def operator_time(self, cost: OperatorCost) -> float:
+        hardware = self.hardware
+        memory = cost.streamed_bytes / (hardware.bandwidth_bytes_s * hardware.bandwidth_efficiency) + (
+            cost.gathered_bytes / (hardware.bandwidth_bytes_s * hardware.kv_bandwidth_efficiency)
+        )
+        compute = cost.flops / (hardware.peak_flops * hardware.compute_efficiency)
+        k = hardware.roofline_sharpness
+        return (memory**k + compute**k) ** (1 / k)
 
     def kv_bytes(self, shape: StepShape) -> float:
-        """K/V the step's attention reads: a sliding-window layer reads at most its window."""
+        """K/V the step's attention reads, the whole model's (a sliding-window layer at most its window)."""
         layer_token_bytes = self.kv_bytes_per_token / self.model.num_layers
         return sum(self.model.attended_positions(context) for _, context, _ in shape.sequences) * layer_token_bytes
 
     def flops(self, shape: StepShape) -> float:
-        model = self.model
-        tokens = sum(new for new, _, _ in shape.sequences)
-        attention = sum(
-            4 * model.num_heads * model.head_dim * new * model.attended_positions(context)
-            for new, context, _ in shape.sequences
+        """The whole model's FLOPs in the step (every GPU's together)."""
+        return sum(cost.flops for cost in self.operators(shape)) * self.parallelism.tensor
+
+    def gpu_time(self, shape: StepShape) -> float:
+        """Each stage holds 1/PP of the layers and the batch passes the stages one after another
+        (no micro-batches), so the step takes one TP rank's time over the whole model: PP x a
+        stage's. Plus the links, and the hardware's own fixed costs (launches; on a profile
+        measured on this machine, the engine's whole host time)."""
+        hardware = self.hardware
+        layers = sum(self.operator_time(cost) for cost in self.operators(shape))
+        tokens = operators.tokens_of(shape.sequences)
+        communication = self.parallelism.communication_s(
+            tokens, self.model, hardware.link_bytes_s, hardware.link_latency_s
         )
-        head = sum(2 * model.vocab_size * model.hidden_size for _, _, samples in shape.sequences if samples)
-        return 2 * self.dense_params * tokens + attention + head
+        fixed = hardware.step_overhead_s + hardware.sequence_overhead_s * len(shape.sequences)
+        return layers + communication + fixed
 
     def step_time(self, shape: StepShape) -> float:
-        hardware, parallelism = self.hardware, self.parallelism
-        gpus = parallelism.gpus
-        memory_time = self.weight_bytes / gpus / (hardware.bandwidth_bytes_s * hardware.bandwidth_efficiency) + (
-            self.kv_bytes(shape) * self.kv_share
-        ) / (hardware.bandwidth_bytes_s * hardware.kv_bandwidth_efficiency)
-        compute_time = self.flops(shape) / gpus / (hardware.peak_flops * hardware.compute_efficiency)
-        tokens = sum(new for new, _, _ in shape.sequences)
-        communication = parallelism.communication_s(tokens, self.model, hardware.link_bytes_s, hardware.link_latency_s)
-        host_time = hardware.step_overhead_s + hardware.sequence_overhead_s * len(shape.sequences)
-        return parallelism.pipeline * max(memory_time, compute_time) + communication + host_time
+        return self.stack.step_s(self.gpu_time(shape), len(shape.sequences), shape.starting, self.scheduler_steps)

@@ -7,9 +7,12 @@ parallelism (PP), vLLM's `tensor_parallel_size` and `pipeline_parallel_size`, an
   its share of the KV heads (num_kv_heads / TP, or one replicated head when there are fewer KV
   heads than GPUs, as vLLM does).
 - Time: under TP each layer ends its attention and its MLP with an all-reduce of the step's
-  activations (tokens x hidden x 2 bytes); a ring all-reduce over n GPUs sends 2(n-1)/n of them
-  over each link, in 2(n-1) hops. Under PP a step's batch passes the stages one after another:
-  without micro-batches each GPU is busy 1/PP of the step, idle the rest (the bubble).
+  activations (tokens x hidden x 2 bytes), and the faster of two algorithms carries it, as NCCL's
+  tuner and vLLM's custom all-reduce pick by message size: one-shot (each GPU reads the n-1 other
+  buffers and sums them itself: one hop, (n-1) x the message over its link), fastest for the small
+  messages of decode steps; or a ring (2(n-1)/n of the message over each link, in 2(n-1) hops),
+  fastest for the large ones of prefills. Under PP a step's batch passes the stages one after
+  another: without micro-batches each GPU is busy 1/PP of the step, idle the rest (the bubble).
 
 Assumptions, not measurements: activations at 16 bits; no overlap of communication with compute.
 """
@@ -106,12 +109,12 @@ class Parallelism:
         return step_tokens * model.hidden_size * ACTIVATION_BYTES if self.tensor > 1 else 0
 
     def all_reduce_s(self, tokens: int, model: ModelConfig, link_bytes_s: float, link_latency_s: float) -> float:
-        """One ring all-reduce of `tokens` tokens' activations across the TP group."""
-        n = self.tensor
-        if n == 1 or tokens == 0:
+        """One all-reduce of `tokens` tokens' activations across the TP group, by the faster of
+        one-shot and ring for its size."""
+        if self.tensor == 1 or tokens == 0:
             return 0.0
-        payload = tokens * model.hidden_size * ACTIVATION_BYTES
-        return 2 * (n - 1) / n * payload / link_bytes_s + 2 * (n - 1) * link_latency_s
+        message = tokens * model.hidden_size * ACTIVATION_BYTES
+        return all_reduce_s(message, self.tensor, link_bytes_s, link_latency_s)
 
     def communication_s(self, tokens: int, model: ModelConfig, link_bytes_s: float, link_latency_s: float) -> float:
         """A step's time on the links: two all-reduces per layer (TP), and a hand-over of the
@@ -134,6 +137,25 @@ class Parallelism:
     def bubble(self) -> float:
         """The share of a step each GPU waits for the other stages (no micro-batches)."""
         return (self.pipeline - 1) / self.pipeline
+
+
+def one_shot_all_reduce_s(message_bytes: float, gpus: int, link_bytes_s: float, link_latency_s: float) -> float:
+    """Every GPU reads the other n-1 buffers and sums them: one hop, (n-1) x message over its link."""
+    return (gpus - 1) * message_bytes / link_bytes_s + link_latency_s
+
+
+def ring_all_reduce_s(message_bytes: float, gpus: int, link_bytes_s: float, link_latency_s: float) -> float:
+    """Reduce-scatter then all-gather around a ring: 2(n-1)/n x message over each link, 2(n-1) hops."""
+    return 2 * (gpus - 1) / gpus * message_bytes / link_bytes_s + 2 * (gpus - 1) * link_latency_s
+
+
+def all_reduce_s(message_bytes: float, gpus: int, link_bytes_s: float, link_latency_s: float) -> float:
+    """The faster of the two for this message: one-shot below a size of about
+    (2n - 3) x latency x bandwidth / ((n - 1)(1 - 2/n)) (7.5 MB for 4 H100s), ring above."""
+    return min(
+        one_shot_all_reduce_s(message_bytes, gpus, link_bytes_s, link_latency_s),
+        ring_all_reduce_s(message_bytes, gpus, link_bytes_s, link_latency_s),
+    )
 
 
 def per_gpu_lines(

@@ -58,11 +58,12 @@ def test_one_request_prefilled_on_one_instance_and_decoded_on_the_other_by_hand(
     d.add_request(PROMPT, SamplingParams(max_tokens=5, ignore_eos=True), arrival_time=0.0, request_id="r")
     output = run(d)["r"]
     cost = d.instances[0].executor.cost_model
-    # The prefill instance: the whole prompt in one step; its first token ends it.
-    first_token = cost.step_time(StepShape(((1000, 1000, True),)))
+    # The prefill instance: the whole prompt in one step, the request starting there (its stack's
+    # per-request cost); its first token ends it.
+    first_token = cost.step_time(StepShape(((1000, 1000, True),), starting=1))
     # The K/V over NVLink, then the decode instance: its prefix cache holds the 62 full blocks it
     # was sent (992 tokens), so its first step computes the 8 tokens over and the first token.
-    ready = first_token + 1000 * 131_072 / 450e9 + 5e-6
+    ready = first_token + 1000 * 131_072 / 450e9 + cost.hardware.link_latency_s
     times = [first_token, ready + cost.step_time(StepShape(((9, 1001, True),)))]
     for context in (1002, 1003, 1004):
         times.append(times[-1] + cost.step_time(StepShape(((1, context, True),))))

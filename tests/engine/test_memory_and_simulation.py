@@ -179,29 +179,26 @@ def test_cost_model_decode_reads_each_sequences_context_and_counts_its_attention
     assert model.flops(short) - model.flops(no_sampling) == 8 * 2 * llama.vocab_size * llama.hidden_size
 
 
-def test_cost_model_step_time_is_its_formula_exactly():
-    """max(weights / (bandwidth x efficiency) + K/V / (bandwidth x K/V efficiency), FLOPs /
-    (peak x efficiency)) + per-step + per-sequence overhead, FLOPs = 2 x dense params x tokens +
-    attention + the LM head of sampling rows; dense params leave out one embedding table when
-    tied, two when not."""
+def test_cost_model_flops_are_the_operators_and_the_dense_bytes_leave_out_the_tables():
+    """FLOPs = 2 x projection params x tokens + causal attention + the LM head of sampling rows;
+    the dense products stream the weights less one embedding table when tied, two when not.
+    (Each operator's time by hand: tests/engine/test_step_cost_by_hand.py.)"""
     llama, _ = model_shape("llama-2-7b")
-    hardware = dataclasses.replace(hardware_profile("h100-80gb"), step_overhead_s=0.002, sequence_overhead_s=0.0003)
-    model = CostModel(llama, hardware, weight_bytes_estimate(llama, 16), llama.kv_bytes_per_token(2))
-    assert model.dense_params == llama.num_parameters - 2 * llama.vocab_size * llama.hidden_size  # untied
+    hardware = hardware_profile("h100-80gb")
+    weights = weight_bytes_estimate(llama, 16)
+    model = CostModel(llama, hardware, weights, llama.kv_bytes_per_token(2))
+    per_weight = weights / llama.num_parameters
+    table = llama.vocab_size * llama.hidden_size
+    assert model.dense_weight_bytes == pytest.approx(weights - 2 * table * per_weight)  # untied
     tied = dataclasses.replace(llama, tie_word_embeddings=True)
-    assert CostModel(tied, hardware, 1, 1).dense_params == tied.num_parameters - tied.vocab_size * tied.hidden_size
+    assert CostModel(tied, hardware, weights, 1).dense_weight_bytes == pytest.approx(
+        weights - table * weights / tied.num_parameters
+    )
     for shape in (StepShape(((1, 700, True),) * 3), StepShape(((2048, 2048, True), (1, 90, False)))):
         tokens = sum(new for new, _, _ in shape.sequences)
         attention = sum(
-            4 * llama.num_layers * llama.num_heads * llama.head_dim * new * context
+            4 * llama.num_layers * llama.num_heads * llama.head_dim * (new * (context - new) + new * (new + 1) // 2)
             for new, context, _ in shape.sequences
         )
-        head = 2 * llama.vocab_size * llama.hidden_size * sum(samples for _, _, samples in shape.sequences)
-        flops = 2 * model.dense_params * tokens + attention + head
-        assert model.flops(shape) == flops
-        memory = model.weight_bytes / (hardware.bandwidth_bytes_s * hardware.bandwidth_efficiency) + model.kv_bytes(
-            shape
-        ) / (hardware.bandwidth_bytes_s * hardware.kv_bandwidth_efficiency)
-        compute = flops / (hardware.peak_flops * hardware.compute_efficiency)
-        host = hardware.step_overhead_s + hardware.sequence_overhead_s * len(shape.sequences)
-        assert model.step_time(shape) == pytest.approx(max(memory, compute) + host, rel=1e-12)
+        head = 2 * table * sum(samples for _, _, samples in shape.sequences)
+        assert model.flops(shape) == pytest.approx(2 * llama.num_projection_parameters * tokens + attention + head)

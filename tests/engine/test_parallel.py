@@ -40,19 +40,46 @@ def test_fewer_kv_heads_than_gpus_are_replicated_and_stages_split_the_layers():
     assert pp4.bubble == 0.75 and Parallelism(tensor=8).bubble == 0.0
 
 
-def test_a_ring_all_reduce_and_a_steps_communication_by_hand():
-    h100 = hardware_profile("h100-80gb")
-    assert (h100.link_bytes_s, h100.link_latency_s) == (450e9, 5e-6)
-    payload = 2048 * 8192 * 2  # 2,048 tokens of 8,192 fp16 activations
-    one = 2 * 3 / 4 * payload / 450e9 + 2 * 3 * 5e-6  # ring over 4: 2(n-1)/n of it per link, 2(n-1) hops
+def test_a_steps_communication_by_hand():
+    """Two all-reduces per layer under TP, each the faster of one-shot and ring for its size
+    (tests/engine/test_step_cost_by_hand.py has both at two sizes); one hand-over between stages."""
+    link, hop = 450e9, 5e-6
+    payload = 2048 * 8192 * 2  # 2,048 tokens of 8,192 fp16 activations: a ring's size
+    one = 2 * 3 / 4 * payload / link + 2 * 3 * hop  # ring over 4: 2(n-1)/n of it per link, 2(n-1) hops
     tp4 = Parallelism(tensor=4)
-    assert tp4.all_reduce_s(2048, LLAMA_3_70B, 450e9, 5e-6) == pytest.approx(one, rel=1e-12)
+    assert tp4.all_reduce_s(2048, LLAMA_3_70B, link, hop) == pytest.approx(one, rel=1e-12)
     assert one == pytest.approx(141.85e-6, rel=1e-3)
-    assert tp4.communication_s(2048, LLAMA_3_70B, 450e9, 5e-6) == pytest.approx(2 * 80 * one, rel=1e-12)
+    assert tp4.communication_s(2048, LLAMA_3_70B, link, hop) == pytest.approx(2 * 80 * one, rel=1e-12)
     pp2 = Parallelism(pipeline=2)  # one hand-over between the two stages
-    assert pp2.communication_s(2048, LLAMA_3_70B, 450e9, 5e-6) == pytest.approx(payload / 450e9 + 5e-6)
-    assert Parallelism().communication_s(2048, LLAMA_3_70B, 450e9, 5e-6) == 0.0
+    assert pp2.communication_s(2048, LLAMA_3_70B, link, hop) == pytest.approx(payload / link + hop)
+    assert Parallelism().communication_s(2048, LLAMA_3_70B, link, hop) == 0.0
     assert Parallelism().communication_s(2048, LLAMA_3_70B, 0.0, 0.0) == 0.0  # a profile with no link: one GPU
+
+
+def one_decode_by_hand(gpu, weights: int, tensor: int, kv_share: float, context: int) -> float:
+    """One sequence's decode step on one TP rank, operator by operator (engine/simulation/
+    operators.py), each at its smooth roofline: (memory^k + compute^k)^(1/k)."""
+    model = LLAMA_3_70B
+    per_weight = weights / model.num_parameters
+    table = model.vocab_size * model.hidden_size
+    bandwidth = gpu.bandwidth_bytes_s * gpu.bandwidth_efficiency
+    kv_bandwidth = gpu.bandwidth_bytes_s * gpu.kv_bandwidth_efficiency
+    peak, k = gpu.peak_flops * gpu.compute_efficiency, gpu.roofline_sharpness
+
+    def roofline(memory_s: float, compute_s: float) -> float:
+        return (memory_s**k + compute_s**k) ** (1 / k)
+
+    embedding = roofline(model.hidden_size * per_weight / bandwidth, 0.0)
+    dense = roofline(
+        (weights - 2 * table * per_weight) / tensor / bandwidth, 2 * model.num_projection_parameters / tensor / peak
+    )
+    attention = roofline(
+        context * model.kv_bytes_per_token(2) * kv_share / kv_bandwidth,
+        4 * model.num_heads * model.head_dim * model.num_layers * context / tensor / peak,
+    )
+    head = roofline((table * per_weight + model.vocab_size * 4) / tensor / bandwidth, 2 * table / tensor / peak)
+    sampling = roofline(model.vocab_size * 4 * 3 / bandwidth, 0.0)
+    return embedding + dense + attention + head + sampling
 
 
 @pytest.mark.parametrize(
@@ -116,15 +143,19 @@ def test_llama_3_70b_runs_on_four_simulated_h100s_at_the_hand_computed_pace():
     left = 80e9 * 0.9 - -(-weights // 4) - activations  # GPU_MEMORY_UTILIZATION 0.9, as vLLM's default
     assert abs(engine.kv_capacity_tokens - left / 81_920) < 16  # 444,640 tokens here
     # One decode step of one 1,000-token sequence, by hand: each GPU streams a quarter of the
-    # weights and its 2 KV heads' share of the K/V, then 2 all-reduces per layer of one token.
+    # weights and its 2 KV heads' share of the K/V, then 2 all-reduces per layer of one token's
+    # 16 KiB, one-shot (3 x 16 KiB over its link, one hop); no serving software ("ideal").
     h100 = hardware_profile("h100-80gb")
-    memory = -(-weights // 4) / (3.35e12 * h100.bandwidth_efficiency) + 1000 * 81_920 / (
-        3.35e12 * h100.kv_bandwidth_efficiency
-    )
-    all_reduces = 2 * 80 * (2 * 3 / 4 * 8192 * 2 / 450e9 + 6 * 5e-6)
-    cost = engine.executor.cost_model
-    assert cost.step_time(StepShape(((1, 1000, True),))) == pytest.approx(
-        memory + all_reduces + h100.step_overhead_s, rel=1e-9
+    ideal = LLMEngine(dataclasses.replace(engine.config, serving_stack="ideal"))
+    all_reduces = 2 * 80 * (3 * 8192 * 2 / 450e9 + h100.link_latency_s)
+    by_hand = one_decode_by_hand(h100, weights, 4, 0.25, 1000) + all_reduces + h100.step_overhead_s
+    assert ideal.executor.cost_model.step_time(StepShape(((1, 1000, True),))) == pytest.approx(by_hand, rel=1e-9)
+    # The default stack adds its host time: vLLM 0.6's, from presets/catalogue/stacks.toml.
+    assert engine.config.serving_stack == "vllm-0.6.0"
+    vllm = engine.executor.cost_model.stack
+    host = vllm.step_overhead_s + vllm.sequence_overhead_s
+    assert engine.executor.cost_model.step_time(StepShape(((1, 1000, True),))) == pytest.approx(
+        by_hand + host - min(vllm.host_overlap * host, by_hand), rel=1e-9
     )
     request = engine.add_request(list(range(1, 129)), SamplingParams(max_tokens=8, ignore_eos=True))
     while engine.has_unfinished():
@@ -167,15 +198,15 @@ def test_a_pipeline_of_two_stages_charges_its_bubble_by_hand():
             tensor_parallel_size=2,
             pipeline_parallel_size=2,
             max_model_len=2048,
+            serving_stack="ideal",
         )
     )
     h100, weights = hardware_profile("h100-80gb"), weight_bytes_estimate(LLAMA_3_70B, 16)
-    # One GPU: a quarter of the weights, and its share of the K/V (4 of 8 KV heads, 40 of 80 layers).
-    stage = -(-weights // 4) / (3.35e12 * h100.bandwidth_efficiency) + 1000 * 81_920 / (
-        3.35e12 * h100.kv_bandwidth_efficiency
-    )
-    all_reduces = 2 * 80 * (2 * 1 / 2 * 8192 * 2 / 450e9 + 2 * 5e-6)
-    hand_over = 8192 * 2 / 450e9 + 5e-6
+    # One TP rank over both stages: half the weights (tensor 2) and half the KV heads (4 of 8),
+    # each stage's layers one after the other, so the step is both stages' time.
+    both_stages = one_decode_by_hand(h100, weights, 2, 0.5, 1000)
+    all_reduces = 2 * 80 * (1 * 8192 * 2 / 450e9 + h100.link_latency_s)  # one-shot over 2: one peer's 16 KiB
+    hand_over = 8192 * 2 / 450e9 + h100.link_latency_s
     step = engine.executor.cost_model.step_time(StepShape(((1, 1000, True),)))
-    assert step == pytest.approx(2 * stage + all_reduces + hand_over + h100.step_overhead_s, rel=1e-9)
+    assert step == pytest.approx(both_stages + all_reduces + hand_over + h100.step_overhead_s, rel=1e-9)
     assert engine.executor.cost_model.parallelism.bubble == 0.5

@@ -23,6 +23,8 @@ from engine.quantization import METHODS, all_group_sizes
 from engine.quantization.auto import AUTO
 from engine.simulation import is_simulated
 from engine.simulation.parallel import parse_gpu_count
+from engine.simulation.serving_stacks import AUTO as AUTO_STACK
+from engine.simulation.serving_stacks import stack_names
 from workbench.gui.form_widgets import ChoiceBox, emit_validated, float_box, int_box
 
 
@@ -137,6 +139,12 @@ class EnginePanel(QGroupBox):
         self.tensor_parallel = int_box(1, 64, defaults.tensor_parallel_size, knob_help("tensor_parallel_size"))
         self.pipeline_parallel = int_box(1, 64, defaults.pipeline_parallel_size, knob_help("pipeline_parallel_size"))
         self.model.currentTextChanged.connect(self._split_across_its_gpus)
+        # The serving software a simulated GPU's times include (presets/catalogue/stacks.toml).
+        self.serving_stack = QComboBox()
+        self.serving_stack.addItems([AUTO_STACK, *stack_names()])
+        self.serving_stack.setCurrentText(defaults.serving_stack)
+        self.serving_stack.setToolTip(knob_help("serving_stack"))
+        self.scheduler_steps = int_box(1, 64, defaults.num_scheduler_steps, knob_help("num_scheduler_steps"))
         self.long_max_wait = float_box(
             0,
             1e6,
@@ -184,6 +192,8 @@ class EnginePanel(QGroupBox):
         form.addRow("compile decode step", self.compile_decode)
         form.addRow("tensor parallel (GPUs)", self.tensor_parallel)
         form.addRow("pipeline parallel (stages)", self.pipeline_parallel)
+        form.addRow("serving stack (simulated)", self.serving_stack)
+        form.addRow("scheduler steps", self.scheduler_steps)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.apply_button)
@@ -234,6 +244,8 @@ class EnginePanel(QGroupBox):
             enable_prefix_caching=self.prefix_caching.isChecked(),
             tensor_parallel_size=self.tensor_parallel.value(),
             pipeline_parallel_size=self.pipeline_parallel.value(),
+            serving_stack=self.serving_stack.currentText(),
+            num_scheduler_steps=self.scheduler_steps.value(),
         )
 
     def _split_across_its_gpus(self, model: str) -> None:
@@ -270,6 +282,8 @@ class EnginePanel(QGroupBox):
         self.long_prefills.setValue(config.max_long_prefills)
         self.tensor_parallel.setValue(config.tensor_parallel_size)
         self.pipeline_parallel.setValue(config.pipeline_parallel_size)
+        self.serving_stack.setCurrentText(config.serving_stack)
+        self.scheduler_steps.setValue(config.num_scheduler_steps)
         self.long_max_wait.setValue(config.long_prompt_max_wait_s)
         self.policy.setCurrentText(config.scheduling_policy)
         self.prefix_caching.setChecked(config.enable_prefix_caching)
