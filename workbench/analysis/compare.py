@@ -31,6 +31,7 @@ from workbench.analysis.intervals import (
     repeats_interval,
     requests_to_bound,
 )
+from workbench.analysis.published import kind_of
 from workbench.analysis.report import CONFIGURATION_PREFIXES
 from workbench.analysis.verdict import Term, decide, repeats_needed_text
 from workbench.machine.probe import machine_drift
@@ -259,17 +260,42 @@ def allow_for_drift(terms: list[Term], drift: float | None) -> list[Term]:
     if drift is None or drift <= drift_tolerance(terms):
         return terms
     caveat = f"the machine's speed moved {drift * 100:.1f}% across the runs' probes: interval widened by it"
+    return _widened(terms, lambda metric: (drift, caveat), "widened by the machine's drift")
+
+
+def allow_for_simulator_error(terms: list[Term], baseline: dict, candidate: dict) -> list[Term]:
+    """Widen each relative speed term's interval by the simulated GPUs' stated error for that kind
+    of figure (the larger of the two runs' stacks): a simulated change is worth what the
+    simulator is (presets/published/errors.toml)."""
+    errors = [report.get("simulated_error") for report in (baseline, candidate)]
+    if not all(errors):
+        return terms
+
+    def widening(metric: str) -> tuple[float, str] | None:
+        kind = kind_of(metric)
+        stated = [error[kind]["median_abs_perc"] for error in errors]
+        if any(value is None for value in stated):
+            return None
+        return max(stated) / 100, f"simulated: interval widened by the stack's ±{max(stated):.0f}% {kind} error"
+
+    return _widened(terms, widening, "widened by the simulator's error")
+
+
+def _widened(terms: list[Term], widening, method: str) -> list[Term]:
+    """Each relative speed term's interval, on the ratio's scale, divided and multiplied by 1 + w
+    (a widened change stays above -100%), where `widening(metric)` gives (w, caveat)."""
     widened = []
     for term in terms:
         metric = term.criterion.partition(":")[0]
-        if term.relative and term.interval is not None and metric.endswith(_SPEED_SUFFIXES):
-            # On the ratio's scale, divided and multiplied by 1 + drift: a widened change stays above -100%.
+        how = widening(metric) if term.relative and term.interval is not None else None
+        if how is not None and metric.endswith(_SPEED_SUFFIXES):
+            by, caveat = how
             low, high = term.interval.low, term.interval.high
             interval = Interval(
-                None if low is None else (1 + low) / (1 + drift) - 1,
-                None if high is None else (1 + high) * (1 + drift) - 1,
+                None if low is None else (1 + low) / (1 + by) - 1,
+                None if high is None else (1 + high) * (1 + by) - 1,
                 term.interval.standard_error,
-                f"{term.interval.method}; widened by the machine's drift",
+                f"{term.interval.method}; {method}",
             )
             term = dataclasses.replace(term, interval=interval, caveat="; ".join(filter(None, (term.caveat, caveat))))
         widened.append(term)
@@ -325,6 +351,7 @@ def compare(baseline: dict, candidate: dict, intended: list[str], tolerated: lis
     pairs = [(baseline, candidate)]
     drift = machine_drift(baseline, candidate)
     terms = allow_for_drift(decision_terms(pairs, intended, tolerated), drift)
+    terms = allow_for_simulator_error(terms, baseline, candidate)
     if not (runs_repeat_exactly(baseline) and runs_repeat_exactly(candidate)):
         # One pair's intervals cover the requests' noise only; a measured figure needs repeats to decide.
         terms = [

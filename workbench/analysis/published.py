@@ -1,41 +1,433 @@
-"""Published serving figures the cost model is held to (issue 50 #4). Each names where it was
-published and the preset variant that runs its settings on simulated GPUs
-(presets/published-mistral-7b.toml, with the run's own 320 requests); `error_perc` is ours
-against it when last measured, as docs/memory.md reports it. The suite runs them
-(tests/workbench/analysis/test_published_figures.py): a change to the cost model that moves one
-fails there until the error, here and in the docs, is restated."""
+"""Published serving runs as the simulated GPUs' yardstick (issue 59): the corpus in
+presets/published/corpus.toml, each run replayed on a simulated engine with the serving stack it
+ran, and the error of every figure.
+
+A run is replayed here with the engine alone on its simulated clock, not through `bench`: the
+published figures are the serving benchmarks' own (vLLM's and SGLang's `bench_serving`, LMDeploy's
+`profile_generation`), so they are computed as those compute them:
+- output_tok_s: output tokens / (last request's end - first request's arrival);
+- ttft_p50_ms: the median over requests of first token - arrival;
+- tpot_p50_ms: the median over requests of more than one token of (end - first token) / (tokens - 1);
+- itl_p50_ms: the median of every gap between a request's consecutive tokens.
+
+Each stack's runs are split by a fixed rule, not by hand: sorted by id, every third is held out,
+the others fit its costs (`fit_stack`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import csv
+import dataclasses
+import importlib.resources
+import math
+import multiprocessing
+import os
+import statistics
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
-PRESET = "published-mistral-7b"
-SOURCE = "Lambda Labs' vLLM benchmark, September 2024 (vLLM v0.5.4): https://github.com/LambdaLabsML/vllm-benchmark"
-RUN_FILE = "results/prompt_320/1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len2000.json"
-TABLE = 'benchmark_v0.md, "Tensor Parallel v.s. Data Parallel" (output tokens/s / median inter-token latency)'
-# How far a rerun may stray from the error stated: the simulator is deterministic, so only
-# floating-point differences between machines (the figures are percentiles and rates).
-RESTATE_BEYOND_PP = 0.5
+import numpy as np
+
+from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.errors import ConfigError
+from engine.simulation.serving_stacks import ServingStack, serving_stack
+
+PRESETS = Path(str(importlib.resources.files("presets")))
+CORPUS_FILE = PRESETS / "published" / "corpus.toml"
+SHAREGPT_LENGTHS = PRESETS / "traces" / "lambda-vllm-benchmark-2024" / "sharegpt-320.csv"
+METRICS = ("output_tok_s", "ttft_p50_ms", "tpot_p50_ms", "itl_p50_ms")
+REQUEST_KINDS = ("sharegpt", "lambda-sharegpt-320", "fixed")
+SEED = 0
 
 
 @dataclass(frozen=True)
-class PublishedFigure:
-    variant: str  # of PRESET
-    metric: str  # the report's metric
+class PublishedRun:
+    id: str
+    source: str
+    stack: str
+    model: str
+    hardware: str
+    requests: str
+    num_requests: int
+    figures: dict[str, float]
+    tensor_parallel_size: int = 1
+    rate: float = 0.0  # requests/s, Poisson; 0 with concurrency 0: every request at once
+    concurrency: int = 0  # clients each sending their next request when one ends
+    prompt_tokens: int = 0  # requests = "fixed"
+    output_tokens: int = 0
+    engine: dict = field(default_factory=dict)
+
+    def check(self, where: str) -> None:
+        if self.requests not in REQUEST_KINDS:
+            raise ConfigError(f"{where}: requests: expected one of {', '.join(REQUEST_KINDS)}, got {self.requests!r}")
+        if self.requests == "fixed" and (self.prompt_tokens < 1 or self.output_tokens < 1):
+            raise ConfigError(f"{where}: requests = 'fixed' needs prompt_tokens and output_tokens >= 1")
+        if self.rate and self.concurrency:
+            raise ConfigError(f"{where}: rate and concurrency: set one, not both")
+        if not self.figures or set(self.figures) - set(METRICS):
+            raise ConfigError(f"{where}: figures: expected some of {', '.join(METRICS)}, got {sorted(self.figures)}")
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(
+            model=f"simulated:{self.model}@{self.hardware}",
+            tensor_parallel_size=self.tensor_parallel_size,
+            serving_stack=self.stack,
+            enable_prefix_caching=False,  # off in every published run (vLLM's default then; SGLang's disabled)
+            long_prompt_threshold=0,  # no serving engine of these runs has a long-prompt queue
+            **self.engine,
+        )
+
+
+@dataclass(frozen=True)
+class Corpus:
+    sources: dict[str, dict]
+    runs: tuple[PublishedRun, ...]
+
+    def stacks(self) -> list[str]:
+        return sorted({run.stack for run in self.runs})
+
+    def runs_of(self, stack: str) -> list[PublishedRun]:
+        return sorted((run for run in self.runs if run.stack == stack), key=lambda run: run.id)
+
+    def held_out(self, run: PublishedRun) -> bool:
+        """Every third of its stack's runs, by id: the fit never sees them."""
+        return self.runs_of(run.stack).index(run) % 3 == 2
+
+
+def load_corpus(path: Path = CORPUS_FILE) -> Corpus:
+    try:
+        table = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the corpus ({exc})") from exc
+    sources = table.get("sources", {})
+    runs = []
+    known = {entry.name for entry in dataclasses.fields(PublishedRun)}
+    for index, entry in enumerate(table.get("runs", [])):
+        where = f"{path}, runs[{index}] ({entry.get('id', '?')})"
+        if unknown := set(entry) - known:
+            raise ConfigError(f"{where}: unknown keys {sorted(unknown)}; expected some of {sorted(known)}")
+        try:
+            run = PublishedRun(**entry)
+        except TypeError as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+        run.check(where)
+        if run.source not in sources:
+            raise ConfigError(f"{where}: source {run.source!r} is not under [sources]")
+        runs.append(run)
+    if len({run.id for run in runs}) != len(runs):
+        raise ConfigError(f"{path}: run ids must be unique")
+    return Corpus(sources, tuple(runs))
+
+
+def _sharegpt_lengths() -> list[tuple[int, int]]:
+    with SHAREGPT_LENGTHS.open() as file:
+        return [(int(row["num_prefill_tokens"]), max(1, int(row["num_decode_tokens"]))) for row in csv.DictReader(file)]
+
+
+def request_lengths(run: PublishedRun, rng: np.random.Generator) -> list[tuple[int, int]]:
+    """(prompt tokens, output tokens) of each request, in the order sent. A request that
+    generated nothing in the recorded run asks for one token."""
+    if run.requests == "fixed":
+        return [(run.prompt_tokens, run.output_tokens)] * run.num_requests
+    lengths = _sharegpt_lengths()
+    if run.requests == "lambda-sharegpt-320":
+        return lengths[: run.num_requests]
+    return [lengths[index] for index in rng.integers(0, len(lengths), run.num_requests)]
+
+
+def simulate(
+    run: PublishedRun, stack: ServingStack | None = None, hardware: dict[str, float] | None = None
+) -> dict[str, float]:
+    """The run on its simulated GPUs: its figures, computed as the benchmark that published them
+    does. `stack`: these costs instead of the named stack's; `hardware`: these values of the GPU's
+    profile instead of the catalogue's (a fit trying values)."""
+    engine = LLMEngine(run.engine_config())
+    cost_model = engine.executor.cost_model
+    if stack is not None:
+        cost_model.stack = stack
+    if hardware:
+        cost_model.hardware = dataclasses.replace(cost_model.hardware, **hardware)
+    rng = np.random.default_rng(SEED)
+    vocab = engine.model_config.vocab_size
+    lengths = request_lengths(run, rng)
+    if run.concurrency:
+        arrivals = [0.0] * min(run.concurrency, len(lengths))
+    elif run.rate:
+        arrivals = list(np.cumsum(rng.exponential(1 / run.rate, len(lengths))))
+    else:
+        arrivals = [0.0] * len(lengths)
+    sent, finished = 0, []
+
+    def send(at: float) -> None:
+        nonlocal sent
+        prompt, output = lengths[sent]
+        engine.add_request(
+            [int(token) for token in rng.integers(3, vocab, prompt)],
+            SamplingParams(max_tokens=output, ignore_eos=True, temperature=0.0),
+            arrival_time=at,
+        )
+        sent += 1
+
+    while sent < len(lengths) or engine.has_unfinished():
+        now = engine.clock()
+        while sent < len(arrivals) and arrivals[sent] <= now:
+            send(arrivals[sent])
+        if not engine.has_unfinished():
+            engine.sleep(arrivals[sent] - now)
+            continue
+        for output in engine.step().outputs:
+            if output.finished:
+                finished.append(output.metrics)
+                if run.concurrency and len(arrivals) < len(lengths):
+                    arrivals.append(engine.clock())
+    return figures_of(finished)
+
+
+def figures_of(requests) -> dict[str, float]:
+    start = min(request.arrival_time for request in requests)
+    end = max(request.finish_time for request in requests)
+    tokens = sum(request.num_output_tokens for request in requests)
+    ttfts = [request.first_token_time - request.arrival_time for request in requests]
+    tpots = [
+        (request.finish_time - request.first_token_time) / (request.num_output_tokens - 1)
+        for request in requests
+        if request.num_output_tokens > 1
+    ]
+    gaps = [
+        later - earlier for request in requests for earlier, later in zip(request.token_times, request.token_times[1:])
+    ]
+    return {
+        "output_tok_s": tokens / (end - start),
+        "ttft_p50_ms": 1000 * float(statistics.median(ttfts)),
+        "tpot_p50_ms": 1000 * float(statistics.median(tpots)) if tpots else math.nan,
+        "itl_p50_ms": 1000 * float(statistics.median(gaps)) if gaps else math.nan,
+    }
+
+
+@dataclass(frozen=True)
+class FigureError:
+    run: PublishedRun
+    metric: str
     published: float
-    where: str  # where in the source it is read
-    error_perc: float  # ours / published - 1, when last measured
+    ours: float
+    held_out: bool
 
-    def error_of(self, ours: float) -> float:
-        return 100.0 * (ours / self.published - 1.0)
+    @property
+    def error_perc(self) -> float:
+        return 100.0 * (self.ours / self.published - 1.0)
 
 
-FIGURES = (
-    PublishedFigure("h100", "output_tok_s", 3281.19, RUN_FILE, +131.5),
-    PublishedFigure("h100", "itl_p50_ms", 27.23, RUN_FILE, -65.6),
-    PublishedFigure("h100", "ttft_p50_ms", 1290.30, RUN_FILE, -24.1),
-    PublishedFigure("a100", "output_tok_s", 1591.4, TABLE, +147.6),
-    PublishedFigure("a100", "itl_p50_ms", 56.51, TABLE, -72.9),
-    PublishedFigure("tp4-h100", "output_tok_s", 4133.32, TABLE, +257.6),
-    PublishedFigure("tp4-h100", "itl_p50_ms", 21.79, TABLE, -77.5),
-)
+def errors_of(
+    corpus: Corpus, runs, stacks: dict[str, ServingStack] | None = None, hardware: dict[str, float] | None = None
+) -> list[FigureError]:
+    """Every figure of `runs`, simulated with `stacks` (by name; else each run's named stack) and
+    `hardware` (else the catalogue's), the runs shared out over the machine's cores."""
+    jobs = [(run, (stacks or {}).get(run.stack), hardware) for run in runs]
+    with multiprocessing.get_context("spawn").Pool(min(len(jobs), os.cpu_count() or 1)) as pool:
+        results = pool.starmap(simulate, jobs)
+    return [
+        FigureError(run, metric, published, ours[metric], corpus.held_out(run))
+        for run, ours in zip(runs, results)
+        for metric, published in run.figures.items()
+    ]
+
+
+def loss_of(rows: list[FigureError]) -> float:
+    """The mean |log(ours / published)|: a figure twice too high costs what one half too low does."""
+    return statistics.fmean(abs(math.log(row.ours / row.published)) for row in rows)
+
+
+# The values a fit tries for each cost: each stack's, and the GPUs' (shared by every stack:
+# hardware is hardware), the latter within what such kernels reach: a decode's weight stream at
+# 70-90% of the datasheet's bandwidth, paged K/V gathers at 50-90%, products at 50-80% of peak.
+STACK_GRIDS = {
+    "step_overhead_s": [0.0, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 8e-3, 0.012, 0.02],
+    "sequence_overhead_s": [0.0, 5e-6, 1e-5, 2e-5, 4e-5, 7e-5, 1e-4, 1.5e-4],
+    "request_overhead_s": [0.0, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05],
+}
+HARDWARE_GRIDS = {
+    "bandwidth_efficiency": [0.7, 0.75, 0.8, 0.85, 0.9],
+    "kv_bandwidth_efficiency": [0.5, 0.6, 0.7, 0.8, 0.9],
+    "compute_efficiency": [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8],
+    "link_latency_s": [2e-6, 5e-6, 1e-5, 1.5e-5, 2e-5, 3e-5],
+}
+
+
+@dataclass
+class Fit:
+    hardware: dict[str, float]
+    stacks: dict[str, ServingStack]
+    loss: float
+
+
+def fit(corpus: Corpus, on_step: Callable[[str], None] = lambda line: None) -> Fit:
+    """Every stack's costs, and the GPUs' efficiencies and link latency, that minimise `loss_of`
+    over the fitting runs (never the held-out ones): a coordinate search, one value at a time
+    over its grid, each stack's then the hardware's, twice round. A stack's host_overlap stays as
+    catalogued: it is what its engine does, not a fit."""
+    runs = [run for run in corpus.runs if not corpus.held_out(run)]
+    current = Fit({}, {name: serving_stack(name) for name in corpus.stacks()}, math.inf)
+
+    def rows_by_run(subset, stacks, hardware) -> dict[str, list[FigureError]]:
+        grouped: dict[str, list[FigureError]] = {run.id: [] for run in subset}
+        for row in errors_of(corpus, subset, stacks, hardware):
+            grouped[row.run.id].append(row)
+        return grouped
+
+    def total(grouped) -> float:
+        return loss_of([row for group in grouped.values() for row in group])
+
+    rows = rows_by_run(runs, current.stacks, current.hardware)
+    current.loss = total(rows)
+    on_step(f"start: loss {current.loss:.4f} over {sum(map(len, rows.values()))} figures of {len(runs)} runs")
+    for round_number in range(1, 3):
+        for stack_name in corpus.stacks():
+            stack_runs = [run for run in runs if run.stack == stack_name]
+            for name, grid in STACK_GRIDS.items():
+                for value in grid:
+                    changed = dataclasses.replace(current.stacks[stack_name], **{name: value})
+                    stacks = {**current.stacks, stack_name: changed}
+                    trial_rows = {**rows, **rows_by_run(stack_runs, stacks, current.hardware)}
+                    if (loss := total(trial_rows)) < current.loss:
+                        current.stacks, current.loss, rows = stacks, loss, trial_rows
+                on_step(
+                    f"round {round_number}: {stack_name} {name} = {getattr(current.stacks[stack_name], name):g}, "
+                    f"loss {current.loss:.4f}"
+                )
+        for name, grid in HARDWARE_GRIDS.items():
+            for value in grid:
+                trial = {**current.hardware, name: value}
+                trial_rows = rows_by_run(runs, current.stacks, trial)
+                if (loss := total(trial_rows)) < current.loss:
+                    current.hardware, current.loss, rows = trial, loss, trial_rows
+            on_step(
+                f"round {round_number}: {name} = {current.hardware.get(name, 'catalogued')}, loss {current.loss:.4f}"
+            )
+    return current
+
+
+# Figures of one kind: a per-token latency is TPOT or ITL, as the published run gave it.
+METRIC_KINDS = {
+    "output_tok_s": "throughput",
+    "ttft_p50_ms": "TTFT",
+    "tpot_p50_ms": "per-token latency",
+    "itl_p50_ms": "per-token latency",
+}
+FIGURE_KINDS = tuple(dict.fromkeys(METRIC_KINDS.values()))
+ERRORS_FILE = PRESETS / "published" / "errors.toml"
+
+
+@dataclass(frozen=True)
+class ErrorSummary:
+    kind: str
+    held_out: bool
+    n: int
+    median_abs_perc: float
+    worst_abs_perc: float
+
+
+def summarise(rows: list[FigureError]) -> list[ErrorSummary]:
+    """Median and worst |error| per kind of figure, over the fitted and the held-out figures apart."""
+    summaries = []
+    for kind in FIGURE_KINDS:
+        for held_out in (False, True):
+            errors = [
+                abs(row.error_perc) for row in rows if METRIC_KINDS[row.metric] == kind and row.held_out == held_out
+            ]
+            if errors:
+                summaries.append(ErrorSummary(kind, held_out, len(errors), statistics.median(errors), max(errors)))
+    return summaries
+
+
+def format_table(rows: list[FigureError]) -> str:
+    """docs/memory.md's table: every figure, then the summary per kind."""
+    lines = [
+        "| run | stack | figure | published | simulated | error | |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in sorted(rows, key=lambda row: (row.run.stack, row.run.id, row.metric)):
+        lines.append(
+            f"| {row.run.id} | {row.run.stack} | {row.metric} | {row.published:,.2f} | {row.ours:,.2f} | "
+            f"{row.error_perc:+.1f}% | {'held out' if row.held_out else 'fitted'} |"
+        )
+    lines += ["", "| figures | of | n | median abs. error | worst |", "|---|---|---|---|---|"]
+    for summary in summarise(rows):
+        lines.append(
+            f"| {summary.kind} | {'held out' if summary.held_out else 'fitted'} | {summary.n} | "
+            f"{summary.median_abs_perc:.1f}% | {summary.worst_abs_perc:.1f}% |"
+        )
+    return "\n".join(lines)
+
+
+def errors_toml(rows: list[FigureError]) -> str:
+    """presets/published/errors.toml: each figure's error as last measured, which reports quote
+    and the suite holds the cost model to."""
+    lines = [
+        "# Written by `workbench calibrate --published --errors-out presets/published/errors.toml`: each",
+        "# published figure, the simulator's, and the error, as last measured. Reports quote the errors",
+        "# of a run's stack (simulated_error); tests/workbench/analysis/test_published_figures.py holds",
+        "# the simulator to them.",
+    ]
+    for row in sorted(rows, key=lambda row: (row.run.id, row.metric)):
+        lines += [
+            "",
+            "[[figures]]",
+            f'run = "{row.run.id}"',
+            f'stack = "{row.run.stack}"',
+            f'metric = "{row.metric}"',
+            f"published = {row.published!r}",
+            f"simulated = {round(row.ours, 4)!r}",
+            f"error_perc = {round(row.error_perc, 2)!r}",
+            f"held_out = {'true' if row.held_out else 'false'}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class StatedError:
+    """What a simulated figure of one kind on one stack is worth: the median |error| of that kind
+    over the stack's published figures (fitted and held out), from presets/published/errors.toml."""
+
+    stack: str
+    kind: str
+    median_abs_perc: float | None  # None: no published figure of this kind for this stack
+    n: int
+    held_out: int
+
+    def phrase(self) -> str:
+        if self.median_abs_perc is None:
+            return f"simulated ({self.stack}): not checked against any published run"
+        return (
+            f"simulated ({self.stack}): ±{self.median_abs_perc:.0f}% median error against {self.n} published "
+            f"{self.kind} figure{'s' if self.n > 1 else ''} ({self.held_out} held out)"
+        )
+
+
+def stated_error(stack: str, kind: str) -> StatedError:
+    """The stack's error on figures of `kind` (one of FIGURE_KINDS)."""
+    try:
+        figures = tomllib.loads(ERRORS_FILE.read_text()).get("figures", [])
+    except (OSError, tomllib.TOMLDecodeError):
+        figures = []
+    mine = [figure for figure in figures if figure["stack"] == stack and METRIC_KINDS[figure["metric"]] == kind]
+    if not mine:
+        return StatedError(stack, kind, None, 0, 0)
+    return StatedError(
+        stack,
+        kind,
+        statistics.median(abs(figure["error_perc"]) for figure in mine),
+        len(mine),
+        sum(1 for figure in mine if figure["held_out"]),
+    )
+
+
+def kind_of(metric: str) -> str:
+    """A report metric's kind of figure: TTFT; per-token latency for TPOT, ITL and e2e (a
+    request's end is mostly its decode); throughput for rates."""
+    metric = metric.rpartition("/")[2]  # a tag's figures ("chat/ttft_p50_ms") are of the same kind
+    if metric.startswith("ttft"):
+        return "TTFT"
+    if metric.startswith(("tpot", "itl", "e2e")):
+        return "per-token latency"
+    return "throughput"

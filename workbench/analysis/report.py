@@ -253,6 +253,13 @@ def build_report(log: RunLog) -> dict:
             if probe
         },
         "metrics": metrics,
+        # A simulated GPU's figures are worth what its stack's figures measured against published
+        # runs (presets/published/errors.toml): their median error per kind of figure.
+        **(
+            {"simulated_error": simulated_error(header["engine"]["serving_stack"])}
+            if "serving_stack" in header["engine"]
+            else {}
+        ),
         "beside_compile": beside_compile_caution(beside, len(steps), requests, start),
         "ended_early_by_reason": early,
         # Why the tail waited (workbench/analysis/explain.py): only where the trace lines were read.
@@ -343,6 +350,22 @@ def incomplete_reasons(log: RunLog) -> list[str]:
 
 def _count(requests: list[RequestMetrics], reason: str) -> int:
     return sum(1 for metrics in requests if metrics.finish_reason == reason)
+
+
+def simulated_error(stack: str) -> dict[str, dict]:
+    """Per kind of figure (TTFT, per-token latency, throughput): the stack's stated error."""
+    from workbench.analysis.published import FIGURE_KINDS, stated_error
+
+    errors = {}
+    for kind in FIGURE_KINDS:
+        stated = stated_error(stack, kind)
+        errors[kind] = {
+            "median_abs_perc": stated.median_abs_perc,
+            "n": stated.n,
+            "held_out": stated.held_out,
+            "says": stated.phrase(),
+        }
+    return errors
 
 
 def write_report_files(log: RunLog, out_dir: Path) -> dict:

@@ -66,6 +66,7 @@ class DeploymentBackend:
                 "weight_parts": first.weight_parts,
                 "max_model_len": self.max_model_len,
                 "num_parameters": deployment.model_config.num_parameters,
+                "serving_stack": first.config.serving_stack,
                 "instances": deployment.roles,
                 "instance_kv_blocks": [engine.num_kv_blocks for engine in deployment.instances],
             },

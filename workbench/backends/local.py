@@ -14,6 +14,7 @@ from engine import EngineConfig, LLMEngine
 from engine.compile_cache import CompileProgress
 from engine.loading.model_file import ModelSource
 from engine.sampling_params import SamplingParams
+from engine.simulation import is_simulated
 from workbench.backends.deployment import DeploymentBackend, is_deployment
 from workbench.backends.protocol import (
     BLOCK_CACHED,
@@ -64,6 +65,8 @@ class LocalBackend:
                 "weight_parts": engine.weight_parts,
                 "max_model_len": engine.max_model_len,
                 "num_parameters": engine.model_config.num_parameters,
+                # A simulated GPU's serving stack, as resolved: the software whose costs it adds.
+                **({"serving_stack": engine.config.serving_stack} if is_simulated(engine.config.model) else {}),
             },
         }
 

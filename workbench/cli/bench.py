@@ -230,6 +230,8 @@ def print_summary(report: dict) -> None:
     if report.get("beside_compile"):
         print(f"  warm-up: {report['beside_compile']}")
     print("\n".join(line(name) for name in names))
+    for error in (report.get("simulated_error") or {}).values():
+        print(f"  {error['says']}")
     if report.get("ended_early_by_reason"):  # asked for N tokens, got fewer: why
         reasons = ", ".join(f"{why} {count}" for why, count in report["ended_early_by_reason"].items())
         print(f"{line('requests_ended_early')}: {reasons}")

@@ -1,5 +1,7 @@
 """`workbench calibrate`: the cost model fitted to this machine, saved as a hardware profile, and
-with --held-out, its error end to end on workloads the fit never saw (workbench/analysis/fidelity.py)."""
+with --held-out, its error end to end on workloads the fit never saw (workbench/analysis/fidelity.py).
+With --published, the simulated GPUs instead, against the published serving runs of
+presets/published/corpus.toml (workbench/analysis/published.py)."""
 
 from __future__ import annotations
 
@@ -25,10 +27,27 @@ def add_to(commands) -> None:
     calibrate.add_argument(
         "--requests", type=int, help="with --held-out: at most this many requests per preset (default: each preset's)"
     )
+    calibrate.add_argument(
+        "--published",
+        action="store_true",
+        help="instead: replay every published run of presets/published/corpus.toml on simulated GPUs with the "
+        "catalogued stacks and print each figure's error (fitted and held-out runs apart)",
+    )
+    calibrate.add_argument(
+        "--refit",
+        action="store_true",
+        help="with --published: first fit the GPUs' efficiencies and each stack's costs to the fitting runs "
+        "(about 40 minutes on 2 cores) and print them in the catalogue's TOML",
+    )
+    calibrate.add_argument(
+        "--errors-out", type=Path, metavar="FILE", help="with --published: also write the errors as TOML to FILE"
+    )
     calibrate.set_defaults(handler=run)
 
 
 def run(args) -> int:
+    if args.published:
+        return _published(args)
     from engine import EngineConfig, LLMEngine
     from engine.simulation.catalogue import measure_this_machine, save_profile
     from workbench.analysis.calibration import fit, measure
@@ -146,3 +165,29 @@ def _workbench(workload: str, argv: list[str]) -> None:
     print(f"{workload}: workbench {' '.join(argv)}", flush=True)
     if main(argv) != 0:
         raise ConfigError(f"held-out {workload}: `workbench {' '.join(argv)}` failed (see above)")
+
+
+def _published(args) -> int:
+    import time
+
+    from workbench.analysis.published import errors_of, errors_toml, fit, format_table, load_corpus
+
+    corpus = load_corpus()
+    stacks = hardware = None
+    if args.refit:
+        start = time.monotonic()
+        fitted = fit(corpus, on_step=lambda line: print(f"{time.monotonic() - start:6.0f} s  {line}", flush=True))
+        stacks, hardware = fitted.stacks, fitted.hardware
+        print("\nfitted GPU values (every catalogued GPU), for presets/catalogue/hardware.toml:")
+        for name, value in hardware.items():
+            print(f"  {name} = {value!r}")
+        print("fitted stacks, for presets/catalogue/stacks.toml:")
+        for name, stack in stacks.items():
+            costs = ", ".join(f"{key} = {value!r}" for key, value in vars(stack).items() if key != "source")
+            print(f"  [{name}] {costs}")
+    rows = errors_of(corpus, corpus.runs, stacks, hardware)
+    print(format_table(rows))
+    if args.errors_out:
+        args.errors_out.write_text(errors_toml(rows))
+        print(f"errors written to {args.errors_out}")
+    return 0

@@ -36,6 +36,7 @@ from engine.simulation.parallel import parse_gpu_count
 from workbench.analysis.compare import compare_folders, format_comparison
 from workbench.analysis.explain import explain, request_history
 from workbench.analysis.kv_capacity import kv_cache_note
+from workbench.analysis.published import FIGURE_KINDS, stated_error
 from workbench.analysis.report import incomplete_reasons
 from workbench.backends.loader import EngineInfo, ServerInfo
 from workbench.bench.run_files import open_run, save_run
@@ -525,6 +526,7 @@ class MainWindow(QMainWindow):
                 count * hardware_profile(single).memory_bytes,
                 f"{hardware} (simulated{group if count > 1 else ''})",
                 per_gpu=info.per_gpu,
+                timing=[stated_error(summary["serving_stack"], kind).phrase() for kind in FIGURE_KINDS],
             )
         else:
             self.memory.show_lines(

@@ -59,11 +59,13 @@ class MemoryPanel(QWidget):
         quality: str = "",
         kv_note: str = "",
         per_gpu: list[MemoryLine] = (),
+        timing: list[str] = (),
     ) -> None:
         """`quality`: what the weights' format costs against the file's own weights (the quality
         ledger's line), shown under the lines because memory and quality are one trade; `kv_note`:
         what the KV cache holds its tokens in, and why; `per_gpu`: one GPU's lines, for a
-        simulated model split across several."""
+        simulated model split across several; `timing`: what a simulated GPU's times are worth
+        (its serving stack's error against published runs, per kind of figure)."""
         self.bar.lines, self.bar.total = lines, max(device_total, 1)
         self.bar.update()
         used = sum(line.bytes for line in lines)
@@ -73,6 +75,11 @@ class MemoryPanel(QWidget):
             + (f"<p><b>each GPU</b>:</p>{_table(per_gpu, gigabytes=True)}" if per_gpu else "")
             + (f"<p><b>KV cache</b>: {html.escape(kv_note, quote=False)}</p>" if kv_note else "")
             + (f"<p><b>quality</b>: {html.escape(quality, quote=False)}</p>" if quality else "")
+            + (
+                "<p><b>timing</b>: " + "<br>".join(html.escape(line, quote=False) for line in timing) + "</p>"
+                if timing
+                else ""
+            )
         )
 
     def show_not_exposed(self, server: str) -> None:

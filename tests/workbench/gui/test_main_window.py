@@ -733,6 +733,10 @@ def test_the_memory_tab_shows_a_simulated_gpu_as_estimates(window, qtbot):
     )
     text = window.memory.text.text()
     assert "h100-80gb (simulated)" in text and "of 74.5 GiB" in text and "measured" not in text
+    # Issue 59: what its times are worth, per kind of figure, from its stack's published runs.
+    from workbench.analysis.published import stated_error
+
+    assert "<b>timing</b>" in text and stated_error("vllm-0.6.0", "TTFT").phrase() in text
 
 
 def test_a_model_split_across_four_simulated_gpus_loads_and_shows_the_groups_memory(window, qtbot):
