@@ -148,7 +148,7 @@ class EngineConfig:
     serving_stack: str = knob(
         "auto",
         help="Simulated models only: the serving software whose own costs the simulated GPU adds to its "
-        "roofline (presets/catalogue/stacks.toml: vllm-0.5.4, vllm-0.6.0, sglang-0.3.0, lmdeploy-0.2.0, ideal), "
+        "roofline (presets/catalogue/stacks.toml: vllm-0.5.4, vllm-0.6.0, sglang-0.3.0, lmdeploy-0.1.0, ideal), "
         "each fitted to published runs. auto: vllm-0.6.0 on a catalogued GPU, ideal on a profile measured on "
         "this machine (its host time is measured with it).",
     )

@@ -127,12 +127,9 @@ class Scheduler:
             )
         elif self._steps_into_run and self.running:
             steps = self.config.num_scheduler_steps
+            to_go = steps - self._steps_into_run  # now: the trace reads it after the count moves on
             self.trace.held_back(
-                lambda: self._held(
-                    {},
-                    budget,
-                    f"multi-step scheduling admits every {steps} steps: {steps - self._steps_into_run} to go",
-                )
+                lambda: self._held({}, budget, f"multi-step scheduling admits every {steps} steps: {to_go} to go")
             )
         else:
             self._admit_waiting(scheduled, budget, now)

@@ -89,8 +89,7 @@ class CostModel:
 
     def kv_bytes(self, shape: StepShape) -> float:
         """K/V the step's attention reads, the whole model's (a sliding-window layer at most its window)."""
-        layer_token_bytes = self.kv_bytes_per_token / self.model.num_layers
-        return sum(self.model.attended_positions(context) for _, context, _ in shape.sequences) * layer_token_bytes
+        return operators.attended_kv_bytes(shape.sequences, self.model, self.kv_bytes_per_token)
 
     def flops(self, shape: StepShape) -> float:
         """The whole model's FLOPs in the step (every GPU's together)."""

@@ -49,6 +49,12 @@ def causal_pairs(model: ModelConfig, new: int, context: int) -> int:
     return (model.num_layers - sliding) * full + sliding * windowed
 
 
+def attended_kv_bytes(sequences, model: ModelConfig, kv_bytes_per_token: float) -> float:
+    """The whole model's K/V the sequences attend to: each one's attended positions (a sliding
+    layer at most its window) x one token's K/V in one layer."""
+    return sum(model.attended_positions(context) for _, context, _ in sequences) * kv_bytes_per_token / model.num_layers
+
+
 def dense_products(sequences, model: ModelConfig, dense_weight_bytes: float, tensor: int) -> OperatorCost:
     """The layers' projections (Q, K, V, O, gate, up, down): each GPU streams its 1/tensor of their
     weights once, whatever the batch, and multiplies them by every new token:
@@ -67,13 +73,11 @@ def attention(sequences, model: ModelConfig, kv_bytes_per_token: float, kv_share
     Q.K^T and P.V over the keys before it (causal, not the whole square):
     bytes = sum of attended positions x K/V bytes of one token in one layer x this GPU's share of
     the KV heads; FLOPs = 4 x heads x head_dim x causal (query, key) pairs / tensor."""
-    layer_token_bytes = kv_bytes_per_token / model.num_layers
-    attended = sum(model.attended_positions(context) for _, context, _ in sequences)
     pairs = sum(causal_pairs(model, new, context) for new, context, _ in sequences)
     return OperatorCost(
         "attention",
         streamed_bytes=0.0,
-        gathered_bytes=attended * layer_token_bytes * kv_share,
+        gathered_bytes=attended_kv_bytes(sequences, model, kv_bytes_per_token) * kv_share,
         flops=4 * model.num_heads * model.head_dim * pairs / tensor,
     )
 
