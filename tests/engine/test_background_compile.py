@@ -55,6 +55,43 @@ def test_a_process_that_exits_while_the_graph_compiles_keeps_its_exit_status(tmp
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("seconds_into_code_generation", [0.0, 1.0, 3.0])
+def test_a_library_script_exits_with_its_status_during_inductor_code_generation(tmp_path, seconds_into_code_generation):
+    """Issue 58 #11, the script as reported (float32, no quantization, `generate` alone and
+    together), each time on an empty inductor cache, ending at a different moment of Inductor's
+    code generation (the hook marks its start): the process exits with the status the script
+    chose, within the exit deadline (it hung for 14 minutes at 0% CPU, once in two runs)."""
+    finished = run_with_the_default_compile(
+        f"""
+        import sys, threading, time
+        import torch._inductor.graph as inductor_graph
+        generating = threading.Event()
+        codegen = inductor_graph.GraphLowering.codegen
+        def marked_codegen(*arguments, **keywords):
+            generating.set()
+            return codegen(*arguments, **keywords)
+        inductor_graph.GraphLowering.codegen = marked_codegen
+        from engine import EngineConfig, LLMEngine, SamplingParams
+        engine = LLMEngine(EngineConfig(model="smollm2-135m", device="cpu", dtype="float32", quantization="none"))
+        params = SamplingParams(max_tokens=8, temperature=0.0)
+        prompts = ["Hello there", "The capital of France is", "Once upon a time"]
+        for prompt in prompts:
+            engine.generate([prompt], params)
+        engine.generate(prompts, params)
+        assert generating.wait(timeout=300), "inductor never started generating code"
+        time.sleep({seconds_into_code_generation})
+        print(engine.executor.decode_mode, flush=True)
+        sys.exit(3)
+    """,
+        tmp_path,
+        timeout_s=240,
+    )
+    assert finished.returncode == 3, finished.stderr[-2000:]
+    assert finished.stdout.strip() == "eager (compiling in the background)"  # the compile was running at exit
+    assert "terminate called" not in finished.stderr and "leaving it behind" not in finished.stderr
+
+
+@pytest.mark.slow
 def test_an_engine_closed_mid_compile_gives_way_to_the_next_one(tmp_path):
     """Three engines in a row, each closed while it compiles (a reload), then one that serves:
     its tokens are the eager engine's."""
