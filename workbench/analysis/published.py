@@ -404,6 +404,24 @@ class StatedError:
         )
 
 
+def one_line(errors: list[StatedError]) -> tuple[str, str]:
+    """One stack's errors over the kinds of figure on one line, and its short form (a chart's
+    title, the window's plots): "simulated (vllm-0.6.0): TTFT ±8%, per-token latency ±9%,
+    throughput ±8% against published runs" and "simulated ±8-9%"."""
+    stack, checked = errors[0].stack, [error.median_abs_perc for error in errors if error.median_abs_perc is not None]
+    if not checked:
+        return f"simulated ({stack}): not checked against any published run", "simulated: unchecked"
+    parts = [
+        f"{error.kind} " + ("?" if error.median_abs_perc is None else f"±{error.median_abs_perc:.0f}%")
+        for error in errors
+    ]
+    low, high = round(min(checked)), round(max(checked))
+    return (
+        f"simulated ({stack}): {', '.join(parts)} against published runs",
+        f"simulated ±{low}%" if low == high else f"simulated ±{low}-{high}%",
+    )
+
+
 def stated_error(stack: str, kind: str) -> StatedError:
     """The stack's error on figures of `kind` (one of FIGURE_KINDS)."""
     try:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ConfigError
+from workbench.analysis.published import StatedError
 
 SWEEP_CSV = "sweep.csv"
 RATE_KEY = "traffic.rate"
@@ -147,6 +148,9 @@ class Sweep:
     keys: list[str]
     rows: list[dict] = field(default_factory=list)
     target_perc: float | None = None
+    # Its points on simulated GPUs: per serving stack, what each kind of figure is worth (the
+    # points' report.json, `simulated_error`); empty where every point ran for real.
+    simulated_errors: dict[str, list[StatedError]] = field(default_factory=dict)
 
 
 SEARCH_JSON = "search.json"  # a --find-max-rate sweep's own settings, beside sweep.csv
@@ -193,7 +197,27 @@ def read_sweep(folder: Path) -> Sweep:
                     ) from None
             row["complete"] = raw["complete"] == "True"
             rows.append(row)
-    return Sweep(path.parent, keys, rows, _read_target(path.parent))
+    return Sweep(path.parent, keys, rows, _read_target(path.parent), _simulated_errors(path.parent, rows))
+
+
+def _simulated_errors(folder: Path, rows: list[dict]) -> dict[str, list[StatedError]]:
+    """Per serving stack of the points that ran on simulated GPUs, the errors their reports state.
+    A point whose report.json is gone or unreadable says nothing (its figures are in sweep.csv)."""
+    errors = {}
+    for row in rows:
+        try:
+            report = json.loads((folder / row["folder"] / "report.json").read_text())
+            stack, stated = report["engine"]["serving_stack"], report["simulated_error"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        errors.setdefault(
+            stack,
+            [
+                StatedError(stack, kind, entry["median_abs_perc"], entry["n"], entry["held_out"])
+                for kind, entry in stated.items()
+            ],
+        )
+    return errors
 
 
 @dataclass

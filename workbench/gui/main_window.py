@@ -432,6 +432,7 @@ class MainWindow(QMainWindow):
         self.session.new_engine()
         self.plots.show_source(None)
         self.plots.set_capabilities(info.capabilities)
+        self.plots.show_simulated_error([])  # until _show_memory says what a simulated GPU's times are worth
         self.progress.setValue(100)
         self.follow_live()  # the steps of another engine are gone
         if isinstance(info, ServerInfo):
@@ -516,6 +517,8 @@ class MainWindow(QMainWindow):
             resident_bytes=process_resident_bytes() if on_cpu and not simulated else None,
             weight_parts=summary.get("weight_parts"),
         )
+        errors = [stated_error(summary["serving_stack"], kind) for kind in FIGURE_KINDS] if simulated else []
+        self.plots.show_simulated_error(errors)
         if simulated:
             hardware = parse(config.model)[1]
             count, single = parse_gpu_count(hardware)  # "4xh100-80gb": the group's memory, the lines its totals
@@ -526,7 +529,7 @@ class MainWindow(QMainWindow):
                 count * hardware_profile(single).memory_bytes,
                 f"{hardware} (simulated{group if count > 1 else ''})",
                 per_gpu=info.per_gpu,
-                timing=[stated_error(summary["serving_stack"], kind).phrase() for kind in FIGURE_KINDS],
+                timing=[error.phrase() for error in errors],
             )
         else:
             self.memory.show_lines(

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from workbench.analysis.published import StatedError, one_line
 from workbench.backends.protocol import IN_PROCESS, BackendCapabilities
 from workbench.gui.charts.plots import (
     LATENCY_UNITS,
@@ -191,9 +192,14 @@ class PlotsView(QWidget):
         self.baseline_label.setWordWrap(True)  # long texts wrap: the window must fit an 800-pixel screen
         header.addWidget(self.baseline_label)
         header.addWidget(self.goodput)
+        # On a simulated GPU: what its times are worth, per kind of figure, on a row of its own
+        # under the header (beside it, the header needed 847 px at 800); hidden otherwise.
+        self.simulated_error = ElidedLabel(hide_when_empty=True)
+        self.simulated_error.setStyleSheet("color: #f39c12")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(header)
+        layout.addWidget(self.simulated_error)
         # Where the centre is narrower than two columns of plots need (an 800-pixel screen), or
         # shorter than three rows with a readable data area each (a tab open at 800x600), they
         # scroll instead of being cut at the window's edge or squeezed.
@@ -233,6 +239,20 @@ class PlotsView(QWidget):
     def show_source(self, past_run: str | None) -> None:
         """Label the plots with the opened run they show; None: they show the live run."""
         self.source_label.setText(f"showing {past_run} (Back to live returns)" if past_run else "")
+
+    def show_simulated_error(self, errors: list[StatedError]) -> None:
+        """Say, beside the plots, each kind of figure's measured error on the simulated GPU's
+        serving stack (docs/memory.md); none: the engine is real and the label goes."""
+        if not errors:
+            self.simulated_error.setText("")
+            return
+        text, short = one_line(errors)
+        self.simulated_error.setText(text, short=short)
+        self.simulated_error.setToolTip(
+            "\n".join(error.phrase() for error in errors)
+            + "\nThe median |simulated / published - 1| over the stack's published figures of that kind "
+            '(presets/published/errors.toml; docs/memory.md, "Published runs the simulated GPUs are held to").'
+        )
 
     def set_request_steps(self, seconds: list[float]) -> None:
         """Mark the steps that touched the selected request along the batch plot's time axis."""

@@ -737,6 +737,18 @@ def test_the_memory_tab_shows_a_simulated_gpu_as_estimates(window, qtbot):
     from workbench.analysis.published import stated_error
 
     assert "<b>timing</b>" in text and stated_error("vllm-0.6.0", "TTFT").phrase() in text
+    # And beside the plots, where the times are drawn: each kind's error, its sources in the tooltip.
+    label = window.plots.simulated_error
+    ttft = stated_error("vllm-0.6.0", "TTFT").median_abs_perc
+    assert label.isVisible() and f"TTFT ±{ttft:.0f}%" in label.text() and "simulated (vllm-0.6.0): " in label.text()
+    assert stated_error("vllm-0.6.0", "throughput").phrase() in label.toolTip()
+    for width in (1280, 800):  # never cut short of its short form, even on an 800-pixel screen
+        window.resize(width, 600)
+        qtbot.waitUntil(lambda: label.width() >= label.minimumSizeHint().width(), timeout=5_000)
+        assert window.width() == width
+    window.load(EngineConfig(model="smollm2-135m", compile_decode="off"))  # a real engine: its times are measured
+    qtbot.waitUntil(lambda: window.info is not None and window.info.config.model == "smollm2-135m", timeout=60_000)
+    assert window.plots.simulated_error.isHidden() and window.plots.simulated_error.text() == ""
 
 
 def test_a_model_split_across_four_simulated_gpus_loads_and_shows_the_groups_memory(window, qtbot):

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 
+from workbench.analysis.published import kind_of
 from workbench.analysis.sweep import RATE_KEY, Sweep, describe_settings
 from workbench.gui.charts.report_images import drawing_offscreen, export_png
 from workbench.gui.charts.theme import series_colour
@@ -118,6 +119,21 @@ def _series(
     return dashed
 
 
+def _simulated_note(sweep: Sweep, axes: dict[str, str]) -> str:
+    """Title lines for points run on simulated GPUs: per serving stack, each axis's figure's
+    measured error ("simulated (vllm-0.6.0):", then "x ±8%, y ±9%"; `axes`: axis -> the report metric it
+    draws), so that a simulated trade-off is not read as exact. Nothing for real runs."""
+    lines = []
+    for stack, errors in sweep.simulated_errors.items():
+        by_kind = {error.kind: error.median_abs_perc for error in errors}
+        worth = [
+            f"{axis} " + ("unchecked" if by_kind.get(kind_of(metric)) is None else f"±{by_kind[kind_of(metric)]:.0f}%")
+            for axis, metric in axes.items()
+        ]
+        lines.append(f"<br>simulated ({stack}):<br>{', '.join(worth)}")  # two short lines: 360-px charts
+    return "".join(lines)
+
+
 def throughput_latency_plot(sweep: Sweep, latency: str = "tpot_p99_ms") -> pg.PlotItem:
     """Output tokens/s (x) against a p99 latency (y), every point labelled."""
     plot = pg.PlotItem()
@@ -133,7 +149,8 @@ def throughput_latency_plot(sweep: Sweep, latency: str = "tpot_p99_ms") -> pg.Pl
     for index, (name, rows) in enumerate(_groups(sweep, along).items()):
         labelled = [{**row, "label": str(row[along]) if along else ""} for row in rows]
         dashed += _series(plot, labelled, "output_tok_s", latency, series_colour(index), name, True, x_estimated=True)
-    plot.setTitle(title + (OVERLAP_NOTE if dashed else ""), size="10pt")
+    note = _simulated_note(sweep, {"x": "output_tok_s", "y": latency})
+    plot.setTitle(title + (OVERLAP_NOTE if dashed else "") + note, size="10pt")
     plot.getViewBox().setDefaultPadding(0.12)  # room for the labels right of the last points
     _at_least_min_span(plot, sweep.rows, "output_tok_s", latency)
     return plot
@@ -174,7 +191,9 @@ def goodput_rate_plot(sweep: Sweep, target_perc: float | None = None) -> pg.Plot
         _series(plot, rows, RATE_KEY, "goodput_perc", series_colour(index), name, True, x_estimated=False)
         for index, (name, rows) in enumerate(rows_by_rate.items())
     )
-    plot.setTitle("goodput vs arrival rate" + (OVERLAP_NOTE if dashed else ""), size="10pt")
+    # Goodput counts the requests within their SLOs: its error is the latencies' error.
+    note = _simulated_note(sweep, {"TTFT": "ttft_p99_ms", "TPOT": "tpot_p99_ms"})
+    plot.setTitle("goodput vs arrival rate" + (OVERLAP_NOTE if dashed else "") + note, size="10pt")
     if target_perc is not None:
         plot.addItem(
             pg.InfiniteLine(
