@@ -5,6 +5,7 @@ matmul throughput) and kept in ~/.cache/workbench/hardware.toml (or $WORKBENCH_C
 from __future__ import annotations
 
 import importlib.resources
+import json
 import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
@@ -44,6 +45,14 @@ class HardwareProfile:
     # on this machine holds the engine's whole host time here instead (`workbench calibrate`).
     step_overhead_s: float = 0.0005
     sequence_overhead_s: float = 0.0
+    # A profile measured on this machine: how much longer (or shorter) than the above a real
+    # decode-only step of n rows took, as a factor per batch-size bucket (index i: 2^i to
+    # 2^(i+1) - 1 rows; the last also every larger batch), and one factor for steps with a
+    # prefill; fitted from a real run's own steps (`workbench calibrate`). A CPU's decode is not
+    # linear in its rows (caches, threads): 8-15 rows ran 1.24-1.30x what one per-sequence
+    # constant gave. Empty and 1 on catalogued GPUs, whose serving stacks carry their costs.
+    decode_scale_by_rows: tuple[float, ...] = ()
+    prefill_step_scale: float = 1.0
     # The link between two such GPUs (engine/simulation/parallel.py): bytes/s in each direction,
     # seconds per hop, and what it is (0: no link, the GPU is catalogued alone).
     link_bytes_s: float = 0.0
@@ -62,14 +71,24 @@ class HardwareProfile:
             )
             or not self.roofline_sharpness >= 1
             or self.step_overhead_s < 0
+            or not all(scale > 0 for scale in self.decode_scale_by_rows)
+            or not self.prefill_step_scale > 0
             or self.sequence_overhead_s < 0
             or self.link_bytes_s < 0
             or self.link_latency_s < 0
         ):
             raise ConfigError(
                 "efficiencies must be in (0, 1]; roofline_sharpness >= 1; step_overhead_s, sequence_overhead_s, "
-                "link_bytes_s and link_latency_s >= 0"
+                "link_bytes_s and link_latency_s >= 0; decode_scale_by_rows and prefill_step_scale > 0"
             )
+
+    def step_scale(self, rows: int, with_prefill: bool) -> float:
+        """The measured factor on a step of `rows` sequences (decode_scale_by_rows, prefill_step_scale)."""
+        if with_prefill:
+            return self.prefill_step_scale
+        if not self.decode_scale_by_rows or rows < 1:
+            return 1.0
+        return self.decode_scale_by_rows[min(rows.bit_length() - 1, len(self.decode_scale_by_rows) - 1)]
 
 
 def _table(file_name: str) -> dict:
@@ -157,7 +176,10 @@ def _cache_file() -> Path:
 
 def _cached_profiles() -> dict:
     path = _cache_file()
-    return tomllib.loads(path.read_text()) if path.exists() else {}
+    try:
+        return tomllib.loads(path.read_text()) if path.exists() else {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc}); fix or delete it, then calibrate again") from exc
 
 
 def save_profile(name: str, profile: HardwareProfile) -> Path:
@@ -170,8 +192,17 @@ def save_profile(name: str, profile: HardwareProfile) -> Path:
     for profile_name, values in profiles.items():
         lines.append(f"[{profile_name}]")
         for field in fields(HardwareProfile):
-            value = values[field.name]
-            lines.append(f"{field.name} = {value!r}" if not isinstance(value, str) else f'{field.name} = "{value}"')
+            if field.name in values:  # a profile saved before a field existed takes its default
+                lines.append(f"{field.name} = {_toml_value(values[field.name])}")
         lines.append("")
     path.write_text("\n".join(lines))
     return path
+
+
+def _toml_value(value) -> str:
+    """A profile field in TOML: a string quoted (JSON's escapes are TOML's), a tuple as an array."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(repr(item) for item in value) + "]"
+    return repr(value)

@@ -25,7 +25,9 @@ def add_to(commands) -> None:
         help="with --held-out: only these of them, comma-separated (e.g. kv-pressure,azure-conv-bundled)",
     )
     calibrate.add_argument(
-        "--requests", type=int, help="with --held-out: at most this many requests per preset (default: each preset's)"
+        "--requests",
+        type=int,
+        help="at most this many requests per real run: the step-fit runs and --held-out's (default: each preset's)",
     )
     calibrate.add_argument(
         "--published",
@@ -50,7 +52,7 @@ def run(args) -> int:
         return _published(args)
     from engine import EngineConfig, LLMEngine
     from engine.simulation.catalogue import measure_this_machine, save_profile
-    from workbench.analysis.calibration import fit, measure
+    from workbench.analysis.calibration import fit, fit_step_scales, measure
 
     chosen = _chosen(args.presets) if args.held_out else []
     # Eager, as the cost model's step times assume (a compile would also take the cores
@@ -67,7 +69,6 @@ def run(args) -> int:
     )
     points = measure(engine)
     profile, train_error, held_out_error = fit(engine, base, points)
-    path = save_profile(args.name, profile)
     print(
         f"fitted: bandwidth efficiency {profile.bandwidth_efficiency:.3f} (weights) / "
         f"{profile.kv_bandwidth_efficiency:.3f} (K/V), compute efficiency {profile.compute_efficiency:.3f}, "
@@ -76,14 +77,59 @@ def run(args) -> int:
     )
     print(
         f"median |prediction error|: {train_error:.1f}% on the {len(points[0::2])} fitted points, "
-        f"{held_out_error:.1f}% on the {len(points[1::2])} held-out points; saved as {args.name!r} in {path}"
+        f"{held_out_error:.1f}% on the {len(points[1::2])} held-out points"
     )
+    profile = fit_step_scales(engine, profile, _steps_of_real_runs(args.held_out, args.requests))
+    print(
+        "whole engine steps against that: decode-only steps of "
+        + ", ".join(
+            f"{_rows_of_bucket(bucket, len(profile.decode_scale_by_rows))} rows x{scale:.3f}"
+            for bucket, scale in enumerate(profile.decode_scale_by_rows)
+        )
+        + f"; steps with a prefill x{profile.prefill_step_scale:.3f}"
+    )
+    path = save_profile(args.name, profile)
+    print(f"saved as {args.name!r} in {path}")
     if args.held_out:
         config = engine.config
         engine.close()
         del engine  # the held-out runs build their own
         _held_out(args, config, chosen)
     return 0
+
+
+def _rows_of_bucket(bucket: int, buckets: int) -> str:
+    low = 2**bucket
+    if bucket == buckets - 1:
+        return f"{low}+"
+    return str(low) if low == 2 ** (bucket + 1) - 1 else f"{low}-{2 ** (bucket + 1) - 1}"
+
+
+def _steps_of_real_runs(held_out: Path | None, requests: int | None) -> list:
+    """The steps of the step-fit runs (workbench/analysis/calibration.py, STEP_FIT_RUNS) on the
+    real engine, eager as calibrated, with at most `requests` each: into OUT/step-fit with
+    --held-out, else into a temporary folder of this command's own."""
+    import tempfile
+
+    from workbench.analysis.calibration import STEP_FIT_RUNS, real_steps
+    from workbench.runs.run_log import read_run_log
+    from workbench.runs.run_recorder import RUN_LOG_NAME
+
+    with tempfile.TemporaryDirectory(prefix="workbench-calibrate-") as scratch:
+        home = held_out / "step-fit" if held_out else Path(scratch)
+        steps = []
+        for name, preset, settings in STEP_FIT_RUNS:
+            folder = home / name
+            limit = (f"traffic.num_requests={requests}",) if requests else ()
+            overrides = [argument for setting in settings + limit for argument in ("--set", setting)]
+            _workbench(
+                f"step fit {name}",
+                ["bench", "--preset", preset, *overrides, "--set", "engine.compile_decode=off"]
+                + ["--set", "engine.batched_bf16_copy=false", "--set", "trace=full"]
+                + ["--out", str(folder), "--no-plots"],
+            )
+            steps += real_steps(read_run_log(folder / RUN_LOG_NAME, with_traces=True))
+        return steps
 
 
 def _chosen(presets: str | None) -> list[tuple[str, str | None]]:

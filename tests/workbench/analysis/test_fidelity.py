@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from engine.simulation.catalogue import hardware_profile
+from workbench.analysis.calibration import STEP_FIT_RUNS
 from workbench.analysis.fidelity import figure_errors, step_terms, summarise
 from workbench.cli import main
 from workbench.runs.run_log import RunLog
@@ -81,4 +83,12 @@ def test_calibrate_held_out_runs_the_real_engine_and_its_simulator(tmp_path, mon
             100 * (simulated["metrics"][metric]["value"] / real["metrics"][metric]["value"] - 1)
         )
     assert "| kv-pressure | ttft_p50_ms |" in (out / "fidelity.md").read_text()
+    # The step factors came from the step-fit runs' own steps, kept beside the held-out runs.
+    for name, _, _ in STEP_FIT_RUNS:
+        assert (
+            json.loads((out / "step-fit" / name / "report.json").read_text())["metrics"]["requests_finished"]["value"]
+            == 6
+        )
+    profile = hardware_profile("this-machine-calibrated")
+    assert profile.decode_scale_by_rows and all(0.3 < scale < 3 for scale in profile.decode_scale_by_rows)
     assert main(["calibrate", "--held-out", str(out), "--presets", "chat"]) == 2  # not held out: one line
