@@ -113,6 +113,20 @@ RUNTIME_OVERHEAD_FRACTION = 0.05
 # fixed size, since the host's memory is shared with everything else.
 GPU_MEMORY_UTILIZATION = 0.9
 CPU_DEFAULT_KV_CACHE_BYTES = 1 << 30
+# The shares of a device's memory the budget below is taken from: the most the engine lets the
+# K/V take (a user's kv_cache_memory up to it), and its default (vLLM's gpu_memory_utilization).
+MOST_OF_MEMORY = 1 - RUNTIME_OVERHEAD_FRACTION
+DEFAULT_SHARE = GPU_MEMORY_UTILIZATION
+
+
+def kv_budget_bytes(memory_bytes: float, share: float, *uses: float) -> int:
+    """The memory budget, in one place: what is left for K/V of `share` of a device's memory once
+    `uses` (one device's weights, a step's activations, an all-reduce buffer, what is already
+    allocated) are taken out; negative where they do not fit. The engine (real GPUs and
+    simulated ones), `estimate`, the Memory tab and the per-GPU lines all call it."""
+    return int(memory_bytes * share - sum(uses))
+
+
 QUANT_GROUP_OVERHEAD_BYTES = 4  # a 16-bit scale and a 16-bit minimum per group
 
 
@@ -225,8 +239,7 @@ def concurrency_lines(
     """The memory budget of a device for a model, and how many `context`-token requests fit."""
     weights = _weights_line(config, bits, group_size)
     activations = activation_bytes_estimate(config, step_tokens, max(bits, 16) // 8, max_seqs)
-    overhead = int(memory_bytes * RUNTIME_OVERHEAD_FRACTION)
-    free = int(memory_bytes) - weights.bytes - activations - overhead
+    free = kv_budget_bytes(memory_bytes, MOST_OF_MEMORY, weights.bytes, activations)
     per_request, request_arithmetic = kv_request_bytes(
         config, kv_bytes, context, _kv_per_token_arithmetic(config, kv_bytes)
     )

@@ -15,7 +15,7 @@ from engine.errors import ConfigError, ModelLoadError
 from engine.executor import TorchExecutor
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.model_source import read_model
-from engine.memory import CPU_DEFAULT_KV_CACHE_BYTES, GPU_MEMORY_UTILIZATION, activation_bytes_estimate
+from engine.memory import CPU_DEFAULT_KV_CACHE_BYTES, DEFAULT_SHARE, activation_bytes_estimate, kv_budget_bytes
 from engine.model import CausalLM
 from engine.prepared_model import KvMemoryLimits, PreparedModel
 from engine.quantization import UNQUANTIZED, check_quantization, get_method, quantize_model, weight_bytes, weight_parts
@@ -138,8 +138,8 @@ def _kv_memory_limits(
     activations = activation_bytes_estimate(
         source.config, config.max_num_batched_tokens, torch.finfo(dtype).bits // 8, config.max_num_seqs
     )
-    share = int(total_memory_bytes(device) * GPU_MEMORY_UTILIZATION)
-    default = min(free, share - torch.cuda.memory_allocated(device) - activations)
+    allocated = torch.cuda.memory_allocated(device)  # the weights, already loaded
+    default = min(free, kv_budget_bytes(total_memory_bytes(device), DEFAULT_SHARE, allocated, activations))
     return KvMemoryLimits(free, default, f"{device}'s free memory")
 
 

@@ -17,9 +17,10 @@ from engine.config import EngineConfig
 from engine.errors import ConfigError
 from engine.kv_layout import KvLayout
 from engine.memory import (
-    GPU_MEMORY_UTILIZATION,
-    RUNTIME_OVERHEAD_FRACTION,
+    DEFAULT_SHARE,
+    MOST_OF_MEMORY,
     activation_bytes_estimate,
+    kv_budget_bytes,
     weight_bytes_estimate,
 )
 from engine.prepared_model import KvMemoryLimits, PreparedModel
@@ -28,31 +29,18 @@ from engine.quantization.auto import AUTO, CONFIGURED
 from engine.simulation.catalogue import catalogued_hardware, hardware_profile, model_shape
 from engine.simulation.cost_model import CostModel
 from engine.simulation.executor import SimulatedClock, SimulatedExecutor
-from engine.simulation.parallel import Parallelism, parse_gpu_count
+from engine.simulation.parallel import Parallelism
 from engine.simulation.serving_stacks import AUTO as AUTO_STACK
 from engine.simulation.serving_stacks import DEFAULT_STACK, IDEAL, serving_stack
+from engine.simulation.target import PREFIX, SimulatedTarget, is_simulated  # noqa: F401  (the package's names)
 
-PREFIX = "simulated:"
 KV_DTYPE = torch.float16  # simulated GPUs keep K and V at 16 bits
 KV_BYTES_PER_VALUE = 2
 
 
-def is_simulated(model: str) -> bool:
-    return model.startswith(PREFIX)
-
-
-def parse(model: str) -> tuple[str, str]:
-    body = model.removeprefix(PREFIX)
-    name, separator, hardware = body.partition("@")
-    if not separator or not name or not hardware:
-        raise ConfigError(
-            f"model: expected 'simulated:MODEL@HARDWARE', e.g. simulated:llama-2-7b@h100-80gb; got {model!r}"
-        )
-    return name, hardware
-
-
 def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
-    name, hardware_name = parse(config.model)
+    target = SimulatedTarget.parse(config.model)
+    name, hardware_name, gpu_count, single_gpu = target.model, target.hardware, target.gpu_count, target.gpu
     if config.data_parallel_size > 1 or config.prefill_instances:
         raise ConfigError(
             f"data_parallel_size = {config.data_parallel_size}, prefill_instances = {config.prefill_instances}: one "
@@ -66,7 +54,6 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
             "auto: a simulated 16-bit checkpoint runs unquantized",
         )
     shape, _ = model_shape(name)
-    gpu_count, single_gpu = parse_gpu_count(hardware_name)
     hardware = hardware_profile(single_gpu)
     if config.serving_stack == AUTO_STACK:
         config = dataclasses.replace(
@@ -84,7 +71,7 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
     gpu_weights = parallelism.weight_bytes_per_gpu(weights)  # every figure below is one GPU's
     activations = activation_bytes_estimate(shape, config.max_num_batched_tokens, 2, config.max_num_seqs)
     activations += parallelism.all_reduce_buffer_bytes(shape, config.max_num_batched_tokens)
-    usable = hardware.memory_bytes * (1 - RUNTIME_OVERHEAD_FRACTION) - activations
+    usable = kv_budget_bytes(hardware.memory_bytes, MOST_OF_MEMORY, activations)  # before the weights
     each = f"each of {gpu_count} GPUs' " if gpu_count > 1 else ""
     if activations >= hardware.memory_bytes:
         raise ConfigError(
@@ -130,8 +117,10 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
         sleep=clock.advance,
         idle_wait_is_free=not config.simulation_speed,
         kv_limits=KvMemoryLimits(
-            free_bytes=int((usable - gpu_weights) / kv_share),
-            default_bytes=int((hardware.memory_bytes * GPU_MEMORY_UTILIZATION - gpu_weights - activations) / kv_share),
+            free_bytes=int(kv_budget_bytes(hardware.memory_bytes, MOST_OF_MEMORY, gpu_weights, activations) / kv_share),
+            default_bytes=int(
+                kv_budget_bytes(hardware.memory_bytes, DEFAULT_SHARE, gpu_weights, activations) / kv_share
+            ),
             where=f"{hardware_name} ({each}{hardware.memory_bytes / 2**30:,.1f} GiB, {gpu_weights / 2**30:,.2f} GiB "
             "of weights" + (", K/V counted as the whole model's bytes" if gpu_count > 1 else "") + ")",
             must_hold_longest_request=True,

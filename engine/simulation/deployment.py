@@ -37,9 +37,9 @@ from engine.llm_engine import LLMEngine
 from engine.metrics import RequestMetrics, StepStats
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
-from engine.simulation import KV_BYTES_PER_VALUE, is_simulated, parse
+from engine.simulation import KV_BYTES_PER_VALUE, SimulatedTarget, is_simulated
 from engine.simulation.catalogue import hardware_profile, model_shape
-from engine.simulation.parallel import Parallelism, parse_gpu_count
+from engine.simulation.parallel import Parallelism
 
 PREFILL, DECODE, BOTH = "prefill", "decode", "prefill and decode"
 
@@ -78,8 +78,8 @@ class Deployment:
                 "simulation_speed: a deployment of several instances runs as fast as the host allows; expected 0, "
                 f"got {config.simulation_speed}"
             )
-        name, hardware = parse(config.model)
-        count, single = parse_gpu_count(hardware)
+        target = SimulatedTarget.parse(config.model)
+        name, hardware, count, single = target.model, target.hardware, target.gpu_count, target.gpu
         split = Parallelism(config.tensor_parallel_size, config.pipeline_parallel_size)
         instances = config.data_parallel_size
         if instances * split.gpus != count:

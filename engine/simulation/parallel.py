@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 from engine.errors import ConfigError
 from engine.memory import (
-    RUNTIME_OVERHEAD_FRACTION,
+    MOST_OF_MEMORY,
     MemoryLine,
     activation_bytes_estimate,
+    kv_budget_bytes,
     kv_request_bytes,
     runtime_overhead_line,
     weight_bytes_estimate,
@@ -177,8 +178,7 @@ def per_gpu_lines(
     weights = parallelism.weight_bytes_per_gpu(all_weights)
     activations = activation_bytes_estimate(model, step_tokens, max(bits, 16) // 8, max_seqs)
     buffer = parallelism.all_reduce_buffer_bytes(model, step_tokens)
-    overhead = int(memory_bytes * RUNTIME_OVERHEAD_FRACTION)
-    free = int(memory_bytes) - weights - activations - buffer - overhead
+    free = kv_budget_bytes(memory_bytes, MOST_OF_MEMORY, weights, activations, buffer)
     whole_request, _ = kv_request_bytes(model, kv_bytes, context, "")
     per_token = parallelism.kv_bytes_per_token_per_gpu(model, kv_bytes)
     per_request = math.ceil(whole_request * per_token / model.kv_bytes_per_token(kv_bytes))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ConfigError
+from engine.simulation.target import SimulatedTarget, is_simulated
 from workbench.analysis.intervals import (
     LEVEL,
     PAIR_LEVEL,
@@ -461,7 +462,7 @@ def _model(report: dict):
     model = report.get("versions", {}).get("model")
     if isinstance(model, dict):  # a model file: what its bytes hash to, wherever it lies
         if model.get("simulated"):  # simulated:MODEL@HARDWARE: the model's shape (the hardware is compared apart)
-            return model["simulated"].partition("@")[0]
+            return SimulatedTarget.parse(model["simulated"]).model
         return model.get("files") or model.get("path")
     return model or report.get("scenario", {}).get("engine", {}).get("model")
 
@@ -471,8 +472,8 @@ def _hardware(report: dict) -> str:
     model = str(report.get("scenario", {}).get("engine", {}).get("model", ""))
     if backend != "in-process engine":
         return backend
-    if model.startswith("simulated:"):
-        return f"simulated {model.rpartition('@')[2]}"
+    if is_simulated(model):
+        return f"simulated {SimulatedTarget.parse(model).hardware}"
     return report.get("versions", {}).get("device", "unknown")
 
 

@@ -19,9 +19,9 @@ from engine.loading.tokenizer import Tokenizer
 from engine.memory import GPU_MEMORY_UTILIZATION, MemoryLine
 from engine.model_config import ModelConfig
 from engine.quantization import weight_format
-from engine.simulation import KV_BYTES_PER_VALUE, is_simulated, parse
+from engine.simulation import KV_BYTES_PER_VALUE, SimulatedTarget, is_simulated
 from engine.simulation.catalogue import hardware_profile
-from engine.simulation.parallel import Parallelism, parse_gpu_count, per_gpu_lines
+from engine.simulation.parallel import Parallelism, per_gpu_lines
 from workbench.backends.deployment import is_deployment
 from workbench.backends.local import LocalBackend
 from workbench.backends.protocol import Backend, BackendCapabilities
@@ -157,7 +157,8 @@ def _per_gpu_lines(engine: LLMEngine) -> list[MemoryLine]:
     config = engine.config
     if not is_simulated(config.model):
         return []
-    count, single = parse_gpu_count(parse(config.model)[1])
+    target = SimulatedTarget.parse(config.model)
+    count, single = target.gpu_count, target.gpu
     if count == 1:
         return []
     bits, group_size = weight_format(config.quantization, config.group_size)

@@ -18,11 +18,11 @@ from PySide6.QtWidgets import (
 )
 
 from engine.config import COMPILE_DECODE_CHOICES, DTYPES, SCHEDULING_POLICIES, EngineConfig, knob_help
+from engine.errors import ConfigError
 from engine.loading.bundled_models import BUNDLED_MODELS
 from engine.quantization import METHODS, all_group_sizes
 from engine.quantization.auto import AUTO
-from engine.simulation import is_simulated
-from engine.simulation.parallel import parse_gpu_count
+from engine.simulation import SimulatedTarget, is_simulated
 from engine.simulation.serving_stacks import AUTO as AUTO_STACK
 from engine.simulation.serving_stacks import stack_names
 from workbench.gui.form_widgets import ChoiceBox, emit_validated, float_box, int_box
@@ -251,9 +251,12 @@ class EnginePanel(QGroupBox):
     def _split_across_its_gpus(self, model: str) -> None:
         """A simulated model named on several GPUs ("...@4xh100-80gb") whose split does not cover
         them takes tensor parallelism over all of them: the load would refuse the old split."""
-        if not is_simulated(model) or "@" not in model:
+        if not is_simulated(model):
             return
-        count, _ = parse_gpu_count(model.rpartition("@")[2])
+        try:
+            count = SimulatedTarget.parse(model).gpu_count
+        except ConfigError:  # still being typed: the load says what is wrong
+            return
         if self.tensor_parallel.value() * self.pipeline_parallel.value() != count:
             self.tensor_parallel.setValue(count)
             self.pipeline_parallel.setValue(1)

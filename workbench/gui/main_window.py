@@ -30,9 +30,8 @@ from PySide6.QtWidgets import (
 from engine import ConfigError, EngineConfig, EngineError
 from engine.compile_cache import CompileProgress
 from engine.memory import memory_lines, process_resident_bytes
-from engine.simulation import is_simulated, parse
+from engine.simulation import SimulatedTarget, is_simulated
 from engine.simulation.catalogue import hardware_profile
-from engine.simulation.parallel import parse_gpu_count
 from workbench.analysis.compare import compare_folders, format_comparison
 from workbench.analysis.explain import explain, request_history
 from workbench.analysis.kv_capacity import kv_cache_note
@@ -520,8 +519,8 @@ class MainWindow(QMainWindow):
         errors = [stated_error(summary["serving_stack"], kind) for kind in FIGURE_KINDS] if simulated else []
         self.plots.show_simulated_error(errors)
         if simulated:
-            hardware = parse(config.model)[1]
-            count, single = parse_gpu_count(hardware)  # "4xh100-80gb": the group's memory, the lines its totals
+            target = SimulatedTarget.parse(config.model)  # "4xh100-80gb": the group's memory, the lines its totals
+            hardware, count, single = target.hardware, target.gpu_count, target.gpu
             lines = [dataclasses.replace(line, measured=False) for line in lines]
             group = f", {count} GPUs: TP {config.tensor_parallel_size} x PP {config.pipeline_parallel_size}"
             self.memory.show_lines(
