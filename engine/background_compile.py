@@ -15,7 +15,7 @@ exit for every compile still running (`atexit` runs before daemon threads are ki
 At exit the join has a deadline. Once the interpreter is shutting down no new thread can start,
 and a compile thread waiting in `Thread.start` (Inductor's code generation starts tqdm's monitor
 thread) waits in C, where CompileStopped never reaches it: a library script hung at exit for 14
-minutes at 0% CPU (issue 58 #11). tqdm's monitor is turned off while compiles run, and a thread
+minutes at 0% CPU. tqdm's monitor is turned off while compiles run, and a thread
 that still has not ended by the deadline is left behind, blocked, for the process's exit.
 """
 
@@ -122,7 +122,7 @@ def _quiet_about_lost_stops() -> None:
 
 def _no_tqdm_monitor() -> None:
     """tqdm's monitor thread off: a compile thread that starts it during the interpreter's
-    shutdown waits for ever for a thread that cannot start (issue 58 #11)."""
+    shutdown waits for ever for a thread that cannot start."""
     try:
         import tqdm
     except ImportError:

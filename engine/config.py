@@ -254,9 +254,6 @@ class EngineConfig:
     def long_prompt_queue_enabled(self) -> bool:
         return self.long_prompt_threshold > 0
 
-    def to_dict(self) -> dict:
-        return {field.name: getattr(self, field.name) for field in fields(self)}
-
 
 def _require_number(name: str, value: object) -> None:
     """A finite number >= 0."""

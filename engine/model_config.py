@@ -44,9 +44,6 @@ class ModelConfig:
     def is_sliding(self, layer: int) -> bool:
         return self.sliding_window is not None and layer in self.sliding_layers
 
-    def rope_theta_of(self, layer: int) -> float:
-        return self.local_rope_theta if self.is_sliding(layer) and self.local_rope_theta else self.rope_theta
-
     @property
     def num_parameters(self) -> int:
         """Parameter count from the shapes (embeddings counted once when tied)."""

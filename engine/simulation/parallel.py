@@ -39,7 +39,7 @@ ACTIVATION_BYTES = 2  # 16-bit activations between GPUs
 
 # Each simulated instance is an engine in this process (64 instances of Llama-3-8B: 2.7 s to build
 # and 0.4 GB on the 2-core VM): a bound keeps a typo such as 1000000xh100-80gb from filling the
-# memory (issue 58 #10: 4.5 GB in 46 s, and growing).
+# memory (past 4.5 GB in 46 s).
 MAX_SIMULATED_GPUS = 256
 
 

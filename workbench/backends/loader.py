@@ -176,8 +176,8 @@ def _per_gpu_lines(engine: LLMEngine) -> list[MemoryLine]:
         group_size,
     )
     # `estimate`'s lines say what could fit beside a 5% allowance; the window shows what this
-    # engine holds: its KV cache as allocated, within gpu_memory_utilization (issue 58 #4: the
-    # tab said 40.06 GB a GPU where the engine held 36.06 GB).
+    # engine holds: its KV cache as allocated, within gpu_memory_utilization (on Llama-3-70B over
+    # four H100s, 36.06 GB a GPU where `estimate` says 40.06 GB could fit).
     per_token = parallelism.kv_bytes_per_token_per_gpu(engine.model_config, KV_BYTES_PER_VALUE)
     held = engine.kv_capacity_tokens * per_token
     reserve = int(memory_bytes * (1 - GPU_MEMORY_UTILIZATION))

@@ -14,7 +14,7 @@ from workbench.analysis.sweep import Sweep, describe_settings, read_sweep
 from workbench.gui.charts.sweep_chart import sweep_plots
 
 # The narrowest a chart reads at (its axes, its title's longest line); narrower than two of these,
-# the charts stack instead of the second being drawn off screen (issue 58 #5: at 800x600).
+# the charts stack instead of the second being drawn off screen (the view is 362 px at 800x600).
 MIN_CHART_WIDTH = 340
 
 

@@ -194,7 +194,7 @@ class TrafficPanel(QWidget):
         self.presets.setToolTip(
             "Double-click (or Enter) to load and run a preset: its engine settings, traffic, events and SLOs."
         )
-        # Activated: a double-click, or Enter on the selected entry (issue 58 #5: Enter did nothing).
+        # Activated: a double-click, or Enter on the selected entry.
         self.presets.itemActivated.connect(lambda item: self._preset_activated(item.text()))
 
         self.preset_label = QLabel("")
@@ -268,8 +268,8 @@ class TrafficPanel(QWidget):
         self._show_fields()
 
     def _inject(self, count: QSpinBox | int, prompt_tokens: QSpinBox, output_tokens: int, tag: str) -> None:
-        """Inject, unless a field of the Inject box holds typing it refused (issue 58 #5: "0" chats
-        went back to 20 and 20 were injected, and the refusal then blocked the next Starts)."""
+        """Inject, unless a field of the Inject box holds typing it refused: a refused "0" would
+        otherwise go back to the last valid count and that many would be injected."""
         if refused := refused_typing(self.inject_box):
             self.invalid.emit(f"inject: {refused}")
             return
@@ -283,7 +283,7 @@ class TrafficPanel(QWidget):
 
     def _preset_activated(self, entry: str) -> None:
         """Ask for the preset to run. The fields stay as they are until the window has said yes
-        (issue 58 #5: a "No" to the switch left the other preset's traffic in the fields)."""
+        (a "No" to the switch leaves the fields, and so the next Start, as they were)."""
         try:
             scenario = self.preset_scenario(entry)
         except ConfigError as error:  # a preset file edited since the list was filled

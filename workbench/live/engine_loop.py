@@ -314,8 +314,9 @@ class EngineLoop:
         """Build the new backend, then replace the old one. The old one keeps serving until the
         new one has loaded (a mistyped path or an impossible cache leaves the working engine as it
         was), but its background compile is stopped first: the next engine must not be built
-        beside it (once, that corrupted the heap). A newer load, a cancel or a shutdown stops this
-        one at the start of its next stage; one that ended meanwhile is closed unused."""
+        beside it (two engines compiling at once share inductor's state and can corrupt the heap).
+        A newer load, a cancel or a shutdown stops this one at the start of its next stage; one
+        that ended meanwhile is closed unused."""
 
         def progress(stage: str, fraction: float) -> None:
             # Never at a stage's end: the engine's last one comes after its compile has started.

@@ -139,7 +139,7 @@ def request_metrics(record: dict) -> RequestMetrics:
 
 def step_stats(record: dict) -> StepStats:
     """A logged step back as `StepStats`. Keys it does not know (a newer version's) are left out:
-    they once raised a TypeError in the report writer (issue 58 #10)."""
+    passed on, they would raise a TypeError in the report writer."""
     return _known_fields(StepStats, record)
 
 

@@ -1,7 +1,7 @@
 """The request-body limit, counted on the bytes that arrive: a declared Content-Length over the
 limit is refused before anything is read, and a body without one (`Transfer-Encoding: chunked`)
 is refused as soon as the bytes received pass the limit. Checking the header alone let 200 and
-600 MiB chunked bodies through (the HTTP process grew from 1.03 to 2.26 GB; issue 58 #7).
+600 MiB chunked bodies through (the HTTP process grew from 1.03 to 2.26 GB).
 
 A pure ASGI middleware: the body is read here up to the limit and handed to the app as one
 message, after which the app's further reads (a disconnect) go to the client's connection."""

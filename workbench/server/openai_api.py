@@ -39,8 +39,8 @@ from workbench.server.body_limit import BodyLimit
 from workbench.server.engine_client import EngineCoreClient, EngineFailure
 
 # An integer the engine core's messages can carry (msgpack: -2**63 to 2**64 - 1). A larger one (a seed of
-# 2**64, a token id of 10**20) failed to encode after the request was registered: a 500 with a
-# traceback, a reset connection and a request left behind (issue 58 #8). Now a 400 naming the field.
+# 2**64, a token id of 10**20) would fail to encode after the request was registered (a 500, a
+# reset connection, a request left behind): the API refuses it first, a 400 naming the field.
 MessageInt = Annotated[int, Field(ge=-(2**63), le=2**64 - 1)]
 
 

@@ -149,7 +149,7 @@ def read_trace_rows(path: Path) -> list[TraceRow]:
 
 # A run that would wait longer than this for its first request (a day) is refused: its arrival
 # times are absolute (a production log's epoch seconds), and it would sit at "requests: 0" for ever.
-# So is a later request this far after the one before it (issue 58 #10: a row 1e300 s on).
+# So is a later request this far after the one before it (a row 1e300 s on would never come).
 MAX_QUIET_S = 86_400.0
 
 

@@ -5,8 +5,8 @@
   sessions   multi-turn conversations that come back (workbench/traffic/sessions.py)
   trace      a recorded workload's rows, with their own arrival times (request_trace.py)
 
-Each draws from the traffic's content generator in the same order as before this registry existed,
-so a seed gives the same requests. A new source is a class in `PROMPT_SOURCES`
+Each draws from the traffic's content generator in a fixed order, so a seed gives the same
+requests. A new source is a class in `PROMPT_SOURCES`
 (docs/extending.md); nothing else compares their names (tests/test_architecture.py).
 """
 

@@ -73,8 +73,8 @@ def _apart(first: tuple[float, float], second: tuple[float, float]) -> bool:
     return first[1] < second[0] or second[1] < first[0]
 
 
-# Titles in short lines: one long line made a chart wider than the window's Sweep view, which
-# pushed the second chart off screen (issue 58 #5).
+# Titles in short lines: one long line would make a chart wider than the window's Sweep view and
+# push the second chart off screen.
 OVERLAP_NOTE = "<br>dashed: neighbours' 95% intervals overlap"
 
 
