@@ -138,8 +138,9 @@ class TrafficPanel(QWidget):
         )
         self.trace_start = float_box(0, 1e7, 0, "trace: replay from this arrival time on (trace seconds).", 1)
         self.prompts = choice_box(
-            ["synthetic", "sharegpt"],
-            "synthetic: real text cut to the chosen lengths; sharegpt: real questions with their reply lengths.",
+            [name for name, source in PROMPT_SOURCES.items() if source.offered_in_window],
+            "synthetic: real text cut to the chosen lengths; sharegpt: real questions with their reply lengths; "
+            "sessions: multi-turn conversations that come back after a think time.",
         )
         self.shared_prefix = int_box(
             0,
@@ -148,6 +149,25 @@ class TrafficPanel(QWidget):
             "Tokens of a common system prompt before every synthetic prompt "
             "(what prefix caching can serve from the cache).",
         )
+        self.think_time = float_box(0, 1e6, 5.0, "sessions: mean seconds from a turn's last token to the next turn.", 1)
+        self.turns = int_box(1, 1000, 4, "sessions: at most this many turns each.")
+        # Every single-valued setting an arrival process or a prompt source reads, by its
+        # TrafficProfile field (their registries name them): a setting no box here was made for
+        # gets a plain one from the field's type and default.
+        self.setting_boxes: dict[str, QWidget] = {
+            "rate": self.rate,
+            "end_rate": self.end_rate,
+            "burstiness": self.burstiness,
+            "concurrency": self.concurrency,
+            "shared_prefix_tokens": self.shared_prefix,
+            "time_scale": self.time_scale,
+            "trace_start_s": self.trace_start,
+            "think_time_s": self.think_time,
+            "turns": self.turns,
+        }
+        registered = [*(p.settings for p in ARRIVALS.values()), *(s.settings for s in PROMPT_SOURCES.values())]
+        for name in dict.fromkeys(setting for settings in registered for setting in settings):
+            self.setting_boxes.setdefault(name, _plain_box(name))
         self.prompt_len = LengthFields("prompt", "lognormal", 128, 0.5)
         self.output_len = LengthFields("output", "fixed", 64, 0.0)
         self.output_len.mean.setToolTip(
@@ -209,20 +229,28 @@ class TrafficPanel(QWidget):
         self.events.setMaximumHeight(110)
         self.events.setVisible(False)
         self.shape = shape = QFormLayout()
-        for label, widget in (
-            ("arrival", self.arrival),
-            ("rate (req/s)", self.rate),
-            ("end rate (req/s)", self.end_rate),
-            ("duration (s)", self.duration),
-            ("burstiness", self.burstiness),
-            ("concurrency", self.concurrency),
-            ("requests", self.num_requests),
-            ("prompts", self.prompts),
-            ("trace", self.trace_file),
-            ("time scale", self.time_scale),
-            ("from (trace s)", self.trace_start),
-            ("shared prefix tokens", self.shared_prefix),
-        ):
+        labels = {
+            "rate": "rate (req/s)",
+            "end_rate": "end rate (req/s)",
+            "time_scale": "time scale",
+            "trace_start_s": "from (trace s)",
+            "shared_prefix_tokens": "shared prefix tokens",
+            "think_time_s": "think time (s)",
+        }
+        arrival_boxes = [name for process in ARRIVALS.values() for name in process.settings]
+        rows = [("arrival", self.arrival)]
+        rows += [
+            (labels.get(name, name.replace("_", " ")), self.setting_boxes[name])
+            for name in dict.fromkeys(arrival_boxes)
+        ]
+        rows += [("duration (s)", self.duration), ("requests", self.num_requests), ("prompts", self.prompts)]
+        rows += [("trace", self.trace_file)]
+        rows += [
+            (labels.get(name, name.replace("_", " ")), box)
+            for name, box in self.setting_boxes.items()
+            if name not in arrival_boxes
+        ]
+        for label, widget in rows:
             shape.addRow(label, widget)
         self.prompt_len.add_rows(shape)
         self.output_len.add_rows(shape)
@@ -291,23 +319,24 @@ class TrafficPanel(QWidget):
             return
         self.preset_chosen.emit(scenario, entry)
 
-    def _arrival_parameters(self, arrival: str) -> dict:
-        """The fields an arrival process reads, by TrafficProfile field."""
-        return {name: getattr(self, name) for name in ARRIVALS[arrival].settings}
+    def _settings_read(self) -> list[str]:
+        """The single-valued settings the traffic as chosen reads: the arrival process's (none
+        where the source brings its own arrivals) and the prompt source's."""
+        source = PROMPT_SOURCES[self.prompts.currentText()]
+        arrival = () if source.recorded else ARRIVALS[self.arrival.currentText()].settings
+        return list(dict.fromkeys((*arrival, *source.settings)))
 
     def replays_trace(self) -> bool:
         return PROMPT_SOURCES[self.prompts.currentText()].recorded
 
     def _show_fields(self) -> None:
-        """Only the fields the traffic reads: the chosen arrival process's, or a trace's."""
+        """Only the fields the traffic reads: the chosen arrival process's and prompt source's."""
         trace = self.replays_trace()
-        shown = () if trace else self._arrival_parameters(self.arrival.currentText()).values()
-        for widget in (self.rate, self.end_rate, self.burstiness, self.concurrency):
-            self.shape.setRowVisible(widget, widget in shown)
-        for widget in (self.arrival, self.shared_prefix):
-            self.shape.setRowVisible(widget, not trace)
-        for widget in (self.trace_file, self.time_scale, self.trace_start):
-            self.shape.setRowVisible(widget, trace)
+        read = self._settings_read()
+        for name, widget in self.setting_boxes.items():
+            self.shape.setRowVisible(widget, name in read)
+        self.shape.setRowVisible(self.arrival, not trace)
+        self.shape.setRowVisible(self.trace_file, trace)
         self.prompt_len.set_shown(not trace)
         self.output_len.set_shown(not trace)
         self.num_requests.setSpecialValueText("the whole trace" if trace else "no limit")
@@ -329,15 +358,13 @@ class TrafficPanel(QWidget):
         named after it, "(edited)" once a field differs)."""
         name, preset_traffic = self._preset or ("interactive", None)
         shown = {"duration_s": self.duration.value(), "num_requests": self.num_requests.value()}
-        if self.replays_trace():  # arrivals and lengths as recorded: the rest stays the preset's
-            shown.update(time_scale=self.time_scale.value(), trace_start_s=self.trace_start.value())
-        else:
-            arrival = self.arrival.currentText()
+        # What the fields shown read; the rest stays the preset's (a trace's arrivals and lengths
+        # as recorded).
+        shown.update({name: self.setting_boxes[name].value() for name in self._settings_read()})
+        if not self.replays_trace():
             shown.update(
-                arrival=arrival,
-                **{name: box.value() for name, box in self._arrival_parameters(arrival).items()},  # the rest: kept
+                arrival=self.arrival.currentText(),
                 prompts=self.prompts.currentText(),
-                shared_prefix_tokens=self.shared_prefix.value(),
                 prompt_len=self.prompt_len.distribution(),
                 output_len=self.output_len.distribution(),
             )
@@ -369,11 +396,10 @@ class TrafficPanel(QWidget):
         self.events.setVisible(bool(scenario.events))
         if traffic is not None:
             self.arrival.setCurrentText(traffic.arrival)
-            self.rate.setValue(traffic.rate)
-            self.end_rate.setValue(traffic.end_rate or self.end_rate.value())
+            for name, box in self.setting_boxes.items():
+                # A ramp's end rate of 0 (unset) keeps the field's last value, a valid one.
+                box.setValue(getattr(traffic, name) or box.value() if name == "end_rate" else getattr(traffic, name))
             self.duration.setValue(traffic.duration_s)
-            self.burstiness.setValue(traffic.burstiness)
-            self.concurrency.setValue(traffic.concurrency)
             self.num_requests.setValue(traffic.num_requests)
             if self.prompts.findText(traffic.prompts) < 0:  # a trace: the preset's file, kept for Start
                 self.prompts.addItem(traffic.prompts)
@@ -382,15 +408,22 @@ class TrafficPanel(QWidget):
                 self.trace_file.setText(
                     f"{Path(traffic.trace_file).name}: arrival times, prompt and output lengths as recorded"
                 )
-            self.time_scale.setValue(traffic.time_scale)
-            self.trace_start.setValue(traffic.trace_start_s)
-            self.shared_prefix.setValue(traffic.shared_prefix_tokens)
             self.prompt_len.show(traffic.prompt_len)
             self.output_len.show(traffic.output_len)
         self.seed.setValue(scenario.seed)
         self.ttft_slo.setValue(scenario.slo.ttft_ms or 0)
         self.tpot_slo.setValue(scenario.slo.tpot_ms or 0)
         self.e2e_slo.setValue(scenario.slo.e2e_ms or 0)
+
+
+def _plain_box(name: str) -> QWidget:
+    """A field for a TrafficProfile setting that an arrival process or prompt source reads and no
+    box was made for: a number box from the field's type and default."""
+    field = next(each for each in dataclasses.fields(TrafficProfile) if each.name == name)
+    tip = f"{name}: a setting of the traffic (TrafficProfile.{name})."
+    if field.type in ("int", int):
+        return int_box(0, 1 << 30, field.default, tip)
+    return float_box(0, 1e9, field.default, tip, 3)
 
 
 def describe_event(event: ScenarioEvent) -> str:

@@ -73,6 +73,12 @@ class PromptSource:
     # Whether num_requests says how many requests there will be (sessions' later turns come as
     # earlier ones end: only the run tells).
     counted_by_num_requests: ClassVar[bool] = True
+    # The profile's single-valued fields it reads beyond the counts and lengths: the window shows
+    # a field for each while it is chosen (workbench/gui/traffic_panel.py).
+    settings: ClassVar[tuple[str, ...]] = ()
+    # Whether the window offers it in its prompts list; a trace needs its file, which only a
+    # preset names.
+    offered_in_window: ClassVar[bool] = True
 
     def __init__(self, context: SourceContext):
         self.context = context
@@ -90,6 +96,7 @@ class PromptSource:
 
 class SyntheticPrompts(PromptSource):
     name = "synthetic"
+    settings = ("shared_prefix_tokens",)
 
     def __init__(self, context: SourceContext):
         super().__init__(context)
@@ -131,6 +138,7 @@ class SharegptPrompts(PromptSource):
 class SessionPrompts(PromptSource):
     name = "sessions"
     counted_by_num_requests = False
+    settings = ("think_time_s", "turns")
 
     def __init__(self, context: SourceContext):
         super().__init__(context)
@@ -160,6 +168,8 @@ class SessionPrompts(PromptSource):
 class TracePrompts(PromptSource):
     name = "trace"
     recorded = True
+    settings = ("time_scale", "trace_start_s")
+    offered_in_window = False
 
     def __init__(self, context: SourceContext):
         super().__init__(context)

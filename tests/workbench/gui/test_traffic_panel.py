@@ -59,3 +59,39 @@ def test_leaving_the_trace_brings_the_arrival_fields_back(panel):
     assert not shown(panel, panel.time_scale) and panel.num_requests.specialValueText() == "no limit"
     traffic = panel.scenario().traffic
     assert traffic.prompts == "synthetic" and traffic.arrival == panel.arrival.currentText()
+
+
+def test_the_panel_is_built_from_the_registries_a_new_arrival_setting_gets_a_field(qtbot, monkeypatch):
+    """Issue 60 #5: the prompts list was ["synthetic", "sharegpt"] whatever the registry held, and
+    an arrival process reading a setting no widget was named after failed with an AttributeError.
+    A process registered with a setting of its own (here the traffic's temperature) gets a field,
+    shown while it is chosen, and Start runs what that field holds."""
+    from workbench.traffic.arrivals import ARRIVALS, ArrivalProcess
+    from workbench.traffic.sources import PROMPT_SOURCES
+
+    warm = ArrivalProcess("warm_poisson", ARRIVALS["poisson"].unit_gaps, ("rate", "temperature"))
+    monkeypatch.setitem(ARRIVALS, "warm_poisson", warm)
+    panel = TrafficPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    offered = [panel.prompts.itemText(index) for index in range(panel.prompts.count())]
+    assert offered == [name for name, source in PROMPT_SOURCES.items() if source.offered_in_window]
+    assert "sessions" in offered and "trace" not in offered
+    temperature = panel.setting_boxes["temperature"]
+    assert not shown(panel, temperature)
+    panel.arrival.setCurrentText("warm_poisson")
+    assert shown(panel, temperature) and shown(panel, panel.rate) and not shown(panel, panel.burstiness)
+    temperature.setValue(0.7)
+    traffic = panel.scenario().traffic
+    assert (traffic.arrival, traffic.temperature) == ("warm_poisson", 0.7)
+
+
+def test_a_sessions_source_shows_and_sends_its_own_settings(panel):
+    panel.prompts.setCurrentText("sessions")
+    assert shown(panel, panel.think_time) and shown(panel, panel.turns) and not shown(panel, panel.shared_prefix)
+    panel.think_time.setValue(2.5)
+    panel.turns.setValue(3)
+    traffic = panel.scenario().traffic
+    assert (traffic.prompts, traffic.think_time_s, traffic.turns) == ("sessions", 2.5, 3)
+    panel.prompts.setCurrentText("synthetic")
+    assert shown(panel, panel.shared_prefix) and not shown(panel, panel.think_time)
