@@ -20,6 +20,8 @@ text come once, with its end.
 
 from __future__ import annotations
 
+import enum
+
 import msgspec
 
 from engine.metrics import RequestMetrics, StepStats
@@ -66,13 +68,22 @@ class CoreStartFailed(msgspec.Struct, tag="start failed"):
     message: str
 
 
+class EndReason(enum.Enum):
+    """Why a request ended without output, or was not taken: the core says what happened, and
+    the HTTP layer alone (workbench/server/openai_api.py, HTTP_STATUS) says what status that is."""
+
+    REFUSED = "refused"  # add_request refused what the request asked (it can never run here)
+    SHUTTING_DOWN = "shutting down"  # the server is stopping: queued and new requests end
+    UNAVAILABLE = "unavailable"  # the engine stopped serving: new requests are not taken
+    FAILED = "failed"  # the step the request was in raised, or the core died under it
+
+
 class RequestAdded(msgspec.Struct, tag="added"):
-    """The answer to AddRequest: `error` is None, or why add_request refused it (`status` 400 for
-    what the request asked, 503 when the server is shutting down)."""
+    """The answer to AddRequest: `error` is None, or why it was not taken, with its `reason`."""
 
     request_id: str
     error: str | None = None
-    status: int = 400
+    reason: EndReason = EndReason.REFUSED
 
 
 class OutputDelta(msgspec.Struct, array_like=True):
@@ -109,7 +120,7 @@ class RequestsEnded(msgspec.Struct, tag="ended"):
 
     request_ids: list[str]
     message: str
-    status: int
+    reason: EndReason
 
 
 class WarmUp(msgspec.Struct, tag="warm up"):

@@ -37,6 +37,7 @@ from engine.outputs import RequestOutput
 from engine.simulation import is_simulated
 from workbench.server import CORE_STOP_WAIT_S
 from workbench.server import core_protocol as protocol
+from workbench.server.core_protocol import EndReason
 from workbench.server.engine_core import SHUTTING_DOWN, EngineCore
 from workbench.server.metrics import ServerMetrics
 
@@ -46,13 +47,14 @@ _addresses = itertools.count()
 
 
 class EngineFailure(Exception):
-    """A request's end when the step it was in raised (`status` 500), when the core died (500),
-    or when the server shuts down (503, whether the request was queued before the signal or came
-    after it); delivered in place of a `RequestOutput`."""
+    """A request's end when the step it was in raised or the core died under it (FAILED), when
+    the server shuts down (SHUTTING_DOWN, whether the request was queued before the signal or came
+    after it), or a submission after the engine stopped serving (UNAVAILABLE); delivered in place
+    of a `RequestOutput`."""
 
-    def __init__(self, message: str, status: int = 500):
+    def __init__(self, message: str, reason: EndReason):
         super().__init__(message)
-        self.status = status
+        self.reason = reason
 
 
 @dataclass
@@ -188,7 +190,7 @@ class EngineCoreClient:
         """Queue a request; its outputs arrive on the returned queue. Raises EngineError for what
         add_request refuses, EngineFailure when the server is shutting down."""
         if self.shutting_down:
-            raise EngineFailure(SHUTTING_DOWN, 503)
+            raise EngineFailure(SHUTTING_DOWN, EndReason.SHUTTING_DOWN)
         outputs: asyncio.Queue = asyncio.Queue()
         added: concurrent.futures.Future = concurrent.futures.Future()
         self._streams[request_id] = _Stream(asyncio.get_running_loop(), outputs)
@@ -213,8 +215,8 @@ class EngineCoreClient:
         or stopped with SIGSTOP) would keep the process up for minutes or for ever. A request
         submitted after this is refused with the same words."""
         self.shutting_down = True
-        self._end_streams(list(self._streams), EngineFailure(SHUTTING_DOWN, 503))
-        self._refuse_pending(SHUTTING_DOWN, 503)
+        self._end_streams(list(self._streams), EngineFailure(SHUTTING_DOWN, EndReason.SHUTTING_DOWN))
+        self._refuse_pending(SHUTTING_DOWN, EndReason.SHUTTING_DOWN)
         self._send(protocol.EndAllRequests())
 
     def _send(self, command) -> None:
@@ -244,10 +246,10 @@ class EngineCoreClient:
                 self._progress = event.progress
                 self.metrics.waiting.set(event.num_waiting)
             elif isinstance(event, protocol.StepFailed):
-                self._end_streams(event.request_ids, EngineFailure(event.message, 500))
+                self._end_streams(event.request_ids, EngineFailure(event.message, EndReason.FAILED))
                 self.metrics.idle(event.kv_blocks_used)
             elif isinstance(event, protocol.RequestsEnded):
-                self._end_streams(event.request_ids, EngineFailure(event.message, event.status))
+                self._end_streams(event.request_ids, EngineFailure(event.message, event.reason))
             elif isinstance(event, protocol.CoreStopped) and event.failure is not None:
                 self._fail(event.failure)
 
@@ -283,10 +285,10 @@ class EngineCoreClient:
             return
         if added.error is None:
             future.set_result(None)
-        elif added.status == 400:
+        elif added.reason is EndReason.REFUSED:
             future.set_exception(EngineError(added.error))
         else:
-            future.set_exception(EngineFailure(added.error, added.status))
+            future.set_exception(EngineFailure(added.error, added.reason))
 
     def _end_streams(self, request_ids, failure: EngineFailure) -> None:
         for request_id in request_ids:
@@ -302,15 +304,15 @@ class EngineCoreClient:
                 return
             self.failure = failure
         print(f"workbench serve: {failure}", file=sys.stderr)
-        self._end_streams(list(self._streams), EngineFailure(self.failure, 500))
-        self._refuse_pending(self.failure, 503)
+        self._end_streams(list(self._streams), EngineFailure(self.failure, EndReason.FAILED))
+        self._refuse_pending(self.failure, EndReason.UNAVAILABLE)
 
-    def _refuse_pending(self, message: str, status: int) -> None:
+    def _refuse_pending(self, message: str, reason: EndReason) -> None:
         """Answer every submission still waiting for the core's word with an EngineFailure."""
         for request_id in list(self._added):
             future = self._added.pop(request_id, None)
             if future is not None and not future.done():
-                future.set_exception(EngineFailure(message, status))
+                future.set_exception(EngineFailure(message, reason))
 
     def _watch_process(self) -> None:
         status = self._process.wait()

@@ -160,13 +160,13 @@ class EngineCore:
             ended, self._in_flight = sorted(self._in_flight), set()
             for request_id in ended:
                 self.engine.abort(request_id)
-            self._send(protocol.RequestsEnded(ended, SHUTTING_DOWN, 503))
+            self._send(protocol.RequestsEnded(ended, SHUTTING_DOWN, protocol.EndReason.SHUTTING_DOWN))
         elif isinstance(command, protocol.StopCore):
             self._stopped = True
 
     def _add(self, command: protocol.AddRequest) -> None:
         if self._shutting_down:
-            self._send(protocol.RequestAdded(command.request_id, SHUTTING_DOWN, 503))
+            self._send(protocol.RequestAdded(command.request_id, SHUTTING_DOWN, protocol.EndReason.SHUTTING_DOWN))
             return
         try:
             self.engine.add_request(command.prompt_token_ids, command.params, request_id=command.request_id)

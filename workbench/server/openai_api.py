@@ -36,6 +36,7 @@ from engine.outputs import RequestOutput
 from workbench.machine.provenance import package_version
 from workbench.server import DEFAULT_MAX_REQUEST_BYTES
 from workbench.server.body_limit import BodyLimit
+from workbench.server.core_protocol import EndReason
 from workbench.server.engine_client import EngineCoreClient, EngineFailure
 
 # An integer the engine core's messages can carry (msgpack: -2**63 to 2**64 - 1). A larger one (a seed of
@@ -114,6 +115,14 @@ class BadRequest(Exception):
         super().__init__(message)
         self.status = status
 
+
+# The core's typed reasons as HTTP: only this layer knows HTTP.
+HTTP_STATUS = {
+    EndReason.REFUSED: 400,
+    EndReason.SHUTTING_DOWN: 503,
+    EndReason.UNAVAILABLE: 503,
+    EndReason.FAILED: 500,
+}
 
 _ERROR_TYPES = {
     400: "BadRequestError",
@@ -269,7 +278,7 @@ async def _serve(core: EngineCoreClient, request: Request, body: _Sampling, prom
     except EngineError as error:
         raise BadRequest(str(error)) from error
     except EngineFailure as error:  # submitted after the shutdown began
-        raise BadRequest(str(error), error.status) from error
+        raise BadRequest(str(error), HTTP_STATUS[error.reason]) from error
     first = await _until_disconnected(request, outputs.get())
     if first is None:
         core.abort(request_id)
@@ -319,7 +328,7 @@ async def _disconnected(request: Request) -> None:
 
 def _raise_if_failed(output) -> None:
     if isinstance(output, EngineFailure):
-        raise BadRequest(str(output), output.status)
+        raise BadRequest(str(output), HTTP_STATUS[output.reason])
 
 
 async def _stream(
@@ -333,7 +342,7 @@ async def _stream(
                 break
             output = await outputs.get()
             if isinstance(output, EngineFailure):
-                yield _event(error_body(str(output), output.status))
+                yield _event(error_body(str(output), HTTP_STATUS[output.reason]))
                 return
         if include_usage:
             yield _event(response.usage_chunk(output))
