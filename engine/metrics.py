@@ -55,6 +55,9 @@ class RequestMetrics:
     preemptions: int = 0
     finish_reason: str | None = None  # stop, length, abort, rejected; in run reports also UNFINISHED
     finish_detail: str = ""  # e.g. why a request was rejected
+    # For stop and length: what stopped it (engine.sequence.StopCause's value); None otherwise, and
+    # from a server, which does not say.
+    stop_cause: str | None = None
     # Where it ran in a deployment of several instances (engine/simulation/deployment.py); None on
     # one engine. Under prefill/decode disaggregation: its prefill instance, when its K/V left it
     # (after the first token, once the link was free), when the K/V reached `instance` (its decode

@@ -28,7 +28,7 @@ from engine.batch import ScheduledBatch, ScheduledSequence, slot_mappings
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.kv_layout import blocks_held
-from engine.sequence import FinishReason, Sequence, SequenceStatus
+from engine.sequence import FinishReason, Sequence, SequenceStatus, StopCause
 from engine.step_trace import (
     WAITING,
     WAITING_LONG,
@@ -390,34 +390,42 @@ class Scheduler:
             matched_stop = seq.detokenizer.add(seq.token_ids[-1]) if seq.detokenizer is not None else None
             stop = self._stop_reason(seq, matched_stop)
             if stop is not None:
-                self.finish(seq, *stop, now)
+                reason, cause, detail = stop
+                self.finish(seq, reason, detail, now, cause)
         return extended
 
-    def _stop_reason(self, seq: Sequence, matched_stop: str | None) -> tuple[FinishReason, str] | None:
-        """Why a sequence that just received a token stops, with the detail its metrics keep."""
+    def _stop_reason(self, seq: Sequence, matched_stop: str | None) -> tuple[FinishReason, StopCause, str] | None:
+        """Why a sequence that just received a token stops: the reason, its typed cause and the
+        detail its metrics keep."""
         params, token = seq.params, seq.token_ids[-1]
         if token in self.eos_token_ids and not params.ignore_eos:
-            return FinishReason.STOP, "end-of-sequence token"
+            return FinishReason.STOP, StopCause.END_OF_SEQUENCE, "end-of-sequence token"
         if token in params.stop_token_ids:
-            return FinishReason.STOP, f"stop token {token}"
+            return FinishReason.STOP, StopCause.STOP_TOKEN, f"stop token {token}"
         if matched_stop is not None:
-            return FinishReason.STOP, f"stop string {matched_stop!r}"
+            return FinishReason.STOP, StopCause.STOP_STRING, f"stop string {matched_stop!r}"
         if seq.num_output_tokens >= params.max_tokens:
-            return FinishReason.LENGTH, f"max_tokens ({params.max_tokens})"
+            return FinishReason.LENGTH, StopCause.MAX_TOKENS, f"max_tokens ({params.max_tokens})"
         if seq.num_tokens >= self.max_model_len:
-            return FinishReason.LENGTH, f"context full (max_model_len {self.max_model_len})"
+            return FinishReason.LENGTH, StopCause.CONTEXT_FULL, f"context full (max_model_len {self.max_model_len})"
         if self.blocks_held(seq.num_tokens + 1) > self.block_manager.num_blocks:
-            return FinishReason.LENGTH, (
-                f"the whole KV cache ({self.block_manager.num_blocks} blocks of {self.config.block_size} tokens) "
-                "holds no more of it"
+            return (
+                FinishReason.LENGTH,
+                StopCause.KV_CACHE_FULL,
+                (
+                    f"the whole KV cache ({self.block_manager.num_blocks} blocks of {self.config.block_size} tokens) "
+                    "holds no more of it"
+                ),
             )
         return None
 
     # ----- leaving ------------------------------------------------------------------------------
 
-    def finish(self, seq: Sequence, reason: FinishReason, detail: str, now: float) -> None:
+    def finish(
+        self, seq: Sequence, reason: FinishReason, detail: str, now: float, stop_cause: StopCause | None = None
+    ) -> None:
         """End a sequence (stop, length or abort) and release everything it holds; `detail` says
-        what ended it, for its metrics."""
+        what ended it, for its metrics, and `stop_cause` what stopped it, typed."""
         if seq.status is SequenceStatus.RUNNING:
             released, freed = self.block_manager.free(seq)
             self.running.remove(seq)
@@ -425,4 +433,4 @@ class Scheduler:
             self.trace.released(seq.request_id, released, freed, cause)
         elif seq.status is SequenceStatus.WAITING:
             self._queue_of(seq).remove(seq)
-        seq.mark_finished(reason, now, detail)
+        seq.mark_finished(reason, now, detail, stop_cause)

@@ -31,6 +31,19 @@ class FinishReason(str, enum.Enum):
     REJECTED = "rejected"  # could never run (too long for the context or the cache)
 
 
+class StopCause(str, enum.Enum):
+    """What ended a request that stopped or ran to its length, typed (RequestMetrics.stop_cause),
+    so that a report counts causes without reading the detail's words. The values are the
+    report's labels."""
+
+    END_OF_SEQUENCE = "end-of-sequence token"
+    STOP_TOKEN = "stop token"
+    STOP_STRING = "stop string"
+    MAX_TOKENS = "max_tokens"
+    CONTEXT_FULL = "context full"
+    KV_CACHE_FULL = "the whole KV cache"
+
+
 class Sequence:
     def __init__(
         self,
@@ -100,11 +113,12 @@ class Sequence:
             return "waiting_long" if self.is_long else "waiting"
         return "prefilling" if self.is_prefilling else "decoding"
 
-    def mark_finished(self, reason: FinishReason, now: float, detail: str = "") -> None:
+    def mark_finished(self, reason: FinishReason, now: float, detail: str = "", cause: StopCause | None = None) -> None:
         self.status = SequenceStatus.FINISHED
         self.finish_reason = reason
         self.metrics.finish_reason = reason.value
         self.metrics.finish_detail = detail
+        self.metrics.stop_cause = cause.value if cause is not None else None
         self.metrics.finish_time = now
 
     def append_token(self, token_id: int, now: float) -> None:

@@ -333,5 +333,6 @@ def _joined(prefill: RequestMetrics, decode: RequestMetrics) -> RequestMetrics:
         preemptions=prefill.preemptions + decode.preemptions,
         finish_reason=decode.finish_reason,
         finish_detail=decode.finish_detail,
+        stop_cause=decode.stop_cause,
         decode_scheduled_time=decode.first_scheduled_time,
     )

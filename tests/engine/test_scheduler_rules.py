@@ -195,3 +195,6 @@ def test_a_request_ends_at_exactly_max_model_len():
     metrics = drain(engine)[request_id].metrics
     assert 500 + metrics.num_output_tokens == 512
     assert metrics.finish_reason == "length" and metrics.finish_detail == "context full (max_model_len 512)"
+    assert metrics.stop_cause == "context full"  # typed, for the report (issue 60 #2)
+    short = engine.add_request([1] * 10, SamplingParams(max_tokens=3, ignore_eos=True))
+    assert drain(engine)[short].metrics.stop_cause == "max_tokens"

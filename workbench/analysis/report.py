@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 
 from engine.metrics import FINISHED_REASONS, UNFINISHED, RequestMetrics, StepStats, percentiles
+from engine.sequence import StopCause
 from workbench.analysis.explain import explain, explanation_record
 from workbench.analysis.intervals import PAIR_LEVEL, Interval, percentile_interval, rate_interval, share_interval
 from workbench.runs.run_log import RunLog, request_metrics, step_stats
@@ -279,18 +280,20 @@ def ended_early(records: list[dict]) -> dict[str, int] | None:
         return None
     for record in planned:
         if len(record["token_times"]) < record["planned"]["max_tokens"]:
-            why = _early_reason(record["finish_reason"], record.get("finish_detail", ""))
+            why = _early_reason(record["finish_reason"], record.get("stop_cause"), record.get("finish_detail", ""))
             counts[why] = counts.get(why, 0) + 1
     return dict(sorted(counts.items()))
 
 
-def _early_reason(reason: str, detail: str) -> str:
-    if reason not in ("stop", "length") or not detail:
+def _early_reason(reason: str, cause: str | None, detail: str) -> str:
+    """The finish reason with, for stop and length, its typed cause. A log written before the
+    cause was recorded names it only in the detail's first words ("stop string 'x'", "max_tokens
+    (64)"), each of which begins with a cause's label."""
+    if reason not in ("stop", "length"):
         return reason
-    for kind in ("stop string", "stop token"):  # their detail names the string or token
-        if detail.startswith(kind):
-            return f"{reason}: {kind}"
-    return f"{reason}: {detail.split(' (')[0]}"
+    if cause is None:
+        cause = next((known.value for known in StopCause if detail.startswith(known.value)), None)
+    return f"{reason}: {cause}" if cause else reason
 
 
 def _planned_count(log: RunLog) -> int:

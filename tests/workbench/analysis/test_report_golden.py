@@ -385,5 +385,11 @@ def test_requests_that_ended_before_their_max_tokens_are_counted_by_why():
         "stop: end-of-sequence token": 1,
         "unfinished": 1,
     }
+    # The typed cause counts, whatever the detail's words (issue 60 #2: they were parsed).
+    typed = [
+        {**record, "stop_cause": "stop string", "finish_detail": "matched"} if record["request_id"] == "a" else record
+        for record in requests
+    ]
+    assert "stop: stop string" in build_report(dataclasses.replace(LOG, requests=typed))["ended_early_by_reason"]
     old = build_report(LOG)  # a log written before plans were kept
     assert metric(old, "requests_ended_early") == (None, 0) and old["ended_early_by_reason"] is None
