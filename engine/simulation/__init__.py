@@ -38,6 +38,15 @@ KV_DTYPE = torch.float16  # simulated GPUs keep K and V at 16 bits
 KV_BYTES_PER_VALUE = 2
 
 
+def watched_in_real_time(config: EngineConfig) -> EngineConfig:
+    """A simulated engine someone watches or sends requests to (the window, `serve`) runs at the
+    pace of real time unless a speed was chosen; headless runs keep 0, as fast as the host allows.
+    A real engine is returned as it is."""
+    if not is_simulated(config.model) or config.simulation_speed:
+        return config
+    return dataclasses.replace(config, simulation_speed=1.0)
+
+
 def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
     target = SimulatedTarget.parse(config.model)
     name, hardware_name, gpu_count, single_gpu = target.model, target.hardware, target.gpu_count, target.gpu

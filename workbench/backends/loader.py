@@ -3,7 +3,6 @@ for a URL ("http://127.0.0.1:8000"), each with what the window may show about it
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,7 +18,7 @@ from engine.loading.tokenizer import Tokenizer
 from engine.memory import GPU_MEMORY_UTILIZATION, MemoryLine
 from engine.model_config import ModelConfig
 from engine.quantization import weight_format
-from engine.simulation import KV_BYTES_PER_VALUE, SimulatedTarget, is_simulated
+from engine.simulation import KV_BYTES_PER_VALUE, SimulatedTarget, is_simulated, watched_in_real_time
 from engine.simulation.catalogue import hardware_profile
 from engine.simulation.parallel import Parallelism, per_gpu_lines
 from workbench.backends.deployment import is_deployment
@@ -120,10 +119,8 @@ class BackendLoader:
                 "a deployment of several instances runs headless (workbench bench, sweep, explain); the window "
                 "shows one engine, expected the defaults"
             )
-        if is_simulated(config.model):
-            # The window watches a simulated engine in real time, unless a speed was chosen.
-            config = dataclasses.replace(config, simulation_speed=config.simulation_speed or 1.0)
-        elif self._source is None or self._source_model != config.model:
+        config = watched_in_real_time(config)
+        if not is_simulated(config.model) and (self._source is None or self._source_model != config.model):
             self._source, self._source_model = read_model(config.model, progress), config.model
         engine = LLMEngine(config, progress=progress, source=None if is_simulated(config.model) else self._source)
         backend = LocalBackend(engine)

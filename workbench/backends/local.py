@@ -1,7 +1,8 @@
 """The in-process engine (real or simulated) behind the Backend protocol.
 
-Only this module calls `LLMEngine.step()`; it runs in whatever thread calls `advance()` (the
-window's engine thread, or the headless runner's). Everything is exposed: it is the engine itself.
+The backend that calls `LLMEngine.step()`, in whatever thread calls `advance()` (the window's
+engine thread, or the headless runner's); serve's engine core drives its own engine. Everything
+is exposed: it is the engine itself.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 Three kinds are planned: the in-process engine, real or simulated (workbench/backends/local.py), a
 remote OpenAI-compatible server, and our own engine behind HTTP. The runner and the window use
-only this protocol; only the local backend calls `LLMEngine.step()`, in the engine thread.
+only this protocol. Of the backends, only the local one calls `LLMEngine.step()`, in the engine
+thread; outside the backends, serve's engine core, the simulated deployment, the quality measure
+and the published-figure replays step engines of their own.
 
 A backend advances in `advance()`: the local one runs one engine step, a remote one collects what
 its streams delivered since the last call. Each call returns a `BackendUpdate`: per-request

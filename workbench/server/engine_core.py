@@ -36,6 +36,7 @@ from engine import EngineConfig, EngineError, LLMEngine
 from engine.outputs import RequestOutput
 from workbench.machine.process_tuning import freeze_loaded_heap
 from workbench.server import core_protocol as protocol
+from workbench.server.stop_signal import StopSignal, raise_stop
 
 _IDLE_POLL_MS = 50
 _WARM_UP_REPORT_S = 1.0
@@ -179,21 +180,13 @@ class EngineCore:
             self._report_warm_up(now=True)  # no step updates the gauges until the compile ends
 
 
-class _StopSignal(BaseException):
-    """SIGTERM from the HTTP process (a stop while the engine still loads): leave at once."""
-
-
-def _raise_stop(signum: int, frame) -> None:
-    raise _StopSignal(signal.Signals(signum).name)
-
-
 def main() -> int:
     """The core process: `python -m workbench.server.engine_core COMMANDS_ADDRESS EVENTS_ADDRESS
     PARENT_PID [CPU ...]`, the engine settings as MessagePack on stdin."""
     commands_address, events_address, parent_pid, *cpus = sys.argv[1:]
     # Ctrl-C reaches the whole process group: the HTTP process decides when the core stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _raise_stop)
+    signal.signal(signal.SIGTERM, raise_stop)
     config = msgspec.msgpack.decode(sys.stdin.buffer.read(), type=EngineConfig)
     if cpus:
         os.sched_setaffinity(0, {int(cpu) for cpu in cpus})
@@ -218,7 +211,7 @@ def main() -> int:
         core = EngineCore(engine, commands, events, int(parent_pid))
         events.send(protocol.encode(core.ready()))
         core.run()
-    except _StopSignal:
+    except StopSignal:
         pass
     finally:
         commands.close(linger=0)

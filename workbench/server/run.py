@@ -3,7 +3,6 @@ with uvicorn in this one until interrupted."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import socket
@@ -13,11 +12,12 @@ from pathlib import Path
 import uvicorn
 
 from engine import EngineConfig, EngineError
-from engine.simulation import is_simulated
+from engine.simulation import is_simulated, watched_in_real_time
 from workbench.machine.process_tuning import allow_open_files
 from workbench.server import CORE_STOP_WAIT_S, DEFAULT_MAX_REQUEST_BYTES
 from workbench.server.engine_client import EngineCoreClient
 from workbench.server.openai_api import create_app
+from workbench.server.stop_signal import StopSignal, raise_stop
 
 
 def served_name(model: str) -> str:
@@ -50,18 +50,6 @@ def split_cores(reserved_cpus: int) -> tuple[list[int], list[int]] | None:
     return cpus[: len(cpus) - engine_count] or cpus, cpus[len(cpus) - engine_count :]
 
 
-class _StopSignal(BaseException):
-    """SIGINT or SIGTERM: uvicorn finishes its graceful shutdown, then raises the signal again,
-    which lands here as this exception so that the engine loop and its compile are stopped too
-    and the process exits with status 0 (the default handlers killed it, or printed a traceback).
-    A BaseException, as KeyboardInterrupt is: an `except Exception` on the load path (a build that
-    may fail) took a stop at warm-up for a failed build, and the server served on."""
-
-
-def _raise_stop(signum: int, frame) -> None:
-    raise _StopSignal(signal.Signals(signum).name)
-
-
 class _Server(uvicorn.Server):
     """uvicorn's server, whose graceful shutdown first ends every request: it would otherwise wait
     for each open one to finish, however long that takes."""
@@ -87,11 +75,9 @@ def serve(
     listener = listening_socket(host, port)
     cores = split_cores(reserved_cpus)
     core = None
-    previous = {number: signal.signal(number, _raise_stop) for number in (signal.SIGINT, signal.SIGTERM)}
+    previous = {number: signal.signal(number, raise_stop) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if is_simulated(config.model):
-            # Served in real time (a laptop stands in for the simulated GPU), unless a speed was chosen.
-            config = dataclasses.replace(config, simulation_speed=config.simulation_speed or 1.0)
+        config = watched_in_real_time(config)  # a laptop stands in for the simulated GPU
         core = EngineCoreClient.start_process(
             config, model_name or served_name(config.model), None if cores is None else cores[1]
         )
@@ -109,7 +95,7 @@ def serve(
             print(f"warming up: {progress}; /health answers 503, requests wait", file=sys.stderr)
         server = _Server(uvicorn.Config(create_app(core, max_request_bytes), log_level="warning"), core)
         server.run(sockets=[listener])
-    except _StopSignal as stop:
+    except StopSignal as stop:
         print(f"workbench serve: stopped ({stop})", file=sys.stderr)
     finally:
         for number, handler in previous.items():
