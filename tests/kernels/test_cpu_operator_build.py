@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks.server_processes import free_port, wait_until
 from kernels import cpu_paged_attention
-from workbench.server.run import _StopSignal
+from workbench.server.stop_signal import StopSignal
 
 LOAD = "from kernels.cpu_paged_attention import available, unavailable_reason; print(available(), unavailable_reason())"
 
@@ -90,11 +90,11 @@ def test_a_wait_for_the_lock_is_told_and_ends_when_the_caller_says_so(tmp_path, 
 
 def test_a_stop_is_no_failed_build():
     # An `except Exception` around the build took workbench serve's stop for a failed build.
-    assert issubclass(_StopSignal, BaseException) and not issubclass(_StopSignal, Exception)
+    assert issubclass(StopSignal, BaseException) and not issubclass(StopSignal, Exception)
 
 
 def test_sigterm_while_the_operator_builds_at_warm_up_stops_the_server(tmp_path, tiny_llama):
-    """It printed "could not be built (_StopSignal: SIGTERM)", went on loading and served 200s."""
+    """It printed "could not be built (StopSignal: SIGTERM)", went on loading and served 200s."""
     model, _ = tiny_llama
     command = [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())", "serve"]
     command += ["--port", str(free_port()), "--set", f"engine.model={model}", "--set", "engine.compile_decode=off"]

@@ -78,14 +78,6 @@ class EndReason(enum.Enum):
     FAILED = "failed"  # the step the request was in raised, or the core died under it
 
 
-class RequestAdded(msgspec.Struct, tag="added"):
-    """The answer to AddRequest: `error` is None, or why it was not taken, with its `reason`."""
-
-    request_id: str
-    error: str | None = None
-    reason: EndReason = EndReason.REFUSED
-
-
 class OutputDelta(msgspec.Struct, array_like=True):
     """What one step produced for one request; `text` and `metrics` come only with its end."""
 
@@ -116,7 +108,9 @@ class StepFailed(msgspec.Struct, tag="step failed"):
 
 
 class RequestsEnded(msgspec.Struct, tag="ended"):
-    """Requests ended without output (the server is shutting down), each with this message."""
+    """Requests ended without output, each with this message and reason: a request add_request
+    refused (REFUSED; an AddRequest gets no other answer, so a submit never waits for the core),
+    or every open request when the server shuts down."""
 
     request_ids: list[str]
     message: str
@@ -136,7 +130,7 @@ class CoreStopped(msgspec.Struct, tag="stopped"):
     failure: str | None
 
 
-Event = CoreReady | CoreStartFailed | RequestAdded | StepDone | StepFailed | RequestsEnded | WarmUp | CoreStopped
+Event = CoreReady | CoreStartFailed | StepDone | StepFailed | RequestsEnded | WarmUp | CoreStopped
 
 encode = msgspec.msgpack.Encoder().encode
 decode_command = msgspec.msgpack.Decoder(Command).decode

@@ -3,8 +3,10 @@ outputs to the coroutine that streams them, keep the Prometheus metrics, and not
 
 The event loop never waits on the core: commands are sent without blocking, and a receiver
 thread reads the core's events and hands every output to the event loop with
-`call_soon_threadsafe`. A request's first event is its first token(s) or its end (a rejection
-comes back this way too, with the reason), so a handler can answer 400 before it starts a stream.
+`call_soon_threadsafe`. A submit sends the request and returns (as vLLM's add_request: no
+acknowledgement is waited for). A request's first event is its first token(s) or its end: a
+refusal comes back this way too, with its reason, so a handler can answer 400 before it starts a
+stream.
 
 The core runs in a process of its own (`start_process`, what `workbench serve` does) or in a
 thread of this one (`start_in_thread`, over the same messages: the tests plant failures in an
@@ -16,7 +18,6 @@ refused.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import itertools
 import os
 import signal
@@ -73,7 +74,6 @@ class EngineCoreClient:
         self.metrics: ServerMetrics | None = None
         self._progress: str | None = None
         self._streams: dict[str, _Stream] = {}
-        self._added: dict[str, concurrent.futures.Future] = {}
         self._context = zmq.Context()
         self._commands = _socket(self._context, zmq.PUSH)
         self._events = _socket(self._context, zmq.PULL)
@@ -186,21 +186,17 @@ class EngineCoreClient:
 
     # ----- event loop side -----------------------------------------------------------------------
 
-    async def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> asyncio.Queue:
-        """Queue a request; its outputs arrive on the returned queue. Raises EngineError for what
-        add_request refuses, EngineFailure when the server is shutting down."""
+    def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> asyncio.Queue:
+        """Send a request (from the event loop) and return the queue its outputs arrive on; what
+        add_request refuses arrives there as an EngineFailure (REFUSED), its only output. Raises
+        EngineFailure when the server is shutting down or the engine has stopped serving."""
         if self.shutting_down:
             raise EngineFailure(SHUTTING_DOWN, EndReason.SHUTTING_DOWN)
+        if self.failure is not None:
+            raise EngineFailure(self.failure, EndReason.UNAVAILABLE)
         outputs: asyncio.Queue = asyncio.Queue()
-        added: concurrent.futures.Future = concurrent.futures.Future()
         self._streams[request_id] = _Stream(asyncio.get_running_loop(), outputs)
-        self._added[request_id] = added
         self._send(protocol.AddRequest(request_id, prompt_token_ids, params))
-        try:
-            await asyncio.wrap_future(added)
-        except BaseException:
-            self._streams.pop(request_id, None)
-            raise
         return outputs
 
     def abort(self, request_id: str) -> None:
@@ -216,7 +212,6 @@ class EngineCoreClient:
         submitted after this is refused with the same words."""
         self.shutting_down = True
         self._end_streams(list(self._streams), EngineFailure(SHUTTING_DOWN, EndReason.SHUTTING_DOWN))
-        self._refuse_pending(SHUTTING_DOWN, EndReason.SHUTTING_DOWN)
         self._send(protocol.EndAllRequests())
 
     def _send(self, command) -> None:
@@ -240,8 +235,6 @@ class EngineCoreClient:
             event = protocol.decode_event(self._events.recv())
             if isinstance(event, protocol.StepDone):
                 self._on_step(event)
-            elif isinstance(event, protocol.RequestAdded):
-                self._on_added(event)
             elif isinstance(event, protocol.WarmUp):
                 self._progress = event.progress
                 self.metrics.waiting.set(event.num_waiting)
@@ -279,17 +272,6 @@ class EngineCoreClient:
         if step.idle_kv_blocks_used is not None:
             metrics.idle(step.idle_kv_blocks_used)
 
-    def _on_added(self, added: protocol.RequestAdded) -> None:
-        future = self._added.pop(added.request_id, None)
-        if future is None:
-            return
-        if added.error is None:
-            future.set_result(None)
-        elif added.reason is EndReason.REFUSED:
-            future.set_exception(EngineError(added.error))
-        else:
-            future.set_exception(EngineFailure(added.error, added.reason))
-
     def _end_streams(self, request_ids, failure: EngineFailure) -> None:
         for request_id in request_ids:
             stream = self._streams.pop(request_id, None)
@@ -305,14 +287,6 @@ class EngineCoreClient:
             self.failure = failure
         print(f"workbench serve: {failure}", file=sys.stderr)
         self._end_streams(list(self._streams), EngineFailure(self.failure, EndReason.FAILED))
-        self._refuse_pending(self.failure, EndReason.UNAVAILABLE)
-
-    def _refuse_pending(self, message: str, reason: EndReason) -> None:
-        """Answer every submission still waiting for the core's word with an EngineFailure."""
-        for request_id in list(self._added):
-            future = self._added.pop(request_id, None)
-            if future is not None and not future.done():
-                future.set_exception(EngineFailure(message, reason))
 
     def _watch_process(self) -> None:
         status = self._process.wait()

@@ -167,15 +167,14 @@ class EngineCore:
 
     def _add(self, command: protocol.AddRequest) -> None:
         if self._shutting_down:
-            self._send(protocol.RequestAdded(command.request_id, SHUTTING_DOWN, protocol.EndReason.SHUTTING_DOWN))
+            self._send(protocol.RequestsEnded([command.request_id], SHUTTING_DOWN, protocol.EndReason.SHUTTING_DOWN))
             return
         try:
             self.engine.add_request(command.prompt_token_ids, command.params, request_id=command.request_id)
-        except EngineError as error:
-            self._send(protocol.RequestAdded(command.request_id, str(error)))
+        except EngineError as error:  # the request's only answer: its end, as its first output
+            self._send(protocol.RequestsEnded([command.request_id], str(error), protocol.EndReason.REFUSED))
             return
         self._in_flight.add(command.request_id)
-        self._send(protocol.RequestAdded(command.request_id))
         if self._progress() is not None:
             self._report_warm_up(now=True)  # no step updates the gauges until the compile ends
 

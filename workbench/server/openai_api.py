@@ -265,8 +265,8 @@ def _check_context(max_model_len: int, prompt_tokens: int, max_tokens: int | Non
 
 
 async def _serve(core: EngineCoreClient, request: Request, body: _Sampling, prompt_ids: list[int], *, chat: bool):
-    """Submit, wait for the first event (a rejection answers 400), then stream or collect; a
-    client that disconnects before its answer is complete aborts the request."""
+    """Submit, wait for the first event (a refusal or a rejection answers 400), then stream or
+    collect; a client that disconnects before its answer is complete aborts the request."""
     if core.failure is not None:
         raise BadRequest(f"the engine has stopped serving: {core.failure}", 503)
     try:
@@ -274,10 +274,10 @@ async def _serve(core: EngineCoreClient, request: Request, body: _Sampling, prom
             _check_context(core.max_model_len, len(prompt_ids), body.max_tokens)
         params = body.sampling_params(default_max_tokens=max(1, core.max_model_len - len(prompt_ids)))
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        outputs = await core.submit(request_id, prompt_ids, params)
-    except EngineError as error:
+        outputs = core.submit(request_id, prompt_ids, params)
+    except EngineError as error:  # the sampling parameters, checked before anything is sent
         raise BadRequest(str(error)) from error
-    except EngineFailure as error:  # submitted after the shutdown began
+    except EngineFailure as error:  # submitted after the shutdown began, or the engine stopped
         raise BadRequest(str(error), HTTP_STATUS[error.reason]) from error
     first = await _until_disconnected(request, outputs.get())
     if first is None:

@@ -119,6 +119,39 @@ def test_a_request_sent_after_the_shutdown_began_is_refused_and_never_reaches_th
     assert len(added) == 1 and not engine.has_unfinished()
 
 
+def test_a_refusal_is_the_requests_first_output_and_a_submit_waits_for_no_answer(serving, tiny_llama, monkeypatch):
+    """Issue 60 #2 / 61 #4: every submit waited for the core's acknowledgement (a round trip on
+    each request's path). A submit now only sends; what add_request refuses comes back as the
+    request's end, its first output, and the API answers 400 with the engine's words, streamed
+    or not, while the core serves on."""
+    import inspect
+
+    from engine import EngineError
+    from workbench.server import core_protocol
+
+    assert not inspect.iscoroutinefunction(EngineCoreClient.submit)
+    assert "RequestAdded" not in dir(core_protocol)
+    directory, _ = tiny_llama
+    engine = tiny_engine(directory)
+    add_request = engine.add_request
+
+    def refusing(prompt, params, **kwargs):
+        if params.max_tokens == 7:
+            raise EngineError("planted refusal: seven tokens are never served")
+        return add_request(prompt, params, **kwargs)
+
+    monkeypatch.setattr(engine, "add_request", refusing)
+    url, core = serving(engine)
+    for stream in (False, True):
+        refused = httpx.post(
+            f"{url}/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 7, "stream": stream}, timeout=30
+        )
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["message"] == "planted refusal: seven tokens are never served"
+    served_after = httpx.post(f"{url}/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 5}, timeout=30)
+    assert served_after.status_code == 200 and not engine.has_unfinished()
+
+
 @pytest.mark.slow  # the bundled model, for its tokenizer
 def test_text_is_tokenized_off_the_event_loop(serving, monkeypatch):
     """While one prompt is being tokenized, /health still answers (a 10 MB prompt froze the
