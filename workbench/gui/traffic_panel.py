@@ -368,7 +368,9 @@ class TrafficPanel(QWidget):
                 prompt_len=self.prompt_len.distribution(),
                 output_len=self.output_len.distribution(),
             )
-        traffic = dataclasses.replace(preset_traffic or TrafficProfile(prompts=self.prompts.currentText()), **shown)
+        # Checked once, with the fields' values: a source whose check refuses the defaults (a
+        # setting that must be set) is built from what the fields say, not from the defaults.
+        traffic = dataclasses.replace(preset_traffic or TrafficProfile(), **shown)
         if self._preset is not None and traffic != preset_traffic:
             name += " (edited)"
         return Scenario(name=name, traffic=traffic, slo=self.slo(), seed=self.seed.value())
