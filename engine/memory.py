@@ -113,10 +113,9 @@ RUNTIME_OVERHEAD_FRACTION = 0.05
 # fixed size, since the host's memory is shared with everything else.
 GPU_MEMORY_UTILIZATION = 0.9
 CPU_DEFAULT_KV_CACHE_BYTES = 1 << 30
-# The shares of a device's memory the budget below is taken from: the most the engine lets the
-# K/V take (a user's kv_cache_memory up to it), and its default (vLLM's gpu_memory_utilization).
+# The most of a device's memory the engine lets the K/V budget below take (a user's
+# kv_cache_memory up to it); its default takes GPU_MEMORY_UTILIZATION.
 MOST_OF_MEMORY = 1 - RUNTIME_OVERHEAD_FRACTION
-DEFAULT_SHARE = GPU_MEMORY_UTILIZATION
 
 
 def kv_budget_bytes(memory_bytes: float, share: float, *uses: float) -> int:

@@ -15,7 +15,12 @@ from engine.errors import ConfigError, ModelLoadError
 from engine.executor import TorchExecutor
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.model_source import read_model
-from engine.memory import CPU_DEFAULT_KV_CACHE_BYTES, DEFAULT_SHARE, activation_bytes_estimate, kv_budget_bytes
+from engine.memory import (
+    CPU_DEFAULT_KV_CACHE_BYTES,
+    GPU_MEMORY_UTILIZATION,
+    activation_bytes_estimate,
+    kv_budget_bytes,
+)
 from engine.model import CausalLM
 from engine.prepared_model import KvMemoryLimits, PreparedModel
 from engine.quantization import UNQUANTIZED, check_quantization, get_method, quantize_model, weight_bytes, weight_parts
@@ -139,7 +144,7 @@ def _kv_memory_limits(
         source.config, config.max_num_batched_tokens, torch.finfo(dtype).bits // 8, config.max_num_seqs
     )
     allocated = torch.cuda.memory_allocated(device)  # the weights, already loaded
-    default = min(free, kv_budget_bytes(total_memory_bytes(device), DEFAULT_SHARE, allocated, activations))
+    default = min(free, kv_budget_bytes(total_memory_bytes(device), GPU_MEMORY_UTILIZATION, allocated, activations))
     return KvMemoryLimits(free, default, f"{device}'s free memory")
 
 

@@ -17,7 +17,7 @@ from engine.config import EngineConfig
 from engine.errors import ConfigError
 from engine.kv_layout import KvLayout
 from engine.memory import (
-    DEFAULT_SHARE,
+    GPU_MEMORY_UTILIZATION,
     MOST_OF_MEMORY,
     activation_bytes_estimate,
     kv_budget_bytes,
@@ -128,7 +128,7 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
         kv_limits=KvMemoryLimits(
             free_bytes=int(kv_budget_bytes(hardware.memory_bytes, MOST_OF_MEMORY, gpu_weights, activations) / kv_share),
             default_bytes=int(
-                kv_budget_bytes(hardware.memory_bytes, DEFAULT_SHARE, gpu_weights, activations) / kv_share
+                kv_budget_bytes(hardware.memory_bytes, GPU_MEMORY_UTILIZATION, gpu_weights, activations) / kv_share
             ),
             where=f"{hardware_name} ({each}{hardware.memory_bytes / 2**30:,.1f} GiB, {gpu_weights / 2**30:,.2f} GiB "
             "of weights" + (", K/V counted as the whole model's bytes" if gpu_count > 1 else "") + ")",

@@ -36,6 +36,11 @@ class StepShape:
     sequences: tuple[tuple[int, int, bool], ...]
     starting: int = 0
 
+    @property
+    def has_prefill(self) -> bool:
+        """A row of more than one new token, or a one-token prompt, makes a step one with prefill."""
+        return any(new_tokens > 1 or context == new_tokens for new_tokens, context, _ in self.sequences)
+
     @classmethod
     def of(cls, batch: ScheduledBatch) -> StepShape:
         return cls(
@@ -100,8 +105,7 @@ class CostModel:
         (no micro-batches), so the step takes one TP rank's time over the whole model: PP x a
         stage's. Plus the links, and the hardware's own fixed costs (launches; on a profile
         measured on this machine, the engine's whole host time), all times the profile's measured
-        factor for steps of this size (1 on catalogued GPUs). A row of more than one new token,
-        or a one-token prompt, makes it a step with prefill."""
+        factor for steps of this size and kind (1 on catalogued GPUs)."""
         hardware = self.hardware
         layers = sum(self.operator_time(cost) for cost in self.operators(shape))
         tokens = operators.tokens_of(shape.sequences)
@@ -109,8 +113,7 @@ class CostModel:
             tokens, self.model, hardware.link_bytes_s, hardware.link_latency_s
         )
         fixed = hardware.step_overhead_s + hardware.sequence_overhead_s * len(shape.sequences)
-        with_prefill = any(new_tokens > 1 or context == new_tokens for new_tokens, context, _ in shape.sequences)
-        return (layers + communication + fixed) * hardware.step_scale(len(shape.sequences), with_prefill)
+        return (layers + communication + fixed) * hardware.step_scale(len(shape.sequences), shape.has_prefill)
 
     def step_time(self, shape: StepShape) -> float:
         return self.stack.step_s(self.gpu_time(shape), len(shape.sequences), shape.starting, self.scheduler_steps)

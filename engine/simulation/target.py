@@ -1,9 +1,8 @@
 """`SimulatedTarget`: what "simulated:MODEL@HARDWARE" names, parsed in one place.
 
 HARDWARE is one catalogued GPU ("h100-80gb") or a group of them ("4xh100-80gb"); every part of the
-product that needs the model, the GPU or the count reads them from here instead of splitting the
-string itself (it was split six ways, in the engine, the deployment, the loader, the window's
-two panes and the run comparison)."""
+product that needs the model, the GPU or the count reads them from here, never splitting the
+string itself."""
 
 from __future__ import annotations
 

@@ -129,10 +129,9 @@ def fit(
 def real_steps(log: RunLog) -> list[tuple[StepShape, float]]:
     """Each step of a real run whose trace line lists every row: its shape and its duration.
     A row samples where it is a decode or the last chunk of its prompt."""
-    durations = {index: step["step_duration_s"] for index, step in enumerate(log.steps)}
     points = []
-    for index, record in enumerate(log.traces):
-        if not record["full"] or index not in durations:
+    for step, record in zip(log.steps, log.traces):  # one trace line per step, in order
+        if not record["full"]:
             continue
         trace = read_trace(record)
         sequences = tuple(
@@ -141,7 +140,7 @@ def real_steps(log: RunLog) -> list[tuple[StepShape, float]]:
         )
         if sequences:
             starting = sum(1 for row in trace.rows if row.kind == "prefill" and row.start == 0)
-            points.append((StepShape(sequences, starting), durations[index]))
+            points.append((StepShape(sequences, starting), step["step_duration_s"]))
     return points
 
 
@@ -157,7 +156,7 @@ def fit_step_scales(
     with_prefill = []
     for shape, measured in steps:
         ratio = measured / model.step_time(shape)
-        if any(new_tokens > 1 or context == new_tokens for new_tokens, context, _ in shape.sequences):
+        if shape.has_prefill:
             with_prefill.append(ratio)
         else:
             by_bucket.setdefault(len(shape.sequences).bit_length() - 1, []).append(ratio)

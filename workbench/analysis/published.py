@@ -395,6 +395,14 @@ class StatedError:
     n: int
     held_out: int
 
+    def report_entry(self) -> dict:
+        """As report.json's `simulated_error` holds it, per kind (read back by `from_report`)."""
+        return {"median_abs_perc": self.median_abs_perc, "n": self.n, "held_out": self.held_out, "says": self.phrase()}
+
+    @classmethod
+    def from_report(cls, stack: str, kind: str, entry: dict) -> StatedError:
+        return cls(stack, kind, entry["median_abs_perc"], entry["n"], entry["held_out"])
+
     def phrase(self) -> str:
         if self.median_abs_perc is None:
             return f"simulated ({self.stack}): not checked against any published run"

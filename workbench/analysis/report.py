@@ -359,16 +359,7 @@ def simulated_error(stack: str) -> dict[str, dict]:
     """Per kind of figure (TTFT, per-token latency, throughput): the stack's stated error."""
     from workbench.analysis.published import FIGURE_KINDS, stated_error
 
-    errors = {}
-    for kind in FIGURE_KINDS:
-        stated = stated_error(stack, kind)
-        errors[kind] = {
-            "median_abs_perc": stated.median_abs_perc,
-            "n": stated.n,
-            "held_out": stated.held_out,
-            "says": stated.phrase(),
-        }
-    return errors
+    return {kind: stated_error(stack, kind).report_entry() for kind in FIGURE_KINDS}
 
 
 def write_report_files(log: RunLog, out_dir: Path) -> dict:

@@ -210,13 +210,7 @@ def _simulated_errors(folder: Path, rows: list[dict]) -> dict[str, list[StatedEr
             stack, stated = report["engine"]["serving_stack"], report["simulated_error"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        errors.setdefault(
-            stack,
-            [
-                StatedError(stack, kind, entry["median_abs_perc"], entry["n"], entry["held_out"])
-                for kind, entry in stated.items()
-            ],
-        )
+        errors.setdefault(stack, [StatedError.from_report(stack, kind, entry) for kind, entry in stated.items()])
     return errors
 
 

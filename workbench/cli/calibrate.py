@@ -99,10 +99,9 @@ def run(args) -> int:
 
 
 def _rows_of_bucket(bucket: int, buckets: int) -> str:
-    low = 2**bucket
-    if bucket == buckets - 1:
-        return f"{low}+"
-    return str(low) if low == 2 ** (bucket + 1) - 1 else f"{low}-{2 ** (bucket + 1) - 1}"
+    """Bucket i's rows, 2^i to 2^(i+1) - 1 ("1", "2-3", ...), the last one open ("32+")."""
+    low, high = 2**bucket, 2 ** (bucket + 1) - 1
+    return f"{low}+" if bucket == buckets - 1 else (str(low) if low == high else f"{low}-{high}")
 
 
 def _steps_of_real_runs(held_out: Path | None, requests: int | None) -> list:
@@ -210,7 +209,7 @@ def _workbench(workload: str, argv: list[str]) -> None:
 
     print(f"{workload}: workbench {' '.join(argv)}", flush=True)
     if main(argv) != 0:
-        raise ConfigError(f"held-out {workload}: `workbench {' '.join(argv)}` failed (see above)")
+        raise ConfigError(f"{workload}: `workbench {' '.join(argv)}` failed (see above)")
 
 
 def _published(args) -> int:

@@ -399,8 +399,10 @@ class TrafficPanel(QWidget):
         if traffic is not None:
             self.arrival.setCurrentText(traffic.arrival)
             for name, box in self.setting_boxes.items():
-                # A ramp's end rate of 0 (unset) keeps the field's last value, a valid one.
-                box.setValue(getattr(traffic, name) or box.value() if name == "end_rate" else getattr(traffic, name))
+                value = getattr(traffic, name)
+                if name == "end_rate" and not value:  # a ramp's end rate unset (0): the field keeps its valid one
+                    value = box.value()
+                box.setValue(value)
             self.duration.setValue(traffic.duration_s)
             self.num_requests.setValue(traffic.num_requests)
             if self.prompts.findText(traffic.prompts) < 0:  # a trace: the preset's file, kept for Start
