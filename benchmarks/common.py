@@ -10,8 +10,8 @@ import torch
 
 from benchmarks.fixed_workload import fixed_workload, run_fixed_workload
 from engine import EngineConfig, LLMEngine
-from engine.device import device_name
 from engine.loading.model_source import read_model
+from engine.platform.device import device_name
 from engine.quantization import own_methods
 from engine.simulation.catalogue import measure_this_machine
 

@@ -17,7 +17,7 @@ import time
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams, percentiles
-from engine.device import device_name
+from engine.platform.device import device_name
 
 
 def fixed_workload(requests: int, prompt_len: int, vocab_size: int, seed: int = 0) -> list[list[int]]:

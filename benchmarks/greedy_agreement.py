@@ -17,7 +17,7 @@ import argparse
 from benchmarks.common import machine_line
 from benchmarks.peers import llama_cpp_greedy
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.sharegpt import load_sharegpt
+from engine.loading.sharegpt import load_sharegpt
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
         [--pairs 5]
 
 One engine, the default configuration with its graphs compiled before the run (decode graph and
-prefill halves, engine/compiled_prefill.py). Each run of a point is one prompt of that length
+prefill halves, engine/execution/compiled_prefill.py). Each run of a point is one prompt of that length
 (seeded random token ids, new for every run, so nothing comes from the prefix cache) and one
 output token: prefill tokens/s = prompt tokens / the time to the token. The halves are switched
 off and on between runs, in counterbalanced pairs (compiled, eager, eager, compiled, ...;
@@ -20,7 +20,7 @@ import time
 
 from benchmarks.paired_ratio import MIN_PAIRS, measure_pairs, paired_ratio
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.compiled_prefill import CompiledHalves
+from engine.execution.compiled_prefill import CompiledHalves
 
 ONE_TOKEN = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
 SWITCHED_OFF = "eager (switched off by benchmarks.prefill_halves)"

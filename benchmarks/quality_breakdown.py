@@ -15,10 +15,10 @@ import argparse
 
 import torch
 
-from engine.config import EngineConfig
-from engine.device import total_memory_bytes
+from engine.configuration.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.loading.model_source import read_model
+from engine.platform.device import total_memory_bytes
 from engine.quantization import get_method
 from engine.quantization.auto import choose_quantization
 from workbench.quality.measure import WINDOW_TOKENS, held_out_windows, score_windows

@@ -20,7 +20,7 @@ import time
 
 from benchmarks.common import build_engine, fixed_workload, machine_line, read_model
 from engine import SamplingParams
-from engine.step_trace import NoTrace
+from engine.requests.step_trace import NoTrace
 from workbench.step_traces.log import trace_record
 
 

@@ -27,7 +27,7 @@ def frame_times(frames: int = 200, requests: int = 10_000, steps: int = 50_000) 
     import numpy as np
     import pyqtgraph as pg
 
-    from engine.metrics import RequestMetrics, StepStats
+    from engine.requests.metrics import RequestMetrics, StepStats
     from workbench.gui.plots_view import PlotsView
     from workbench.live.live_metrics import LiveMetrics
     from workbench.live.metrics_store import MetricsStore

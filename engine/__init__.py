@@ -1,11 +1,11 @@
 """The Workbench inference engine: continuous batching over a paged KV cache, headless (no Qt)."""
 
-from engine.config import EngineConfig
+from engine.configuration.config import EngineConfig
 from engine.errors import ConfigError, EngineError, ModelLoadError
 from engine.llm_engine import LLMEngine
-from engine.metrics import Percentiles, RequestMetrics, StepStats, percentiles
-from engine.outputs import RequestOutput, StepResult
-from engine.sampling_params import SamplingParams
+from engine.requests.metrics import Percentiles, RequestMetrics, StepStats, percentiles
+from engine.requests.outputs import RequestOutput, StepResult
+from engine.requests.sampling_params import SamplingParams
 
 __all__ = [
     "ConfigError",

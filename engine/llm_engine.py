@@ -20,26 +20,26 @@ from collections.abc import Sequence as SequenceOf
 
 import torch
 
-from engine.batch import ScheduledBatch
-from engine.block_manager import BlockManager
-from engine.config import EngineConfig
-from engine.detokenizer import IncrementalDetokenizer
+from engine.configuration.config import EngineConfig
 from engine.errors import ConfigError, EngineError
-from engine.executor import ModelExecutor
-from engine.kv_layout import KvLayout
-from engine.kv_sizing import check_the_longest_request_fits, kv_blocks
+from engine.execution.executor import ModelExecutor
+from engine.execution.kv_sizing import check_the_longest_request_fits, kv_blocks
+from engine.execution.torch_model import prepare_torch_model
 from engine.loading.model_file import ModelSource, ProgressCallback, no_progress
-from engine.metrics import StepStats
-from engine.outputs import RequestOutput, StepResult
+from engine.model_spec.kv_layout import KvLayout
 from engine.quantization import describe_quantization
-from engine.request_checks import check_request, prompt_token_ids
-from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
-from engine.sequence import FinishReason, Sequence
+from engine.requests.detokenizer import IncrementalDetokenizer
+from engine.requests.metrics import StepStats
+from engine.requests.outputs import RequestOutput, StepResult
+from engine.requests.request_checks import check_request, prompt_token_ids
+from engine.requests.sampling_params import SamplingParams
+from engine.requests.sequence import FinishReason, Sequence
+from engine.requests.step_trace import BlockChange, Emitted, KvState, StepTrace
+from engine.scheduling.batch import ScheduledBatch
+from engine.scheduling.block_manager import BlockManager
+from engine.scheduling.scheduler import Scheduler
 from engine.simulation import is_simulated, prepare_simulated_model
 from engine.simulation.serving_stacks import AUTO as AUTO_STACK
-from engine.step_trace import BlockChange, Emitted, KvState, StepTrace
-from engine.torch_model import prepare_torch_model
 from kernels import cpu_paged_attention
 
 _SEED_MASK = 0x7FFF_FFFF_FFFF_FFFF
@@ -201,7 +201,7 @@ class LLMEngine:
 
     def receive_kv(self, token_ids: list[int]) -> int:
         """K/V for `token_ids` computed by another instance arrives (prefill/decode disaggregation,
-        engine/simulation/deployment.py): a request whose prompt starts with them is admitted with
+        engine/deployment.py): a request whose prompt starts with them is admitted with
         their full blocks computed (BlockManager.receive_prefix). Needs prefix caching, and no step
         traces: a trace records what steps do, and this happens between them. Returns the blocks
         written."""
@@ -231,13 +231,27 @@ class LLMEngine:
         self._undelivered.append(self._output(seq, []))
         return True
 
+    def fail_unfinished(self, detail: str) -> list[str]:
+        """End every unfinished request with finish reason "error" and `detail` (what failed),
+        freeing what it holds; their ends come with the next step. The ids ended."""
+        failed, now = list(self._sequences), self.clock()
+        for request_id in failed:
+            seq = self._sequences.pop(request_id)
+            self.scheduler.finish(seq, FinishReason.ERROR, detail, now)
+            self._undelivered.append(self._output(seq, []))
+        return failed
+
     def has_unfinished(self) -> bool:
         return bool(self._sequences or self._undelivered)
+
+    def unfinished_ids(self) -> list[str]:
+        """The requests added and not ended, in the order they were added."""
+        return list(self._sequences)
 
     def close(self) -> None:
         """Stop what runs for this engine in the background (the decode graph's compile) and wait
         for it; the engine still serves, eagerly. Call it before building the next engine; at
-        interpreter exit it is done for every engine (engine/background_compile.py)."""
+        interpreter exit it is done for every engine (engine/execution/background_compile.py)."""
         self.executor.close()
 
     def __enter__(self) -> LLMEngine:
@@ -260,6 +274,14 @@ class LLMEngine:
     def step(self) -> StepResult:
         start = self.clock()
         outputs, self._undelivered = self._undelivered, []
+        try:
+            return self._step(start, outputs)
+        except BaseException:
+            # The ends of requests aborted or rejected since the last step are delivered by the next.
+            self._undelivered = [output for output in outputs if output.finished] + self._undelivered
+            raise
+
+    def _step(self, start: float, outputs: list[RequestOutput]) -> StepResult:
         trace = self.scheduler.trace
         before = self._trace_before(trace.begin_step()) if trace.enabled else None
         batch = self.scheduler.schedule(start)

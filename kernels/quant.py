@@ -8,7 +8,7 @@ low nibble.
 W8A8 activations: symmetric int8 per token (per row), computed on the fly for each product; with
 int8 weights per output channel the product accumulates exactly in int32 and both scales apply
 once at the end (vLLM's dynamic per-token W8A8 int8 scheme; the engine smooths the model's
-activation outliers into its weights first, engine/smoothing.py).
+activation outliers into its weights first, engine/execution/smoothing.py).
 """
 
 from __future__ import annotations

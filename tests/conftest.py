@@ -20,9 +20,9 @@ if not torch.cuda.is_available():
 
 from hypothesis import settings
 
-from engine.cache_directory import cache_directory
-from engine.compile_cache import INDUCTOR_CACHE_ENVIRONMENT
-from engine.config import COMPILE_DECODE_ENVIRONMENT
+from engine.configuration.config import COMPILE_DECODE_ENVIRONMENT
+from engine.execution.compile_cache import INDUCTOR_CACHE_ENVIRONMENT
+from engine.platform.cache_directory import cache_directory
 
 # Engines in tests (and the CLI and window processes they start) stay eager unless a test asks
 # for a compile: every engine compiling its graph in the background would take both cores.
@@ -35,7 +35,7 @@ os.environ["WORKBENCH_CACHE"] = tempfile.mkdtemp(prefix="workbench-cache-")
 os.environ["WORKBENCH_RUNS"] = tempfile.mkdtemp(prefix="workbench-runs-")
 
 from engine import EngineConfig, LLMEngine
-from engine.executor import DecodeGraph
+from engine.execution.executor import DecodeGraph
 from engine.loading.model_source import read_model
 from tests.tiny_models import save_tiny_model
 

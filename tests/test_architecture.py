@@ -1,7 +1,8 @@
 """The layout's rules, read from the source (every import, function-local ones included):
 
 - engine/ and kernels/ never import workbench (the engine is usable alone);
-- the lab's rooms import only rooms in the layers below theirs (`LAYERS`), and `cli/` reaches the
+- the lab's rooms and the engine's import only rooms in the layers below theirs (`LAB_LAYERS`,
+  `ENGINE_LAYERS`; the engine's rooms also the floor beneath them), and `cli/` reaches the
   window only through `cli/gui.py` (the headless commands draw PNGs with `gui/charts/` alone);
 - only workbench/gui/ (the widgets, and `charts/`: plots drawn offscreen) and benchmarks/
   (measurements of the window) import Qt (PySide6, pyqtgraph);
@@ -86,7 +87,7 @@ def test_only_the_gui_package_and_benchmarks_import_qt():
 
 # The lab's rooms, bottom up (napari's import contracts): a room imports the engine, its own
 # modules and the rooms of lower layers only; rooms on one layer do not import each other.
-LAYERS = [
+LAB_LAYERS = [
     {"machine", "quality"},  # this machine and process; what a configuration costs in quality
     {"backends"},  # what serves the requests
     {"step_traces"},  # each engine step's record
@@ -98,37 +99,79 @@ LAYERS = [
     {"gui", "server"},  # the window; workbench serve
     {"cli"},  # the command line, which starts either
 ]
-LAYER_OF = {room: level for level, rooms in enumerate(LAYERS) for room in rooms}
+# The engine's rooms, bottom up, by the same rule. Below them the floor (errors, settings:
+# imported by any room); above them the engine itself (llm_engine.py, the engine core, the
+# deployment of several engines, the demo), which imports any room.
+ENGINE_LAYERS = [
+    {"platform"},  # the device, the cache directory, packaged files
+    {"model_spec"},  # a model's shape, its architecture's facts, its KV layout
+    {"loading", "quantization"},  # files into tensors and a tokenizer; weights into fewer bits
+    {"configuration", "requests"},  # EngineConfig and the memory model; a request's life as data
+    {"scheduling"},  # continuous batching over paged KV blocks
+    {"execution"},  # a step's batch on a device: executor, model, sampler, compiled graphs
+    {"simulation"},  # the executor as a cost model on simulated GPUs
+]
+ENGINE_FLOOR = {"engine.errors", "engine.settings"}
+ENGINE_TOP = ["engine", "engine.core", "engine.demo", "engine.deployment", "engine.llm_engine"]
 
 
-def room_of(module: str) -> str | None:
-    parts = module.split(".")
-    return parts[1] if parts[0] == "workbench" and len(parts) > 1 and parts[1] in LAYER_OF else None
+class Rooms:
+    """Rooms on layers inside one package: `room_of` names a module's room (None outside them)."""
+
+    def __init__(self, package: str, layers: list[set[str]]):
+        self.package = package
+        self.layer_of = {room: level for level, rooms in enumerate(layers) for room in rooms}
+
+    def room_of(self, module: str) -> str | None:
+        parts = module.split(".")
+        in_room = parts[0] == self.package and len(parts) > 1 and parts[1] in self.layer_of
+        return parts[1] if in_room else None
+
+    def breaches(self, imports: dict[str, set[str]], floor: frozenset[str] = frozenset()) -> list[str]:
+        """Imports that run sideways or up between rooms, or from a room (or the floor) to a module
+        of the package that is in no room and not on the floor (the package's top)."""
+        found = []
+        for name, imported in imports.items():
+            room = self.room_of(name)
+            if room is None and name not in floor:
+                continue
+            for other in sorted(i for i in imported if i.split(".")[0] == self.package and i in SOURCES):
+                target = self.room_of(other)
+                if target == room or other in floor:
+                    continue
+                if target is None or room is None or self.layer_of[target] >= self.layer_of[room]:
+                    found.append(f"{name} imports {other}")
+        return found
 
 
-def layer_breaches(imports: dict[str, set[str]]) -> list[str]:
-    breaches = []
-    for name, imported in imports.items():
-        room = room_of(name)
-        for other in sorted(imported):
-            target = room_of(other)
-            if room is not None and target is not None and target != room and LAYER_OF[target] >= LAYER_OF[room]:
-                breaches.append(f"{name} imports {other}")
-    return breaches
+LAB = Rooms("workbench", LAB_LAYERS)
+ENGINE = Rooms("engine", ENGINE_LAYERS)
 
 
 def test_every_module_of_the_lab_is_in_a_room():
-    loose = [name for name in SOURCES if name.startswith("workbench.") and room_of(name) is None]
+    loose = [name for name in SOURCES if name.startswith("workbench.") and LAB.room_of(name) is None]
     assert loose == ["workbench.__main__"]
 
 
-def test_rooms_import_only_the_layers_below():
-    assert layer_breaches(IMPORTS) == []
+def test_every_module_of_the_engine_is_in_a_room_on_the_floor_or_at_the_top():
+    loose = sorted(name for name in SOURCES if name.split(".")[0] == "engine" and ENGINE.room_of(name) is None)
+    assert loose == sorted([*ENGINE_FLOOR, *ENGINE_TOP])
+
+
+def test_the_labs_rooms_import_only_the_layers_below():
+    assert LAB.breaches(IMPORTS) == []
+
+
+def test_the_engines_rooms_import_only_the_floor_and_the_layers_below():
+    assert ENGINE.breaches(IMPORTS, frozenset(ENGINE_FLOOR)) == []
 
 
 def test_the_layer_check_finds_a_planted_breach():
     planted = {**IMPORTS, "workbench.runs.runner": IMPORTS["workbench.runs.runner"] | {"workbench.analysis.report"}}
-    assert layer_breaches(planted) == ["workbench.runs.runner imports workbench.analysis.report"]
+    assert LAB.breaches(planted) == ["workbench.runs.runner imports workbench.analysis.report"]
+    upward = "engine.simulation.executor"
+    planted = {**IMPORTS, upward: IMPORTS[upward] | {"engine.llm_engine", "engine.errors"}}
+    assert ENGINE.breaches(planted, frozenset(ENGINE_FLOOR)) == [f"{upward} imports engine.llm_engine"]
 
 
 def test_the_command_line_reaches_the_window_only_through_its_gui_command():
@@ -222,7 +265,7 @@ def test_only_the_quantization_registry_dispatches_on_method_names():
 def compares_an_architecture_name(node: ast.AST) -> bool:
     """`config.architecture == "llama"`, `architecture in ("qwen2", ...)`, `arch.startswith("gemma")`:
     an expression about an architecture that names one."""
-    from engine.architectures import ARCHITECTURES
+    from engine.model_spec.architectures import ARCHITECTURES
 
     if not isinstance(node, (ast.Compare, ast.Call)):
         return False
@@ -248,7 +291,7 @@ def architecture_name_comparisons(sources: dict[str, Path]) -> list[str]:
 
 def test_only_the_architecture_registry_dispatches_on_architecture_names():
     """Issue 49 #4: a new architecture touched five files by name comparisons (`qk_norm=architecture
-    == "qwen3"` in both loaders). Every architecture's facts now come from engine/architectures.py."""
+    == "qwen3"` in both loaders). Every architecture's facts now come from engine/model_spec/architectures.py."""
     assert architecture_name_comparisons(SOURCES) == []
 
 

@@ -45,10 +45,10 @@ def test_every_module_the_docs_run_exists():
 
 
 def test_the_knob_table_is_made_from_the_fields_help():
-    from engine.knob_table import knobs_markdown
+    from engine.configuration.knob_table import knobs_markdown
 
     assert (ROOT / "docs" / "knobs.md").read_text() == knobs_markdown(), (
-        "run: python -m engine.knob_table > docs/knobs.md"
+        "run: python -m engine.configuration.knob_table > docs/knobs.md"
     )
 
 

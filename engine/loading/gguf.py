@@ -16,12 +16,12 @@ import gguf
 import numpy as np
 import torch
 
-from engine.architectures import LLAMA_LAYER_NAMES, Architecture, architecture_named
 from engine.errors import ModelLoadError
 from engine.loading.gguf_file import GGUFTensor, read_gguf_file
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.tokenizer import Tokenizer
-from engine.model_config import ModelConfig
+from engine.model_spec.architectures import LLAMA_LAYER_NAMES, Architecture, architecture_named
+from engine.model_spec.model_config import ModelConfig
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",

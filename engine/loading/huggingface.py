@@ -14,12 +14,12 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from engine.architectures import architecture_of_model_type, hf_rope_settings
-from engine.device import dtype_name
 from engine.errors import ModelLoadError
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.tokenizer import Tokenizer
-from engine.model_config import ModelConfig
+from engine.model_spec.architectures import architecture_of_model_type, hf_rope_settings
+from engine.model_spec.model_config import ModelConfig
+from engine.platform.device import dtype_name
 
 _UNSCALED = "default"
 # Settings whose effect the decoder does not implement: refused by name rather than ignored.

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from engine.loading.tokenizer import Tokenizer
-from engine.model_config import ModelConfig
+from engine.model_spec.model_config import ModelConfig
 
 # Stage name and fraction done in [0, 1], for a progress bar.
 ProgressCallback = Callable[[str, float], None]

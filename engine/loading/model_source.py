@@ -1,7 +1,7 @@
 """Where a model comes from: the bundled alias, a GGUF file or a Hugging Face directory.
 
 `read_model` returns a `ModelSource` (shape, named weights in Hugging Face naming, tokenizer) and
-knows nothing of devices or the decoder module; engine/model.py turns it into a torch model.
+knows nothing of devices or the decoder module; engine/execution/model.py turns it into a torch model.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`TokenBytes`: the bytes a token stands for, so that output text can be decoded as one UTF-8
-byte stream, a token at a time (engine/detokenizer.py).
+byte stream, a token at a time (engine/requests/detokenizer.py).
 
 A token's text alone is not enough: byte-level BPE (SmolLM2, Llama 3) and SentencePiece with byte
 fallback (Gemma, Llama 2) both have tokens that hold part of a character ("ð", "<0xF0>"), whose

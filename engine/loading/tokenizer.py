@@ -19,9 +19,9 @@ import jinja2.sandbox
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as BackendTokenizer
 
-from engine.architectures import ARCHITECTURES
 from engine.errors import ModelLoadError
 from engine.loading.token_bytes import TokenBytes
+from engine.model_spec.architectures import ARCHITECTURES
 
 # llama.cpp's names for byte-level BPE pre-tokenizers. "smollm" (like starcoder) splits every digit
 # on its own before the GPT-2 regex, exactly as SmolLM2's own tokenizer.json does.

@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.device import dtype_name
 from engine.errors import ConfigError
-from engine.model_config import ModelConfig
+from engine.model_spec.model_config import ModelConfig
+from engine.platform.device import dtype_name
 from engine.quantization.base import BATCHED_ROWS, QuantizationMethod, QuantizedLinear, Unquantized
 from engine.quantization.bitsandbytes import BitsAndBytesInt8, BitsAndBytesNF4
 from engine.quantization.int4 import Int4WeightOnly

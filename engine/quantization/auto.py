@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.model_config import ModelConfig
+from engine.model_spec.model_config import ModelConfig
 from engine.quantization import batched_copy_bytes, get_method
 from engine.quantization.cpu_products import CopyTiming, time_batched_copy
 

@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn import functional
 
 from engine.errors import ConfigError
-from engine.model_config import ModelConfig
+from engine.model_spec.model_config import ModelConfig
 
 # From this many rows a step, a layer with a batched copy multiplies by the copy: on the
 # development CPU torch's packed int4 and int8 kernels ran at about the speed of a bf16 product at
@@ -62,7 +62,7 @@ class QuantizationMethod:
     bits_per_weight: int
     group_sizes: tuple[int, ...] = ()  # the group sizes it accepts; empty: not grouped
     quantizes_lm_head: bool = True  # whether quantize_lm_head may be set with it
-    # The SmoothQuant pass (engine/smoothing.py) runs before quantizing: activations are quantized too.
+    # The SmoothQuant pass (engine/execution/smoothing.py) runs before quantizing: activations are quantized too.
     needs_activation_smoothing: bool = False
     # The format the LM head is quantized to under quantize_lm_head (None: left as it is).
     lm_head_method: str | None = "int8"

@@ -1,7 +1,7 @@
 """W8A8: int8 weights per output channel and int8 activations per token, quantized on the fly, so
 that the product itself runs on integers. That pays when a step is compute-bound (batched decode,
 prefill) rather than bound by reading the weights. The model is smoothed first (SmoothQuant,
-engine/smoothing.py), calibrated at load."""
+engine/execution/smoothing.py), calibrated at load."""
 
 from __future__ import annotations
 

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import torch
 
-from engine.config import EngineConfig
-from engine.errors import ConfigError
-from engine.kv_layout import KvLayout
-from engine.memory import (
+from engine.configuration.config import EngineConfig
+from engine.configuration.memory import (
     GPU_MEMORY_UTILIZATION,
     MOST_OF_MEMORY,
     activation_bytes_estimate,
     kv_budget_bytes,
     weight_bytes_estimate,
 )
-from engine.prepared_model import KvMemoryLimits, PreparedModel
+from engine.errors import ConfigError
+from engine.execution.prepared_model import KvMemoryLimits, PreparedModel
+from engine.model_spec.kv_layout import KvLayout
 from engine.quantization import UNQUANTIZED, weight_format
 from engine.quantization.auto import AUTO, CONFIGURED
 from engine.simulation.catalogue import catalogued_hardware, hardware_profile, model_shape
@@ -53,7 +53,7 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
     if config.data_parallel_size > 1 or config.prefill_instances:
         raise ConfigError(
             f"data_parallel_size = {config.data_parallel_size}, prefill_instances = {config.prefill_instances}: one "
-            "engine is one instance; several run as a deployment (engine/simulation/deployment.py, which workbench "
+            "engine is one instance; several run as a deployment (engine/deployment.py, which workbench "
             "bench and sweep build), expected the defaults here"
         )
     choice = CONFIGURED

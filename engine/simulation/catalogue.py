@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from engine.cache_directory import cache_directory
-from engine.device import dtype_name, total_memory_bytes
 from engine.errors import ConfigError
-from engine.model_config import ModelConfig
+from engine.model_spec.model_config import ModelConfig
+from engine.platform.cache_directory import cache_directory
+from engine.platform.device import dtype_name, total_memory_bytes
 from engine.settings import build
 from kernels.timing import timed_runs
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.batch import ScheduledBatch
-from engine.model_config import ModelConfig
+from engine.model_spec.model_config import ModelConfig
+from engine.scheduling.batch import ScheduledBatch
 from engine.simulation import operators
 from engine.simulation.catalogue import HardwareProfile
 from engine.simulation.operators import OperatorCost

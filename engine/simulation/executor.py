@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from engine.batch import ScheduledBatch
+from engine.scheduling.batch import ScheduledBatch
 from engine.simulation.cost_model import CostModel, StepShape
 
 PLACEHOLDER_TOKEN = 0

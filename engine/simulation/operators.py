@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.model_config import ModelConfig
+from engine.model_spec.model_config import ModelConfig
 
 LOGIT_BYTES = 4  # logits are float32, whatever the weights
 # Reads of the logits per sampling row: the softmax, the top-k/top-p selection, the draw.

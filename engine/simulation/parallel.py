@@ -22,8 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engine.errors import ConfigError
-from engine.memory import (
+from engine.configuration.memory import (
     MOST_OF_MEMORY,
     MemoryLine,
     activation_bytes_estimate,
@@ -32,7 +31,8 @@ from engine.memory import (
     runtime_overhead_line,
     weight_bytes_estimate,
 )
-from engine.model_config import ModelConfig
+from engine.errors import ConfigError
+from engine.model_spec.model_config import ModelConfig
 
 ACTIVATION_BYTES = 2  # 16-bit activations between GPUs
 

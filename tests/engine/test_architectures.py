@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from engine.architectures import ARCHITECTURES, architecture_named, architecture_of_model_type
 from engine.errors import ModelLoadError
 from engine.loading.huggingface import read_hf_tokenizer
+from engine.model_spec.architectures import ARCHITECTURES, architecture_named, architecture_of_model_type
 
 
 def test_each_entry_is_found_by_its_gguf_name_and_its_model_type():

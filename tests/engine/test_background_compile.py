@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks.server_processes import wait_until
-from engine.background_compile import kill_compiler_processes
-from engine.compiled_prefill import CompiledHalves
-from engine.config import COMPILE_DECODE_ENVIRONMENT
-from engine.executor import DecodeGraph
+from engine.configuration.config import COMPILE_DECODE_ENVIRONMENT
+from engine.execution.background_compile import kill_compiler_processes
+from engine.execution.compiled_prefill import CompiledHalves
+from engine.execution.executor import DecodeGraph
 from tests.tiny_models import tiny_engine
 
 
@@ -193,7 +193,7 @@ def test_a_stop_lost_in_a_finalizer_is_not_reported_as_an_error_and_other_errors
     Other exceptions raised in a finalizer are still printed."""
     script = """
         import gc
-        from engine.background_compile import BackgroundCompile, CompileStopped
+        from engine.execution.background_compile import BackgroundCompile, CompileStopped
         compile_ = BackgroundCompile(lambda: None, "nothing to compile")
         compile_.start()
         compile_.stop()
@@ -223,7 +223,7 @@ def test_a_process_exits_with_its_own_status_while_a_compile_thread_is_stuck_in_
     script = textwrap.dedent(
         """
         import sys, threading, tqdm
-        import engine.background_compile as background_compile
+        import engine.execution.background_compile as background_compile
         background_compile.EXIT_DEADLINE_S = 1.0
         never = threading.Lock()
         never.acquire()

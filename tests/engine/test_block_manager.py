@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.block_manager import BlockManager
-from engine.sampling_params import SamplingParams
-from engine.sequence import Sequence
+from engine.requests.sampling_params import SamplingParams
+from engine.requests.sequence import Sequence
+from engine.scheduling.block_manager import BlockManager
 
 
 def make_sequence(tokens, index=0):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.compile_cache import (
+from engine.execution.compile_cache import (
     INDUCTOR_CACHE_ENVIRONMENT,
     CompileProgress,
     graph_key,

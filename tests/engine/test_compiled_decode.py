@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-import engine.executor
+import engine.execution.executor
 from engine import SamplingParams
 from tests.tiny_models import tiny_engine
 
@@ -57,7 +57,7 @@ def test_failed_compile_falls_back_to_eager(tiny_llama, monkeypatch):
 
         return run
 
-    monkeypatch.setattr(engine.executor.torch, "compile", broken_compile)
+    monkeypatch.setattr(engine.execution.executor.torch, "compile", broken_compile)
     with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler found"):
         fallen_back = tiny_engine(directory, compile_decode="blocking")
     assert fallen_back.executor.decode_mode == "eager (compile failed: RuntimeError: no C++ compiler found)"

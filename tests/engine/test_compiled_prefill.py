@@ -1,4 +1,4 @@
-"""The compiled prefill halves (engine/compiled_prefill.py): steps that prefill, alone, chunked
+"""The compiled prefill halves (engine/execution/compiled_prefill.py): steps that prefill, alone, chunked
 and beside decodes, give the eager path's logits and tokens through them, on a Llama and on a
 Gemma 3 (sandwich norms, q/k norms, sliding-window layers with their own RoPE)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import engine.compiled_prefill
+import engine.execution.compiled_prefill
 from engine import SamplingParams
 from tests.tiny_models import record_logits, save_tiny_model, tiny_engine
 
@@ -35,13 +35,13 @@ def test_steps_that_prefill_give_the_eager_logits_through_the_compiled_halves(tm
     compiled = tiny_engine(tmp_path, compile_decode="blocking", **SETTINGS)
     assert compiled.executor.prefill_mode == "compiled halves"
     calls = []
-    count_calls = engine.compiled_prefill._dynamic_rows  # every call of a compiled half passes here
+    count_calls = engine.execution.compiled_prefill._dynamic_rows  # every call of a compiled half passes here
 
     def counting(*tensors):
         calls.append(tensors[0].shape[0])
         count_calls(*tensors)
 
-    monkeypatch.setattr(engine.compiled_prefill, "_dynamic_rows", counting)
+    monkeypatch.setattr(engine.execution.compiled_prefill, "_dynamic_rows", counting)
     logits, tokens = logits_of_every_step(compiled)
 
     assert tokens == expected_tokens
@@ -64,7 +64,7 @@ def test_a_failed_prefill_step_runs_again_eagerly_and_prefill_stays_eager(tiny_l
     def broken(*tensors):
         raise RuntimeError("a shape the compiler cannot handle")
 
-    monkeypatch.setattr(engine.compiled_prefill, "_dynamic_rows", broken)
+    monkeypatch.setattr(engine.execution.compiled_prefill, "_dynamic_rows", broken)
     with pytest.warns(RuntimeWarning, match="prefill step: eager \\(compile failed: RuntimeError: a shape"):
         logits, tokens = logits_of_every_step(compiled)
     assert tokens == expected_tokens

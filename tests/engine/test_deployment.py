@@ -1,4 +1,4 @@
-"""Several instances on one time axis (engine/simulation/deployment.py, issue 50 #2): data
+"""Several instances on one time axis (engine/deployment.py, issue 50 #2): data
 parallelism and prefill/decode disaggregation, each against times worked out by hand from the cost
 model, and the settings a deployment cannot take."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.deployment import Deployment
 from engine.errors import ConfigError, EngineError
 from engine.simulation.catalogue import hardware_profile, model_shape
 from engine.simulation.cost_model import StepShape
-from engine.simulation.deployment import Deployment
 from engine.simulation.parallel import Parallelism
 
 LLAMA_3_8B, _ = model_shape("llama-3-8b")  # 32 layers, 8 KV heads of 128: 128 KiB of K/V a token at 16 bits

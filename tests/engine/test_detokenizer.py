@@ -1,4 +1,4 @@
-"""The output text a token at a time (engine/detokenizer.py), on the two bundled tokenizers: each
+"""The output text a token at a time (engine/requests/detokenizer.py), on the two bundled tokenizers: each
 token stands for the bytes its own decode gives, the pieces add up to the whole byte stream's
 decode (the whole decode's, where that is valid UTF-8), a stop string is found at the same token
 and place as a search of the whole text after every token would find it, no piece handed out holds
@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import SamplingParams
-from engine.detokenizer import IncrementalDetokenizer
 from engine.errors import ConfigError
 from engine.loading.model_source import read_tokenizer
 from engine.loading.tokenizer import Tokenizer
-from engine.sampling_params import MAX_STOP_STRING_CHARS, MAX_STOP_STRINGS
+from engine.requests.detokenizer import IncrementalDetokenizer
+from engine.requests.sampling_params import MAX_STOP_STRING_CHARS, MAX_STOP_STRINGS
 
 TOKENIZERS = {model: read_tokenizer(model) for model in ("smollm2-135m", "gemma3-270m")}
 SAMPLE_TEXTS = (

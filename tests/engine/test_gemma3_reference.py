@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine import SamplingParams
-from engine.sharegpt import load_sharegpt
+from engine.loading.sharegpt import load_sharegpt
 from tests.engine.transformers_reference import transformers_reference
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks.soak import soak
 from engine import ConfigError, EngineConfig, LLMEngine
-from engine.memory import concurrency_lines, params_only_line, weight_bytes_estimate
+from engine.configuration.memory import concurrency_lines, params_only_line, weight_bytes_estimate
 from engine.simulation.catalogue import hardware_profile, model_names, model_shape
 from engine.simulation.cost_model import CostModel, StepShape
 from engine.simulation.executor import SimulatedClock, SimulatedExecutor

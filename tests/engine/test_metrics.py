@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine import RequestMetrics, percentiles
-from engine.sampling_params import SamplingParams
+from engine.requests.sampling_params import SamplingParams
 from tests.tiny_models import tiny_engine
 
 

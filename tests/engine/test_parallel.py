@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from engine.configuration.memory import activation_bytes_estimate, weight_bytes_estimate
 from engine.errors import ConfigError
-from engine.memory import activation_bytes_estimate, weight_bytes_estimate
 from engine.simulation.catalogue import hardware_profile, model_shape
 from engine.simulation.parallel import Parallelism, parse_gpu_count, per_gpu_lines
 from workbench.cli import main

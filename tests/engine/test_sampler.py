@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.sampler import sample
-from engine.sampling_params import SamplingParams
+from engine.execution.sampler import sample
+from engine.requests.sampling_params import SamplingParams
 
 LOGITS = np.array([2.0, 1.5, 1.0, 0.0, -1.0, -3.0])
 DRAWS = 20_000

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.kv_layout import KvLayout
+from engine.model_spec.kv_layout import KvLayout
 from engine.simulation import catalogue
 from tests.engine.simulated import hang_guard
 from workbench.backends.local import LocalBackend
@@ -24,7 +24,7 @@ MAX_STEPS_TO_DRAIN = 5_000
 
 @st.composite
 def sliding_windows(draw) -> dict:
-    """The simulated model's sliding-window layers (engine/kv_layout.py): none, Gemma 3's five
+    """The simulated model's sliding-window layers (engine/model_spec/kv_layout.py): none, Gemma 3's five
     local layers to one global, or every layer (Mistral), with windows that slide within the
     short contexts drawn here."""
     pattern = draw(st.sampled_from(["none", "gemma", "all"]))

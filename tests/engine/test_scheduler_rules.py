@@ -44,9 +44,9 @@ def test_rejection_details_and_their_boundaries():
 
 def test_a_prompt_that_fills_the_whole_cache_with_its_first_token_is_accepted():
     # The simulated engine never has a cache smaller than one full-length request: ask the rule directly.
-    from engine.block_manager import BlockManager
-    from engine.scheduler import Scheduler
-    from engine.sequence import Sequence
+    from engine.requests.sequence import Sequence
+    from engine.scheduling.block_manager import BlockManager
+    from engine.scheduling.scheduler import Scheduler
 
     scheduler = Scheduler(EngineConfig(), BlockManager(num_blocks=4, block_size=16), max_model_len=128)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.memory import kv_request_bytes
+from engine.configuration.memory import kv_request_bytes
 from engine.simulation.cost_model import StepShape
 
 GEMMA_ON_A100 = "simulated:gemma3-270m@a100-80gb"

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
+from engine.execution.smoothing import smooth_for_w8a8
+from engine.loading.sharegpt import load_sharegpt
 from engine.quantization import quantize_model
-from engine.sharegpt import load_sharegpt
-from engine.smoothing import smooth_for_w8a8
 from tests.tiny_models import tiny_engine
 
 PROMPT = [5, 17, 3, 60, 22, 8, 41, 9, 77, 2, 31, 64]

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.memory import weight_bytes_estimate
+from engine.configuration.memory import weight_bytes_estimate
 from engine.simulation import operators
 from engine.simulation.catalogue import hardware_profile, model_shape
 from engine.simulation.cost_model import CostModel, StepShape

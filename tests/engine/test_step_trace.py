@@ -1,10 +1,10 @@
-"""Each step's causal record (engine/step_trace.py) on the real model: what the scheduler saw,
+"""Each step's causal record (engine/requests/step_trace.py) on the real model: what the scheduler saw,
 what it scheduled and from which queue, which blocks moved and why, what reached the caller."""
 
 from __future__ import annotations
 
 from engine import SamplingParams
-from engine.step_trace import ALLOCATE, RELEASE, REUSE, WAITING, WAITING_LONG
+from engine.requests.step_trace import ALLOCATE, RELEASE, REUSE, WAITING, WAITING_LONG
 from tests.tiny_models import tiny_engine
 from workbench.backends.local import LocalBackend
 from workbench.step_traces.block_replay import BlockReplay

@@ -14,11 +14,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from engine.batch import ScheduledBatch, ScheduledSequence, slot_mappings
+from engine.configuration.memory import weight_bytes_estimate
 from engine.llm_engine import LLMEngine
-from engine.memory import weight_bytes_estimate
 from engine.quantization import weight_format
-from engine.sampling_params import SamplingParams
+from engine.requests.sampling_params import SamplingParams
+from engine.scheduling.batch import ScheduledBatch, ScheduledSequence, slot_mappings
 from engine.simulation import KV_BYTES_PER_VALUE
 from engine.simulation.catalogue import HardwareProfile
 from engine.simulation.cost_model import CostModel, StepShape

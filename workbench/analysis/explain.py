@@ -18,7 +18,7 @@ Without step traces (a server's run, or engine.step_trace off) only the request'
 known: arrival, first scheduled (the in-process engine), first token, last token. Then waiting is
 one cause "waiting (no step traces)", and for a server everything before the first token is
 "at the server before the first token", which the server's queueing and its prefill share.
-A request of a disaggregated deployment (engine/simulation/deployment.py, whose instances keep no
+A request of a disaggregated deployment (engine/deployment.py, whose instances keep no
 step traces) has five: waiting for a prefill instance, prefill, its K/V's transfer (waiting for
 the link included), waiting for a decode instance, and decode.
 
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.metrics import FINISHED_REASONS, UNFINISHED
-from engine.step_trace import WAITING, WAITING_LONG
+from engine.requests.metrics import FINISHED_REASONS, UNFINISHED
+from engine.requests.step_trace import WAITING, WAITING_LONG
 from workbench.runs.run_log import RunLog
 from workbench.step_traces.log import read_trace
 from workbench.step_traces.text import format_request

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.config import EngineConfig
+from engine.configuration.config import EngineConfig
 from engine.errors import ConfigError
 from engine.loading.model_file import ModelSource
 from workbench.analysis.intervals import Interval

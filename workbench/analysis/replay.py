@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ConfigError
-from engine.metrics import FINISHED_REASONS
+from engine.requests.metrics import FINISHED_REASONS
 from engine.settings import apply_override, build
 from workbench.runs.run_log import RunLog, request_metrics
 from workbench.traffic.scenario import Scenario

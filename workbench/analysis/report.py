@@ -21,8 +21,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from engine.metrics import FINISHED_REASONS, UNFINISHED, RequestMetrics, StepStats, percentiles
-from engine.sequence import StopCause
+from engine.requests.metrics import FINISHED_REASONS, UNFINISHED, RequestMetrics, StepStats, percentiles
+from engine.requests.sequence import StopCause
 from workbench.analysis.explain import explain, explanation_record
 from workbench.analysis.intervals import PAIR_LEVEL, Interval, percentile_interval, rate_interval, share_interval
 from workbench.runs.run_log import RunLog, request_metrics, step_stats

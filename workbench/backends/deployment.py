@@ -1,4 +1,4 @@
-"""A simulated deployment of several instances (engine/simulation/deployment.py) behind the Backend
+"""A simulated deployment of several instances (engine/deployment.py) behind the Backend
 protocol: data parallelism, and prefill/decode disaggregation as a what-if, for headless runs.
 
 Its steps are the instances' steps in time order, each with the whole deployment's KV blocks and
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from engine.compile_cache import CompileProgress
-from engine.config import EngineConfig
-from engine.sampling_params import SamplingParams
-from engine.simulation.deployment import Deployment
+from engine.configuration.config import EngineConfig
+from engine.deployment import Deployment
+from engine.execution.compile_cache import CompileProgress
+from engine.requests.sampling_params import SamplingParams
 from workbench.backends.protocol import IN_PROCESS, BackendUpdate, Chat, RequestProgress
 from workbench.machine.provenance import environment
 

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 import torch
 
 from engine import EngineConfig, LLMEngine
-from engine.compile_cache import CompileProgress
-from engine.device import dtype_name, total_memory_bytes
+from engine.configuration.memory import GPU_MEMORY_UTILIZATION, MemoryLine
 from engine.errors import ConfigError
+from engine.execution.compile_cache import CompileProgress
 from engine.loading.model_file import ModelSource, ProgressCallback
 from engine.loading.model_source import read_model, read_tokenizer
 from engine.loading.tokenizer import Tokenizer
-from engine.memory import GPU_MEMORY_UTILIZATION, MemoryLine
-from engine.model_config import ModelConfig
+from engine.model_spec.model_config import ModelConfig
+from engine.platform.device import dtype_name, total_memory_bytes
 from engine.quantization import weight_format
 from engine.simulation import KV_BYTES_PER_VALUE, SimulatedTarget, is_simulated, watched_in_real_time
 from engine.simulation.catalogue import hardware_profile

@@ -1,7 +1,6 @@
-"""The in-process engine (real or simulated) behind the Backend protocol.
-
-The backend that calls `LLMEngine.step()`, in whatever thread calls `advance()` (the window's
-engine thread, or the headless runner's); serve's engine core drives its own engine. Everything
+"""The in-process engine (real or simulated) behind the Backend protocol: the engine core's
+in-process client (engine/core.py), in whatever thread calls `advance()` (the window's engine
+thread, or the headless runner's); serve's core process is its multiprocess client. Everything
 is exposed: it is the engine itself.
 """
 
@@ -12,9 +11,10 @@ import dataclasses
 import numpy as np
 
 from engine import EngineConfig, LLMEngine
-from engine.compile_cache import CompileProgress
+from engine.core import EngineCore
+from engine.execution.compile_cache import CompileProgress
 from engine.loading.model_file import ModelSource
-from engine.sampling_params import SamplingParams
+from engine.requests.sampling_params import SamplingParams
 from engine.simulation import is_simulated
 from workbench.backends.deployment import DeploymentBackend, is_deployment
 from workbench.backends.protocol import (
@@ -28,10 +28,13 @@ from workbench.backends.protocol import (
 )
 from workbench.machine.provenance import environment
 
+_WARM_UP_POLL_S = 0.05  # how long `advance` waits while the decode graph compiles
+
 
 class LocalBackend:
     def __init__(self, engine: LLMEngine):
         self.engine = engine
+        self.core = EngineCore(engine)
         # Everything, except step traces when the configuration turned them off.
         self.capabilities = (
             IN_PROCESS if engine.config.step_trace else dataclasses.replace(IN_PROCESS, step_trace=False)
@@ -81,19 +84,27 @@ class LocalBackend:
         priority: int = 0,
         messages: Chat | None = None,
     ) -> str:
-        return self.engine.add_request(
+        return self.core.add_request(
             prompt, params, arrival_time=arrival_time, priority=priority, request_id=request_id
         )
 
     def abort(self, request_id: str) -> None:
-        self.engine.abort(request_id)
+        self.core.abort(request_id)
 
     def has_unfinished(self) -> bool:
-        return self.engine.has_unfinished()
+        return self.core.has_unfinished()
 
     def advance(self, until: float | None = None) -> BackendUpdate:
-        step = self.engine.step()
-        return BackendUpdate(outputs=step.outputs, stats=step.stats, scheduled=step.scheduled, trace=step.trace)
+        """One step of the core; while the decode graph compiles, a short wait instead. A broken
+        engine (EngineBroken) is raised to the driver, which stops using it."""
+        if not self.core.ready_to_step():
+            self.sleep(_WARM_UP_POLL_S)
+            return BackendUpdate(outputs=[])
+        step = self.core.step()
+        if step.failure is not None:
+            return BackendUpdate(outputs=step.result.outputs, failure=step.failure)
+        result = step.result
+        return BackendUpdate(outputs=result.outputs, stats=result.stats, scheduled=result.scheduled, trace=result.trace)
 
     def progress(self, request_id: str) -> RequestProgress | None:
         seq = self.engine.sequence(request_id)
@@ -106,17 +117,17 @@ class LocalBackend:
         return RequestProgress(ended.finish_reason, ended.metrics, prompt_tokens, prompt_tokens + len(ended.token_ids))
 
     def warm_up_progress(self) -> CompileProgress | None:
-        return self.engine.executor.compile_progress
+        return self.core.warm_up_progress()
 
     def stop_background_work(self) -> None:
         """Stop the engine's background compile: the next engine must not be built beside it."""
-        self.engine.close()
+        self.core.close()
 
     def close(self) -> None:
-        self.engine.close()
+        self.core.close()
 
     def problems(self) -> list[str]:
-        return []  # the engine's own failures end the run instead
+        return []  # a failed step comes with its update (BackendUpdate.failure)
 
     def block_owners(self, rows: dict[str, int]) -> np.ndarray:
         manager = self.engine.block_manager

@@ -2,9 +2,10 @@
 
 Three kinds are planned: the in-process engine, real or simulated (workbench/backends/local.py), a
 remote OpenAI-compatible server, and our own engine behind HTTP. The runner and the window use
-only this protocol. Of the backends, only the local one calls `LLMEngine.step()`, in the engine
-thread; outside the backends, serve's engine core, the simulated deployment, the quality measure
-and the published-figure replays step engines of their own.
+only this protocol. The local backend drives the engine core (engine/core.py) in the thread that
+calls `advance()`, as serve's core process drives it behind its sockets: one set of rules for
+both. The simulated deployment, the quality measure and the published-figure replays step
+engines of their own, outside any run.
 
 A backend advances in `advance()`: the local one runs one engine step, a remote one collects what
 its streams delivered since the last call. Each call returns a `BackendUpdate`: per-request
@@ -22,12 +23,12 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.compile_cache import CompileProgress
+from engine.execution.compile_cache import CompileProgress
 from engine.loading.tokenizer import Tokenizer
-from engine.metrics import RequestMetrics, StepStats
-from engine.outputs import RequestOutput
-from engine.sampling_params import SamplingParams
-from engine.step_trace import StepTrace
+from engine.requests.metrics import RequestMetrics, StepStats
+from engine.requests.outputs import RequestOutput
+from engine.requests.sampling_params import SamplingParams
+from engine.requests.step_trace import StepTrace
 
 Chat = tuple[dict[str, str], ...]  # chat messages: {"role": "user", "content": "..."}, in order
 
@@ -61,6 +62,9 @@ class BackendUpdate:
     stats: StepStats | None = None  # the server's state after the update, where exposed
     scheduled: dict[str, int] = field(default_factory=dict)  # tokens each request computed (scheduled_events)
     trace: StepTrace | None = None  # the step's causal record (step_trace)
+    # A step that raised: what failed. `outputs` then holds the ends of the requests it failed
+    # (finish reason "error"), and there are no stats or trace: no step completed.
+    failure: str | None = None
 
 
 @dataclass
@@ -114,7 +118,8 @@ class Backend(Protocol):
         """Some request sent has not ended yet."""
 
     def advance(self, until: float | None = None) -> BackendUpdate:
-        """Make progress and report it (the local backend: one engine step). `until`: when the
+        """Make progress and report it (the local backend: one engine step, or a short wait while
+        its decode graph compiles: nothing steps beside the compile). `until`: when the
         next planned request arrives, on this clock; a backend that simulates several instances
         (workbench/backends/deployment.py) runs no event after it, the others need not look."""
 
@@ -142,4 +147,4 @@ class Backend(Protocol):
 
     def window_blocks(self) -> np.ndarray | None:
         """Per KV block: whether a sliding-window group of layers holds (or last held) it
-        (engine/kv_layout.py); None without the block_map capability."""
+        (engine/model_spec/kv_layout.py); None without the block_map capability."""

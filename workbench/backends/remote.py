@@ -40,9 +40,9 @@ from aiohttp.http_exceptions import LineTooLong
 
 from engine.errors import EngineError
 from engine.loading.tokenizer import Tokenizer
-from engine.metrics import RequestMetrics, StepStats
-from engine.outputs import RequestOutput
-from engine.sampling_params import SamplingParams
+from engine.requests.metrics import RequestMetrics, StepStats
+from engine.requests.outputs import RequestOutput
+from engine.requests.sampling_params import SamplingParams
 from workbench.backends.protocol import BackendCapabilities, BackendUpdate, Chat, RequestProgress
 from workbench.backends.server_state import ServerState, parse_server_state
 from workbench.machine.process_tuning import allow_open_files

@@ -50,7 +50,7 @@ def add_to(commands) -> None:
 
 
 def run(args) -> int:
-    from engine.config import default_compile_decode
+    from engine.configuration.config import default_compile_decode
     from engine.errors import ConfigError
     from engine.simulation import is_simulated
     from workbench.analysis.quality_terms import quality_metrics_named, refuse_on_a_server

@@ -45,8 +45,8 @@ def add_to(commands) -> None:
 
 
 def run(args) -> int:
+    from engine.configuration.memory import concurrency_lines, model_memory_lines, params_only_line
     from engine.errors import ConfigError
-    from engine.memory import concurrency_lines, model_memory_lines, params_only_line
     from engine.simulation.catalogue import hardware_profile, model_shape
     from engine.simulation.parallel import parse_gpu_count
 
@@ -144,8 +144,8 @@ def _size(count: int) -> str:
 
 def _compare_with_loaded(model: str | None) -> int:
     from engine import EngineConfig, LLMEngine
+    from engine.configuration.memory import weight_bytes_estimate
     from engine.loading.bundled_models import BUNDLED_MODELS
-    from engine.memory import weight_bytes_estimate
 
     # Unquantized float32 weights and cache, as the estimate below assumes (not the default's auto choice).
     engine = LLMEngine(
@@ -161,7 +161,7 @@ def _compare_with_loaded(model: str | None) -> int:
     )
     estimate = weight_bytes_estimate(engine.model_config, 32)
     # The scheduler's blocks, plus the one scratch block the executor keeps for warm-up and compiling,
-    # each holding the K/V of the layers of one KV group (engine/kv_layout.py).
+    # each holding the K/V of the layers of one KV group (engine/model_spec/kv_layout.py).
     model_config = engine.model_config
     layer_token_bytes = model_config.kv_bytes_per_token(4) // model_config.num_layers
     kv_estimate = (engine.num_kv_blocks + 1) * engine.kv_layout.block_bytes(engine.config.block_size, layer_token_bytes)

@@ -76,7 +76,7 @@ def _rates(text: str | None) -> list[float]:
 
 
 def run(args) -> int:
-    from engine.config import default_compile_decode
+    from engine.configuration.config import default_compile_decode
     from engine.errors import ConfigError
     from workbench.analysis.sweep import (
         RATE_KEY,

@@ -28,8 +28,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine import ConfigError, EngineConfig, EngineError
-from engine.compile_cache import CompileProgress
-from engine.memory import memory_lines, process_resident_bytes
+from engine.configuration.memory import memory_lines, process_resident_bytes
+from engine.execution.compile_cache import CompileProgress
 from engine.simulation import SimulatedTarget, is_simulated
 from engine.simulation.catalogue import hardware_profile
 from workbench.analysis.compare import compare_folders, format_comparison

@@ -9,7 +9,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from engine.memory import MemoryLine
+from engine.configuration.memory import MemoryLine
 
 _COLOURS = {"weights": "#4C9BE8", "KV cache": "#9B59B6", "activations": "#E67E22", "other": "#7F8C8D"}
 

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.step_trace import ALLOCATE, RELEASE, REUSE, StepTrace
+from engine.requests.step_trace import ALLOCATE, RELEASE, REUSE, StepTrace
 from workbench.step_traces.text import block_ranges, row_tokens
 
 PARTS = {  # table: (title, what it holds, columns)

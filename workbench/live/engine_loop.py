@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from engine import EngineConfig, EngineError
-from engine.metrics import UNFINISHED
+from engine.core import EngineBroken
+from engine.requests.metrics import UNFINISHED
 from workbench.analysis.report import write_report_files
 from workbench.backends.loader import BackendLoader
 from workbench.backends.protocol import Backend
@@ -222,18 +223,25 @@ class EngineLoop:
                 elif busy:
                     self._runner.tick()
                     self._refresh_if_due()
+            except EngineBroken as error:
+                self._drop_the_engine(str(error))
             except EngineError as error:
                 self.events.failed(str(error))
-            except Exception as error:  # noqa: BLE001 - the loop must survive anything a step raises
-                # The engine may be half-way through a step: drop it, stop its traffic and close the
-                # run log without a footer (its report says incomplete); a new configuration reloads.
-                engine_was_running = self._backend is not None
-                self._backend, self._runner, self._held_run = None, None, None
-                self._end_run("the engine failed")  # no runner left: the log stays without a footer
-                if engine_was_running:
-                    self.events.traffic_state("stopped")
-                self.events.failed(f"engine stopped: {type(error).__name__}: {error}. Apply a configuration to reload.")
+            except Exception as error:  # noqa: BLE001 - the loop must survive a bug outside the step
                 traceback.print_exc()
+                self._drop_the_engine(f"{type(error).__name__}: {error}")
+
+    def _drop_the_engine(self, why: str) -> None:
+        """A failed step ends its requests and the engine goes on (engine/core.py); what comes here
+        is an engine that could not even do that (EngineBroken), or a bug outside the step. Drop
+        the engine, stop its traffic and close the run log without a footer (its report says
+        incomplete); a new configuration reloads."""
+        engine_was_running = self._backend is not None
+        self._backend, self._runner, self._held_run = None, None, None
+        self._end_run("the engine failed")  # no runner left: the log stays without a footer
+        if engine_was_running:
+            self.events.traffic_state("stopped")
+        self.events.failed(f"engine stopped: {why}. Apply a configuration to reload.")
 
     def _handle(self, command: str, argument) -> None:
         if command == "cancelled":
@@ -468,6 +476,8 @@ class EngineLoop:
         self._requests.sent(request_id, self._runner.tags.get(request_id, ""), prompt_token_ids, self._seconds())
 
     def _on_update(self, update) -> None:
+        if update.failure is not None:  # the core's policy: its requests ended with it, the engine goes on
+            self.events.failed(f"{update.failure}; the requests in flight ended with this error, the engine goes on")
         if update.stats is not None:
             self.store.add_step(update.stats)
         if self._recorder is not None:

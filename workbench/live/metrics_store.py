@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.metrics import FINISHED_REASONS, RequestMetrics, StepStats
+from engine.requests.metrics import FINISHED_REASONS, RequestMetrics, StepStats
 from workbench.live.step_overview import StepOverview
 from workbench.runs.run_log import RunLog, request_metrics, step_stats
 from workbench.traffic.scenario import SLO

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.outputs import RequestOutput
+from engine.requests.outputs import RequestOutput
 from workbench.backends.protocol import BLOCK_FREE, Backend, BackendUpdate
 from workbench.runs.runner import WAITING_STATES, EndedRequest
 

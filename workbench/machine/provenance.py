@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from engine.device import device_name, dtype_name
 from engine.llm_engine import LLMEngine
+from engine.platform.device import device_name, dtype_name
 from engine.quantization.cpu_products import cpu_features
 
 
@@ -46,7 +46,8 @@ def environment(engine: LLMEngine) -> dict:
         # "compiled", "eager", "eager (compiling in the background)" or why compilation fell back,
         # when the run started; each step's decode_compiled says how that step ran.
         "decode_step": engine.executor.decode_mode,
-        "prefill_step": engine.executor.prefill_mode,  # "compiled halves" (engine/compiled_prefill.py) or eager
+        # "compiled halves" (engine/execution/compiled_prefill.py) or eager
+        "prefill_step": engine.executor.prefill_mode,
         "model": model_identity(engine.model_path),
         "stored_tensor_types": engine.stored_tensor_types,  # how the file kept its weights, e.g. {"Q4_1": 210}
         "quantization": engine.quantization,  # what runs, e.g. "int4 g32 + int8 head"

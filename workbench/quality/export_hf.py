@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from engine.architectures import ARCHITECTURES
 from engine.errors import ConfigError
 from engine.loading.model_file import ModelSource
+from engine.model_spec.architectures import ARCHITECTURES
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 

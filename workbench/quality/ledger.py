@@ -14,7 +14,7 @@ import json
 from datetime import date
 from pathlib import Path
 
-from engine.cache_directory import cache_directory
+from engine.platform.cache_directory import cache_directory
 from engine.quantization import UNQUANTIZED
 
 EXACT = "exact: the file's weights in float32, no quantization"

@@ -15,14 +15,14 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import torch
 
-from engine.config import EngineConfig
-from engine.device import dtype_name
+from engine.configuration.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.loading.model_file import ModelSource
+from engine.loading.sharegpt import load_sharegpt
+from engine.platform.device import dtype_name
 from engine.quantization import UNQUANTIZED, check_quantization
 from engine.quantization.auto import AUTO
-from engine.sampling_params import SamplingParams
-from engine.sharegpt import load_sharegpt
+from engine.requests.sampling_params import SamplingParams
 from workbench.quality.ledger import configuration_key
 
 WINDOW_TOKENS = 512

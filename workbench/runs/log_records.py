@@ -14,7 +14,7 @@ import types
 import typing
 from functools import cache
 
-from engine.metrics import RequestMetrics, StepStats
+from engine.requests.metrics import RequestMetrics, StepStats
 from workbench.step_traces.log import read_trace
 from workbench.traffic.scenario import SLO
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from engine.errors import ConfigError
-from engine.metrics import RequestMetrics, StepStats
+from engine.requests.metrics import RequestMetrics, StepStats
 from workbench.runs.log_records import record_problem
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.metrics import FINISHED_REASONS, UNFINISHED, RequestMetrics, StepStats
-from engine.outputs import RequestOutput
+from engine.requests.metrics import FINISHED_REASONS, UNFINISHED, RequestMetrics, StepStats
+from engine.requests.outputs import RequestOutput
 from workbench.backends.protocol import Backend, BackendUpdate
 from workbench.traffic.planned_request import PlannedRequest
 from workbench.traffic.planned_traffic import injected_request
@@ -46,7 +46,8 @@ class RunResult:
     interrupted: bool = False
     num_unfinished: int = 0  # sent, still waiting or running at the end
     num_not_sent: int = 0  # planned, but the run stopped before they were due
-    problems: list[str] = field(default_factory=list)  # the backend's, outside any one request
+    # The backend's, outside any one request, and each failed step's error (its requests ended with it).
+    problems: list[str] = field(default_factory=list)
     sessions_cut_by_context: int | None = None  # sessions traffic: ended early, their next prompt too long
     sessions_started: int | None = None  # sessions traffic: its n
 
@@ -118,7 +119,7 @@ class ScenarioRunner:
         finally:
             self.result.duration_s = self.backend.clock() - self.start_time
             self._account_for_the_rest()
-            self.result.problems = self.backend.problems()
+            self.result.problems += self.backend.problems()
             self.result.sessions_cut_by_context = self.plan.sessions_cut_by_context if self.plan else None
             self.result.sessions_started = self.plan.sessions_started if self.plan else None
         return self.result
@@ -314,6 +315,8 @@ class ScenarioRunner:
         update = self.backend.advance(self._next_due_time() if timed else None)
         if update.stats is not None:
             self.result.steps.append(update.stats)
+        if update.failure is not None:
+            self.result.problems.append(update.failure)
         self.on_step(update)
         for output in update.outputs:
             if output.request_id in self._left_behind:

@@ -24,8 +24,8 @@ import enum
 
 import msgspec
 
-from engine.metrics import RequestMetrics, StepStats
-from engine.sampling_params import SamplingParams
+from engine.requests.metrics import RequestMetrics, StepStats
+from engine.requests.sampling_params import SamplingParams
 
 # ----- commands: HTTP process -> core -----------------------------------------------------------
 

@@ -34,12 +34,12 @@ import zmq
 from engine import EngineConfig, EngineError, LLMEngine, SamplingParams
 from engine.loading.model_source import read_tokenizer
 from engine.loading.tokenizer import Tokenizer
-from engine.outputs import RequestOutput
+from engine.requests.outputs import RequestOutput
 from engine.simulation import is_simulated
 from workbench.server import CORE_STOP_WAIT_S
 from workbench.server import core_protocol as protocol
 from workbench.server.core_protocol import EndReason
-from workbench.server.engine_core import SHUTTING_DOWN, EngineCore
+from workbench.server.engine_core import SHUTTING_DOWN, CoreEndpoint
 from workbench.server.metrics import ServerMetrics
 
 _RECEIVE_POLL_MS = 100
@@ -128,7 +128,7 @@ class EngineCoreClient:
         commands, events = _socket(client._context, zmq.PULL), _socket(client._context, zmq.PUSH)
         commands.connect(f"{address}-commands")
         events.connect(f"{address}-events")
-        core = EngineCore(engine, commands, events)
+        core = CoreEndpoint(engine, commands, events)
         client._on_ready(core.ready())
 
         def run() -> None:

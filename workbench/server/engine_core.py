@@ -1,23 +1,18 @@
-"""`workbench serve`'s engine core: the step loop, in a process of its own (as vLLM's EngineCore).
+"""`workbench serve`'s engine core in a process of its own (vLLM's multiprocess EngineCore): the
+engine core (engine/core.py) at the far end of two ZeroMQ sockets.
 
-The HTTP process (uvicorn, the event loop, tokenizing, streaming, /metrics) and the engine used
-to share one process: one GIL and the same cores, so every step waited for the event loop and
-every stream for the step. Here the core owns the engine and nothing else. It reads commands
-between steps, steps while anything is unfinished, and sends one message per step with every
-request's new tokens and the step's statistics (core_protocol.py says what travels and how).
-
-A step that raises must not take the server down with it: every request in flight is aborted and
-ends with the error (the HTTP side answers 500, or an error event mid-stream), and the loop goes
-on. Only if the engine cannot even abort them does the core stop serving, and says why.
-
-While the decode graph compiles in the background, the core takes requests but does not step: a
-step run beside the compile takes many times as long as a compiled one (docs/compiled-decode.md,
-"Warm-up: who waits"), so requests wait for the compile, and the core reports its progress about
-once a second for /health.
+The HTTP process (uvicorn, the event loop, tokenizing, streaming, /metrics) has its own GIL and
+cores; this process owns the engine and nothing else. It reads commands between steps, steps
+while the core is ready to, and sends one message per step with every request's new tokens and
+the step's statistics (core_protocol.py says what travels and how). The rules (held until warm,
+a failed step failing its requests, ending at stop) are the core's; this module turns them into
+messages: a failed step is a `StepFailed` (the HTTP side answers 500, or an error event
+mid-stream), a broken engine a `CoreStopped`, and while the compile runs its progress goes out
+about once a second for /health.
 
 Run as `python -m workbench.server.engine_core` by `EngineCoreClient`, which hands it the engine
-settings as MessagePack on stdin; or in a thread of the caller's process (`EngineCore.run`) with
-an engine the caller built, which is how the tests plant failures in a step.
+settings as MessagePack on stdin; or in a thread of the caller's process (`CoreEndpoint.run`)
+with an engine the caller built, which is how the tests plant failures in a step.
 """
 
 from __future__ import annotations
@@ -26,14 +21,14 @@ import os
 import signal
 import sys
 import time
-import traceback
 
 import msgspec
 import torch
 import zmq
 
 from engine import EngineConfig, EngineError, LLMEngine
-from engine.outputs import RequestOutput
+from engine.core import EngineBroken, EngineCore, ShuttingDown
+from engine.requests.outputs import RequestOutput
 from workbench.machine.process_tuning import freeze_loaded_heap
 from workbench.server import core_protocol as protocol
 from workbench.server.stop_signal import StopSignal, raise_stop
@@ -43,18 +38,16 @@ _WARM_UP_REPORT_S = 1.0
 SHUTTING_DOWN = "the server is shutting down"
 
 
-class EngineCore:
+class CoreEndpoint:
     def __init__(self, engine: LLMEngine, commands: zmq.Socket, events: zmq.Socket, parent_pid: int | None = None):
-        self.engine = engine
+        self.core = EngineCore(engine)
         self._commands, self._events = commands, events
         self._parent_pid = parent_pid  # a core process ends when the server that started it has gone
-        self._in_flight: set[str] = set()
-        self._shutting_down = False  # set by EndAllRequests: later requests are refused
         self._stopped = False
         self._last_warm_up_report = 0.0
 
     def ready(self) -> protocol.CoreReady:
-        engine = self.engine
+        engine = self.core.engine
         return protocol.CoreReady(
             max_model_len=engine.max_model_len,
             block_size=engine.config.block_size,
@@ -63,15 +56,15 @@ class EngineCore:
         )
 
     def run(self) -> None:
-        """Serve commands until StopCore (or until the engine cannot even abort), then close the
-        engine (its background compile is stopped and joined)."""
-        engine = self.engine
+        """Serve commands until StopCore (or until the engine is broken), then close the engine
+        (its background compile is stopped and joined)."""
+        core = self.core
         warm = self._progress() is None
         try:
             while not self._stopped:
                 if not warm:
                     warm = self._report_warm_up()
-                busy = warm and engine.has_unfinished()
+                busy = core.ready_to_step()
                 if self._commands.poll(0 if busy else _IDLE_POLL_MS):
                     self._handle(protocol.decode_command(self._commands.recv()))
                     continue
@@ -80,25 +73,25 @@ class EngineCore:
                 if busy:
                     self._step()
         finally:
-            engine.close()
+            core.close()
 
     def _send(self, event) -> None:
         self._events.send(protocol.encode(event))
 
     def _progress(self) -> str | None:
-        progress = self.engine.executor.compile_progress
+        progress = self.core.warm_up_progress()
         return None if progress is None else progress.describe()
 
     def _report_warm_up(self, now: bool = False) -> bool:
         """Send the compile's progress about once a second (at once if `now`); True once warm."""
         progress = self._progress()
         if progress is None or now or time.monotonic() - self._last_warm_up_report >= _WARM_UP_REPORT_S:
-            scheduler = self.engine.scheduler
+            scheduler = self.core.engine.scheduler
             waiting = len(scheduler.waiting) + len(scheduler.waiting_long)
             self._send(protocol.WarmUp(progress, waiting))
             self._last_warm_up_report = time.monotonic()
             if progress is None:
-                executor = self.engine.executor
+                executor = self.core.engine.executor
                 print(
                     f"workbench serve: warm (decode {executor.decode_mode}, prefill {executor.prefill_mode}); serving",
                     file=sys.stderr,
@@ -106,21 +99,28 @@ class EngineCore:
         return progress is None
 
     def _step(self) -> None:
-        engine = self.engine
+        engine = self.core.engine
         try:
-            step = engine.step()
-        except Exception as error:  # noqa: BLE001 - one failed step must not stop the server
-            self._fail_requests_in_flight(error)
+            step = self.core.step()
+        except EngineBroken as broken:
+            self._send(protocol.StepFailed(broken.request_ids, str(broken), engine.block_manager.num_used_blocks))
+            self._send(protocol.CoreStopped(str(broken)))
+            self._stopped = True
             return
-        outputs = [self._delta(output) for output in step.outputs]
+        outputs = step.result.outputs
+        if step.failure is not None:
+            ended = [output.request_id for output in outputs if output.finished]
+            self._send(protocol.StepFailed(ended, step.failure, engine.block_manager.num_used_blocks))
+            return
+        deltas = [self._delta(output) for output in outputs]
         idle = None if engine.has_unfinished() else engine.block_manager.num_used_blocks
-        generated = sum(len(output.new_token_ids) for output in step.outputs)
-        self._send(protocol.StepDone(outputs, step.stats, generated, idle))
+        generated = sum(len(output.new_token_ids) for output in outputs)
+        self._send(protocol.StepDone(deltas, step.result.stats, generated, idle))
 
-    def _delta(self, output: RequestOutput) -> protocol.OutputDelta:
+    @staticmethod
+    def _delta(output: RequestOutput) -> protocol.OutputDelta:
         if not output.finished:
             return protocol.OutputDelta(output.request_id, output.new_token_ids, output.new_text, False)
-        self._in_flight.discard(output.request_id)
         return protocol.OutputDelta(
             output.request_id,
             output.new_token_ids,
@@ -131,50 +131,28 @@ class EngineCore:
             output.metrics,
         )
 
-    def _fail_requests_in_flight(self, error: Exception) -> None:
-        """Abort every unfinished request (freeing its blocks) and end each with the error."""
-        message = f"the engine step failed: {type(error).__name__}: {error}"
-        print(f"workbench serve: {message}", file=sys.stderr)
-        traceback.print_exc()
-        failed, self._in_flight = sorted(self._in_flight), set()
-        try:
-            for request_id in failed:
-                self.engine.abort(request_id)
-            self.engine.step()  # delivers the aborts and releases their blocks
-        except Exception as abort_error:  # noqa: BLE001 - the engine is broken: stop serving, say why
-            failure = f"{message}; aborting its requests failed too: {type(abort_error).__name__}: {abort_error}"
-            self._send(protocol.StepFailed(failed, message, self.engine.block_manager.num_used_blocks))
-            self._send(protocol.CoreStopped(failure))
-            self._stopped = True
-            return
-        self._send(protocol.StepFailed(failed, message, self.engine.block_manager.num_used_blocks))
-
     def _handle(self, command) -> None:
         if isinstance(command, protocol.AddRequest):
             self._add(command)
         elif isinstance(command, protocol.AbortRequest):
-            self.engine.abort(command.request_id)
+            self.core.abort(command.request_id)
             if self._progress() is not None:
                 self._report_warm_up(now=True)  # a client that left no longer waits
         elif isinstance(command, protocol.EndAllRequests):
-            self._shutting_down = True
-            ended, self._in_flight = sorted(self._in_flight), set()
-            for request_id in ended:
-                self.engine.abort(request_id)
+            ended = self.core.end_all()
             self._send(protocol.RequestsEnded(ended, SHUTTING_DOWN, protocol.EndReason.SHUTTING_DOWN))
         elif isinstance(command, protocol.StopCore):
             self._stopped = True
 
     def _add(self, command: protocol.AddRequest) -> None:
-        if self._shutting_down:
+        try:
+            self.core.add_request(command.prompt_token_ids, command.params, request_id=command.request_id)
+        except ShuttingDown:
             self._send(protocol.RequestsEnded([command.request_id], SHUTTING_DOWN, protocol.EndReason.SHUTTING_DOWN))
             return
-        try:
-            self.engine.add_request(command.prompt_token_ids, command.params, request_id=command.request_id)
         except EngineError as error:  # the request's only answer: its end, as its first output
             self._send(protocol.RequestsEnded([command.request_id], str(error), protocol.EndReason.REFUSED))
             return
-        self._in_flight.add(command.request_id)
         if self._progress() is not None:
             self._report_warm_up(now=True)  # no step updates the gauges until the compile ends
 
@@ -207,7 +185,7 @@ def main() -> int:
             events.send(protocol.encode(protocol.CoreStartFailed(str(error))))
             return 1
         freeze_loaded_heap()  # no full collection walks the model again while requests run
-        core = EngineCore(engine, commands, events, int(parent_pid))
+        core = CoreEndpoint(engine, commands, events, int(parent_pid))
         events.send(protocol.encode(core.ready()))
         core.run()
     except StopSignal:

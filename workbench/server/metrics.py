@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
-from engine.metrics import RequestMetrics, StepStats
+from engine.requests.metrics import RequestMetrics, StepStats
 
 # No "_created" series next to each counter and histogram, as vLLM's /metrics.
 disable_created_metrics()

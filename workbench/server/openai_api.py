@@ -32,7 +32,7 @@ from starlette.exceptions import HTTPException
 
 from engine import EngineError, SamplingParams
 from engine.loading.tokenizer import Tokenizer
-from engine.outputs import RequestOutput
+from engine.requests.outputs import RequestOutput
 from workbench.machine.provenance import package_version
 from workbench.server import DEFAULT_MAX_REQUEST_BYTES
 from workbench.server.body_limit import BodyLimit

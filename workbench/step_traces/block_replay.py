@@ -1,4 +1,4 @@
-"""The KV block map at any step, rebuilt from the step traces (engine/step_trace.py).
+"""The KV block map at any step, rebuilt from the step traces (engine/requests/step_trace.py).
 
 Applying each step's block changes in order (releases by requests aborted before the step, then
 the step's allocations, prefix reuses and releases, then the blocks that became findable by
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.step_trace import ALLOCATE, RELEASE, BlockChange, StepTrace
+from engine.requests.step_trace import ALLOCATE, RELEASE, BlockChange, StepTrace
 from workbench.backends.protocol import BLOCK_CACHED, BLOCK_FREE, BLOCK_SHARED
 
 

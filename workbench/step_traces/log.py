@@ -1,6 +1,6 @@
 """Step traces in the run log: one "trace" line per engine step, and back.
 
-A line keeps the four parts of `StepTrace` (engine/step_trace.py). Scalars are named; the
+A line keeps the four parts of `StepTrace` (engine/requests/step_trace.py). Scalars are named; the
 repeated entries (rows, block changes, preemptions, emitted tokens) are arrays whose columns the
 run header lists under "trace_columns" (about 5 KB a step at 64 decode rows, docs/step-traces.md).
 
@@ -17,7 +17,7 @@ Two levels (the scenario's `trace` setting):
 from __future__ import annotations
 
 from engine.errors import ConfigError
-from engine.step_trace import BlockChange, Emitted, Held, KvState, Preemption, ScheduledRow, StepTrace
+from engine.requests.step_trace import BlockChange, Emitted, Held, KvState, Preemption, ScheduledRow, StepTrace
 
 TRACE_LEVELS = ("auto", "full", "summary")
 # Full lines average 5.2 KB a step at 64 decode rows, summaries 0.7 KB (benchmarks/trace_cost.py):

@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from engine.step_trace import BlockChange, StepTrace
+from engine.requests.step_trace import BlockChange, StepTrace
 from workbench.step_traces.block_replay import BlockReplay
 from workbench.step_traces.log import read_trace, trace_record
 from workbench.step_traces.text import request_events

@@ -6,7 +6,7 @@ parts as tables.
 
 from __future__ import annotations
 
-from engine.step_trace import ALLOCATE, REUSE, BlockChange, KvState, ScheduledRow, StepTrace
+from engine.requests.step_trace import ALLOCATE, REUSE, BlockChange, KvState, ScheduledRow, StepTrace
 
 
 def block_ranges(block_ids: list[int]) -> str:

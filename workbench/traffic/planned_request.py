@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.sampling_params import SamplingParams
+from engine.requests.sampling_params import SamplingParams
 from workbench.backends.protocol import Chat
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.errors import ConfigError
-from engine.sampling_params import SamplingParams
+from engine.requests.sampling_params import SamplingParams
 from engine.settings import check_finite
 from workbench.traffic.arrivals import ARRIVALS
 from workbench.traffic.sources import PROMPT_SOURCES

@@ -11,8 +11,8 @@ import functools
 import numpy as np
 
 from engine.errors import ConfigError
+from engine.loading.sharegpt import load_sharegpt
 from engine.loading.tokenizer import Tokenizer
-from engine.sharegpt import load_sharegpt
 from workbench.backends.protocol import Chat
 
 _CORPUS_CONVERSATIONS = 400  # about 150k tokens of English text, tokenised once

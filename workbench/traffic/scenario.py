@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.config import EngineConfig
+from engine.configuration.config import EngineConfig
 from engine.errors import ConfigError
-from engine.metrics import RequestMetrics
+from engine.requests.metrics import RequestMetrics
 from engine.settings import check_finite
 from workbench.step_traces.log import check_trace_level
 from workbench.traffic.profile import TrafficProfile

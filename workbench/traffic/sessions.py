@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.sharegpt import load_sharegpt
+from engine.loading.sharegpt import load_sharegpt
 from workbench.backends.protocol import Chat
 from workbench.traffic.context_fit import fit_to_context, prompt_room
 from workbench.traffic.prompts import PromptMaker

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine import EngineConfig
-from engine.metrics import UNFINISHED
+from engine.requests.metrics import UNFINISHED
 from workbench.analysis.explain import (
     CAUSES,
     attribute_traced,

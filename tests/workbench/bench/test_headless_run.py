@@ -92,6 +92,28 @@ def test_an_interrupted_run_still_yields_a_partial_report(tmp_path, tiny_llama):
     assert partial["metrics"]["requests_finished"]["value"] == 5 and not partial["complete"]
 
 
+def test_a_failed_step_fails_its_requests_and_the_run_goes_on_to_its_report(tmp_path, tiny_llama):
+    """The engine core's policy, as in the window and serve: before it, a failed step ended a
+    headless run with a traceback and no report."""
+    directory, _ = tiny_llama
+    scenario = tiny_scenario(directory)
+    engine = LLMEngine(scenario.engine)
+    execute, steps = engine.executor.execute, itertools.count(1)
+
+    def fails_on_step_four(batch):
+        if next(steps) == 4:
+            raise RuntimeError("planted failure")
+        return execute(batch)
+
+    engine.executor.execute = fails_on_step_four
+    report = run_headless(scenario, tmp_path, backend=LocalBackend(engine))
+    metrics = report["metrics"]
+    assert 1 <= metrics["requests_failed"]["value"] < 14
+    assert metrics["requests_failed"]["value"] + metrics["requests_finished"]["value"] == 14
+    assert report["incomplete_because"] == ["the engine step failed: RuntimeError: planted failure"]
+    assert engine.block_manager.num_used_blocks == 0 and not engine.has_unfinished()
+
+
 class StepCostClock:
     """Time that passes only while the executor works: 1 ms a step plus 0.1 ms a token. Latencies
     then follow the scheduling decisions alone, however busy the test machine is."""

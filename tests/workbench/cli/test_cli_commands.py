@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from engine.config import EngineConfig
+from engine.configuration.config import EngineConfig
 from workbench.backends.loader import BackendLoader
 from workbench.cli import main
 from workbench.traffic.presets import load_preset, preset_names
@@ -258,7 +258,7 @@ def test_compile_fills_the_cache_so_the_next_engine_is_compiled_at_once(tiny_lla
     from torch._dynamo.utils import counters
 
     from engine import LLMEngine
-    from engine.compile_cache import INDUCTOR_CACHE_ENVIRONMENT
+    from engine.execution.compile_cache import INDUCTOR_CACHE_ENVIRONMENT
 
     # Empty caches, as on a machine's first run: the second engine can only find what compile left.
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))

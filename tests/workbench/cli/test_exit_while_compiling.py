@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from benchmarks.server_processes import free_port, launch, wait_until
-from engine.config import COMPILE_DECODE_ENVIRONMENT
+from engine.configuration.config import COMPILE_DECODE_ENVIRONMENT
 
 pytestmark = pytest.mark.slow  # loads SmolLM2 and starts its compile in each process
 

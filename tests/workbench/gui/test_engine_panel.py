@@ -48,13 +48,13 @@ def test_the_default_quantization_is_auto_and_the_file_decides_group_size_and_he
 
 
 def test_each_setting_the_panel_shows_is_explained_by_its_fields_help(qtbot):
-    """Each knob's help is written once, in engine/config.py: the tooltips, docs/knobs.md and the
+    """Each knob's help is written once, in engine/configuration/config.py: the tooltips, docs/knobs.md and the
     --set help come from it (they were three texts that drifted apart)."""
     from dataclasses import fields
 
     from PySide6.QtWidgets import QWidget
 
-    from engine.config import knob_help
+    from engine.configuration.config import knob_help
 
     panel = EnginePanel()
     qtbot.addWidget(panel)

@@ -384,23 +384,52 @@ def test_abort_from_the_table_aborts_the_request(window, qtbot, tiny_config):
     assert "aborted (abort)" in window.requests.detail.toPlainText()
 
 
-def test_an_engine_error_is_shown_and_a_new_configuration_still_loads(window, qtbot, tiny_config):
-    load(window, qtbot, tiny_config)
-
-    def broken(batch):
-        raise RuntimeError("simulated kernel failure")
-
+def fail_on_step_three(engine) -> None:
+    """The engine's third execution raises, as a kernel with a bug would."""
     steps = itertools.count(1)
-    execute = window.worker._backend.engine.executor.execute
+    execute = engine.executor.execute
 
-    def fails_on_step_three(batch):
+    def failing(batch):
         if next(steps) == 3:
             raise RuntimeError("simulated kernel failure")
         return execute(batch)
 
-    window.worker._backend.engine.executor.execute = fails_on_step_three
+    engine.executor.execute = failing
+
+
+def test_a_failed_step_ends_its_requests_with_the_error_and_the_engine_goes_on(window, qtbot, tiny_config):
+    """The engine core's policy (engine/core.py), the same as serve's: before it, the window dropped
+    the engine at the first failed step and a run needed a reload."""
+    load(window, qtbot, tiny_config)
+    fail_on_step_three(window.worker._backend.engine)
+    window.start_traffic(Scenario(name="t", traffic=TrafficProfile(arrival="poisson", rate=100.0, num_requests=20)))
+    qtbot.waitUntil(lambda: "simulated kernel failure" in window.error_label.text(), timeout=30_000)
+    assert "the engine goes on" in window.error_label.text()
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished", timeout=60_000)
+    states = [row.state for row in window.worker.rows()]
+    assert len(states) == 20 and 1 <= states.count("failed") < 20, states
+    folder = window.worker.run_folder
+    window.start_traffic(Scenario(name="t2", traffic=TrafficProfile(arrival="poisson", rate=100.0, num_requests=2)))
+    qtbot.waitUntil(lambda: window.worker.run_folder != folder and all_ended(window), timeout=30_000)
+    report = build_report(read_run_log(folder / RUN_LOG_NAME))
+    assert report["incomplete_because"] == ["the engine step failed: RuntimeError: simulated kernel failure"]
+    assert report["metrics"]["requests_failed"]["value"] == states.count("failed")
+
+
+def test_a_broken_engine_is_shown_and_a_new_configuration_still_loads(window, qtbot, tiny_config, monkeypatch):
+    """A failed step whose requests cannot even be ended leaves an engine nobody can trust: the
+    window drops it and asks for a reload."""
+    load(window, qtbot, tiny_config)
+    engine = window.worker._backend.engine
+    fail_on_step_three(engine)
+
+    def broken_end(detail):
+        raise RuntimeError("the scheduler's state is broken")
+
+    monkeypatch.setattr(engine, "fail_unfinished", broken_end)
     window.start_traffic(Scenario(name="t", traffic=TrafficProfile(arrival="poisson", rate=100.0, num_requests=50)))
     qtbot.waitUntil(lambda: "simulated kernel failure" in window.error_label.text(), timeout=30_000)
+    assert "ending its requests failed too" in window.error_label.text()
     assert "Apply a configuration to reload" in window.error_label.text()
     qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: stopped", timeout=5_000)
     log = read_run_log(window.worker.run_log_path)
@@ -446,7 +475,7 @@ def test_a_traffic_error_does_not_leave_the_status_line_saying_error(window, qtb
 def test_reloading_the_same_configuration_does_not_grow_the_process(window, qtbot):
     """The same configuration applied 5 times took the process from 2.7 to 5.4 GiB: glibc kept
     each replaced engine's freed memory. Now each load hands it back."""
-    from engine.memory import process_resident_bytes
+    from engine.configuration.memory import process_resident_bytes
 
     resident = []
     for attempt in range(4):
@@ -1086,7 +1115,7 @@ def test_each_plot_exports_to_png_svg_and_csv(window, qtbot, tiny_config, tmp_pa
 def test_time_axes_show_the_whole_run_or_follow_its_last_seconds(qtbot):
     import numpy as np
 
-    from engine.metrics import RequestMetrics, StepStats
+    from engine.requests.metrics import RequestMetrics, StepStats
     from workbench.gui.plots_view import PlotsView
     from workbench.live.metrics_store import MetricsStore
 

@@ -3,7 +3,7 @@ the run has ended, and a metrics store filled with steps and requests for the pl
 
 from __future__ import annotations
 
-from engine.metrics import RequestMetrics, StepStats
+from engine.requests.metrics import RequestMetrics, StepStats
 from workbench.live.metrics_store import MetricsStore
 from workbench.traffic.scenario import SLO
 

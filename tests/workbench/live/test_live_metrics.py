@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.metrics import RequestMetrics, StepStats
+from engine.requests.metrics import RequestMetrics, StepStats
 from workbench.live.live_metrics import LiveMetrics
 from workbench.live.metrics_store import MetricsStore
 

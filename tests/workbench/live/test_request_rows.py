@@ -55,7 +55,7 @@ def test_rows_follow_each_request_from_arrival_to_its_end():
 
 
 def test_a_request_the_server_failed_is_shown_failed_with_the_servers_message():
-    from engine.metrics import RequestMetrics
+    from engine.requests.metrics import RequestMetrics
     from workbench.runs.runner import EndedRequest
 
     backend = LocalBackend(

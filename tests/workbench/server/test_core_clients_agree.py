@@ -1,7 +1,8 @@
-"""The engine core's two clients (issue 60, "Done when"): the same scripted requests through the
-core in a thread of this process and through the core in a process of its own give the same
-tokens and the same finish reasons, refusals included. The requests go one at a time, so that
-every step has the same batch in both and greedy decoding cannot differ by batch shape."""
+"""The engine core's clients (issue 60, "Done when"): the same scripted requests through the core
+in-process (the local backend the window and headless runs drive), through serve's core in a
+thread of this process, and through serve's core in a process of its own give the same tokens
+and the same finish reasons, refusals included. The requests go one at a time, so that every
+step has the same batch in all three and greedy decoding cannot differ by batch shape."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import dataclasses
 
 import pytest
 
-from engine import EngineConfig, LLMEngine, SamplingParams
+from engine import EngineConfig, EngineError, LLMEngine, SamplingParams
+from workbench.backends.local import LocalBackend
+from workbench.server.core_protocol import EndReason
 from workbench.server.engine_client import EngineCoreClient, EngineFailure
 
 SCRIPT = [  # (prompt token ids, sampling parameters)
@@ -42,6 +45,23 @@ def run_script(core: EngineCoreClient) -> list[tuple]:
     return asyncio.run(all_in_order())
 
 
+def run_script_in_process(backend: LocalBackend) -> list[tuple]:
+    """The same, through the Backend protocol's calls (submit, advance) in this thread."""
+    outcomes = []
+    too_long = [3] * (backend.max_model_len + 1)
+    for index, (prompt, params) in enumerate(SCRIPT):
+        try:
+            request_id = backend.submit(prompt or too_long, params, request_id=f"r{index}", arrival_time=0.0)
+        except EngineError as error:  # the in-process client's refusal: add_request raises
+            outcomes.append(("failure", EndReason.REFUSED.value, str(error)))
+            continue
+        ended = None
+        while ended is None:
+            ended = next((o for o in backend.advance().outputs if o.finished and o.request_id == request_id), None)
+        outcomes.append((tuple(ended.token_ids), ended.finish_reason, ended.metrics.stop_cause))
+    return outcomes
+
+
 @pytest.mark.slow  # starts a core process (it loads the model again)
 def test_the_in_process_and_the_multiprocess_client_give_the_same_outputs(tiny_llama):
     directory, _ = tiny_llama
@@ -58,7 +78,12 @@ def test_the_in_process_and_the_multiprocess_client_give_the_same_outputs(tiny_l
         separate = run_script(in_process)
     finally:
         in_process.stop()
-    assert threaded == separate
+    local = LocalBackend(LLMEngine(config))
+    try:
+        in_this_thread = run_script_in_process(local)
+    finally:
+        local.close()
+    assert threaded == separate == in_this_thread
     assert [len(outcome[0]) for outcome in threaded[:4]] == [6, 1, 12, 8]
     assert threaded[4][:2] == ((), "rejected")
     assert threaded[5][:2] == ("failure", "refused")  # add_request's refusal is the request's output, in both

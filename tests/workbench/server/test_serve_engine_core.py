@@ -79,20 +79,20 @@ def test_a_failing_step_ends_its_requests_with_an_error_and_the_server_goes_on(s
     assert engine.block_manager.num_used_blocks == 0 or not engine.has_unfinished()
 
 
-def test_an_engine_that_cannot_even_abort_stops_serving_and_says_why(serving, tiny_llama, monkeypatch):
+def test_an_engine_that_cannot_end_its_failed_requests_stops_serving_and_says_why(serving, tiny_llama, monkeypatch):
     directory, _ = tiny_llama
     engine = tiny_engine(directory)
     url, core = serving(engine)
     planted_failure(engine)
 
-    def broken_abort(request_id):
+    def broken_end(detail):
         raise RuntimeError("the scheduler's state is broken")
 
-    monkeypatch.setattr(engine, "abort", broken_abort)
+    monkeypatch.setattr(engine, "fail_unfinished", broken_end)
     answer = httpx.post(f"{url}/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 5}, timeout=30)
     assert answer.status_code == 500
     health = httpx.get(f"{url}/health")
-    assert health.status_code == 503 and "aborting its requests failed too" in health.json()["error"]["message"]
+    assert health.status_code == 503 and "ending its requests failed too" in health.json()["error"]["message"]
     refused = httpx.post(f"{url}/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 5}, timeout=30)
     assert refused.status_code == 503 and refused.json()["error"]["type"] == "ServiceUnavailableError"
 

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.metrics import RequestMetrics, StepStats
+from engine.requests.metrics import RequestMetrics, StepStats
 from workbench.backends.remote import _delta
 from workbench.backends.server_state import parse_server_state
 from workbench.server.metrics import ServerMetrics

@@ -135,7 +135,7 @@ def test_without_prefix_caching_the_same_sessions_hit_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_sharegpt_sessions_send_the_conversation_so_far_on_the_bundled_model(tmp_path, smollm_source):
-    from engine.sharegpt import load_sharegpt
+    from engine.loading.sharegpt import load_sharegpt
 
     maker = PromptMaker(smollm_source.tokenizer, smollm_source.config.vocab_size)
     profile = sessions_profile(output_len=LengthDistribution(kind="fixed", mean=32, low=1, high=32))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine import ConfigError
-from engine.sharegpt import load_sharegpt
+from engine.loading.sharegpt import load_sharegpt
 from workbench.traffic.planned_traffic import PlannedTraffic, arrival_times
 from workbench.traffic.profile import LengthDistribution, TrafficProfile
 from workbench.traffic.prompts import PromptMaker

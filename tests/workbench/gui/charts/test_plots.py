@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pyqtgraph as pg
 
-from engine.metrics import RequestMetrics, StepStats
+from engine.requests.metrics import RequestMetrics, StepStats
 from tests.workbench.gui.window_helpers import filled_store
 from workbench.analysis.intervals import percentile_interval
 from workbench.gui.charts.plots import LatencyPlot, all_plots
@@ -175,7 +175,7 @@ def test_a_frame_hands_pyqtgraph_bounded_work_whatever_the_store_holds(qtbot):
     MAX_SCATTER_POINTS, no plot draws a grid; a frame that brings only a new step leaves the
     latency plot alone, and one that brings a finished request appends its points without
     handing pyqtgraph the others again."""
-    from engine.metrics import RequestMetrics
+    from engine.requests.metrics import RequestMetrics
     from workbench.gui.charts.plots import MAX_SCATTER_POINTS
     from workbench.gui.plots_view import PlotsView
     from workbench.live.live_metrics import LiveMetrics
@@ -251,7 +251,7 @@ def test_snapshots_taken_while_the_engine_adds_steps_are_whole():
     """Snapshots copy outside the lock until the rings wrap: every row they hold is complete."""
     import threading
 
-    from engine.metrics import RequestMetrics
+    from engine.requests.metrics import RequestMetrics
 
     store = MetricsStore(0.0, step_capacity=300_000, request_capacity=50_000)
     done = threading.Event()
