@@ -7,9 +7,11 @@ differ in how commands reach it and where its outputs go, never in these rules:
 - **Refusals at the door.** `add_request` raises EngineError for anything it could have refused
   (a bad parameter, a token past the vocabulary, an id in use), and, once `end_all` has run,
   for every request: nothing is refused mid-step.
-- **Held until warm.** While the decode graph compiles in the background, requests are taken but
-  no step runs (`ready_to_step`): a step beside the compile takes 5 (median) to 65 (90th
-  percentile) times as long as a compiled one (docs/compiled-decode.md, "Warm-up: who waits").
+- **Held until warm.** `ready_to_step` is false while the decode graph compiles in the
+  background: a step beside the compile takes 5 (median) to 65 (90th percentile) times as long
+  as a compiled one (docs/compiled-decode.md, "Warm-up: who waits"). Serve takes requests and
+  steps none until warm; a headless run waits before it starts; the window holds a Start's run,
+  and runs what a user injects meanwhile, each such step marked `beside_compile` in its stats.
 - **A failed step fails its requests, not the engine.** When a step raises, every unfinished
   request ends with finish reason "error" and the step's error as its detail, their blocks are
   freed, and the engine goes on serving (`CoreStep.failure` says what failed). Only when ending

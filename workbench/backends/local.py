@@ -28,8 +28,6 @@ from workbench.backends.protocol import (
 )
 from workbench.machine.provenance import environment
 
-_WARM_UP_POLL_S = 0.05  # how long `advance` waits while the decode graph compiles
-
 
 class LocalBackend:
     def __init__(self, engine: LLMEngine):
@@ -95,11 +93,10 @@ class LocalBackend:
         return self.core.has_unfinished()
 
     def advance(self, until: float | None = None) -> BackendUpdate:
-        """One step of the core; while the decode graph compiles, a short wait instead. A broken
-        engine (EngineBroken) is raised to the driver, which stops using it."""
-        if not self.core.ready_to_step():
-            self.sleep(_WARM_UP_POLL_S)
-            return BackendUpdate(outputs=[])
+        """One step of the core. A broken engine (EngineBroken) is raised to the driver, which
+        stops using it. Its driver holds what should not run beside the decode graph's compile (a
+        headless run waits before it starts, the window holds a Start's run); requests injected
+        meanwhile in the window run eagerly, each such step marked `beside_compile`."""
         step = self.core.step()
         if step.failure is not None:
             return BackendUpdate(outputs=step.result.outputs, failure=step.failure)

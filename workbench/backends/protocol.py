@@ -118,8 +118,7 @@ class Backend(Protocol):
         """Some request sent has not ended yet."""
 
     def advance(self, until: float | None = None) -> BackendUpdate:
-        """Make progress and report it (the local backend: one engine step, or a short wait while
-        its decode graph compiles: nothing steps beside the compile). `until`: when the
+        """Make progress and report it (the local backend: one engine step). `until`: when the
         next planned request arrives, on this clock; a backend that simulates several instances
         (workbench/backends/deployment.py) runs no event after it, the others need not look."""
 
