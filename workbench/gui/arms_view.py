@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QProcess, Signal
+from PySide6.QtCore import QProcess, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractScrollArea,
     QFileDialog,
@@ -46,6 +47,8 @@ class ArmsView(QWidget):
 
     def __init__(self):
         super().__init__()
+        self._waiting_preset: str | None = None  # a preset whose arms wait for the window's engine
+        self._busy: Callable[[], str] = str
         self.preset = choice_box(
             [name for name in preset_names() if len(load_preset(name).variants) >= 2],
             "A preset with variants: each variant is one arm.",
@@ -111,6 +114,28 @@ class ArmsView(QWidget):
         self.process: QProcess | None = None
         self._out: Path | None = None  # where the arms being run are written
         self._output = ""  # what that bench process has said so far
+
+    def run_when_quiet(self, preset: str, busy: Callable[[], str]) -> None:
+        """Run the preset's arms once `busy()` says nothing (what keeps the window's own engine
+        busy: its traffic or its decode graph's compile would share the cores with the arms and
+        skew the comparison). A later choice replaces one still waiting."""
+        already_waiting = self._waiting_preset is not None
+        self._waiting_preset, self._busy = preset, busy
+        if not already_waiting:
+            self._run_when_quiet()
+
+    def _run_when_quiet(self) -> None:
+        if self._waiting_preset is None:
+            return  # stopped: the window is closing
+        if reason := self._busy():
+            self.status.setText(
+                f"waiting for the window's engine before running {self._waiting_preset}'s arms "
+                f"({reason}; Stop ends the traffic)"
+            )
+            QTimer.singleShot(1000, self, self._run_when_quiet)
+            return
+        preset, self._waiting_preset = self._waiting_preset, None
+        self.run_arms(preset)
 
     def run_arms(self, preset: str, out: Path | None = None) -> None:
         """Run the preset's two arms in a `workbench bench` process writing into `out` (default: a
@@ -194,7 +219,8 @@ class ArmsView(QWidget):
         return arms
 
     def stop(self) -> None:
-        """End a run of the arms still going (the window is closing)."""
+        """End a run of the arms still going, or a wait for one (the window is closing)."""
+        self._waiting_preset = None
         if self.process is not None:
             self.process.finished.disconnect(self._finished)
             self.process.kill()

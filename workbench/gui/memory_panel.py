@@ -10,6 +10,7 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from engine.configuration.memory import MemoryLine
+from workbench.live.memory_view import MemoryView
 
 _COLOURS = {"weights": "#4C9BE8", "KV cache": "#9B59B6", "activations": "#E67E22", "other": "#7F8C8D"}
 
@@ -50,6 +51,12 @@ class MemoryPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.bar)
         layout.addWidget(scroll, 1)
+
+    def show_view(self, view: MemoryView) -> None:
+        """A loaded engine's memory, as its view model says (workbench/live/memory_view.py)."""
+        self.show_lines(
+            view.lines, view.device_total, view.device, view.quality, view.kv_note, view.per_gpu, view.timing
+        )
 
     def show_lines(
         self,

@@ -8,11 +8,15 @@ opened run after going back to live). Tested without a window (tests/workbench/l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from workbench.analysis.explain import Explanation, explain
+from workbench.live.request_rows import ENDED_STATES, RequestRow
 from workbench.runs.run_log import RunLog
+from workbench.runs.run_recorder import RUN_LOG_NAME
 from workbench.step_traces.log import read_trace, why_no_traces
 from workbench.step_traces.store import TraceStore
+from workbench.step_traces.text import format_request
 
 
 @dataclass
@@ -115,3 +119,47 @@ class WindowSession:
 
     def select_request(self, request_id: str | None) -> None:
         self.selected_request = request_id
+
+    # ----- what the step panes show ----------------------------------------------------------------
+
+    def trace_source(self, live: TraceStore | None, live_start: float) -> tuple[TraceStore | None, float]:
+        """The traces being looked at (the live engine's, or an opened run's) and the engine-clock
+        time their run started (plot times count from it)."""
+        if self.opened is not None:
+            return self.opened.past.store, self.opened.past.start_time
+        return live, live_start
+
+    def block_map_rows(self, live_rows: list[str]) -> dict[str, int]:
+        """Each request's row (its colour in the block map): the live run's table order, or the
+        opened run's order of first appearance."""
+        if self.opened is not None:
+            return self.opened.past.rows
+        return {request_id: index for index, request_id in enumerate(live_rows)}
+
+
+def step_not_kept(step: int, traces: TraceStore | None) -> str:
+    """Why a step cannot be shown: the store keeps only the latest steps."""
+    kept = traces.step_range() if traces is not None else None
+    return f"step {step} is not kept" + (f" (steps {kept[0]}..{kept[1]} are; the run log has all)" if kept else "")
+
+
+def live_request_history(traces: TraceStore | None, origin: float, row: RequestRow) -> str:
+    """`workbench trace --request`'s text for a row of the live run, from the steps between its
+    arrival and its end (the ending step ends just before the end is logged)."""
+    if traces is None or not row.timeline:
+        return ""
+    arrival = origin + row.timeline[0][0]
+    end = origin + row.timeline[-1][0] + 1.0 if row.state in ENDED_STATES else float("inf")
+    return format_request(traces.traces_between(arrival, end), row.request_id, arrival, origin)
+
+
+def opened_run_summary(folder: str, run: OpenedRun, incomplete: list[str], finished: int, arrived: int) -> str:
+    """The Runs tab's text for an opened run: complete or why not (`incomplete`, as report.json
+    says), and what its log skipped or its traces cannot show."""
+    note = "\n".join(filter(None, [run.log.skipped_summary(Path(folder) / RUN_LOG_NAME), run.past.note]))
+    state = (
+        "complete"
+        if not incomplete
+        else f"incomplete: {'; '.join(incomplete)}; {finished} finished of {arrived} arrived"
+    )
+    return f"viewing {folder} ({state}); 'Back to live' returns" + (f"\n{note}" if note else "")

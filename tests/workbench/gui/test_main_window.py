@@ -109,7 +109,7 @@ def test_the_status_line_follows_a_background_compile_to_the_compiled_path(windo
     qtbot.waitUntil(  # the decode graph, then the prefill halves
         lambda: "decode compiled)" in window.stage.text() and "warming up" not in window.stage.text(), timeout=600_000
     )
-    assert window.warming_up() == ""
+    assert window.status.warming_up() == ""
     window.traffic_panel.inject_requested.emit(2, 20, 8, "chat")
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 6, timeout=60_000)
     steps = read_run_log(window.worker.run_log_path).steps
@@ -249,7 +249,7 @@ def test_a_run_whose_header_lacks_the_cache_size_opens_without_its_step_traces(w
     run_headless(tiny_scenario(directory), tmp_path)
     rewrite_header(tmp_path, lambda header: header["engine"].pop("kv_blocks"))
     window.open_run(str(tmp_path))
-    assert window.error_label.text() == "" and window.viewing_past_run
+    assert window.error_label.text() == "" and window.session.viewing_past_run
     assert window.plots.source_label.text() == f"showing {tmp_path.name} (Back to live returns)"
     said = "its step traces cannot be shown: the header's engine.kv_blocks (the cache's size in blocks) is missing"
     assert said in window.runs.text.toPlainText()
@@ -285,7 +285,7 @@ def test_back_to_live_leaves_no_pane_describing_the_opened_run(window, qtbot, ti
     window.back_to_live()
     assert window.runs.text.toPlainText() == "back to the live run"
     assert window.why.summary.text() == NOTHING_EXPLAINED and window.why.slowest.count() == 0
-    assert window.why.explanation is None and window.selected_request is None
+    assert window.why.explanation is None and window.session.selected_request is None
 
 
 def test_a_new_run_shows_nothing_of_the_last_runs_requests(window, qtbot, tiny_config):
@@ -301,7 +301,7 @@ def test_a_new_run_shows_nothing_of_the_last_runs_requests(window, qtbot, tiny_c
     window.explain_current_run(90.0)
     assert window.why.explanation is not None
     window.start_traffic(Scenario(name="second", traffic=traffic))
-    assert window.requests.detail.toPlainText() == "" and window.selected_request is None
+    assert window.requests.detail.toPlainText() == "" and window.session.selected_request is None
     assert window.why.explanation is None  # it explained the first run
 
 
@@ -510,7 +510,7 @@ def test_saved_run_can_be_opened_and_compared(window, qtbot, tiny_config, tmp_pa
     )
     window.start_traffic(Scenario(name="t", traffic=traffic, slo=SLO(ttft_ms=5000)))
     qtbot.waitUntil(lambda: len(window.worker.rows()) == 8 and all_ended(window), timeout=30_000)
-    first = window.save_run(str(tmp_path / "first"))
+    first = window.run_files.save_run(str(tmp_path / "first"))
     assert (first / "latency.png").exists()
     report = json.loads((first / "report.json").read_text())
     assert (
@@ -518,7 +518,7 @@ def test_saved_run_can_be_opened_and_compared(window, qtbot, tiny_config, tmp_pa
     )  # every request ended: a whole run
     assert read_run_log(first / "run.jsonl").complete
     window.open_run(str(first))
-    assert window.viewing_past_run and "viewing" in window.runs.text.toPlainText()
+    assert window.session.viewing_past_run and "viewing" in window.runs.text.toPlainText()
     window.compare_runs(str(first), str(first))
     assert (
         "verdict: no decision: no intended gain or tolerated regression was declared" in window.runs.text.toPlainText()
@@ -538,7 +538,7 @@ def test_a_run_saved_mid_run_says_what_was_in_flight_and_what_was_still_to_send(
     traffic = forty_chats(LengthDistribution(kind="fixed", mean=400))  # long outputs: still running when saved
     window.start_traffic(Scenario(name="t", traffic=traffic))
     qtbot.waitUntil(lambda: window.worker.requests_in_flight() >= 3, timeout=30_000)
-    saved = window.save_run(str(tmp_path / "mid"))
+    saved = window.run_files.save_run(str(tmp_path / "mid"))
     report = json.loads((saved / "report.json").read_text())
     metrics = report["metrics"]
     sent = metrics["requests_finished"]["value"] + metrics["requests_unfinished"]["value"]
@@ -571,7 +571,7 @@ def test_the_window_and_report_json_give_the_same_figures_for_a_run_saved_mid_ru
         live["snapshot"] = window.worker.store.snapshot()
 
     monkeypatch.setattr(window.worker, "_write_log_copy", write_and_read_the_window)
-    saved = window.save_run(str(tmp_path / "mid"))
+    saved = window.run_files.save_run(str(tmp_path / "mid"))
     window.worker.stop_traffic()
     report = json.loads((saved / "report.json").read_text())
     metrics = report["metrics"]
@@ -620,8 +620,8 @@ def test_runs_tab_errors_are_messages(window, qtbot, tmp_path):
     ):
         window.open_run(str(folder))
         assert window.error_label.text().startswith("open run: ") and message in window.error_label.text(), folder
-    assert not window.viewing_past_run
-    assert window.save_run(str(tmp_path / "nothing-yet")) is None  # no engine loaded: no run log yet
+    assert not window.session.viewing_past_run
+    assert window.run_files.save_run(str(tmp_path / "nothing-yet")) is None  # no engine loaded: no run log yet
     assert window.error_label.text().startswith("save run: ")
 
 
@@ -852,7 +852,7 @@ def test_start_after_opening_a_run_shows_the_new_run_and_says_which_run_the_plot
     window.open_run(str(tmp_path))
     assert window.plots.source_label.text() == f"showing {tmp_path.name} (Back to live returns)"
     window.start_traffic(Scenario(name="t", traffic=TrafficProfile(arrival="constant", rate=50.0, num_requests=2)))
-    assert not window.viewing_past_run and window.plots.source_label.text() == ""
+    assert not window.session.viewing_past_run and window.plots.source_label.text() == ""
     qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished", timeout=30_000)
     window.refresh_plots()
     assert window.plots.snapshot.requests["ttft_ms"].size == 2  # the live run, not the opened one
@@ -1070,7 +1070,7 @@ ttft_ms = 1000
 """)
     assert main(["bench", "--preset", str(preset), "--out", str(tmp_path / "run"), "--no-plots"]) == 0
     load(window, qtbot, tiny_config)
-    window.open_baseline(str(tmp_path / "run"))
+    window.run_files.open_baseline(str(tmp_path / "run"))
     latency = window.plots.latency.plot
     ghosts = [item for item in latency.vb.addedItems if item.zValue() == -10]
     ghost_points = [item for item in ghosts if item.opts["symbol"] and len(item.getData()[0]) == 5]
@@ -1085,7 +1085,7 @@ ttft_ms = 1000
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 3, timeout=30_000)
     window.refresh_plots()
     assert window.plots.latency.points["ttft"].getData()[0].size == 3 and "(n=3)" in latency.titleLabel.text
-    window.clear_baseline()
+    window.run_files.clear_baseline()
     assert (
         not [item for item in latency.vb.addedItems if item.zValue() == -10]
         and window.plots.baseline_label.text() == ""
@@ -1099,7 +1099,7 @@ def test_each_plot_exports_to_png_svg_and_csv(window, qtbot, tiny_config, tmp_pa
     window.traffic_panel.inject_requested.emit(4, 8, 4, "chat")
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=30_000)
     window.refresh_plots()
-    written = window.export_plots(str(tmp_path))
+    written = window.run_files.export_plots(str(tmp_path))
     assert len(written) == 15 and all(path.stat().st_size > 0 for path in written)
     assert not QImage(str(tmp_path / "latency.png")).isNull()
     assert "<svg" in (tmp_path / "queue_depth.svg").read_text()
@@ -1108,7 +1108,7 @@ def test_each_plot_exports_to_png_svg_and_csv(window, qtbot, tiny_config, tmp_pa
     assert header.startswith("TTFT_x,TTFT_y,E2E_x,E2E_y,TPOT_x,TPOT_y,p50 of last 100_x") and len(rows) == 4
     ttft_x = sorted(float(row.split(",")[0]) for row in rows)
     assert ttft_x == pytest.approx(sorted(window.plots.latency.points["ttft"].getData()[0].tolist()))
-    assert window.export_plots(str(tmp_path / "missing" / "folder")) == []
+    assert window.run_files.export_plots(str(tmp_path / "missing" / "folder")) == []
     assert "export plots:" in window.error_label.text()
 
 

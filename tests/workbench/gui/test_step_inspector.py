@@ -36,8 +36,8 @@ def test_clicking_a_plot_selects_a_step_and_the_arrows_and_block_map_follow(wind
     middle = traces.trace((first + last) // 2)
 
     click_plot_at(window, qtbot, "queue_depth", middle.time_s - origin)
-    qtbot.waitUntil(lambda: window.selected_step is not None, timeout=5_000)
-    chosen = window.selected_step
+    qtbot.waitUntil(lambda: window.session.selected_step is not None, timeout=5_000)
+    chosen = window.session.selected_step
     assert abs(chosen - middle.step) <= 1  # the nearest step to where the click landed
     assert window.tabs.currentWidget() is window.step_panel
     assert window.step_panel.title.text().startswith(f"step {chosen} (steps {first}..{last} kept)")
@@ -54,10 +54,10 @@ def test_clicking_a_plot_selects_a_step_and_the_arrows_and_block_map_follow(wind
     window.step_panel.tables["caller"].setFocus()  # arrows in a table move the step, not the table's cell
     qtbot.waitUntil(lambda: window.step_panel.isAncestorOf(window.focusWidget()), timeout=5_000)
     QTest.keyClick(window.step_panel, Qt.Key.Key_Right)
-    assert window.selected_step == chosen + 1
+    assert window.session.selected_step == chosen + 1
     QTest.keyClick(window.step_panel, Qt.Key.Key_Left)
     QTest.keyClick(window.step_panel, Qt.Key.Key_Left)
-    assert window.selected_step == chosen - 1
+    assert window.session.selected_step == chosen - 1
 
     # The block map shows the cache at the selected step, and changes with it.
     window.tabs.setCurrentWidget(window.block_map)
@@ -73,7 +73,9 @@ def test_clicking_a_plot_selects_a_step_and_the_arrows_and_block_map_follow(wind
     # The last step's map is the live one: every request has ended and the cache holds only prefixes
     # (the live map used to keep the ended requests' blocks until the next run: the idle loop never refreshed it).
     window.step_panel.live.click()
-    assert window.selected_step is None and not any(cursor.isVisible() for cursor in window.plots.cursors.values())
+    assert window.session.selected_step is None and not any(
+        cursor.isVisible() for cursor in window.plots.cursors.values()
+    )
     qtbot.waitUntil(lambda: (window.worker.block_map() == maps[last]).all(), timeout=5_000)
 
 
@@ -126,14 +128,14 @@ def test_an_opened_run_is_inspected_from_its_log(window, qtbot, tiny_llama, tmp_
     first, last = traces.step_range()
     preempting = next(step for step in range(first, last + 1) if traces.trace(step).preemptions)
     window.select_time(traces.trace(preempting).time_s - origin)
-    assert window.selected_step == preempting
+    assert window.session.selected_step == preempting
     persisted = window.step_panel.tables["persisted"]
     changes = [persisted.item(row, 1).text() for row in range(persisted.rowCount())]
     assert "preempted" in changes and "released" in changes
     window.select_step(last)  # a fresh engine: replayed from an empty cache, the run's end holds no request's block
     assert (window.block_map.owners < 0).all()
     window.back_to_live()
-    assert window.selected_step is None and window._trace_source()[0] is window.worker.traces
+    assert window.session.selected_step is None and window._trace_source()[0] is window.worker.traces
 
 
 def test_an_engine_with_tracing_off_says_so_and_a_click_selects_nothing(window, qtbot, tiny_config):
@@ -142,4 +144,4 @@ def test_an_engine_with_tracing_off_says_so_and_a_click_selects_nothing(window, 
     window.traffic_panel.inject_requested.emit(2, 8, 4, "chat")
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
     window.select_time(0.0)
-    assert window.worker.traces is None and window.selected_step is None
+    assert window.worker.traces is None and window.session.selected_step is None

@@ -49,7 +49,7 @@ def test_an_opened_run_is_explained_and_a_click_on_the_tails_cause_shows_a_histo
     assert why.detail.height() >= 8 * why.detail.fontMetrics().lineSpacing() and why.slowest.wordWrap()
     assert "waiting for a sequence slot (max_num_seqs)" in history
     assert "waited at the head of waiting: max_num_seqs (2) reached" in history
-    assert window.selected_request == history.split(":", 1)[0]
+    assert window.session.selected_request == history.split(":", 1)[0]
 
 
 def test_the_current_run_is_explained_from_its_log(window, qtbot, tmp_path):
@@ -73,7 +73,7 @@ def test_a_sweeps_point_opens_its_run(window, tmp_path):
     note = f"simulated (vllm-0.6.0):<br>x ±{throughput.median_abs_perc:.0f}%, y ±{per_token.median_abs_perc:.0f}%"
     assert note in chart.titleLabel.text
     window.sweep_view.open_point(curves[0].sweep_rows[1])
-    assert window.viewing_past_run and window.tabs.currentWidget() is window.why
+    assert window.session.viewing_past_run and window.tabs.currentWidget() is window.why
     # Which settings the opened point had: it never said.
     assert window.plots.source_label.text() == "showing point-02: max_num_seqs=8 (Back to live returns)"
     assert "opened point-02 (max_num_seqs=8)" in window.sweep_view.caption.text()

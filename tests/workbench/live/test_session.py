@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from workbench.cli import main
-from workbench.live.session import WindowSession
+from workbench.live.request_rows import RequestRow
+from workbench.live.session import WindowSession, live_request_history, opened_run_summary, step_not_kept
 from workbench.runs.run_log import read_run_log
 
 
@@ -76,3 +77,40 @@ def test_a_new_engine_shows_its_live_run(recorded):
     session.select_step(4)
     session.new_engine()
     assert not session.viewing_past_run and session.selected_step is None
+
+
+def test_the_step_panes_read_the_live_traces_until_a_run_is_opened(recorded):
+    session = WindowSession()
+    live = object()  # the worker's store: handed through untouched
+    assert session.trace_source(live, 12.5) == (live, 12.5)
+    assert session.block_map_rows(["b", "a"]) == {"b": 0, "a": 1}  # the live table's order
+    opened = session.read_opened_run("run", recorded, 90.0)
+    session.show_opened_run(opened)
+    assert session.trace_source(live, 12.5) == (opened.past.store, recorded.header["start_time"])
+    assert session.block_map_rows(["b", "a"]) is opened.past.rows
+    first, last = opened.past.store.step_range()
+    assert step_not_kept(last + 1, opened.past.store) == (
+        f"step {last + 1} is not kept (steps {first}..{last} are; the run log has all)"
+    )
+    assert step_not_kept(3, None) == "step 3 is not kept"
+
+
+def test_a_live_requests_history_covers_the_steps_from_its_arrival_to_its_end(recorded):
+    opened = WindowSession().read_opened_run("run", recorded, 90.0)
+    store, origin = opened.past.store, recorded.header["start_time"]
+    request = recorded.requests[0]
+    arrival_s, end_s = request["arrival_time"] - origin, request["finish_time"] - origin
+    timeline = [(arrival_s, "arrived"), (end_s, "finished")]
+    ended = RequestRow(request["request_id"], "chat", "finished", [1, 2, 3], timeline=timeline)
+    history = live_request_history(store, origin, ended)
+    assert request["request_id"] in history and "step" in history
+    assert live_request_history(store, origin, dataclasses.replace(ended, timeline=[])) == ""
+    assert live_request_history(None, origin, ended) == ""
+
+
+def test_an_opened_runs_summary_says_whether_it_is_complete(recorded):
+    opened = WindowSession().read_opened_run("run", recorded, 90.0)
+    assert opened_run_summary("/runs/a", opened, [], 12, 12) == "viewing /runs/a (complete); 'Back to live' returns"
+    assert opened_run_summary("/runs/a", opened, ["saved mid-run"], 5, 12).startswith(
+        "viewing /runs/a (incomplete: saved mid-run; 5 finished of 12 arrived)"
+    )
