@@ -15,7 +15,10 @@ from engine.requests.sampling_params import SamplingParams
 
 def sample(logits: torch.Tensor, params: list[SamplingParams], seeds: list[int]) -> list[int]:
     """logits: [rows, vocab] float32; one SamplingParams and seed per row."""
-    chosen = logits.argmax(dim=-1)
+    # max(...).indices picks the same token as argmax (the first of equal maxima; a NaN wins, as
+    # there) and on the CPU takes a quarter of its time: 1.1 against 5.0 ms for 64 rows of 49,152
+    # bfloat16 logits (docs/measurements.md, "Where a decode step's time goes").
+    chosen = logits.max(dim=-1).indices
     random_rows = [row for row, row_params in enumerate(params) if not row_params.greedy]
     if random_rows:
         rows = torch.tensor(random_rows, device=logits.device)

@@ -109,3 +109,16 @@ def test_min_p_is_relative_to_each_rows_own_most_likely_token():
     logits = torch.stack([row, row - 5.0]).repeat(2000, 1)
     tokens = np.array(sample(logits, [SamplingParams(min_p=0.3)] * 4000, list(range(4000)))).reshape(2000, 2)
     assert set(tokens[:, 0]) == set(tokens[:, 1]) == {0, 1, 2}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_picks_what_argmax_picks_with_ties_and_nans(dtype):
+    """Greedy takes `max(...).indices` for speed (issue 61): it must pick argmax's token, the
+    first of equal maxima, in every row, and a NaN where argmax does. Small integer logits make
+    ties in most rows."""
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randint(-3, 4, (64, 4096), generator=generator).to(dtype)
+    logits[7, 100] = float("nan")
+    logits[9] = 1.0  # every token tied
+    greedy = [SamplingParams(temperature=0.0)] * 64
+    assert sample(logits, greedy, [0] * 64) == torch.argmax(logits, dim=-1).tolist()
