@@ -43,7 +43,7 @@ def llama_cpp_decode(model: Path, prompt: list[int], tokens: int, threads: int =
     if not LLAMA_CPP_PYTHON.exists():
         return None
     request = {"model": str(model), "prompt": prompt, "tokens": tokens, "threads": threads}
-    return _run_peer(LLAMA_CPP_PYTHON, _LLAMA_CPP_DECODE, request, timeout_s=1800)
+    return run_peer(LLAMA_CPP_PYTHON, _LLAMA_CPP_DECODE, request, timeout_s=1800)
 
 
 # Runs in the peer's venv: reads {"model", "prompts", "tokens", "threads"} on stdin and prints each
@@ -72,7 +72,7 @@ def llama_cpp_greedy(model: Path, prompts: list[list[int]], tokens: int, threads
     if not LLAMA_CPP_PYTHON.exists():
         return None
     request = {"model": str(model), "prompts": prompts, "tokens": tokens, "threads": threads}
-    return _run_peer(LLAMA_CPP_PYTHON, _LLAMA_CPP_GREEDY, request, timeout_s=1200)
+    return run_peer(LLAMA_CPP_PYTHON, _LLAMA_CPP_GREEDY, request, timeout_s=1200)
 
 
 VLLM_PYTHON = Path(os.environ.get("WORKBENCH_VLLM_PYTHON", Path.home() / ".cache/workbench/venv-vllm/bin/python"))
@@ -126,10 +126,10 @@ def vllm_offline_sets(
         "dtype": dtype,
         "max_model_len": max(2048, longest),
     }
-    return _run_peer(VLLM_PYTHON, _VLLM_OFFLINE, request, timeout_s=3600, environment={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    return run_peer(VLLM_PYTHON, _VLLM_OFFLINE, request, timeout_s=3600, environment={"VLLM_CPU_KVCACHE_SPACE": "1"})
 
 
-def _run_peer(python: Path, script: str, request: dict, timeout_s: float, environment: dict | None = None) -> dict:
+def run_peer(python: Path, script: str, request: dict, timeout_s: float, environment: dict | None = None) -> dict:
     """Run a peer script in its venv's interpreter with the request as JSON on stdin; its result
     line (its library may log to stdout after it)."""
     done = subprocess.run(
