@@ -7,6 +7,14 @@
 // converted to float32 a row at a time; scores and sums are float32. Long contexts are split
 // into chunks so that one sequence keeps every core busy.
 //
+// Two ways through a chunk, the same arithmetic in a different order:
+// - with AVX-512 (this build's -march=native says so) and head_dim a multiple of 16: sixteen
+//   positions are scored together (one vector of partial sums per position, summed across lanes
+//   for all sixteen at once), the exponentials are taken sixteen at a time, and each value row is
+//   added into accumulators held in registers (the timings against the portable path:
+//   docs/measurements.md, "Decode attention sixteen positions at a time").
+// - otherwise, portable C++ the compiler vectorises one row at a time.
+//
 // Shapes (the same contract as kernels/paged_attention.py's paged_decode_attention):
 //   query         [num_seqs, num_heads, head_dim]         float32 or bfloat16
 //   key_cache     [num_blocks, block_size, kv_heads, head_dim]  float32 or bfloat16
@@ -27,6 +35,10 @@
 #include <limits>
 #include <memory>
 #include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace {
 
@@ -59,7 +71,7 @@ inline float* partial_of(float* partials, int64_t item, int64_t g, int64_t group
 }
 
 template <typename cache_t>
-void attend_chunk(const float (&q)[kMaxGroup][kMaxHeadDim], const cache_t* key_cache, const cache_t* value_cache,
+void attend_chunk_portable(const float (&q)[kMaxGroup][kMaxHeadDim], const cache_t* key_cache, const cache_t* value_cache,
                   const int64_t* table, int64_t from, int64_t to, int64_t group, int64_t head_dim,
                   int64_t block_size, int64_t token_stride, int64_t block_stride, int64_t head_offset,
                   std::vector<float>& scores, float* partials, int64_t item) {
@@ -103,12 +115,149 @@ void attend_chunk(const float (&q)[kMaxGroup][kMaxHeadDim], const cache_t* key_c
   }
 }
 
+#if defined(__AVX512F__)
+constexpr bool kVectorPath = true;
+
+// Sixteen float32 lanes of a cache row.
+inline __m512 load16(const float* row) { return _mm512_loadu_ps(row); }
+
+inline __m512 load16(const c10::BFloat16* row) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// Lane j of the result: the sum of the sixteen lanes of sums[j] (a transpose folded into the adds).
+inline __m512 sum_each(const __m512 (&sums)[16]) {
+  __m512 pairs[8], quads[4];
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(sums[2 * i], sums[2 * i + 1]),
+                             _mm512_unpackhi_ps(sums[2 * i], sums[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane: [a, b, c, d], each that lane's four summed
+    const __m512d left = _mm512_castps_pd(pairs[2 * i]), right = _mm512_castps_pd(pairs[2 * i + 1]);
+    quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(left, right)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(left, right)));
+  }
+  // Across the four 128-bit lanes: halves first, then the rest, landing sums[4i + k] in lane 4i + k.
+  const __m512 low = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 high = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(low, high, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(low, high, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// e^x, sixteen at a time, within about 2 ulp of std::exp: x = n ln2 + r with |r| <= ln2 / 2
+// (ln2 in two parts, so that r keeps its low bits), e^r by its Taylor series to r^7 (the next
+// term is under 6e-9 relative), and 2^n applied by scalef. Below -104, e^x is 0 in float32.
+inline __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.f));
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.f / 5040);
+  for (const float c : {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+  return _mm512_scalef_ps(p, n);
+}
+
+inline __mmask16 first_lanes(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1); }
+
+// Adds `weights[g][p] * value row p` over the chunk's positions into the accumulators of four
+// query heads and `columns` x 16 columns starting at `column`; held in registers throughout.
+template <int columns, typename cache_t>
+void add_values(const cache_t* const* rows, int64_t count, const float* const (&weights)[4], int64_t column,
+                float* const (&targets)[4], int64_t heads) {
+  __m512 acc[4][columns];
+  for (int g = 0; g < 4; ++g)
+    for (int c = 0; c < columns; ++c) acc[g][c] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < count; ++i) {
+    __m512 row[columns];
+    for (int c = 0; c < columns; ++c) row[c] = load16(rows[i] + column + 16 * c);
+    for (int g = 0; g < 4; ++g) {
+      const __m512 weight = _mm512_set1_ps(weights[g][i]);
+      for (int c = 0; c < columns; ++c) acc[g][c] = _mm512_fmadd_ps(weight, row[c], acc[g][c]);
+    }
+  }
+  for (int64_t g = 0; g < heads; ++g)
+    for (int c = 0; c < columns; ++c) _mm512_storeu_ps(targets[g] + column + 16 * c, acc[g][c]);
+}
+
+template <typename cache_t>
+void attend_chunk_vector(const float (&q)[kMaxGroup][kMaxHeadDim], const cache_t* key_cache,
+                         const cache_t* value_cache, const int64_t* table, int64_t from, int64_t to, int64_t group,
+                         int64_t head_dim, int64_t block_size, int64_t token_stride, int64_t block_stride,
+                         int64_t head_offset, std::vector<float>& scores, float* partials, int64_t item) {
+  const int64_t count = to - from;
+  const int64_t padded_group = (group + 3) / 4 * 4;  // value accumulation takes four heads at a time
+  scores.assign(padded_group * count, 0.f);
+  std::vector<const cache_t*> keys(count), values(count);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t p = from + i, offset = table[p / block_size] * block_stride + (p % block_size) * token_stride;
+    keys[i] = key_cache + offset + head_offset;
+    values[i] = value_cache + offset + head_offset;
+  }
+  // Scores, sixteen positions at a time; past the chunk's end, a row of zeros stands in.
+  alignas(64) static const cache_t zeros[kMaxHeadDim] = {};
+  for (int64_t start = 0; start < count; start += 16) {
+    const int64_t n = std::min<int64_t>(16, count - start);
+    const cache_t* tile[16];
+    for (int64_t j = 0; j < 16; ++j) tile[j] = j < n ? keys[start + j] : zeros;
+    for (int64_t g = 0; g < group; ++g) {
+      __m512 sums[16];
+      for (int j = 0; j < 16; ++j) sums[j] = _mm512_setzero_ps();
+      for (int64_t d = 0; d < head_dim; d += 16) {
+        const __m512 query = _mm512_loadu_ps(&q[g][d]);
+        for (int j = 0; j < 16; ++j) sums[j] = _mm512_fmadd_ps(query, load16(tile[j] + d), sums[j]);
+      }
+      _mm512_mask_storeu_ps(scores.data() + g * count + start, first_lanes(n), sum_each(sums));
+    }
+  }
+  // Softmax numerators relative to each head's maximum, and their sums.
+  for (int64_t g = 0; g < group; ++g) {
+    float* weights = scores.data() + g * count;
+    __m512 maxima = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t i = 0; i < count; i += 16)
+      maxima = _mm512_max_ps(maxima, _mm512_mask_loadu_ps(maxima, first_lanes(count - i), weights + i));
+    const float maximum = _mm512_reduce_max_ps(maxima);
+    __m512 sums = _mm512_setzero_ps();
+    for (int64_t i = 0; i < count; i += 16) {
+      const __mmask16 lanes = first_lanes(count - i);
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, weights + i), _mm512_set1_ps(maximum)));
+      _mm512_mask_storeu_ps(weights + i, lanes, e);
+      sums = _mm512_add_ps(sums, _mm512_maskz_mov_ps(lanes, e));
+    }
+    float* partial = partial_of(partials, item, g, group, head_dim);
+    partial[0] = maximum;
+    partial[1] = _mm512_reduce_add_ps(sums);
+  }
+  // Values: four query heads and up to 64 columns per pass over the chunk.
+  for (int64_t g0 = 0; g0 < group; g0 += 4) {
+    const float* const weights[4] = {&scores[g0 * count], &scores[(g0 + 1) * count], &scores[(g0 + 2) * count],
+                                     &scores[(g0 + 3) * count]};
+    float* targets[4];
+    for (int64_t g = 0; g < 4; ++g) targets[g] = partial_of(partials, item, std::min(g0 + g, group - 1), group, head_dim) + 2;
+    const int64_t heads = std::min<int64_t>(4, group - g0);
+    for (int64_t column = 0; column < head_dim; column += 64) {
+      switch (std::min<int64_t>(4, (head_dim - column) / 16)) {
+        case 4: add_values<4>(values.data(), count, weights, column, targets, heads); break;
+        case 3: add_values<3>(values.data(), count, weights, column, targets, heads); break;
+        case 2: add_values<2>(values.data(), count, weights, column, targets, heads); break;
+        default: add_values<1>(values.data(), count, weights, column, targets, heads); break;
+      }
+    }
+  }
+}
+#else
+constexpr bool kVectorPath = false;
+#endif
+
 template <typename cache_t, typename query_t>
 void attend(const query_t* query, const cache_t* key_cache, const cache_t* value_cache,
             const int64_t* block_tables, const int64_t* context_lens, query_t* out, int64_t num_seqs,
             int64_t num_heads, int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t max_blocks,
             double scale, int64_t window) {
   const int64_t group = num_heads / kv_heads;
+  [[maybe_unused]] const bool vector_path = kVectorPath && head_dim % 16 == 0;
   const int64_t token_stride = kv_heads * head_dim;  // between positions of one block
   const int64_t block_stride = block_size * token_stride;
   // Work items: (sequence, KV head, chunk of its visible positions).
@@ -132,8 +281,16 @@ void attend(const query_t* query, const cache_t* key_cache, const cache_t* value
         const query_t* row = query + (seq * num_heads + kv_head * group + g) * head_dim;
         for (int64_t d = 0; d < head_dim; ++d) q[g][d] = to_float(row[d]) * static_cast<float>(scale);
       }
-      attend_chunk(q, key_cache, value_cache, block_tables + seq * max_blocks, from, to, group, head_dim,
-                   block_size, token_stride, block_stride, kv_head * head_dim, scores, partials.get(), item);
+      const int64_t* table = block_tables + seq * max_blocks;
+#if defined(__AVX512F__)
+      if (vector_path) {
+        attend_chunk_vector(q, key_cache, value_cache, table, from, to, group, head_dim, block_size, token_stride,
+                            block_stride, kv_head * head_dim, scores, partials.get(), item);
+        continue;
+      }
+#endif
+      attend_chunk_portable(q, key_cache, value_cache, table, from, to, group, head_dim, block_size, token_stride,
+                            block_stride, kv_head * head_dim, scores, partials.get(), item);
     }
   });
   // Merge each sequence's chunks: rescale every chunk to the overall maximum.

@@ -1,6 +1,8 @@
 """Paged attention equals plain causal attention on contiguous K/V, for uneven lengths, scattered
-blocks, GQA ratios 1 and 3, and with a sliding window (shorter and longer than the contexts); decode
-both through the CPU operator that reads blocks in place and through the gathering torch path."""
+blocks, GQA ratios 1, 3 and 5, and with a sliding window (shorter and longer than the contexts); decode
+both through the CPU operator that reads blocks in place and through the gathering torch path. The
+CPU operator's two ways through a chunk are both held: head_dim 24 takes the portable one, 64 and
+80 (four column groups of 16, then one) the AVX-512 one where the build has it."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ def dense_attention(query, keys, values, query_positions, window=None):
     window, each query sees only the `window` positions ending at its own."""
     group = query.shape[1] // keys.shape[1]
     keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
-    scores = torch.einsum("qhd,khd->hqk", query, keys) / HEAD_DIM**0.5
+    scores = torch.einsum("qhd,khd->hqk", query, keys) / query.shape[-1] ** 0.5
     visible = torch.arange(keys.shape[0])[None, :] <= query_positions[:, None]
     if window is not None:
         visible &= torch.arange(keys.shape[0])[None, :] > query_positions[:, None] - window
@@ -30,17 +32,18 @@ def dense_attention(query, keys, values, query_positions, window=None):
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), values)
 
 
+@pytest.mark.parametrize("head_dim", [24, 64, 80])
 @pytest.mark.parametrize("window", [None, 16, 512])
-@pytest.mark.parametrize("kv_heads, group", [(2, 1), (2, 3), (1, 3)])
+@pytest.mark.parametrize("kv_heads, group", [(2, 1), (2, 3), (1, 5)])
 @pytest.mark.parametrize("lengths", [[1], [5, 1, 17, 8, 4], [33], [33, 33], [3, 1500, 7, 700, 2900, 40]])
-def test_decode_matches_dense(kv_heads, group, lengths, window):
+def test_decode_matches_dense(kv_heads, group, lengths, window, head_dim):
     assert cpu_paged_attention.available(), cpu_paged_attention.unavailable_reason()
     generator = torch.Generator().manual_seed(len(lengths) * 10 + group)
-    key_cache, value_cache, tables, contents = scattered_cache(lengths, kv_heads, generator)
-    query = torch.randn(len(lengths), kv_heads * group, HEAD_DIM, generator=generator)
+    key_cache, value_cache, tables, contents = scattered_cache(lengths, kv_heads, generator, head_dim)
+    query = torch.randn(len(lengths), kv_heads * group, head_dim, generator=generator)
     widest = max(len(table) for table in tables)
     block_tables = torch.tensor([table + [0] * (widest - len(table)) for table in tables])
-    context_lens, scale = torch.tensor(lengths), HEAD_DIM**-0.5
+    context_lens, scale = torch.tensor(lengths), head_dim**-0.5
     outputs = [
         # Gathered: grouped by length (the eager path) and as one masked group (the compiled path).
         gather_decode_attention(
@@ -75,19 +78,22 @@ def test_the_cpu_decode_reads_the_blocks_in_place_when_its_operator_builds():
     assert "workbench::paged_decode_attention" in names and "aten::index_select" not in names
 
 
+@pytest.mark.parametrize("query_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [24, 64])
 @pytest.mark.parametrize("window", [None, 512])
-def test_the_cpu_operator_on_a_bfloat16_cache_matches_the_gathering_path(window):
-    """The engine's default KV dtype: bfloat16 keys and values, a float32 query; one long context
-    (four chunks) beside short ones."""
+def test_the_cpu_operator_on_a_bfloat16_cache_matches_the_gathering_path(window, head_dim, query_dtype):
+    """The engine's default KV dtype: bfloat16 keys and values, with a float32 query (the eager
+    path) or a bfloat16 one (the compiled bf16 copy); one long context (four chunks) beside short
+    ones."""
     assert cpu_paged_attention.available(), cpu_paged_attention.unavailable_reason()
     generator = torch.Generator().manual_seed(3)
     lengths = [4000, 9, 300]
-    key_cache, value_cache, tables, _ = scattered_cache(lengths, 3, generator)
+    key_cache, value_cache, tables, _ = scattered_cache(lengths, 3, generator, head_dim)
     key_cache, value_cache = key_cache.bfloat16(), value_cache.bfloat16()
-    query = torch.randn(len(lengths), 9, HEAD_DIM, generator=generator)
+    query = torch.randn(len(lengths), 9, head_dim, generator=generator).to(query_dtype)
     widest = max(len(table) for table in tables)
     block_tables = torch.tensor([table + [0] * (widest - len(table)) for table in tables])
-    arguments = (query, key_cache, value_cache, block_tables, torch.tensor(lengths), HEAD_DIM**-0.5)
+    arguments = (query, key_cache, value_cache, block_tables, torch.tensor(lengths), head_dim**-0.5)
     expected = gather_decode_attention(*arguments, None, window)
     actual = paged_decode_attention(*arguments, None, window)
     torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-3)
