@@ -27,9 +27,20 @@ def write_kv_cache(
     value_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # [num_tokens], block_id * block_size + offset
 ) -> None:
-    kv_heads, head_dim = key.shape[1], key.shape[2]
-    key_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, key.to(key_cache.dtype))
-    value_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, value.to(value_cache.dtype))
+    key, value = key.to(key_cache.dtype), value.to(value_cache.dtype)
+    if torch.compiler.is_compiling():
+        # Indexed on the cache tensor itself, not through a flattening view: in a compiled graph a
+        # tensor that several layers write (KV groups share the pool's tensors) then stays written
+        # in place; through the view, inductor copied every shared tensor each step (tests/engine/
+        # test_compiled_decode.py, docs/measurements.md).
+        block_size = key_cache.shape[1]
+        blocks, offsets = slot_mapping // block_size, slot_mapping % block_size
+        key_cache.index_put_((blocks, offsets), key)
+        value_cache.index_put_((blocks, offsets), value)
+    else:  # eagerly the view's index_copy_ is the faster write (docs/measurements.md)
+        kv_heads, head_dim = key.shape[1], key.shape[2]
+        key_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, key)
+        value_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, value)
 
 
 def paged_decode_attention(
