@@ -186,11 +186,13 @@ template <typename cache_t>
 void attend_chunk_vector(const float (&q)[kMaxGroup][kMaxHeadDim], const cache_t* key_cache,
                          const cache_t* value_cache, const int64_t* table, int64_t from, int64_t to, int64_t group,
                          int64_t head_dim, int64_t block_size, int64_t token_stride, int64_t block_stride,
-                         int64_t head_offset, std::vector<float>& scores, float* partials, int64_t item) {
+                         int64_t head_offset, std::vector<float>& scores, std::vector<const cache_t*>& keys,
+                         std::vector<const cache_t*>& values, float* partials, int64_t item) {
   const int64_t count = to - from;
   const int64_t padded_group = (group + 3) / 4 * 4;  // value accumulation takes four heads at a time
   scores.assign(padded_group * count, 0.f);
-  std::vector<const cache_t*> keys(count), values(count);
+  keys.resize(count);
+  values.resize(count);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t p = from + i, offset = table[p / block_size] * block_stride + (p % block_size) * token_stride;
     keys[i] = key_cache + offset + head_offset;
@@ -269,7 +271,8 @@ void attend(const query_t* query, const cache_t* key_cache, const cache_t* value
   }
   std::unique_ptr<float[]> partials(new float[item_start[num_seqs] * group * (head_dim + 2)]);
   at::parallel_for(0, item_start[num_seqs], 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
+    std::vector<float> scores;  // the chunk's scores, then weights; with the row pointers, reused per item
+    std::vector<const cache_t*> keys, values;
     float q[kMaxGroup][kMaxHeadDim];
     for (int64_t item = begin; item < end; ++item) {
       const int64_t seq = std::upper_bound(item_start.begin(), item_start.end(), item) - item_start.begin() - 1;
@@ -285,7 +288,7 @@ void attend(const query_t* query, const cache_t* key_cache, const cache_t* value
 #if defined(__AVX512F__)
       if (vector_path) {
         attend_chunk_vector(q, key_cache, value_cache, table, from, to, group, head_dim, block_size, token_stride,
-                            block_stride, kv_head * head_dim, scores, partials.get(), item);
+                            block_stride, kv_head * head_dim, scores, keys, values, partials.get(), item);
         continue;
       }
 #endif
