@@ -25,6 +25,10 @@ def variants(compile_too: bool) -> list[tuple[str, dict]]:
     rows = [(option, {"quantization": option}) for option in OPTIONS]
     rows += [
         ("int4 + int8 head", {"quantization": "int4", "quantize_lm_head": True}),
+        (
+            "w4a8 + int8 head, KV bf16",
+            {"quantization": "w4a8", "quantize_lm_head": True, "batched_bf16_copy": True, "kv_cache_dtype": "bfloat16"},
+        ),
         ("w8a8 + w8a8 head", {"quantization": "w8a8", "quantize_lm_head": True}),
         ("w8a8 + w8a8 head, KV bf16", {"quantization": "w8a8", "quantize_lm_head": True, "kv_cache_dtype": "bfloat16"}),
     ]

@@ -40,7 +40,7 @@ from engine.scheduling.block_manager import BlockManager
 from engine.scheduling.scheduler import Scheduler
 from engine.simulation import is_simulated, prepare_simulated_model
 from engine.simulation.serving_stacks import AUTO as AUTO_STACK
-from kernels import cpu_paged_attention
+from kernels import cpu_operators
 
 _SEED_MASK = 0x7FFF_FFFF_FFFF_FFFF
 
@@ -112,10 +112,10 @@ class LLMEngine:
         if self.device.type == "cpu" and not is_simulated(config.model):
             # Its first build can wait for another process's (a shared build cache): say for what,
             # and let a cancelled load end the wait (the progress callback raises).
-            cpu_paged_attention.available(
+            cpu_operators.available(
                 lambda lock, waited: progress(
                     f"warm up: waiting {waited:.0f} s for {lock}, held by another process building the "
-                    f"attention operator (at most {cpu_paged_attention.LOCK_TIMEOUT_S:.0f} s)",
+                    f"attention operator (at most {cpu_operators.LOCK_TIMEOUT_S:.0f} s)",
                     0.0,
                 )
             )

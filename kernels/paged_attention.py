@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels import cpu_paged_attention
+from kernels import cpu_operators
 
 
 def write_kv_cache(
@@ -54,14 +54,14 @@ def paged_decode_attention(
     window: int | None = None,
 ) -> torch.Tensor:
     """Reads K/V in place through the block tables where an operator for the device exists: on
-    CUDA the Triton kernel, on the CPU the C++ operator (kernels/cpu_paged_attention.py); else
+    CUDA the Triton kernel, on the CPU the C++ operator (kernels/cpu_operators.py); else
     gathers them (`gather_decode_attention`)."""
     if query.is_cuda and window is None:  # the Triton kernel has no window yet: the torch path below
         from kernels.triton_paged_attention import paged_decode_attention_triton, supports
 
         if supports(key_cache.shape[1], query.shape[2]):
             return paged_decode_attention_triton(query, key_cache, value_cache, block_tables, context_lens, scale)
-    if query.device.type == "cpu" and cpu_paged_attention.available():
+    if query.device.type == "cpu" and cpu_operators.available():
         return torch.ops.workbench.paged_decode_attention(
             query, key_cache, value_cache, block_tables, context_lens, scale, window or 0
         )

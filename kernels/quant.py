@@ -5,6 +5,8 @@ int4 (W4A16): asymmetric per group of `group_size` input columns: w ~= q * scale
 q in [0, 15] and a float scale and minimum per group (llama.cpp's Q4_1 layout, so a Q4_1 file
 quantized with group 32 comes back exactly); two 4-bit values per byte, the even column in the
 low nibble.
+W4A8 (int4 weights as above, with the scale and minimum in float16) takes activations as int8 per
+block of 32 inputs, symmetric, as llama.cpp's Q8 blocks do (the product: kernels/quant_matmul.py).
 W8A8 activations: symmetric int8 per token (per row), computed on the fly for each product; with
 int8 weights per output channel the product accumulates exactly in int32 and both scales apply
 once at the end (vLLM's dynamic per-token W8A8 int8 scheme; the engine smooths the model's
@@ -31,6 +33,28 @@ def quantize_per_token_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     absmax = x.abs().amax(dim=-1, keepdim=True).float().clamp_(min=1e-8)
     q = x.float().mul(absmax.reciprocal().mul_(127.0)).round_().to(torch.int8)
     return q, absmax.div_(127.0)
+
+
+ACTIVATION_BLOCK = 32  # W4A8: inputs per activation scale
+
+
+def quantize_per_block_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] (K a multiple of 32) -> (codes int8 [M, K], scales float32 [M, K/32]); each block
+    of 32 inputs rounded to 127 / its largest magnitude (a zero block keeps scale 0, codes 0)."""
+    rows, columns = x.shape
+    blocks = x.float().view(rows, columns // ACTIVATION_BLOCK, ACTIVATION_BLOCK)
+    largest = blocks.abs().amax(dim=-1)
+    # 127 divided by the largest, rounded once, as the operator computes it: `127.0 / tensor` is
+    # reciprocal-then-multiply in torch, rounded twice, and moved a code at x * inverse = 63.5.
+    inverse = torch.where(largest > 0, torch.full_like(largest, 127.0).div(largest), torch.zeros_like(largest))
+    codes = torch.round(blocks * inverse[..., None]).to(torch.int8).view(rows, columns)
+    return codes, largest / 127.0
+
+
+def dequantize_per_block_int8(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    rows, columns = codes.shape
+    blocks = codes.float().view(rows, columns // ACTIVATION_BLOCK, ACTIVATION_BLOCK)
+    return (blocks * scales[..., None]).view(rows, columns)
 
 
 def dequantize_int8(q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,10 @@ bf16 they ran 2-10x faster than a dense fp32 matmul on the development machine f
 shapes at M=1, and 5-30x slower with fp32 activations, so activations are cast to bf16 for the
 product and the result cast back to the compute dtype.
 
+W4A8 (int4 weights, activations as int8 per block of 32) runs this project's VNNI operator on the
+CPU (kernels/cpu_int4_product.cpp: llama.cpp's Q4_1 x Q8 arithmetic); on CUDA the int4 Triton
+kernel multiplies the activations as quantized and dequantized, the same values.
+
 W8A8 (int8 weights and per-token int8 activations) runs `torch._int_mm` on CPU (oneDNN, int32
 accumulation, VNNI where the CPU has it): on the development CPU it ran at 470-670 GFLOP/s for
 SmolLM2's projections at M = 64 and 2048, against 190-310 for the fp32 product. The weight is
@@ -17,7 +21,15 @@ from __future__ import annotations
 
 import torch
 
-from kernels.quant import dequantize_int4, dequantize_int8, quantize_per_token_int8
+from kernels.quant import (
+    ACTIVATION_BLOCK,
+    dequantize_int4,
+    dequantize_int8,
+    dequantize_per_block_int8,
+    quantize_per_block_int8,
+    quantize_per_token_int8,
+    unpack_int4,
+)
 
 
 def int8_matmul_reference(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
@@ -34,6 +46,45 @@ def w8a8_matmul_reference(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor
     q_x, x_scales = quantize_per_token_int8(flat)
     out = (q_x.double() * x_scales.double()) @ (q.double() * scales.double()[:, None]).T
     return out.to(x.dtype).reshape(*x.shape[:-1], q.shape[0])
+
+
+def blockwise_int8_activations(x: torch.Tensor) -> torch.Tensor:
+    """x [..., K] -> the values W4A8 multiplies: each block of 32 inputs quantized to int8 and back."""
+    flat = x.reshape(-1, x.shape[-1])
+    return dequantize_per_block_int8(*quantize_per_block_int8(flat)).to(x.dtype).reshape(x.shape)
+
+
+def w4a8_matmul_reference(x, packed, scales, minimums, group_size) -> torch.Tensor:
+    """Both operands quantized, then dequantized and multiplied in float64 (scales and minimums
+    rounded to float16, as the operator stores them)."""
+    weight = dequantize_int4(packed, scales.half().float(), minimums.half().float(), group_size).double()
+    return (blockwise_int8_activations(x.float()).double() @ weight.T).to(x.dtype)
+
+
+def prepare_w4a8_cpu(
+    packed: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor, group_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Our int4 format -> the operator's: for each 64 inputs 32 bytes, byte b holding input b in
+    its low nibble and input 32 + b in its high one (so one AND and one shift give two blocks in
+    input order); a float16 scale and minimum per block of 32 inputs (a group of 64 or 128 repeats
+    its own)."""
+    codes = unpack_int4(packed)
+    rows, columns = codes.shape
+    halves = codes.view(rows, columns // 64, 2, 32)
+    operator_codes = (halves[:, :, 0] | (halves[:, :, 1] << 4)).reshape(rows, columns // 2).contiguous()
+    repeats = group_size // ACTIVATION_BLOCK
+    return (
+        operator_codes,
+        scales.repeat_interleave(repeats, dim=1).half().contiguous(),
+        minimums.repeat_interleave(repeats, dim=1).half().contiguous(),
+    )
+
+
+def w4a8_matmul_cpu(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor) -> torch.Tensor:
+    """x [..., K]; the operator's codes [N, K/2], float16 scales and minimums [N, K/32] -> [..., N]."""
+    flat = x.reshape(-1, x.shape[-1]).float()
+    out = torch.ops.workbench.int4_product(flat, codes, scales, minimums)
+    return out.to(x.dtype).reshape(*x.shape[:-1], codes.shape[0])
 
 
 def w8a8_matmul_cpu(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

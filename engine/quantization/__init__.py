@@ -3,7 +3,7 @@ load time: the registry of methods, and applying one to a model.
 
 Every place that needs to know the formats (config validation, the memory model, the simulator,
 the CLI, the engine panel, the benchmarks) reads `METHODS`; each method's module says what it is
-(engine/quantization/int8.py, int4.py, w8a8.py, bitsandbytes.py). With `quantize_lm_head`, the
+(engine/quantization/int8.py, int4.py, w4a8.py, w8a8.py, bitsandbytes.py). With `quantize_lm_head`, the
 LM head is quantized too, to the method's `lm_head_method` (int8 weights; W8A8 for w8a8).
 """
 
@@ -19,11 +19,20 @@ from engine.quantization.base import BATCHED_ROWS, QuantizationMethod, Quantized
 from engine.quantization.bitsandbytes import BitsAndBytesInt8, BitsAndBytesNF4
 from engine.quantization.int4 import Int4WeightOnly
 from engine.quantization.int8 import Int8Embedding, Int8WeightOnly
+from engine.quantization.w4a8 import W4A8
 from engine.quantization.w8a8 import W8A8
 
 METHODS: dict[str, QuantizationMethod] = {
     method.name: method
-    for method in (Unquantized(), Int8WeightOnly(), Int4WeightOnly(), W8A8(), BitsAndBytesInt8(), BitsAndBytesNF4())
+    for method in (
+        Unquantized(),
+        Int8WeightOnly(),
+        Int4WeightOnly(),
+        W4A8(),
+        W8A8(),
+        BitsAndBytesInt8(),
+        BitsAndBytesNF4(),
+    )
 }
 UNQUANTIZED = Unquantized.name  # the reference every quantized option is compared with
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")  # after CausalLM.fuse_projections

@@ -19,7 +19,7 @@ PROMPTS = [
 ]
 
 
-@pytest.mark.parametrize("method", ["int8", "int4", "w8a8", "bnb-int8", "bnb-nf4"])
+@pytest.mark.parametrize("method", ["int8", "int4", "w4a8", "w8a8", "bnb-int8", "bnb-nf4"])
 def test_quantized_models_stay_fluent_and_agree_with_none_at_first(make_smollm_engine, method):
     reference = make_smollm_engine(kv_cache_memory=32 << 20)
     quantized = make_smollm_engine(kv_cache_memory=32 << 20, quantization=method)
@@ -118,3 +118,16 @@ def test_the_int8_embedding_holds_a_q8_0_table_exactly():
     per_row = Int8Embedding(table[:, :30], torch.float32)  # a width that 32 does not divide: per row
     assert per_row.scales.shape == (64, 1)
     assert (per_row(ids) - table[ids, :30]).abs().max() <= per_row.scales.max() / 2 + 1e-7
+
+
+def test_w4a8_refuses_a_width_its_operator_cannot_read_naming_it():
+    from types import SimpleNamespace
+
+    from engine.quantization import check_quantization
+
+    config = SimpleNamespace(hidden_size=96, intermediate_size=256, num_heads=3, head_dim=32)
+    with pytest.raises(ConfigError, match="w4a8 needs input widths that are multiples of 64; hidden_size is 96"):
+        check_quantization("w4a8", 32, config, quantize_lm_head=True)
+    check_quantization(
+        "w4a8", 32, SimpleNamespace(hidden_size=128, intermediate_size=256, num_heads=4, head_dim=32), True
+    )

@@ -13,14 +13,14 @@ import sys
 import pytest
 
 from benchmarks.server_processes import free_port, wait_until
-from kernels import cpu_paged_attention
+from kernels import cpu_operators
 from workbench.server.stop_signal import StopSignal
 
-LOAD = "from kernels.cpu_paged_attention import available, unavailable_reason; print(available(), unavailable_reason())"
+LOAD = "from kernels.cpu_operators import available, unavailable_reason; print(available(), unavailable_reason())"
 
 
 def build_directory(root):
-    return root / f"workbench_paged_attention_{cpu_paged_attention._machine_tag()}"
+    return root / f"workbench_cpu_operators_{cpu_operators._machine_tag()}"
 
 
 def load_in_a_process(root) -> str:
@@ -50,15 +50,15 @@ def test_a_stale_lock_left_by_a_killed_build_does_not_hang_the_next_engine(tmp_p
 
 def test_a_build_lock_held_too_long_gives_up_naming_the_file(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
-    monkeypatch.setattr(cpu_paged_attention, "_state", {})
-    monkeypatch.setattr(cpu_paged_attention, "LOCK_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(cpu_operators, "_state", {})
+    monkeypatch.setattr(cpu_operators, "LOCK_TIMEOUT_S", 0.3)
     directory = build_directory(tmp_path)
     directory.mkdir(parents=True)
     with (directory / "build.flock").open("a") as holder:
         fcntl.flock(holder, fcntl.LOCK_EX)  # another process building, for ever
         with pytest.warns(RuntimeWarning, match="could not be built"):
-            assert not cpu_paged_attention.available()
-    reason = cpu_paged_attention.unavailable_reason()
+            assert not cpu_operators.available()
+    reason = cpu_operators.unavailable_reason()
     assert reason.startswith(f"TimeoutError: {directory / 'build.flock'}: another process has held the build lock")
 
 
@@ -69,7 +69,7 @@ class Cancelled(Exception):
 def test_a_wait_for_the_lock_is_told_and_ends_when_the_caller_says_so(tmp_path, monkeypatch):
     """A load sat at "warm up 75%" for minutes, saying nothing, and Cancel load did nothing."""
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
-    monkeypatch.setattr(cpu_paged_attention, "_state", {})
+    monkeypatch.setattr(cpu_operators, "_state", {})
     directory = build_directory(tmp_path)
     directory.mkdir(parents=True)
     told = []
@@ -82,10 +82,10 @@ def test_a_wait_for_the_lock_is_told_and_ends_when_the_caller_says_so(tmp_path, 
     with (directory / "build.flock").open("a") as holder:
         fcntl.flock(holder, fcntl.LOCK_EX)  # another process building
         with pytest.raises(Cancelled):
-            cpu_paged_attention.available(on_wait)
+            cpu_operators.available(on_wait)
     assert [lock for lock, _ in told] == [directory / "build.flock"] * 2
     assert told[0][1] < 1 <= told[1][1] < 2  # once a second, from the start
-    assert "loaded" not in cpu_paged_attention._state  # not taken for a failed build: the next load tries again
+    assert "loaded" not in cpu_operators._state  # not taken for a failed build: the next load tries again
 
 
 def test_a_stop_is_no_failed_build():

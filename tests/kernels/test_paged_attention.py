@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import cpu_paged_attention
+from kernels import cpu_operators
 from kernels.paged_attention import (
     gather_decode_attention,
     length_buckets,
@@ -37,7 +37,7 @@ def dense_attention(query, keys, values, query_positions, window=None):
 @pytest.mark.parametrize("kv_heads, group", [(2, 1), (2, 3), (1, 5)])
 @pytest.mark.parametrize("lengths", [[1], [5, 1, 17, 8, 4], [33], [33, 33], [3, 1500, 7, 700, 2900, 40]])
 def test_decode_matches_dense(kv_heads, group, lengths, window, head_dim):
-    assert cpu_paged_attention.available(), cpu_paged_attention.unavailable_reason()
+    assert cpu_operators.available(), cpu_operators.unavailable_reason()
     generator = torch.Generator().manual_seed(len(lengths) * 10 + group)
     key_cache, value_cache, tables, contents = scattered_cache(lengths, kv_heads, generator, head_dim)
     query = torch.randn(len(lengths), kv_heads * group, head_dim, generator=generator)
@@ -67,7 +67,7 @@ def test_decode_matches_dense(kv_heads, group, lengths, window, head_dim):
 
 
 def test_the_cpu_decode_reads_the_blocks_in_place_when_its_operator_builds():
-    assert cpu_paged_attention.available(), cpu_paged_attention.unavailable_reason()
+    assert cpu_operators.available(), cpu_operators.unavailable_reason()
     generator = torch.Generator().manual_seed(7)
     key_cache, value_cache, tables, _ = scattered_cache([40], 1, generator)
     query = torch.randn(1, 3, HEAD_DIM, generator=generator)
@@ -85,7 +85,7 @@ def test_the_cpu_operator_on_a_bfloat16_cache_matches_the_gathering_path(window,
     """The engine's default KV dtype: bfloat16 keys and values, with a float32 query (the eager
     path) or a bfloat16 one (the compiled bf16 copy); one long context (four chunks) beside short
     ones."""
-    assert cpu_paged_attention.available(), cpu_paged_attention.unavailable_reason()
+    assert cpu_operators.available(), cpu_operators.unavailable_reason()
     generator = torch.Generator().manual_seed(3)
     lengths = [4000, 9, 300]
     key_cache, value_cache, tables, _ = scattered_cache(lengths, 3, generator, head_dim)

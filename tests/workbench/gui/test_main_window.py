@@ -198,11 +198,11 @@ def test_a_load_waiting_for_another_processs_build_says_so_and_cancel_ends_it(
 ):
     """It sat at "warm up 75%" for over 5 minutes while another process held the build cache's
     lock, and Cancel load did nothing."""
-    from kernels import cpu_paged_attention
+    from kernels import cpu_operators
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # no build here yet
-    monkeypatch.setattr(cpu_paged_attention, "_state", {})
-    directory = tmp_path / f"workbench_paged_attention_{cpu_paged_attention._machine_tag()}"
+    monkeypatch.setattr(cpu_operators, "_state", {})
+    directory = tmp_path / f"workbench_cpu_operators_{cpu_operators._machine_tag()}"
     directory.mkdir()
     with (directory / "build.flock").open("a") as holder:
         fcntl.flock(holder, fcntl.LOCK_EX)  # another process building
@@ -212,7 +212,7 @@ def test_a_load_waiting_for_another_processs_build_says_so_and_cancel_ends_it(
         assert window.cancel_button.isVisible()
         window.cancel_button.click()
         qtbot.waitUntil(lambda: window.error_label.text().startswith("load cancelled"), timeout=10_000)
-    assert window.info is None and "loaded" not in cpu_paged_attention._state
+    assert window.info is None and "loaded" not in cpu_operators._state
 
 
 def test_opening_a_run_with_a_damaged_line_shows_the_rest_and_names_the_line(window, tmp_path, tiny_llama):

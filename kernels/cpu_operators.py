@@ -1,17 +1,21 @@
-"""Decode attention reading the paged KV cache in place on the CPU: a C++ operator
-(cpu_paged_attention.cpp), built once per machine with torch's extension builder and kept in its
-cache (`$TORCH_EXTENSIONS_DIR`, default ~/.cache/torch_extensions).
+"""This project's C++ operators for the CPU, built once per machine with torch's extension builder
+into one library kept in its cache (`$TORCH_EXTENSIONS_DIR`, default ~/.cache/torch_extensions):
 
-The torch reference (kernels/paged_attention.py) gathers every sequence's blocks into a padded
-tensor and then attends over it: three passes over the context at copy bandwidth, and PyTorch's
-CPU attention for a few query rows per head reads K/V at about 1-2 GB/s (docs/measurements.md,
-curve b). This operator reads each visible key and value once, for all query heads of a KV head
-together. It is registered as `torch.ops.workbench.paged_decode_attention(query, key_cache,
-value_cache, block_tables, context_lens, scale, window)` (window 0: full attention; otherwise the
-contract of kernels.paged_attention.paged_decode_attention) with a fake implementation, so that
-the compiled decode graph calls it as one opaque operator.
+- `torch.ops.workbench.paged_decode_attention(query, key_cache, value_cache, block_tables,
+  context_lens, scale, window)` (cpu_paged_attention.cpp): decode attention reading the paged KV
+  cache in place. The torch reference (kernels/paged_attention.py) gathers every sequence's blocks
+  into a padded tensor and then attends over it: three passes over the context at copy bandwidth,
+  and PyTorch's CPU attention for a few query rows per head reads K/V at about 1-2 GB/s
+  (docs/measurements.md, curve b). This operator reads each visible key and value once, for all
+  query heads of a KV head together (window 0: full attention; otherwise the contract of
+  kernels.paged_attention.paged_decode_attention).
+- `torch.ops.workbench.int4_product(x, codes, scales, minimums)` (cpu_int4_product.cpp): int4
+  weights times activations quantized to int8 per 32 inputs, with VNNI dot products
+  (kernels/int4_product.py packs the weights; the w4a8 method uses it).
 
-If the build fails (no C++ compiler), `available()` is False and the torch path is used; the
+Each has a fake implementation, so that a compiled graph calls it as one opaque operator.
+
+If the build fails (no C++ compiler), `available()` is False and the torch paths are used; the
 reason is kept in `unavailable_reason` and said once as a warning.
 
 Building is guarded by a lock of our own, `build.flock` in the build directory: an flock, which
@@ -21,7 +25,7 @@ we hold ours is a dead builder's, and is removed. A process that waits for our l
 `LOCK_TIMEOUT_S` gives up with a message naming the file and takes the torch path; meanwhile it
 says, once a second, what it waits for (`available(on_wait)`: the engine's load shows it), and an
 exception from that callback (the window's Cancel load) ends the wait and is raised as it is, not
-taken for a failed build. A build that is current (`built.json`: the source's and flags' hash,
+taken for a failed build. A build that is current (`built.json`: the sources' and flags' hash,
 torch's version) is loaded directly, without either lock. A stop (SIGINT, SIGTERM: BaseExceptions)
 is never taken for a failed build.
 """
@@ -40,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-_SOURCE = Path(__file__).with_name("cpu_paged_attention.cpp")
+_SOURCES = [Path(__file__).with_name(name) for name in ("cpu_paged_attention.cpp", "cpu_int4_product.cpp")]
 _CFLAGS = ["-O3", "-march=native", "-fopenmp"]
 _LDFLAGS = ["-fopenmp"]
 LOCK_TIMEOUT_S = 300.0  # many times a first build's time (docs/measurements.md); past it, the holder is stuck
@@ -63,7 +67,7 @@ def _machine_tag() -> str:
         flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
     except (OSError, StopIteration):
         flags = ""
-    return hashlib.sha256(f"{flags}\n{_SOURCE.resolve()}".encode()).hexdigest()[:8]
+    return hashlib.sha256(f"{flags}\n{_SOURCES[0].resolve()}".encode()).hexdigest()[:8]
 
 
 def _build_directory(name: str) -> Path:
@@ -74,8 +78,8 @@ def _build_directory(name: str) -> Path:
 
 def _stamp() -> dict:
     """What a current build was made from."""
-    source = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()
-    return {"source": source, "cflags": _CFLAGS, "ldflags": _LDFLAGS, "torch": torch.__version__}
+    sources = hashlib.sha256(b"".join(source.read_bytes() for source in _SOURCES)).hexdigest()
+    return {"sources": sources, "cflags": _CFLAGS, "ldflags": _LDFLAGS, "torch": torch.__version__}
 
 
 @contextmanager
@@ -113,7 +117,7 @@ def _build_lock(directory: Path, on_wait: WaitCallback):
 def _load(on_wait: WaitCallback) -> None:
     from torch.utils.cpp_extension import load
 
-    name = f"workbench_paged_attention_{_machine_tag()}"
+    name = f"workbench_cpu_operators_{_machine_tag()}"
     directory = _build_directory(name)
     directory.mkdir(parents=True, exist_ok=True)
     library, stamp_file = directory / f"{name}.so", directory / "built.json"
@@ -124,7 +128,7 @@ def _load(on_wait: WaitCallback) -> None:
         with _build_lock(directory, on_wait):
             load(
                 name=name,
-                sources=[str(_SOURCE)],
+                sources=[str(source) for source in _SOURCES],
                 extra_cflags=_CFLAGS,
                 extra_ldflags=_LDFLAGS,
                 build_directory=str(directory),
@@ -132,11 +136,12 @@ def _load(on_wait: WaitCallback) -> None:
                 verbose=False,
             )
             stamp_file.write_text(json.dumps(_stamp()))
-    torch.library.register_fake("workbench::paged_decode_attention")(_fake)
+    torch.library.register_fake("workbench::paged_decode_attention")(_attention_fake)
+    torch.library.register_fake("workbench::int4_product")(_int4_product_fake)
 
 
 def available(on_wait: WaitCallback | None = None) -> bool:
-    """Build (the first time on this machine, 10-20 s) or load the operator; False if it cannot be.
+    """Build (the first time on this machine, 10-20 s) or load the operators; False if they cannot be.
     `on_wait`: told while another process holds the build lock; what it raises ends the wait and
     comes out of this call (the next call tries again)."""
     if "loaded" not in _state:
@@ -148,8 +153,8 @@ def available(on_wait: WaitCallback | None = None) -> bool:
         except Exception as error:  # a missing or failing compiler, a stuck lock: keep serving on the torch path
             _state.update(loaded=False, reason=f"{type(error).__name__}: {str(error).splitlines()[0][:300]}")
             warnings.warn(
-                f"the CPU paged-attention operator could not be built ({_state['reason']}); "
-                "decode attention gathers K/V instead (slower at long contexts)",
+                f"the CPU operators could not be built ({_state['reason']}); decode attention gathers "
+                "K/V instead (slower at long contexts) and w4a8 cannot run",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -160,5 +165,9 @@ def unavailable_reason() -> str:
     return _state.get("reason", "")
 
 
-def _fake(query, key_cache, value_cache, block_tables, context_lens, scale, window):
+def _attention_fake(query, key_cache, value_cache, block_tables, context_lens, scale, window):
     return torch.empty_like(query)
+
+
+def _int4_product_fake(x, codes, scales, minimums):
+    return x.new_empty(x.shape[0], codes.shape[0])
