@@ -92,8 +92,9 @@ def test_an_installed_wheel_lists_its_presets_and_runs_one(installed, tmp_path):
     )
     assert ran.returncode == 0, ran.stderr
     assert (tmp_path / "out" / "report.json").is_file()
-    # The CPU attention operator is built from the source the wheel carries.
+    # The CPU operators are built from the sources the wheel carries.
     assert (installed / "kernels" / "cpu_paged_attention.cpp").is_file()
+    assert (installed / "kernels" / "cpu_int4_product.cpp").is_file()
 
 
 def test_with_no_presets_found_the_list_says_so_and_fails(monkeypatch, tmp_path, capsys):
