@@ -14,6 +14,12 @@ their prefix caches between runs. Each figure is printed as the ratio ours / vLL
 the pairs and a verdict against 1.0 (met, missed or undecided); the last pair's two reports also
 go through `workbench compare` (baseline vLLM, candidate ours). Writes every run folder and
 ratios.json under --out.
+
+`--client vllm-bench` drives both servers with vLLM's own client instead, `vllm bench serve` from
+the vLLM venv (its random dataset: `--num-prompts` prompts of `--input-len` tokens, `--output-len`
+tokens each with ignore_eos, Poisson arrivals at `--request-rate`; seed 0 + k for pair k), and
+reads the figures from its result files: the issue's "vLLM's own bench serve, 40 × 128 + 64 at
+2 req/s".
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import argparse
 import dataclasses
 import json
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
@@ -47,12 +54,59 @@ FIGURES = {
 }
 
 
+# `vllm bench serve`'s result keys for our figures, with their units.
+VLLM_BENCH_FIGURES = {
+    "output_tok_s": ("output_throughput", "tok/s"),
+    "tpot_p50_ms": ("median_tpot_ms", "ms"),
+    "ttft_p99_ms": ("p99_ttft_ms", "ms"),
+    "request_throughput_req_s": ("request_throughput", "req/s"),
+    "ttft_p50_ms": ("median_ttft_ms", "ms"),
+    "tpot_p99_ms": ("p99_tpot_ms", "ms"),
+}
+
+
 def drive(url: str, scenario, out_dir: Path) -> dict:
     backend = RemoteBackend(url, read_tokenizer("smollm2-135m"))
     try:
         return run_headless(scenario, out_dir, backend=backend)
     finally:
         backend.close()
+
+
+def drive_vllm_bench(args, url: str, tokenizer_dir: Path, seed: int, out_dir: Path) -> dict:
+    """One `vllm bench serve` run against the server at `url`; its figures in a report's shape."""
+    out_dir.mkdir(parents=True, exist_ok=False)
+    command = [
+        str(Path(args.vllm_python).with_name("vllm")),
+        "bench",
+        "serve",
+        "--backend=vllm",
+        f"--base-url={url}",
+        "--endpoint=/v1/completions",
+        "--model=smollm2-135m",
+        f"--tokenizer={tokenizer_dir}",
+        "--dataset-name=random",
+        f"--random-input-len={args.input_len}",
+        f"--random-output-len={args.output_len}",
+        f"--num-prompts={args.num_prompts}",
+        f"--request-rate={args.request_rate}",
+        f"--seed={seed}",
+        "--ignore-eos",
+        "--percentile-metrics=ttft,tpot",
+        "--metric-percentiles=50,99",
+        "--save-result",
+        f"--result-dir={out_dir}",
+        "--result-filename=result.json",
+    ]
+    with (out_dir / "client.log").open("w") as log:
+        subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
+    result = json.loads((out_dir / "result.json").read_text())
+    return {
+        "metrics": {
+            name: {"value": result[key], "unit": unit, "n": result["completed"]}
+            for name, (key, unit) in VLLM_BENCH_FIGURES.items()
+        }
+    }
 
 
 def main() -> None:
@@ -65,6 +119,13 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=MIN_PAIRS, help=f"counterbalanced pairs (at least {MIN_PAIRS})")
     parser.add_argument("--reserved-cpus", type=int, default=0, help="workbench serve --reserved-cpus")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--client", choices=["workbench", "vllm-bench"], default="workbench", help="what drives the servers"
+    )
+    parser.add_argument("--num-prompts", type=int, default=40, help="vllm-bench: requests per run")
+    parser.add_argument("--input-len", type=int, default=128, help="vllm-bench: prompt tokens")
+    parser.add_argument("--output-len", type=int, default=64, help="vllm-bench: output tokens")
+    parser.add_argument("--request-rate", type=float, default=2.0, help="vllm-bench: requests/s (Poisson)")
     args = parser.parse_args()
     scenario = load_preset(args.preset, args.overrides)
 
@@ -92,9 +153,12 @@ def main() -> None:
         def run(name: str, port: int) -> dict:
             # The k-th run of each server gets the k-th seed: both servers keep their prefix caches,
             # and a prompt seen in an earlier run is served from them.
-            seeded = dataclasses.replace(scenario, seed=scenario.seed + runs[name])
+            seed = scenario.seed + runs[name]
             runs[name] += 1
-            return drive(f"http://127.0.0.1:{port}", seeded, args.out / f"{name}-{runs[name]}")
+            url, out_dir = f"http://127.0.0.1:{port}", args.out / f"{name}-{runs[name]}"
+            if args.client == "vllm-bench":
+                return drive_vllm_bench(args, url, model_dir, seed, out_dir)
+            return drive(url, dataclasses.replace(scenario, seed=seed), out_dir)
 
         our_reports, peer_reports = measure_pairs(
             lambda: run("workbench", our_port), lambda: run("vllm", vllm_port), args.pairs
@@ -130,6 +194,8 @@ def main() -> None:
             f"{versus.text():<30} {verdict} ({unit})"
         )
     (args.out / "ratios.json").write_text(json.dumps({"ready_s": ready_s, "figures": rows}, indent=2) + "\n")
+    if args.client == "vllm-bench":  # its results are not run folders `workbench compare` reads
+        return
     result = compare(peer_reports[-1], our_reports[-1], INTENDED, TOLERATED)
     text = format_comparison(result)
     (args.out / "comparison.txt").write_text(text + "\n")
