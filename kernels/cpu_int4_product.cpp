@@ -17,13 +17,14 @@
 // Shapes:
 //   x         [rows, K] float32, K a multiple of 64
 //   codes     [N, K/2] uint8: for each 64 inputs, 32 bytes; byte b holds input b in its low
-//             nibble and input 32 + b in its high nibble (kernels/int4_product.py packs it)
+//             nibble and input 32 + b in its high nibble (kernels/quant_matmul.py packs it)
 //   scales    [N, K/32] float16, one per block of 32 inputs
 //   minimums  [N, K/32] float16
 // Returns [rows, N] float32.
 //
-// Without AVX-512 VNNI in this build (-march=native), the same arithmetic in portable C++; the
-// engine times both products at load and takes this one only where it is faster.
+// Without AVX-512 VNNI in this build (-march=native), the same arithmetic in portable C++, built
+// only there (so the test machines, which have VNNI, run the vector path); w4a8 is then an option
+// that runs, not one that pays.
 
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -85,40 +86,6 @@ QuantizedRow quantize_row(const float* x, int64_t K) {
   return row;
 }
 
-inline float half_to_float(at::Half h) { return static_cast<float>(h); }
-
-// The minimum's term of one output: sum over blocks of m_w times the block's activation sum.
-inline float minimum_term(const at::Half* minimums, const float* sums, int64_t blocks) {
-  float total = 0.f;
-  for (int64_t b = 0; b < blocks; ++b) total += half_to_float(minimums[b]) * sums[b];
-  return total;
-}
-
-void product_portable(const std::vector<QuantizedRow>& rows, const uint8_t* codes, const at::Half* scales,
-                      const at::Half* minimums, float* out, int64_t N, int64_t K, int64_t begin, int64_t end) {
-  const int64_t blocks = K / kBlock;
-  for (int64_t n = begin; n < end; ++n) {
-    const uint8_t* weight = codes + n * (K / 2);
-    for (size_t m = 0; m < rows.size(); ++m) {
-      const QuantizedRow& row = rows[m];
-      float total = minimum_term(minimums + n * blocks, row.sums.data(), blocks);
-      for (int64_t pair = 0; pair < K / 64; ++pair) {
-        int32_t dots[2] = {0, 0};
-        for (int64_t b = 0; b < 32; ++b) {
-          const uint8_t byte = weight[pair * 32 + b];
-          dots[0] += static_cast<int32_t>(byte & 0x0F) * row.codes[pair * 64 + b];
-          dots[1] += static_cast<int32_t>(byte >> 4) * row.codes[pair * 64 + 32 + b];
-        }
-        for (int half = 0; half < 2; ++half) {
-          const int64_t block = 2 * pair + half;
-          total += half_to_float(scales[n * blocks + block]) * row.scales[block] * static_cast<float>(dots[half]);
-        }
-      }
-      out[m * N + n] = total;
-    }
-  }
-}
-
 #if WORKBENCH_VNNI
 // Sixteen floats: the first value in lanes 0-7, the second in lanes 8-15 (where a pair of blocks'
 // dot products land).
@@ -168,6 +135,40 @@ void product_vnni(const std::vector<QuantizedRow>& rows, const std::vector<__m51
         odd = _mm512_fmadd_ps(minimum_values, _mm512_maskz_loadu_ps(present, block_sums + b), odd);
       }
       out[m * N + n] = _mm512_reduce_add_ps(_mm512_add_ps(even, odd));
+    }
+  }
+}
+#else
+inline float half_to_float(at::Half h) { return static_cast<float>(h); }
+
+// The minimum's term of one output: sum over blocks of m_w times the block's activation sum.
+inline float minimum_term(const at::Half* minimums, const float* sums, int64_t blocks) {
+  float total = 0.f;
+  for (int64_t b = 0; b < blocks; ++b) total += half_to_float(minimums[b]) * sums[b];
+  return total;
+}
+
+void product_portable(const std::vector<QuantizedRow>& rows, const uint8_t* codes, const at::Half* scales,
+                      const at::Half* minimums, float* out, int64_t N, int64_t K, int64_t begin, int64_t end) {
+  const int64_t blocks = K / kBlock;
+  for (int64_t n = begin; n < end; ++n) {
+    const uint8_t* weight = codes + n * (K / 2);
+    for (size_t m = 0; m < rows.size(); ++m) {
+      const QuantizedRow& row = rows[m];
+      float total = minimum_term(minimums + n * blocks, row.sums.data(), blocks);
+      for (int64_t pair = 0; pair < K / 64; ++pair) {
+        int32_t dots[2] = {0, 0};
+        for (int64_t b = 0; b < 32; ++b) {
+          const uint8_t byte = weight[pair * 32 + b];
+          dots[0] += static_cast<int32_t>(byte & 0x0F) * row.codes[pair * 64 + b];
+          dots[1] += static_cast<int32_t>(byte >> 4) * row.codes[pair * 64 + 32 + b];
+        }
+        for (int half = 0; half < 2; ++half) {
+          const int64_t block = 2 * pair + half;
+          total += half_to_float(scales[n * blocks + block]) * row.scales[block] * static_cast<float>(dots[half]);
+        }
+      }
+      out[m * N + n] = total;
     }
   }
 }

@@ -11,7 +11,7 @@ into one library kept in its cache (`$TORCH_EXTENSIONS_DIR`, default ~/.cache/to
   kernels.paged_attention.paged_decode_attention).
 - `torch.ops.workbench.int4_product(x, codes, scales, minimums)` (cpu_int4_product.cpp): int4
   weights times activations quantized to int8 per 32 inputs, with VNNI dot products
-  (kernels/int4_product.py packs the weights; the w4a8 method uses it).
+  (kernels/quant_matmul.py packs the weights; the w4a8 method uses it).
 
 Each has a fake implementation, so that a compiled graph calls it as one opaque operator.
 
