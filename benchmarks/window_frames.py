@@ -11,12 +11,15 @@
    from the moment the traffic starts until every request has ended, in counterbalanced pairs,
    the ratio with its 95% interval (goal: >= 90%). What the window costs the engine bounds what
    running the engine in a process of its own could give back. The window runs its own event
-   loop meanwhile, as the app does.
+   loop meanwhile, as the app does. Each run is a process of its own, as the app and a headless
+   run are: in one process, the headless runs' parallel work on the main thread started an OpenMP
+   team there, and the window's engine then ran at two thirds of its speed (process_tuning.py).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 
@@ -129,7 +132,9 @@ def engine_throughput(with_window: bool, requests: int = 48, prompt: int = 64, o
         return tokens / (time.perf_counter() - begin)
 
     from workbench.gui.main_window import MainWindow
+    from workbench.machine.process_tuning import no_parallel_work_on_this_thread
 
+    no_parallel_work_on_this_thread()  # as `workbench gui` does
     _application = QApplication.instance() or QApplication([])
     window = MainWindow()
     window.show()
@@ -155,6 +160,14 @@ def wait_for(signal, accept, action) -> None:
     signal.disconnect(slot)
 
 
+def throughput_in_new_process(side: str) -> float:
+    """engine_throughput in a fresh interpreter (module docstring): its last line of output."""
+    finished = subprocess.run(
+        [sys.executable, "-m", "benchmarks.window_frames", side], capture_output=True, text=True, check=True
+    )
+    return float(finished.stdout.split()[-1])
+
+
 def main(pairs: int = 5) -> None:
     import numpy as np
 
@@ -169,7 +182,7 @@ def main(pairs: int = 5) -> None:
     # Counterbalanced pairs (benchmarks/paired_ratio.py): the machine's speed drifts by 10% or
     # more between runs, so one pair says little.
     attached, headless = measure_pairs(
-        lambda: engine_throughput(with_window=True), lambda: engine_throughput(with_window=False), pairs
+        lambda: throughput_in_new_process("attached"), lambda: throughput_in_new_process("headless"), pairs
     )
     print(
         f"engine output tok/s: GUI attached {', '.join(f'{rate:.0f}' for rate in attached)}; headless "
@@ -180,4 +193,7 @@ def main(pairs: int = 5) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] in (["attached"], ["headless"]):
+        print(engine_throughput(with_window=sys.argv[1] == "attached"))
+    else:
+        main()

@@ -87,8 +87,10 @@ def run_gui(
     from workbench.gui.charts.theme import apply_theme
     from workbench.gui.engine_worker import EngineWorker
     from workbench.gui.main_window import MainWindow
+    from workbench.machine.process_tuning import no_parallel_work_on_this_thread
     from workbench.traffic.presets import load_preset
 
+    no_parallel_work_on_this_thread()  # the engine's worker thread has the cores' OpenMP team to itself
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Workbench")
     apply_theme()

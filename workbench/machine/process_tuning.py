@@ -9,6 +9,12 @@ objects (torch, Qt, the model, the tokenizer), and every full collection walks t
 that stalls every thread, the window's included (docs/measurements.md, "Figures behind the
 code"). As vLLM does after its engine starts, they are frozen out of the collector's reach once
 loading is done.
+
+OpenMP on the window's GUI thread: torch's CPU operators run on libgomp's thread teams, one team
+per thread that starts parallel work. Once libgomp manages more threads than the machine has
+cores, it stops spin-waiting between parallel regions, for every team; the engine's step (on the
+window's worker thread) then waits for its helper threads to wake at each region. The GUI thread
+starts no team of its own.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import atexit
 import ctypes
 import gc
 import resource
+from pathlib import Path
 
 
 def allow_open_files(wanted: int = 65_536) -> int:
@@ -52,3 +59,30 @@ def return_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
         pass
+
+
+def no_parallel_work_on_this_thread() -> None:
+    """Torch operators called on this thread from now on run on it alone: it starts no OpenMP
+    team. For the window's GUI thread (module docstring): one parallel torch operator there took
+    the window's engine from 616-637 to 408-429 output tok/s (docs/measurements.md, "Engine output
+    tokens/s with the window attached"). Nothing to do where torch does not use libgomp."""
+    import torch
+
+    torch.get_num_threads()  # torch sets a thread's OpenMP thread count at its first use there: first
+    libgomp = _loaded_library("libgomp")
+    if libgomp is not None:
+        ctypes.CDLL(libgomp).omp_set_num_threads(1)  # this thread's setting only (OpenMP's nthreads-var)
+
+
+def _loaded_library(name: str) -> str | None:
+    """The path of the shared library whose file name starts with `name`, as this process has
+    loaded it (torch's wheel bundles its own libgomp under a hashed name)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:  # not Linux
+        return None
+    for line in maps.splitlines():
+        path = line.rpartition(" ")[2]
+        if Path(path).name.startswith(name):
+            return path
+    return None
