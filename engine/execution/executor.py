@@ -17,7 +17,6 @@ from engine.execution.compile_cache import (
     CompiledPart,
     CompileProgress,
     graph_key,
-    use_persistent_compile_cache,
     with_own_code,
 )
 from engine.execution.compiled_prefill import CompiledHalves
@@ -98,7 +97,6 @@ class TorchExecutor:
         self.prefill_halves = CompiledHalves() if compile_decode != "off" else None
         self._compile_sizes = (1, 2, BATCHED_ROWS) if has_batched_copy(model) else (1, 2)
         if self.decode_graph is not None:
-            use_persistent_compile_cache()
             self._compile_clock = CompileClock(graph_key(model, dtype, (*self._compile_sizes, "prefill halves")))
         self._background_compile: BackgroundCompile | None = None
         self.last_step_compiled = False

@@ -17,6 +17,7 @@ from engine.configuration.memory import (
     kv_budget_bytes,
 )
 from engine.errors import ConfigError, ModelLoadError
+from engine.execution.compile_cache import use_persistent_compile_cache
 from engine.execution.executor import TorchExecutor
 from engine.execution.model import CausalLM
 from engine.execution.prepared_model import KvMemoryLimits, PreparedModel
@@ -44,6 +45,9 @@ def prepare_torch_model(
             f"{', '.join(several)}: several GPUs and instances (and prefill/decode disaggregation) need a simulated "
             f"model (simulated:MODEL@4xGPU); {config.model} runs on one device here, expected the defaults"
         )
+    # Before anything compiles: inductor's first use sets the variable to its own folder in /tmp
+    # (a load's quantization timing compiles before the decode graph does).
+    use_persistent_compile_cache()
     device = resolve_device(config.device)
     source = source or read_model(config.model, progress)
     dtype = resolve_dtype(config.dtype, device, source.weights_dtype)

@@ -73,3 +73,27 @@ def test_a_finished_compile_gives_the_next_engine_its_estimate(own_cache, tiny_l
     progress = second.executor.compile_progress
     second.close()
     assert progress is not None and progress.expected_s is not None and progress.expected_s > 0
+
+
+def test_an_engine_points_inductor_at_the_workbench_cache_before_its_load_compiles(tiny_llama, tmp_path):
+    """In a process of its own (this suite sets the variable for itself): a load that uses
+    inductor before the decode graph does (quantization timing) once left inductor's /tmp folder
+    in the variable, so the cache a reboot empties was the one used."""
+    import os
+    import subprocess
+    import sys
+
+    directory, _ = tiny_llama
+    script = (
+        "import os\n"
+        "from tests.tiny_models import tiny_engine\n"
+        f"tiny_engine({str(directory)!r}, compile_decode='off')\n"
+        "import torch._inductor.utils\n"  # what a compile imports: it sets the variable where unset
+        f"print(os.environ[{INDUCTOR_CACHE_ENVIRONMENT!r}])\n"
+    )
+    environment = {key: value for key, value in os.environ.items() if key != INDUCTOR_CACHE_ENVIRONMENT}
+    environment["WORKBENCH_CACHE"] = str(tmp_path)
+    finished = subprocess.run(
+        [sys.executable, "-c", script], env=environment, capture_output=True, text=True, check=True, timeout=300
+    )
+    assert finished.stdout.split()[-1] == str(tmp_path / "torch-compile")
