@@ -18,8 +18,6 @@ import time
 from collections.abc import Callable
 from collections.abc import Sequence as SequenceOf
 
-import torch
-
 from engine.configuration.config import EngineConfig
 from engine.errors import ConfigError, EngineError
 from engine.execution.executor import ModelExecutor
@@ -134,7 +132,7 @@ class LLMEngine:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        return self.model_config.kv_bytes_per_token(torch.finfo(self.kv_dtype).bits // 8)
+        return self.model_config.kv_bytes_per_token(self.kv_dtype.itemsize)
 
     @property
     def num_kv_blocks(self) -> int:

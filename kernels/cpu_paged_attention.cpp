@@ -3,8 +3,10 @@
 // One work item per (sequence, KV head): the item reads each visible key once, scoring it against
 // all of that KV head's query heads (grouped-query attention), then each visible value once,
 // weighting it by the softmax of the scores. Nothing is gathered or padded: a sequence reads
-// exactly its own blocks, each position once, in the cache's dtype (bfloat16 or float32),
-// converted to float32 a row at a time; scores and sums are float32. Long contexts are split
+// exactly its own blocks, each position once, in the cache's dtype (bfloat16, float32, or int8
+// codes with a float16 scale per row: kernels/quantized_kv.py), converted to float32 a row at a
+// time; scores and sums are float32. An int8 row's scale multiplies its score (keys) or its
+// softmax weight (values) once, after the dot product or before the weighted sum. Long contexts are split
 // into chunks so that one sequence keeps every core busy.
 //
 // Two ways through a chunk, the same arithmetic in a different order:
@@ -17,8 +19,10 @@
 //
 // Shapes (the same contract as kernels/paged_attention.py's paged_decode_attention):
 //   query         [num_seqs, num_heads, head_dim]         float32 or bfloat16
-//   key_cache     [num_blocks, block_size, kv_heads, head_dim]  float32 or bfloat16
+//   key_cache     [num_blocks, block_size, kv_heads, head_dim]  float32, bfloat16 or int8
 //   value_cache   like key_cache
+//   key_scales    for int8 caches: [num_blocks, block_size, kv_heads] float16; else none
+//   value_scales  like key_scales
 //   block_tables  [num_seqs, max_blocks] int64
 //   context_lens  [num_seqs] int64, the new token included
 //   window        0 for full attention, else the sliding window (positions p - window + 1 .. p)
@@ -34,6 +38,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #if defined(__AVX512F__)
@@ -57,6 +62,16 @@ inline void load_row(const c10::BFloat16* row, float* out, int64_t n) {
   std::memcpy(out, bits, n * sizeof(float));  // not through a cast pointer: that breaks aliasing rules
 }
 
+inline void load_row(const int8_t* row, float* out, int64_t n) {
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d) out[d] = static_cast<float>(row[d]);
+}
+
+// The scale of the row at `element` (its first number's index in the cache), or 1 without scales.
+inline float row_scale(const c10::Half* scales, int64_t element, int64_t head_dim) {
+  return scales == nullptr ? 1.f : static_cast<float>(scales[element / head_dim]);
+}
+
 inline float to_float(float x) { return x; }
 inline float to_float(c10::BFloat16 x) { return static_cast<float>(x); }
 
@@ -76,6 +91,7 @@ template <typename cache_t>
 void attend_chunk_portable(const float (&q)[kMaxGroup][kMaxHeadDim], const cache_t* key_cache, const cache_t* value_cache,
                   const int64_t* table, int64_t from, int64_t to, int64_t group, int64_t head_dim,
                   int64_t block_size, int64_t token_stride, int64_t block_stride, int64_t head_offset,
+                  const c10::Half* key_scales, const c10::Half* value_scales,
                   std::vector<float>& scores, float* partials, int64_t item) {
   const int64_t count = to - from;
   scores.resize(group * count);
@@ -83,12 +99,14 @@ void attend_chunk_portable(const float (&q)[kMaxGroup][kMaxHeadDim], const cache
   float maxima[kMaxGroup];
   std::fill(maxima, maxima + group, -std::numeric_limits<float>::infinity());
   for (int64_t p = from; p < to; ++p) {
-    load_row(key_cache + table[p / block_size] * block_stride + (p % block_size) * token_stride + head_offset, row,
-             head_dim);
+    const int64_t element = table[p / block_size] * block_stride + (p % block_size) * token_stride + head_offset;
+    load_row(key_cache + element, row, head_dim);
+    const float key_scale = row_scale(key_scales, element, head_dim);
     for (int64_t g = 0; g < group; ++g) {
       float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
       for (int64_t d = 0; d < head_dim; ++d) dot += q[g][d] * row[d];
+      dot *= key_scale;
       scores[g * count + (p - from)] = dot;
       maxima[g] = std::max(maxima[g], dot);
     }
@@ -106,10 +124,11 @@ void attend_chunk_portable(const float (&q)[kMaxGroup][kMaxHeadDim], const cache
     std::fill(partial + 2, partial + 2 + head_dim, 0.f);
   }
   for (int64_t p = from; p < to; ++p) {
-    load_row(value_cache + table[p / block_size] * block_stride + (p % block_size) * token_stride + head_offset,
-             row, head_dim);
+    const int64_t element = table[p / block_size] * block_stride + (p % block_size) * token_stride + head_offset;
+    load_row(value_cache + element, row, head_dim);
+    const float value_scale = row_scale(value_scales, element, head_dim);
     for (int64_t g = 0; g < group; ++g) {
-      const float weight = scores[g * count + (p - from)];
+      const float weight = scores[g * count + (p - from)] * value_scale;
       float* target = partial_of(partials, item, g, group, head_dim) + 2;
 #pragma omp simd
       for (int64_t d = 0; d < head_dim; ++d) target[d] += weight * row[d];
@@ -122,6 +141,10 @@ constexpr bool kVectorPath = true;
 
 // Sixteen float32 lanes of a cache row.
 inline __m512 load16(const float* row) { return _mm512_loadu_ps(row); }
+
+inline __m512 load16(const int8_t* row) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row))));
+}
 
 inline __m512 load16(const c10::BFloat16* row) {
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
@@ -188,17 +211,25 @@ template <typename cache_t>
 void attend_chunk_vector(const float (&q)[kMaxGroup][kMaxHeadDim], const cache_t* key_cache,
                          const cache_t* value_cache, const int64_t* table, int64_t from, int64_t to, int64_t group,
                          int64_t head_dim, int64_t block_size, int64_t token_stride, int64_t block_stride,
-                         int64_t head_offset, std::vector<float>& scores, std::vector<const cache_t*>& keys,
-                         std::vector<const cache_t*>& values, float* partials, int64_t item) {
+                         int64_t head_offset, const c10::Half* key_scales, const c10::Half* value_scales,
+                         std::vector<float>& scores, std::vector<const cache_t*>& keys,
+                         std::vector<const cache_t*>& values, std::vector<float>& row_scales, float* partials,
+                         int64_t item) {
   const int64_t count = to - from;
   const int64_t padded_group = (group + 3) / 4 * 4;  // value accumulation takes four heads at a time
   scores.assign(padded_group * count, 0.f);
   keys.resize(count);
   values.resize(count);
+  const bool scaled = key_scales != nullptr;
+  row_scales.resize(scaled ? 2 * count : 0);  // the keys' scales, then the values'
   for (int64_t i = 0; i < count; ++i) {
     const int64_t p = from + i, offset = table[p / block_size] * block_stride + (p % block_size) * token_stride;
     keys[i] = key_cache + offset + head_offset;
     values[i] = value_cache + offset + head_offset;
+    if (scaled) {
+      row_scales[i] = row_scale(key_scales, offset + head_offset, head_dim);
+      row_scales[count + i] = row_scale(value_scales, offset + head_offset, head_dim);
+    }
   }
   // Scores, sixteen positions at a time; past the chunk's end, a row of zeros stands in.
   alignas(64) static const cache_t zeros[kMaxHeadDim] = {};
@@ -223,7 +254,9 @@ void attend_chunk_vector(const float (&q)[kMaxGroup][kMaxHeadDim], const cache_t
         const __m512 query = _mm512_loadu_ps(&q[g][d]);
         for (int j = 0; j < 16; ++j) sums[j] = _mm512_fmadd_ps(query, load16(tile[j] + d), sums[j]);
       }
-      _mm512_mask_storeu_ps(scores.data() + g * count + start, first_lanes(n), sum_each(sums));
+      __m512 tile_scores = sum_each(sums);
+      if (scaled) tile_scores = _mm512_mul_ps(tile_scores, _mm512_maskz_loadu_ps(first_lanes(n), &row_scales[start]));
+      _mm512_mask_storeu_ps(scores.data() + g * count + start, first_lanes(n), tile_scores);
     }
   }
   // Softmax numerators relative to each head's maximum, and their sums.
@@ -243,6 +276,8 @@ void attend_chunk_vector(const float (&q)[kMaxGroup][kMaxHeadDim], const cache_t
     float* partial = partial_of(partials, item, g, group, head_dim);
     partial[0] = maximum;
     partial[1] = _mm512_reduce_add_ps(sums);
+    if (scaled)  // the values' scales join the weights after the sum, which they are not part of
+      for (int64_t i = 0; i < count; ++i) weights[i] *= row_scales[count + i];
   }
   // Values: four query heads and up to 64 columns per pass over the chunk.
   for (int64_t g0 = 0; g0 < group; g0 += 4) {
@@ -267,9 +302,9 @@ constexpr bool kVectorPath = false;
 
 template <typename cache_t, typename query_t>
 void attend(const query_t* query, const cache_t* key_cache, const cache_t* value_cache,
-            const int64_t* block_tables, const int64_t* context_lens, query_t* out, int64_t num_seqs,
-            int64_t num_heads, int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t max_blocks,
-            double scale, int64_t window) {
+            const c10::Half* key_scales, const c10::Half* value_scales, const int64_t* block_tables,
+            const int64_t* context_lens, query_t* out, int64_t num_seqs, int64_t num_heads, int64_t kv_heads,
+            int64_t head_dim, int64_t block_size, int64_t max_blocks, double scale, int64_t window) {
   const int64_t group = num_heads / kv_heads;
   [[maybe_unused]] const bool vector_path = kVectorPath && head_dim % 16 == 0;
   const int64_t token_stride = kv_heads * head_dim;  // between positions of one block
@@ -285,6 +320,7 @@ void attend(const query_t* query, const cache_t* key_cache, const cache_t* value
   at::parallel_for(0, item_start[num_seqs], 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;  // the chunk's scores, then weights; with the row pointers, reused per item
     std::vector<const cache_t*> keys, values;
+    std::vector<float> row_scales;
     float q[kMaxGroup][kMaxHeadDim];
     for (int64_t item = begin; item < end; ++item) {
       const int64_t seq = std::upper_bound(item_start.begin(), item_start.end(), item) - item_start.begin() - 1;
@@ -300,12 +336,13 @@ void attend(const query_t* query, const cache_t* key_cache, const cache_t* value
 #if defined(__AVX512F__)
       if (vector_path) {
         attend_chunk_vector(q, key_cache, value_cache, table, from, to, group, head_dim, block_size, token_stride,
-                            block_stride, kv_head * head_dim, scores, keys, values, partials.get(), item);
+                            block_stride, kv_head * head_dim, key_scales, value_scales, scores, keys, values,
+                            row_scales, partials.get(), item);
         continue;
       }
 #endif
       attend_chunk_portable(q, key_cache, value_cache, table, from, to, group, head_dim, block_size, token_stride,
-                            block_stride, kv_head * head_dim, scores, partials.get(), item);
+                            block_stride, kv_head * head_dim, key_scales, value_scales, scores, partials.get(), item);
     }
   });
   // Merge each sequence's chunks: rescale every chunk to the overall maximum.
@@ -336,29 +373,43 @@ void attend(const query_t* query, const cache_t* key_cache, const cache_t* value
 
 template <typename query_t>
 void dispatch_cache(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
-                    const at::Tensor& block_tables, const at::Tensor& context_lens, at::Tensor& out, double scale,
-                    int64_t window) {
+                    const c10::Half* key_scales, const c10::Half* value_scales, const at::Tensor& block_tables,
+                    const at::Tensor& context_lens, at::Tensor& out, double scale, int64_t window) {
   auto run = [&](auto cache_type_tag) {
     using cache_t = decltype(cache_type_tag);
     attend<cache_t, query_t>(query.data_ptr<query_t>(), key_cache.data_ptr<cache_t>(), value_cache.data_ptr<cache_t>(),
-                             block_tables.data_ptr<int64_t>(), context_lens.data_ptr<int64_t>(),
-                             out.data_ptr<query_t>(), query.size(0), query.size(1), key_cache.size(2), query.size(2),
-                             key_cache.size(1), block_tables.size(1), scale, window);
+                             key_scales, value_scales, block_tables.data_ptr<int64_t>(),
+                             context_lens.data_ptr<int64_t>(), out.data_ptr<query_t>(), query.size(0), query.size(1),
+                             key_cache.size(2), query.size(2), key_cache.size(1), block_tables.size(1), scale, window);
   };
   if (key_cache.scalar_type() == at::kBFloat16) {
     run(c10::BFloat16());
+  } else if (key_cache.scalar_type() == at::kChar) {
+    run(int8_t());
   } else {
     run(float());
   }
 }
 
+// An int8 cache's scales, checked against its codes; nullptr for a float cache.
+const c10::Half* scales_of(const at::Tensor& cache, const std::optional<at::Tensor>& scales, const char* name) {
+  const bool codes = cache.scalar_type() == at::kChar;
+  TORCH_CHECK(codes == scales.has_value(), name, ": int8 caches need scales, other caches take none");
+  if (!codes) return nullptr;
+  TORCH_CHECK(scales->scalar_type() == at::kHalf && scales->is_contiguous(), name, ": contiguous float16");
+  TORCH_CHECK(scales->sizes() == cache.sizes().slice(0, 3), name, ": one per row, [blocks, block_size, kv_heads]");
+  return scales->data_ptr<c10::Half>();
+}
+
 at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                   const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
-                                  int64_t window) {
+                                  int64_t window, const std::optional<at::Tensor>& key_scales,
+                                  const std::optional<at::Tensor>& value_scales) {
   TORCH_CHECK(query.dim() == 3 && key_cache.dim() == 4, "query [seqs, heads, dim], cache [blocks, size, kv_heads, dim]");
   TORCH_CHECK(key_cache.scalar_type() == value_cache.scalar_type(), "key and value caches differ in dtype");
-  TORCH_CHECK(key_cache.scalar_type() == at::kBFloat16 || key_cache.scalar_type() == at::kFloat,
-              "cache dtype: bfloat16 or float32");
+  TORCH_CHECK(key_cache.scalar_type() == at::kBFloat16 || key_cache.scalar_type() == at::kFloat ||
+                  key_cache.scalar_type() == at::kChar,
+              "cache dtype: bfloat16, float32 or int8");
   TORCH_CHECK(query.scalar_type() == at::kBFloat16 || query.scalar_type() == at::kFloat,
               "query dtype: bfloat16 or float32");
   TORCH_CHECK(query.size(1) % key_cache.size(2) == 0 && query.size(1) / key_cache.size(2) <= kMaxGroup,
@@ -370,11 +421,15 @@ at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& key
   const at::Tensor q = query.contiguous();
   const at::Tensor tables = block_tables.contiguous();
   const at::Tensor lengths = context_lens.contiguous();
+  const c10::Half* key_scale_data = scales_of(key_cache, key_scales, "key_scales");
+  const c10::Half* value_scale_data = scales_of(value_cache, value_scales, "value_scales");
   at::Tensor out = at::empty_like(q);
   if (q.scalar_type() == at::kBFloat16) {
-    dispatch_cache<c10::BFloat16>(q, key_cache, value_cache, tables, lengths, out, scale, window);
+    dispatch_cache<c10::BFloat16>(q, key_cache, value_cache, key_scale_data, value_scale_data, tables, lengths, out,
+                                  scale, window);
   } else {
-    dispatch_cache<float>(q, key_cache, value_cache, tables, lengths, out, scale, window);
+    dispatch_cache<float>(q, key_cache, value_cache, key_scale_data, value_scale_data, tables, lengths, out, scale,
+                          window);
   }
   return out;
 }
@@ -384,7 +439,7 @@ at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& key
 TORCH_LIBRARY(workbench, m) {
   m.def(
       "paged_decode_attention(Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_tables, "
-      "Tensor context_lens, float scale, int window) -> Tensor");
+      "Tensor context_lens, float scale, int window, Tensor? key_scales=None, Tensor? value_scales=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(workbench, CPU, m) { m.impl("paged_decode_attention", &paged_decode_attention); }

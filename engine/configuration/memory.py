@@ -69,8 +69,8 @@ def memory_lines(
     scratch = " + 1 scratch" if allocated > kv_blocks else ""  # the torch executor's (engine/execution/executor.py)
     kv_text = (
         f"({kv_blocks:,}{scratch}) blocks × {block_size} tokens × {layout.tensors_per_block} layers × "
-        f"{layer_token_bytes:,} B (2 × {config.num_kv_heads} kv heads × {config.head_dim} dims × "
-        f"{kv_bytes_per_token // config.kv_bytes_per_token(1)} B) = {_mib(kv_cache_bytes)}"
+        f"{layer_token_bytes:,} B (2 × {config.num_kv_heads} kv heads × "
+        f"{config.kv_row_text(_kv_bytes_per_element(config, kv_bytes_per_token))}) = {_mib(kv_cache_bytes)}"
     )
     if len(layout.groups) > 1:
         windows = sum(group.window is not None for group in layout.groups)
@@ -163,11 +163,15 @@ def _weights_line(config: ModelConfig, bits: int, group_size: int | None) -> Mem
     )
 
 
+def _kv_bytes_per_element(config: ModelConfig, kv_bytes_per_token: int) -> int:
+    """The cache's bytes per number, from its bytes per token."""
+    return next(size for size in (1, 2, 4) if config.kv_bytes_per_token(size) == kv_bytes_per_token)
+
+
 def _kv_per_token_arithmetic(config: ModelConfig, kv_bytes: int) -> str:
     return (
         f"{config.kv_bytes_per_token(kv_bytes) / 1024:,.0f} KiB/token (2 × {config.num_layers} layers × "
-        f"{config.num_kv_heads} "
-        f"kv heads × {config.head_dim} dims × {kv_bytes} B)"
+        f"{config.num_kv_heads} kv heads × {config.kv_row_text(kv_bytes)})"
     )
 
 

@@ -27,6 +27,7 @@ from engine.quantization import BATCHED_ROWS, has_batched_copy
 from engine.requests.sampling_params import SamplingParams
 from engine.scheduling.batch import ScheduledBatch, ScheduledSequence, slot_mappings
 from kernels.paged_attention import length_buckets
+from kernels.quantized_kv import CODE_DTYPE, QuantizedKv, key_rotation
 
 
 class ModelExecutor(Protocol):
@@ -43,6 +44,13 @@ class ModelExecutor(Protocol):
     @property
     def last_step_compiled(self) -> bool:
         """Whether the last `execute` ran as the compiled decode graph."""
+
+    @staticmethod
+    def _cache(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor | QuantizedKv:
+        """One K or V tensor of the pool; for an int8 cache, its codes and their scales."""
+        return (
+            QuantizedKv.zeros(shape, device) if dtype == CODE_DTYPE else torch.zeros(shape, dtype=dtype, device=device)
+        )
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -88,10 +96,13 @@ class TorchExecutor:
         self.layout = KvLayout.of(config)
         shape = (num_blocks + 1, block_size, config.num_kv_heads, config.head_dim)
         self.kv_pool = [
-            (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+            (self._cache(shape, dtype, device), self._cache(shape, dtype, device))
             for _ in range(self.layout.tensors_per_block)
         ]
         self.kv_caches = [self.kv_pool[self.layout.place(layer)[1]] for layer in range(config.num_layers)]
+        rotation = key_rotation(config.head_dim, torch.float32, device) if dtype == CODE_DTYPE else None
+        for layer in model.model.layers:
+            layer.self_attn.key_rotation = rotation
         self.compile_decode = compile_decode
         self.decode_graph = DecodeGraph(model) if compile_decode != "off" else None
         self.prefill_halves = CompiledHalves() if compile_decode != "off" else None
@@ -100,6 +111,13 @@ class TorchExecutor:
             self._compile_clock = CompileClock(graph_key(model, dtype, (*self._compile_sizes, "prefill halves")))
         self._background_compile: BackgroundCompile | None = None
         self.last_step_compiled = False
+
+    @staticmethod
+    def _cache(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor | QuantizedKv:
+        """One K or V tensor of the pool; for an int8 cache, its codes and their scales."""
+        return (
+            QuantizedKv.zeros(shape, device) if dtype == CODE_DTYPE else torch.zeros(shape, dtype=dtype, device=device)
+        )
 
     @property
     def kv_cache_bytes(self) -> int:

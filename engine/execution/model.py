@@ -115,6 +115,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+        self.key_rotation: torch.Tensor | None = None  # an int8 cache's (kernels/quantized_kv.py)
 
     def fuse(self) -> None:
         """One matmul for q, k and v instead of three (fewer, larger calls; same numbers)."""
@@ -139,6 +140,9 @@ class Attention(nn.Module):
         """Writes the new keys and values into the cache, then attends: the attention output
         [num_tokens, heads, head_dim], before the output projection."""
         key_cache, value_cache = kv_cache
+        if self.key_rotation is not None:  # the same rotation for both keeps every score
+            rotation = self.key_rotation.to(query.dtype)
+            query, key = query @ rotation, key @ rotation
         write_kv_cache(key, value, key_cache, value_cache, metadata.slot_mappings[self.kv_group])
 
         decodes = metadata.num_decode_tokens

@@ -27,6 +27,7 @@ from engine.loading.model_source import read_model
 from engine.platform.device import dtype_name, free_memory_bytes, resolve_device, resolve_dtype, total_memory_bytes
 from engine.quantization import UNQUANTIZED, check_quantization, get_method, quantize_model, weight_bytes, weight_parts
 from engine.quantization.auto import AUTO, CONFIGURED, choose_quantization
+from engine.quantization.kv_cache import resolve_kv_dtype
 
 
 def prepare_torch_model(
@@ -52,7 +53,7 @@ def prepare_torch_model(
     source = source or read_model(config.model, progress)
     dtype = resolve_dtype(config.dtype, device, source.weights_dtype)
     config, quantization_choice = _resolve_quantization(config, source, device)
-    kv_dtype = dtype if config.kv_cache_dtype == "auto" else resolve_dtype(config.kv_cache_dtype, device)
+    kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, dtype, device)
     if device.type == "cuda" and kv_dtype != dtype:  # the Triton attention kernels read one dtype
         raise ConfigError(
             f"kv_cache_dtype: on CUDA the cache holds the compute dtype ({dtype_name(dtype)}); "

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+QUANTIZED_KV_SCALE_BYTES = 2  # an 8-bit cache's float16 scale per row (kernels/quantized_kv.py)
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -71,9 +73,19 @@ class ModelConfig:
         window = min(context, self.sliding_window) if sliding else 0
         return (self.num_layers - sliding) * context + sliding * window
 
+    def kv_row_bytes(self, bytes_per_element: int) -> int:
+        """One token's key (or value) in one KV head: head_dim numbers, and in an 8-bit cache
+        their float16 scale (kernels/quantized_kv.py)."""
+        return self.head_dim * bytes_per_element + (QUANTIZED_KV_SCALE_BYTES if bytes_per_element == 1 else 0)
+
+    def kv_row_text(self, bytes_per_element: int) -> str:
+        """kv_row_bytes written out: "64 dims × 2 B", "(64 dims × 1 B + 2 B scale)"."""
+        text = f"{self.head_dim} dims × {bytes_per_element} B"
+        return f"({text} + {QUANTIZED_KV_SCALE_BYTES} B scale)" if bytes_per_element == 1 else text
+
     def kv_bytes_per_token(self, bytes_per_element: int) -> int:
         """K and V for one token across all layers."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_element
+        return 2 * self.num_layers * self.num_kv_heads * self.kv_row_bytes(bytes_per_element)
 
 
 def with_gemma3_traits(

@@ -31,11 +31,16 @@ def add_set_option(command: argparse.ArgumentParser, help: str, metavar: str = "
 
 
 def add_engine_options(command: argparse.ArgumentParser) -> None:
-    """`--preset`, `--model` and `--set engine.KEY=VALUE`: the engine of a command that runs one
+    """`--preset`, `--model`, `--kv-cache-dtype` and `--set engine.KEY=VALUE`: the engine of a command that runs one
     (serve, compile), read by `engine_config`."""
     command.add_argument("--preset", help="take the engine settings from this preset")
     command.add_argument(
         "--model", help="the model (short for --set engine.model=MODEL): smollm2-135m, gemma3-270m or a path"
+    )
+    command.add_argument(
+        "--kv-cache-dtype",
+        help="the KV cache's dtype, as vLLM's flag (short for --set engine.kv_cache_dtype=DTYPE): auto, float32, "
+        "bfloat16, float16 or int8",
     )
     add_set_option(
         command,
@@ -52,7 +57,8 @@ def engine_config(args):
     from engine.settings import apply_override, build
     from workbench.traffic.presets import load_preset
 
-    overrides = [*args.overrides, *([f"engine.model={args.model}"] if args.model is not None else [])]
+    shorthands = {"model": args.model, "kv_cache_dtype": args.kv_cache_dtype}
+    overrides = [*args.overrides, *(f"engine.{key}={value}" for key, value in shorthands.items() if value is not None)]
     if args.preset:
         return load_preset(args.preset, overrides).engine
     raw: dict = {}

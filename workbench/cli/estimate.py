@@ -27,7 +27,13 @@ def add_to(commands) -> None:
         choices=all_group_sizes(),
         help="int4 group size (adds a scale and a minimum per group)",
     )
-    estimate.add_argument("--kv-bits", type=int, choices=(16, 8), default=16, help="KV cache bits: 16 or 8")
+    estimate.add_argument(
+        "--kv-bits",
+        type=int,
+        choices=(16, 8),
+        default=16,
+        help="KV cache bits: 16, or 8 (int8 codes and a float16 scale per row)",
+    )
     estimate.add_argument(
         "--context", type=at_least(int, 1), help="tokens per request, prompt + output (default: the model's maximum)"
     )

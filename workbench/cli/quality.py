@@ -23,6 +23,12 @@ def add_to(commands) -> None:
     quality.add_argument("--tokens", type=at_least(int, 2), default=4096, help="evaluated tokens (at least 2)")
     quality.add_argument("--model", default="smollm2-135m")
     quality.add_argument("--dtype", default="auto")
+    quality.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        help="comma-separated KV cache dtypes, each option measured with each; the first is the reference's "
+        "(bfloat16,int8: what an int8 cache costs against a bfloat16 one)",
+    )
     quality.add_argument("--json", type=Path, help="also write the results as JSON")
     quality.set_defaults(handler=run)
 
@@ -30,6 +36,7 @@ def add_to(commands) -> None:
 def run(args) -> int:
     from dataclasses import asdict
 
+    from engine.configuration.config import KV_CACHE_DTYPES
     from engine.errors import ConfigError
     from engine.loading.model_source import read_model
     from engine.quantization import get_method
@@ -49,8 +56,17 @@ def run(args) -> int:
         else:
             options.append((method, None))
     source = read_model(args.model)
+    kv_cache_dtypes = tuple(name.strip() for name in args.kv_cache_dtype.split(","))
+    for name in kv_cache_dtypes:
+        if name not in KV_CACHE_DTYPES:
+            raise ConfigError(f"--kv-cache-dtype: expected names from {', '.join(KV_CACHE_DTYPES)}, got {name!r}")
     results, context = evaluate(
-        source, options, args.tokens, dtype=args.dtype, progress=lambda message: print(message, file=sys.stderr)
+        source,
+        options,
+        args.tokens,
+        dtype=args.dtype,
+        progress=lambda message: print(message, file=sys.stderr),
+        kv_cache_dtypes=kv_cache_dtypes,
     )
     print(format_results(results, context))
     ledger = record(source.path, {result.configuration: asdict(result) for result in results})

@@ -17,7 +17,14 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from engine.configuration.config import COMPILE_DECODE_CHOICES, DTYPES, SCHEDULING_POLICIES, EngineConfig, knob_help
+from engine.configuration.config import (
+    COMPILE_DECODE_CHOICES,
+    DTYPES,
+    KV_CACHE_DTYPES,
+    SCHEDULING_POLICIES,
+    EngineConfig,
+    knob_help,
+)
 from engine.errors import ConfigError
 from engine.loading.bundled_models import BUNDLED_MODELS
 from engine.quantization import METHODS, all_group_sizes
@@ -73,7 +80,7 @@ class EnginePanel(QGroupBox):
         self.dtype.addItems(list(DTYPES))
         self.dtype.setToolTip(knob_help("dtype"))
         self.kv_cache_dtype = ChoiceBox()
-        self.kv_cache_dtype.addItems(list(DTYPES))
+        self.kv_cache_dtype.addItems(list(KV_CACHE_DTYPES))
         self.kv_cache_dtype.setToolTip(knob_help("kv_cache_dtype"))
         self.quantization = ChoiceBox()
         self.quantization.addItems([AUTO, *METHODS])

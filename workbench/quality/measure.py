@@ -2,7 +2,9 @@
 
 For each option, on a fixed held-out text set (ShareGPT assistant replies, a seeded subset):
 perplexity; mean KL divergence KL(p_none || p_option) and top-1 agreement of the next-token
-distributions against the unquantized model on the same tokens; weight bytes; load time; and
+distributions against the unquantized model on the same tokens (with the first of the KV cache
+dtypes asked for: options are measured with each, so "bfloat16,int8" says what the int8 cache
+costs against a bfloat16 one); weight bytes; load time; and
 decode tokens/s at batch 1 and 32. Every figure carries its unit and the number of tokens.
 """
 
@@ -19,6 +21,8 @@ from engine.configuration.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.loading.model_file import ModelSource
 from engine.loading.sharegpt import load_sharegpt
+from engine.model_spec.kv_layout import KvLayout
+from engine.model_spec.model_config import ModelConfig
 from engine.platform.device import dtype_name
 from engine.quantization import UNQUANTIZED, check_quantization
 from engine.quantization.auto import AUTO
@@ -92,6 +96,12 @@ def score_windows(engine: LLMEngine, windows: list[list[int]], reference: list[t
     return WindowScores(math.exp(nll / count), kl, agreements, count, log_probs_per_window)
 
 
+def scoring_blocks(model: ModelConfig, block_size: int) -> int:
+    """KV blocks for one window scored in one prefill: a window's blocks in each KV group (Gemma 3
+    has six: engine/model_spec/kv_layout.py), and spare ones for the speed runs' 32 short requests."""
+    return len(KvLayout.of(model).groups) * -(-WINDOW_TOKENS // block_size) + 64
+
+
 def _decode_speed(engine: LLMEngine, batch: int, tokens: int = 32) -> float:
     """Output tokens/s of `batch` 16-token prompts generating `tokens` tokens each (ignore_eos),
     timed from the first step after prefill."""
@@ -112,6 +122,7 @@ def evaluate(
     dtype: str = "auto",
     device: str = "auto",
     progress=lambda message: None,
+    kv_cache_dtypes: tuple[str, ...] = ("auto",),
 ) -> tuple[list[QualityResult], dict]:
     for quantization, group_size in options:  # refuse an impossible option before spending minutes
         if quantization != AUTO:
@@ -119,16 +130,26 @@ def evaluate(
     windows, records = held_out_windows(source, total_tokens)
     reference: list[torch.Tensor] | None = None
     results = []
-    for quantization, group_size in [(UNQUANTIZED, None)] + [option for option in options if option[0] != UNQUANTIZED]:
-        is_reference = quantization == UNQUANTIZED
+    reference_kv = kv_cache_dtypes[0]
+    measured = [(UNQUANTIZED, None, reference_kv)] + [
+        (quantization, group_size, kv)
+        for kv in kv_cache_dtypes
+        for quantization, group_size in options
+        if (quantization, kv) != (UNQUANTIZED, reference_kv)
+    ]
+    for quantization, group_size, kv_cache_dtype in measured:
+        is_reference = reference is None
         label = quantization if group_size is None else f"{quantization} g{group_size}"
+        if kv_cache_dtype != "auto":
+            label += f", KV {kv_cache_dtype}"
         progress(f"evaluating {label}")
         config = EngineConfig(
             dtype=dtype,
             device=device,
             quantization=quantization,
             group_size=group_size or 32,
-            num_kv_blocks=WINDOW_TOKENS // 16 + 64,
+            kv_cache_dtype=kv_cache_dtype,
+            num_kv_blocks=scoring_blocks(source.config, 16),
             max_num_seqs=32,
             compile_decode="off",
         )  # it scores whole sequences in prefills
@@ -175,12 +196,12 @@ def format_results(results: list[QualityResult], context: dict) -> str:
         f"{context['sharegpt_complete_records']:,} complete records); device {context['device']}, compute dtype "
         f"{context['dtype']}",
         "",
-        f"{'option':<10} {'ppl':>8} {'Δppl %':>8} {'KL nats/tok':>12} {'top-1 %':>8} {'tokens':>7} {'weights MB':>11} "
+        f"{'option':<18} {'ppl':>8} {'Δppl %':>8} {'KL nats/tok':>12} {'top-1 %':>8} {'tokens':>7} {'weights MB':>11} "
         f"{'load s':>7} {'tok/s b1':>9} {'tok/s b32':>10}",
     ]
     for result in results:
         lines.append(
-            f"{result.option:<10} {result.perplexity:>8.3f} {result.perplexity_change_perc:>+8.2f} "
+            f"{result.option:<18} {result.perplexity:>8.3f} {result.perplexity_change_perc:>+8.2f} "
             f"{result.kl_divergence_mean_nats:>12.5f} "
             f"{result.top1_agreement_perc:>8.2f} {result.evaluated_tokens:>7} {result.weight_bytes / 1e6:>11.1f} "
             f"{result.load_time_s:>7.2f} {result.decode_tok_s_batch1:>9.1f} {result.decode_tok_s_batch32:>10.1f}"
@@ -213,7 +234,7 @@ def score_configuration(source: ModelSource, config: EngineConfig, total_tokens:
     weights, dtypes and kernels are the configuration's; its cache holds one window per sequence
     and nothing is compiled (windows are scored in whole-sequence prefills)."""
     windows, _ = held_out_windows(source, total_tokens)
-    scoring = {"num_kv_blocks": WINDOW_TOKENS // config.block_size + 64, "compile_decode": "off"}
+    scoring = {"num_kv_blocks": scoring_blocks(source.config, config.block_size), "compile_decode": "off"}
     reference_engine = LLMEngine(
         EngineConfig(model=config.model, device=config.device, dtype=config.dtype, quantization=UNQUANTIZED, **scoring),
         source=source,

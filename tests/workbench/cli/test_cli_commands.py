@@ -42,7 +42,9 @@ def test_estimate_without_hardware_prints_what_needs_no_device(capsys):
     assert "512 KiB × 4,096 tokens = 2.147 GB" in printed  # the model's maximum context
     assert "weights + 8 × 2.147 GB = 30.66 GB" in printed
     assert main(["estimate", "--model", "llama-2-7b", "--bits", "16", "--kv-bits", "8", "--context", "1024"]) == 0
-    assert "256 KiB × 1,024 tokens = 0.268 GB" in capsys.readouterr().out
+    printed = capsys.readouterr().out  # 8 bits: int8 codes and a float16 scale a row (kernels/quantized_kv.py)
+    assert "260 KiB/token (2 × 32 layers × 32 kv heads × (128 dims × 1 B + 2 B scale))" in printed
+    assert "260 KiB × 1,024 tokens = 0.273 GB" in printed
 
 
 def test_estimate_keeps_only_the_window_in_sliding_window_layers(capsys):

@@ -1,0 +1,109 @@
+"""The int8 KV cache (kernels/quantized_kv.py): rows rounded with a float16 scale of their own
+come back within half a step; the CPU operator reading codes and scales in place equals the
+gathering path that dequantizes first, on both of the operator's ways through a chunk (head_dim 24
+portable, 64 AVX-512), with a window, long contexts and a bfloat16 query; writes land in the
+slots asked for; prefill attends to the rows as the cache holds them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernels import cpu_operators
+from kernels.paged_attention import (
+    gather_decode_attention,
+    paged_decode_attention,
+    paged_prefill_attention,
+    write_kv_cache,
+)
+from kernels.quantized_kv import QuantizedKv, bytes_per_row, dequantize, quantize_rows
+from tests.kernels.references import scattered_cache
+
+
+def as_int8_cache(cache: torch.Tensor) -> QuantizedKv:
+    return QuantizedKv(*quantize_rows(cache))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 6),
+    head_dim=st.sampled_from([8, 24, 64, 256]),
+    magnitude=st.floats(1e-3, 1e3),
+    seed=st.integers(0, 2**16),
+)
+def test_a_row_comes_back_within_half_a_step_and_its_largest_number_exactly(rows, head_dim, magnitude, seed):
+    values = torch.randn(rows, head_dim, generator=torch.Generator().manual_seed(seed)) * magnitude
+    codes, scales = quantize_rows(values)
+    restored = dequantize(codes, scales, torch.float32)
+    step = scales.float().unsqueeze(-1)
+    assert codes.dtype == torch.int8 and scales.dtype == torch.float16
+    assert bool(((restored - values).abs() <= step / 2 * (1 + 1e-3) + 127 * step * 2**-11).all())
+    assert int(codes.abs().max()) <= 127
+
+
+def test_an_all_zero_row_stays_zero_and_a_row_costs_its_codes_and_one_scale():
+    codes, scales = quantize_rows(torch.zeros(2, 64))
+    assert not codes.any() and bool(torch.isfinite(scales).all())
+    assert bytes_per_row(64) == 66 and 2 * 64 / bytes_per_row(64) >= 1.9
+
+
+@pytest.mark.parametrize("query_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [24, 64])
+@pytest.mark.parametrize("window", [None, 512])
+def test_the_cpu_operator_on_an_int8_cache_matches_the_gathering_path(window, head_dim, query_dtype):
+    assert cpu_operators.available(), cpu_operators.unavailable_reason()
+    generator = torch.Generator().manual_seed(5)
+    lengths = [4000, 9, 300, 1]
+    key_cache, value_cache, tables, _ = scattered_cache(lengths, 3, generator, head_dim)
+    key_cache, value_cache = as_int8_cache(key_cache * 4), as_int8_cache(value_cache)
+    query = torch.randn(len(lengths), 9, head_dim, generator=generator).to(query_dtype)
+    widest = max(len(table) for table in tables)
+    block_tables = torch.tensor([table + [0] * (widest - len(table)) for table in tables])
+    rest = (key_cache, value_cache, block_tables, torch.tensor(lengths), head_dim**-0.5, None, window)
+    # The gathering path computes in the query's dtype; the operator in float32 whatever the query's.
+    expected = gather_decode_attention(query.float(), *rest).to(query_dtype)
+    actual = paged_decode_attention(query, *rest)
+    torch.testing.assert_close(
+        actual,
+        expected,
+        rtol=1e-5 if query_dtype == torch.float32 else None,
+        atol=1e-5 if query_dtype == torch.float32 else None,
+    )
+
+
+def test_the_operator_refuses_an_int8_cache_without_its_scales():
+    assert cpu_operators.available(), cpu_operators.unavailable_reason()
+    codes = torch.zeros(2, 4, 1, 8, dtype=torch.int8)
+    with pytest.raises(RuntimeError, match="int8 caches need scales"):
+        torch.ops.workbench.paged_decode_attention(
+            torch.zeros(1, 1, 8),
+            codes,
+            codes,
+            torch.zeros(1, 1, dtype=torch.long),
+            torch.ones(1, dtype=torch.long),
+            1.0,
+            0,
+        )
+
+
+def test_writes_land_in_their_slots_and_prefill_reads_what_the_cache_holds():
+    generator = torch.Generator().manual_seed(9)
+    key_cache, value_cache = (
+        QuantizedKv.zeros((4, 4, 2, 16), torch.device("cpu")),
+        QuantizedKv.zeros((4, 4, 2, 16), torch.device("cpu")),
+    )
+    keys, values = torch.randn(6, 2, 16, generator=generator), torch.randn(6, 2, 16, generator=generator)
+    slots = torch.tensor([8, 9, 10, 11, 12, 2])  # positions 0-4 in blocks 2 and 3, then one in block 0
+    write_kv_cache(keys, values, key_cache, value_cache, slots)
+    for cache, rows in ((key_cache, keys), (value_cache, values)):
+        stored = dequantize(cache.codes.view(-1, 2, 16)[slots], cache.scales.view(-1, 2)[slots], torch.float32)
+        torch.testing.assert_close(stored, dequantize(*quantize_rows(rows), torch.float32))
+        assert not cache.codes.view(-1, 2, 16)[[0, 1, 3, 4, 5, 6, 7, 13, 14, 15]].any()
+    # A first chunk attends to its fresh rows as the cache holds them, as a later chunk reads them back.
+    query = torch.randn(5, 4, 16, generator=generator)
+    written = torch.tensor([2, 3])  # the block table of positions 0-4
+    fresh = paged_prefill_attention(query, keys[:5], values[:5], key_cache, value_cache, written, 5, 0.25)
+    cached = paged_prefill_attention(query[4:], keys[4:5], values[4:5], key_cache, value_cache, written, 5, 0.25)
+    torch.testing.assert_close(fresh[4:], cached, rtol=1e-5, atol=1e-6)
