@@ -114,7 +114,10 @@ def test_missing_config_key_is_named(tmp_path, tiny_llama):
         ({"scheduling_policy": "lifo"}, "scheduling_policy: expected one of fcfs, priority, got 'lifo'"),
         ({"dtype": "int3"}, "dtype: expected one of"),
         ({"device": "tpu"}, "device: expected 'auto', 'cpu' or 'cuda"),
-        ({"kv_cache_dtype": "int8"}, "kv_cache_dtype: expected one of auto, float32, bfloat16, float16, got 'int8'"),
+        (
+            {"kv_cache_dtype": "fp8_e4m3"},
+            "kv_cache_dtype: expected one of auto, float32, bfloat16, float16, int8, got 'fp8_e4m3'",
+        ),
         ({"compile_decode": "later"}, "compile_decode: expected one of background, blocking, off, got 'later'"),
     ],
 )
