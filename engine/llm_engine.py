@@ -57,8 +57,18 @@ class LLMEngine:
         the model, or tests that build many engines)."""
         config = config or EngineConfig()
         if is_simulated(config.model):
+            if config.speculative_method == "ngram":
+                raise ConfigError(
+                    "speculative_method = 'ngram': a simulated GPU emits placeholder tokens, in which prompt lookup "
+                    f"finds nothing; expected 'draft' (acceptance and cost as settings) or 'off' for {config.model}"
+                )
             prepared = prepare_simulated_model(config)
         else:
+            if config.speculative_method == "draft":
+                raise ConfigError(
+                    f"speculative_method = 'draft': {config.model} runs for real and no draft model runs beside it; "
+                    "expected 'ngram' (prompt lookup) or 'off' ('draft' is for simulated:MODEL@GPU)"
+                )
             if config.serving_stack != AUTO_STACK:
                 raise ConfigError(
                     f"serving_stack = {config.serving_stack!r}: a serving stack's costs are for simulated GPUs "
@@ -167,6 +177,12 @@ class LLMEngine:
         params = params or SamplingParams()
         now = self.clock()
         check_request(params, priority, arrival_time, request_id, now, self.model_config.vocab_size)
+        if self.config.speculative_method == "ngram" and not params.greedy:
+            raise EngineError(
+                f"temperature = {params.temperature:g}: ngram speculative decoding keeps a request's tokens exactly "
+                "those of plain decoding for greedy sampling only; expected temperature 0, or speculative_method "
+                "= 'off'"
+            )
         token_ids = prompt_token_ids(prompt, self.tokenizer, self.model_config.vocab_size, self.model_path)
         if request_id is not None and self._id_in_use(request_id):
             raise EngineError(
@@ -285,18 +301,20 @@ class LLMEngine:
         batch = self.scheduler.schedule(start)
         beside_compile = self.executor.compile_progress is not None
         execute_s = 0.0
+        accepted_before = self.scheduler.num_accepted_tokens
         if not batch.is_empty:
             executing = self.clock()
             sampled = self.executor.execute(batch)
             now = self.clock()
             execute_s = now - executing
-            for seq in self.scheduler.update(batch, sampled, now):  # each sequence given a token; some stopped
+            for seq, new_tokens in self.scheduler.update(batch, sampled, now):  # given tokens; some stopped
                 if seq.is_finished:
                     del self._sequences[seq.request_id]
-                outputs.append(self._output(seq, seq.token_ids[-1:]))
+                outputs.append(self._output(seq, new_tokens))
         end = self.clock()
         scheduled = {entry.request_id: len(entry.token_ids) for entry in batch.sequences}
         stats = self._stats(batch, start, end, beside_compile)
+        stats.accepted_tokens = self.scheduler.num_accepted_tokens - accepted_before
         step_trace = self._step_trace(before, outputs, execute_s, end - start, end) if trace.enabled else None
         self.num_steps += 1
         return StepResult(outputs, stats, scheduled, step_trace)
@@ -359,7 +377,7 @@ class LLMEngine:
     def _step_trace(
         self, before: dict, outputs: list[RequestOutput], execute_s: float, duration_s: float, end: float
     ) -> StepTrace:
-        rows, held, block_changes, registered, preemptions = self.scheduler.trace.end_step()
+        rows, held, block_changes, registered, preemptions, speculation = self.scheduler.trace.end_step()
         emitted = [
             Emitted(
                 output.request_id,
@@ -382,6 +400,7 @@ class LLMEngine:
             preemptions=preemptions,
             kv_after=self._kv_state(),
             emitted=emitted,
+            speculation=speculation,
         )
 
     def _stats(self, batch: ScheduledBatch, start: float, end: float, beside_compile: bool) -> StepStats:
@@ -391,6 +410,7 @@ class LLMEngine:
             step_duration_s=end - start,
             prefill_tokens=batch.num_prefill_tokens,
             decode_tokens=batch.num_decode_tokens,
+            proposed_tokens=batch.num_proposed_tokens,
             num_seqs=len(batch.decodes) + len(batch.prefills),
             kv_blocks_used=manager.num_used_blocks,
             kv_blocks_total=manager.num_blocks,

@@ -20,6 +20,10 @@ KV_CACHE_DTYPES = (*DTYPES, *QUANTIZED_KV_CACHE_DTYPES)
 # How the decode step is compiled: while the engine already serves eagerly, before loading ends,
 # or not at all.
 COMPILE_DECODE_CHOICES = ("background", "blocking", "off")
+# How decode steps speculate (vLLM's speculative_config "method"): not at all, by n-gram prompt
+# lookup (no second model), or, on simulated GPUs, by a draft model whose cost and acceptance are
+# settings (engine/scheduling/speculation.py).
+SPECULATIVE_METHODS = ("off", "ngram", "draft")
 # Overrides compile_decode's default for a whole process (the test suite sets "off": every test
 # engine compiling its own graph would take the two cores for minutes).
 COMPILE_DECODE_ENVIRONMENT = "WORKBENCH_COMPILE_DECODE"
@@ -177,6 +181,33 @@ class EngineConfig:
         "disaggregation); the rest only decode, taking each request's K/V over the GPUs' link once its first "
         "token is out. 0: every instance does both (colocated).",
     )
+    speculative_method: str = knob(
+        "off",
+        help="Speculative decoding (vLLM's speculative_config method; docs/speculation.md). ngram: each decode "
+        "step also computes up to num_speculative_tokens tokens copied from where the sequence's last "
+        "prompt_lookup_max..prompt_lookup_min tokens occurred before, keeping those the model agrees with; greedy "
+        "requests only, whose tokens stay exactly those of plain decoding. draft (simulated GPUs only): a draft "
+        "model proposes them, each accepted with draft_acceptance_rate, at draft_cost_fraction of a step each.",
+    )
+    num_speculative_tokens: int = knob(
+        3, help="Speculative decoding: most tokens proposed per sequence and step (each takes one of the token budget)."
+    )
+    prompt_lookup_max: int = knob(4, help="ngram speculation: the longest run of last tokens looked up.")
+    prompt_lookup_min: int = knob(
+        2,
+        help="ngram speculation: the shortest run of last tokens looked up (1 proposes more often and is "
+        "rejected more: on SmolLM2 copying text, acceptance 0.28 at 1 against 0.47 at 2, docs/speculation.md).",
+    )
+    draft_acceptance_rate: float = knob(
+        0.7,
+        help="draft speculation (simulated GPUs): the chance that the target model agrees with each proposed "
+        "token, given it agreed with those before (published EAGLE/draft-model runs: 0.6-0.8).",
+    )
+    draft_cost_fraction: float = knob(
+        0.1,
+        help="draft speculation (simulated GPUs): one draft-model step's time as a fraction of the target's "
+        "decode step at the same batch (a 1B draft for an 8B target: about 0.1-0.15).",
+    )
     seed: int = knob(0, help="Seed for requests that carry none of their own.")
     step_trace: bool = knob(
         True,
@@ -239,6 +270,7 @@ class EngineConfig:
                 )
             )
         _require_int("num_scheduler_steps", self.num_scheduler_steps, 1)
+        self._check_speculation()
         if not isinstance(self.serving_stack, str) or not self.serving_stack:
             raise ConfigError(f"serving_stack: expected a stack's name or 'auto', got {self.serving_stack!r}")
         for name in (
@@ -252,6 +284,23 @@ class EngineConfig:
                 raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"model: expected an alias, a .gguf file or a directory, got {self.model!r}")
+
+    def _check_speculation(self) -> None:
+        if self.speculative_method not in SPECULATIVE_METHODS:
+            raise ConfigError(
+                f"speculative_method: expected one of {', '.join(SPECULATIVE_METHODS)}, got {self.speculative_method!r}"
+            )
+        _require_int("num_speculative_tokens", self.num_speculative_tokens, 1)
+        _require_int("prompt_lookup_min", self.prompt_lookup_min, 1)
+        _require_int("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min)
+        for name in ("draft_acceptance_rate", "draft_cost_fraction"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise ConfigError(f"{name}: expected a number in [0, 1], got {value!r}")
+
+    @property
+    def speculates(self) -> bool:
+        return self.speculative_method != "off"
 
     @property
     def long_prompt_queue_enabled(self) -> bool:

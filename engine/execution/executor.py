@@ -45,13 +45,6 @@ class ModelExecutor(Protocol):
     def last_step_compiled(self) -> bool:
         """Whether the last `execute` ran as the compiled decode graph."""
 
-    @staticmethod
-    def _cache(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor | QuantizedKv:
-        """One K or V tensor of the pool; for an int8 cache, its codes and their scales."""
-        return (
-            QuantizedKv.zeros(shape, device) if dtype == CODE_DTYPE else torch.zeros(shape, dtype=dtype, device=device)
-        )
-
     @property
     def kv_cache_bytes(self) -> int:
         """The KV cache's size in bytes (allocated, or planned when simulated)."""
@@ -64,7 +57,8 @@ class ModelExecutor(Protocol):
         """Pay one-time costs before the first real step."""
 
     def execute(self, batch: ScheduledBatch) -> list[int]:
-        """One token id per sequence whose entry has `samples` set, in the batch's row order."""
+        """One token id per row of `batch.one_row_per_token()` that samples, in row order (a
+        speculating decode's proposals each have their row)."""
 
     def close(self) -> None:
         """Stop work still running for this executor (a background compile) and wait for it."""
@@ -216,6 +210,7 @@ class TorchExecutor:
         return ScheduledBatch(decodes=entries, prefills=[], block_size=self.block_size)
 
     def execute(self, batch: ScheduledBatch) -> list[int]:
+        batch = batch.one_row_per_token()
         rows = [entry for entry in batch.sequences if entry.samples]
         logits = self.compute_logits(batch)
         return sample(logits, [entry.params for entry in rows], [entry.sample_seed for entry in rows])

@@ -31,6 +31,10 @@ class StepStats:
     # for the cores, 5 to 65 times as slow as compiled (docs/compiled-decode.md): its time measures
     # the warm-up, not the engine. Run logs written before this field read as False.
     beside_compile: bool = False
+    # Speculative decoding (engine/scheduling/speculation.py): tokens proposed in this step, and
+    # of those the model agreed with. Run logs written before it read as 0.
+    proposed_tokens: int = 0
+    accepted_tokens: int = 0
 
     @property
     def kv_usage_perc(self) -> float:
@@ -67,6 +71,16 @@ class RequestMetrics:
     kv_transfer_start_time: float | None = None
     kv_ready_time: float | None = None
     decode_scheduled_time: float | None = None
+    # Speculative decoding: the steps in which it speculated, the tokens proposed in them, and of
+    # those the model agreed with (each accepted token is a decode step saved).
+    speculative_steps: int = 0
+    proposed_tokens: int = 0
+    accepted_tokens: int = 0
+
+    def record_speculation(self, proposed: int, accepted: int) -> None:
+        self.speculative_steps += 1
+        self.proposed_tokens += proposed
+        self.accepted_tokens += accepted
 
     @property
     def num_output_tokens(self) -> int:

@@ -26,6 +26,7 @@ class RequestOutput:
 class StepResult:
     outputs: list[RequestOutput]
     stats: StepStats
-    # Tokens each request computed in this step (prefill chunk size, or 1 for a decode).
+    # Tokens each request computed in this step (prefill chunk size, or 1 for a decode and its
+    # speculative proposals).
     scheduled: dict[str, int]
     trace: StepTrace | None = None  # the step's causal record (EngineConfig.step_trace)

@@ -122,6 +122,13 @@ class Sequence:
         self.metrics.stop_cause = cause.value if cause is not None else None
         self.metrics.finish_time = now
 
+    def keep_tokens(self, length: int) -> None:
+        """Drop the tokens after the first `length` (a stop among tokens one step emitted)."""
+        dropped = self.num_tokens - length
+        if dropped > 0:
+            del self.token_ids[length:]
+            del self.metrics.token_times[len(self.metrics.token_times) - dropped :]
+
     def append_token(self, token_id: int, now: float) -> None:
         self.token_ids.append(token_id)
         if self.metrics.first_token_time is None:

@@ -86,6 +86,19 @@ class Emitted:
 
 
 @dataclass
+class Speculation:
+    """A decode row's speculative proposals and how many of them, in order, the model agreed with."""
+
+    request_id: str
+    proposed: list[int]
+    accepted: int
+
+    @property
+    def rejected(self) -> int:
+        return len(self.proposed) - self.accepted
+
+
+@dataclass
 class StepTrace:
     step: int  # the engine's step counter, from 0
     time_s: float  # engine clock at the end of the step (as StepStats.time_s)
@@ -112,6 +125,7 @@ class StepTrace:
     # emitted by them, that it counted instead of listing. Always 0 on a live trace.
     decode_rows_omitted: int = 0
     tokens_omitted: int = 0
+    speculation: list[Speculation] = field(default_factory=list)  # per speculating decode row
 
     def blocks_taken(self) -> int:
         """Blocks that left the free list in this step."""
@@ -139,6 +153,7 @@ class TraceBuilder:
         self.registered: list[int] = []
         self.preemptions: list[Preemption] = []
         self.held: list[Held] = []
+        self.speculation: list[Speculation] = []
         self.between_steps: list[BlockChange] = []
 
     def begin_step(self) -> list[BlockChange]:
@@ -182,17 +197,23 @@ class TraceBuilder:
     def registered_blocks(self, block_ids: list[int]) -> None:
         self.registered.extend(block_ids)
 
-    def end_step(self) -> tuple[list[ScheduledRow], list[Held], list[BlockChange], list[int], list[Preemption]]:
+    def speculated(self, request_id: str, proposed: list[int], accepted: int) -> None:
+        self.speculation.append(Speculation(request_id, proposed, accepted))
+
+    def end_step(
+        self,
+    ) -> tuple[list[ScheduledRow], list[Held], list[BlockChange], list[int], list[Preemption], list[Speculation]]:
         """This step's records, and a clean slate for the next one."""
-        taken = (self.rows, self.held, self.block_changes, self.registered, self.preemptions)
-        self.rows, self.held, self.admitted_from, self.block_changes, self.registered, self.preemptions = (
+        taken = (self.rows, self.held, self.block_changes, self.registered, self.preemptions, self.speculation)
+        self.rows, self.held, self.block_changes, self.registered, self.preemptions, self.speculation = (
             [],
             [],
-            {},
+            [],
             [],
             [],
             [],
         )
+        self.admitted_from = {}
         self.in_step = False
         return taken
 
@@ -227,4 +248,7 @@ class NoTrace(TraceBuilder):
         pass
 
     def registered_blocks(self, block_ids: list[int]) -> None:
+        pass
+
+    def speculated(self, request_id: str, proposed: list[int], accepted: int) -> None:
         pass

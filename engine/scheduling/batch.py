@@ -23,10 +23,34 @@ class ScheduledSequence:
     # Seed for the token sampled this step: the request's seed mixed with the output index, so a
     # request's tokens do not depend on batch mates or on being preempted and recomputed.
     sample_seed: int
+    # Speculative decoding (engine/scheduling/speculation.py): the last num_proposed of token_ids
+    # are proposals, computed with the last sampled token, one decode row each.
+    num_proposed: int = 0
 
     @property
     def context_len(self) -> int:
         return self.start_position + len(self.token_ids)
+
+    @property
+    def proposed(self) -> list[int]:
+        return self.token_ids[len(self.token_ids) - self.num_proposed :]
+
+    def one_row_per_token(self) -> list[ScheduledSequence]:
+        """A speculating decode as one-token decodes, each attending up to its own position (the
+        rows before it write their K/V first, in the same step) and sampling."""
+        return [
+            ScheduledSequence(
+                self.request_id,
+                [token],
+                self.start_position + index,
+                self.block_tables,
+                [group_slots[index : index + 1] for group_slots in self.slot_mappings],
+                True,
+                self.params,
+                self.sample_seed,
+            )
+            for index, token in enumerate(self.token_ids)
+        ]
 
 
 def slot_mappings(block_tables: list[list[int]], start: int, count: int, block_size: int) -> list[list[int]]:
@@ -50,7 +74,22 @@ class ScheduledBatch:
 
     @property
     def num_decode_tokens(self) -> int:
-        return len(self.decodes)
+        """Decode rows' tokens: one each, and their proposals."""
+        return sum(len(entry.token_ids) for entry in self.decodes)
+
+    @property
+    def num_proposed_tokens(self) -> int:
+        return sum(entry.num_proposed for entry in self.decodes)
+
+    def one_row_per_token(self) -> ScheduledBatch:
+        """The batch with every speculating decode split into its rows (the others as they are):
+        what a model computes, one sampled token per row."""
+        if not self.num_proposed_tokens:
+            return self
+        decodes = [
+            row for entry in self.decodes for row in (entry.one_row_per_token() if entry.num_proposed else [entry])
+        ]
+        return ScheduledBatch(decodes=decodes, prefills=self.prefills, block_size=self.block_size)
 
     @property
     def num_prefill_tokens(self) -> int:

@@ -284,6 +284,16 @@ class BlockManager:
                 index -= 1
         return released, freed
 
+    def release_tail(self, seq: Sequence) -> tuple[list[int], list[int]]:
+        """Give back the blocks past those its tokens need (what rejected speculative proposals
+        took). Returns the blocks it gave up and those that went back on the free list."""
+        keep = self.blocks_to_cover(seq.num_tokens)
+        released = [block_id for table in seq.block_tables for block_id in table[keep:]]
+        for table in seq.block_tables:
+            del table[keep:]
+        freed = [block_id for block_id in reversed(released) if self._release(block_id)]
+        return released, freed
+
     def _release(self, block_id: int) -> bool:
         """Drop one reference; True when the block went back on the free list."""
         block = self.blocks[block_id]

@@ -14,6 +14,10 @@ Each `schedule()` builds one step's batch under two budgets, `max_num_seqs` and
      that has waited `long_prompt_max_wait_s` goes first (nobody is admitted ahead of it), and
      under the "priority" policy the queues are served by priority across both, a waiting
      request preempting running ones of lower priority when it has no slot or no blocks.
+With speculative decoding on, each decode also computes the tokens its proposer offers
+(engine/scheduling/speculation.py), as far as the token budget and free KV blocks allow: a
+proposal never preempts anyone. `update()` keeps the ones the model agreed with and gives back
+the blocks the rejected ones took.
 With `num_scheduler_steps` N > 1 (vLLM 0.6's multi-step scheduling), step 2 happens only every N
 decode steps, or when nothing runs; a step that prefills ends such a run of N.
 `update()` then records what the executor computed and sampled.
@@ -37,6 +41,7 @@ from engine.requests.step_trace import (
 )
 from engine.scheduling.batch import ScheduledBatch, ScheduledSequence, slot_mappings
 from engine.scheduling.block_manager import BlockManager
+from engine.scheduling.speculation import accepted_length, proposer_for
 from engine.scheduling.wait_queue import WaitQueue
 
 
@@ -70,6 +75,11 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self._in_flight: list[Sequence] = []  # row order of the last batch
+        self.proposer = proposer_for(config)  # None: no speculative decoding
+        self._proposals: dict[Sequence, list[int]] = {}  # this step's, by speculating sequence
+        # Since the engine started (vLLM's spec_decode counters): decode rows that speculated,
+        # tokens they proposed, and of those the tokens the model agreed with.
+        self.num_drafts = self.num_draft_tokens = self.num_accepted_tokens = 0
         self._steps_into_run = 0  # multi-step scheduling: steps since the last admission (0: admit now)
         # Each step's causal record (engine/requests/step_trace.py), or a NoTrace that drops every record.
         self.trace = TraceBuilder(block_manager.is_windowed) if config.step_trace else NoTrace()
@@ -151,6 +161,11 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:  # preempted earlier in this loop
                 continue
             count = self._chunk_size(seq, seq.num_uncomputed_tokens, budget)
+            if self.proposer is not None and not seq.is_prefilling and seq.num_output_tokens:  # a decode
+                proposals = self._proposals_that_fit(seq, budget)
+                if proposals:
+                    self._proposals[seq] = proposals
+                    count += len(proposals)
             while not self.block_manager.can_grow(seq, count):
                 victim = self._preemption_victim()
                 why = self.trace.describe(lambda: self._no_block_reason(seq, count, victim))  # before the free
@@ -161,6 +176,18 @@ class Scheduler:
             if seq.status is SequenceStatus.RUNNING:
                 self._take(seq, count, scheduled, budget)
         return preempted
+
+    def _proposals_that_fit(self, seq: Sequence, budget: _Budget) -> list[int]:
+        """The proposer's tokens for a decoding sequence, as many as the token budget, its
+        max_tokens and context leave room to emit, and only if free blocks hold them all."""
+        limit = min(
+            self.config.num_speculative_tokens,
+            budget.tokens - 1,
+            seq.params.max_tokens - seq.num_output_tokens - 1,
+            self.max_model_len - seq.num_tokens - 1,
+        )
+        proposals = self.proposer.propose(seq.token_ids, limit)
+        return proposals if self.block_manager.can_grow(seq, 1 + len(proposals)) else []
 
     def _preemption_order(self, seq: Sequence) -> tuple[int, int]:
         """Larger goes first: lower priority (a larger value) under the priority policy, then later arrival."""
@@ -186,6 +213,7 @@ class Scheduler:
         step's batch, it leaves the batch and its tokens return to the budget. `reason` says why,
         for the trace."""
         budget.tokens += scheduled.pop(seq, 0)
+        self._proposals.pop(seq, None)
         released, freed = self.block_manager.free(seq)
         self.trace.preempted(seq.request_id, released, freed, reason)
         self.running.remove(seq)
@@ -325,21 +353,26 @@ class Scheduler:
     def _build_batch(self, scheduled: dict[Sequence, int]) -> ScheduledBatch:
         batch = ScheduledBatch(decodes=[], prefills=[], block_size=self.block_manager.block_size)
         decode_seqs, prefill_seqs = [], []
+        proposals, self._proposals = self._proposals, {}
         for seq, count in scheduled.items():
             start = seq.num_computed_tokens
+            proposed = proposals.get(seq, [])
+            known = count - len(proposed)  # tokens the sequence already has
             entry = ScheduledSequence(
                 request_id=seq.request_id,
-                token_ids=seq.token_ids[start : start + count],
+                token_ids=seq.token_ids[start : start + known] + proposed,
                 start_position=start,
                 block_tables=[list(table) for table in seq.block_tables],
                 slot_mappings=slot_mappings(seq.block_tables, start, count, self.block_manager.block_size),
-                samples=start + count == seq.num_tokens,
+                samples=start + known == seq.num_tokens,
                 params=seq.params,
                 sample_seed=hash((seq.seed, seq.num_output_tokens)) & 0x7FFF_FFFF_FFFF_FFFF,
+                num_proposed=len(proposed),
             )
-            # A decode extends an output: its one token is the last one sampled. A one-token chunk
-            # of a prompt (or of a recompute) is prefill, and need not sample.
-            if count == 1 and entry.samples and seq.num_output_tokens > 0:
+            # A decode extends an output: its one token is the last one sampled (with the
+            # proposals after it, if it speculates). A one-token chunk of a prompt (or of a
+            # recompute) is prefill, and need not sample.
+            if known == 1 and entry.samples and seq.num_output_tokens > 0:
                 batch.decodes.append(entry)
                 decode_seqs.append(seq)
             else:
@@ -371,44 +404,73 @@ class Scheduler:
             kind == "prefill" and seq.num_output_tokens > 0,
         )
 
-    def update(self, batch: ScheduledBatch, sampled_token_ids: list[int], now: float) -> list[Sequence]:
-        """Record a computed batch, and stop the sequences that are done (vLLM's check_stop, here
-        too); returns the sequences that received a new token, finished or not."""
+    def update(
+        self, batch: ScheduledBatch, sampled_token_ids: list[int], now: float
+    ) -> list[tuple[Sequence, list[int]]]:
+        """Record a computed batch (`sampled_token_ids`: one per row of
+        `batch.one_row_per_token()` that samples), keep the proposals the model agreed with, and
+        stop the sequences that are done (vLLM's check_stop, here too, token by token); returns
+        each sequence that received tokens, finished or not, with those tokens."""
         sampled = iter(sampled_token_ids)
         extended = []
         for seq, entry in zip(self._in_flight, batch.sequences):
-            seq.num_computed_tokens += len(entry.token_ids)
+            new_tokens = [next(sampled) for _ in range(1 + entry.num_proposed)] if entry.samples else []
+            accepted = accepted_length(entry.proposed, new_tokens)
+            del new_tokens[accepted + 1 :]  # the agreed proposals, then the model's own next token
+            seq.num_computed_tokens += len(entry.token_ids) - entry.num_proposed + accepted
+            for token in new_tokens:
+                seq.append_token(token, now)
             registered = self.block_manager.register_full_blocks(seq)
             released, freed = self.block_manager.slide_window(seq)
             self.trace.registered_blocks(registered)
             self.trace.released(seq.request_id, released, freed, "left the sliding window")
-            if entry.samples:
-                seq.append_token(next(sampled), now)
-                extended.append(seq)
+            if entry.num_proposed:
+                seq.metrics.record_speculation(entry.num_proposed, accepted)
+                self.num_drafts += 1
+                self.num_draft_tokens += entry.num_proposed
+                self.num_accepted_tokens += accepted
+                self.trace.speculated(seq.request_id, entry.proposed, accepted)
+                released, freed = self.block_manager.release_tail(seq)
+                self.trace.released(seq.request_id, released, freed, "held rejected proposals")
+            if new_tokens:
+                extended.append((seq, new_tokens))
         self._in_flight = []
-        for seq in extended:  # after every row's blocks are settled, in row order
-            matched_stop = seq.detokenizer.add(seq.token_ids[-1]) if seq.detokenizer is not None else None
-            stop = self._stop_reason(seq, matched_stop)
+        # After every row's blocks are settled, in row order; a stop drops the tokens after it.
+        return [(seq, self._check_stops(seq, len(new_tokens), now)) for seq, new_tokens in extended]
+
+    def _check_stops(self, seq: Sequence, num_new: int, now: float) -> list[int]:
+        """Stop the sequence at the first of its `num_new` last tokens that ends it, dropping
+        those after; returns the new tokens it keeps."""
+        first = seq.num_tokens - num_new
+        for length in range(first + 1, seq.num_tokens + 1):
+            token = seq.token_ids[length - 1]
+            matched_stop = seq.detokenizer.add(token) if seq.detokenizer is not None else None
+            stop = self._stop_reason(seq, token, length, matched_stop)
             if stop is not None:
+                seq.keep_tokens(length)
                 reason, cause, detail = stop
                 self.finish(seq, reason, detail, now, cause)
-        return extended
+                break
+        return seq.token_ids[first:]
 
-    def _stop_reason(self, seq: Sequence, matched_stop: str | None) -> tuple[FinishReason, StopCause, str] | None:
-        """Why a sequence that just received a token stops: the reason, its typed cause and the
-        detail its metrics keep."""
-        params, token = seq.params, seq.token_ids[-1]
+    def _stop_reason(
+        self, seq: Sequence, token: int, length: int, matched_stop: str | None
+    ) -> tuple[FinishReason, StopCause, str] | None:
+        """Why a sequence stops at `token`, which made it `length` tokens long: the reason, its
+        typed cause and the detail its metrics keep."""
+        params = seq.params
+        num_output_tokens = length - seq.num_prompt_tokens
         if token in self.eos_token_ids and not params.ignore_eos:
             return FinishReason.STOP, StopCause.END_OF_SEQUENCE, "end-of-sequence token"
         if token in params.stop_token_ids:
             return FinishReason.STOP, StopCause.STOP_TOKEN, f"stop token {token}"
         if matched_stop is not None:
             return FinishReason.STOP, StopCause.STOP_STRING, f"stop string {matched_stop!r}"
-        if seq.num_output_tokens >= params.max_tokens:
+        if num_output_tokens >= params.max_tokens:
             return FinishReason.LENGTH, StopCause.MAX_TOKENS, f"max_tokens ({params.max_tokens})"
-        if seq.num_tokens >= self.max_model_len:
+        if length >= self.max_model_len:
             return FinishReason.LENGTH, StopCause.CONTEXT_FULL, f"context full (max_model_len {self.max_model_len})"
-        if self.blocks_held(seq.num_tokens + 1) > self.block_manager.num_blocks:
+        if self.blocks_held(length + 1) > self.block_manager.num_blocks:
             return (
                 FinishReason.LENGTH,
                 StopCause.KV_CACHE_FULL,

@@ -28,7 +28,7 @@ from engine.quantization import UNQUANTIZED, weight_format
 from engine.quantization.auto import AUTO, CONFIGURED
 from engine.simulation.catalogue import catalogued_hardware, hardware_profile, model_shape
 from engine.simulation.cost_model import CostModel
-from engine.simulation.executor import SimulatedClock, SimulatedExecutor
+from engine.simulation.executor import DraftModel, SimulatedClock, SimulatedExecutor
 from engine.simulation.parallel import Parallelism
 from engine.simulation.serving_stacks import AUTO as AUTO_STACK
 from engine.simulation.serving_stacks import DEFAULT_STACK, IDEAL, serving_stack
@@ -107,7 +107,12 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
             shape, hardware, weights, kv_bytes_per_token, parallelism, stack, config.num_scheduler_steps
         )
         block_bytes = KvLayout.of(shape).block_bytes(config.block_size, kv_bytes_per_token // shape.num_layers)
-        return SimulatedExecutor(cost_model, clock, kv_cache_bytes=num_blocks * block_bytes)
+        drafting = (
+            DraftModel(config.draft_acceptance_rate, config.draft_cost_fraction, config.seed)
+            if config.speculative_method == "draft"
+            else None
+        )
+        return SimulatedExecutor(cost_model, clock, kv_cache_bytes=num_blocks * block_bytes, draft_model=drafting)
 
     return PreparedModel(
         config=config,

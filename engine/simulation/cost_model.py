@@ -35,10 +35,16 @@ class StepShape:
 
     sequences: tuple[tuple[int, int, bool], ...]
     starting: int = 0
+    # Rows that prefill, where the batch says (a speculating decode has several new tokens too);
+    # None: told by the rows' shapes (a shape read back from a run log).
+    prefill_rows: int | None = None
 
     @property
     def has_prefill(self) -> bool:
-        """A row of more than one new token, or a one-token prompt, makes a step one with prefill."""
+        """A row of more than one new token, or a one-token prompt, makes a step one with prefill
+        (unless the batch said how many rows prefill)."""
+        if self.prefill_rows is not None:
+            return self.prefill_rows > 0
         return any(new_tokens > 1 or context == new_tokens for new_tokens, context, _ in self.sequences)
 
     @classmethod
@@ -46,6 +52,7 @@ class StepShape:
         return cls(
             tuple((len(entry.token_ids), entry.context_len, entry.samples) for entry in batch.sequences),
             starting=sum(1 for entry in batch.prefills if entry.start_position == 0),
+            prefill_rows=len(batch.prefills),
         )
 
 

@@ -6,10 +6,10 @@ run header lists under "trace_columns" (about 5 KB a step at 64 decode rows, doc
 
 Two levels (the scenario's `trace` setting):
 - "full": everything;
-- "summary": decode rows and the tokens they emitted are counted, not listed (at steady state
-  they are most of a line); prefill rows, every block change, preemptions and finishes stay, so
-  the block map still replays and "why did this request wait / who took the blocks" still has an
-  answer.
+- "summary": decode rows, the tokens they emitted and their speculative proposals are counted,
+  not listed (at steady state they are most of a line); prefill rows, every block change,
+  preemptions and finishes stay, so the block map still replays and "why did this request wait /
+  who took the blocks" still has an answer.
 - "auto" (the default): full for the first FULL_TRACE_STEPS steps, summary after, so a long soak
   stays small. The footer says where it switched.
 """
@@ -17,7 +17,16 @@ Two levels (the scenario's `trace` setting):
 from __future__ import annotations
 
 from engine.errors import ConfigError
-from engine.requests.step_trace import BlockChange, Emitted, Held, KvState, Preemption, ScheduledRow, StepTrace
+from engine.requests.step_trace import (
+    BlockChange,
+    Emitted,
+    Held,
+    KvState,
+    Preemption,
+    ScheduledRow,
+    Speculation,
+    StepTrace,
+)
 
 TRACE_LEVELS = ("auto", "full", "summary")
 # Full lines average 5.2 KB a step at 64 decode rows, summaries 0.7 KB (benchmarks/trace_cost.py):
@@ -31,6 +40,7 @@ TRACE_COLUMNS = {
     "preemptions": ["victim", "reason"],
     "emitted": ["request_id", "token_ids", "finish_reason", "finish_detail"],
     "kv": ["free_blocks", "cached_free_blocks", "used_blocks"],
+    "speculation": ["request_id", "proposed", "accepted"],
 }
 
 
@@ -42,13 +52,14 @@ def check_trace_level(level: str) -> str:
 
 def trace_record(trace: StepTrace, full: bool) -> dict:
     """The run-log line of one step (without its "type")."""
-    rows, emitted = trace.rows, trace.emitted
+    rows, emitted, speculation = trace.rows, trace.emitted, trace.speculation
     decodes_omitted, tokens_omitted = trace.decode_rows_omitted, trace.tokens_omitted  # a summary read back stays one
     if not full:
         rows = [row for row in trace.rows if row.kind != "decode"]
         decodes_omitted += len(trace.rows) - len(rows)
         decoded = {row.request_id for row in trace.rows if row.kind == "decode"}
         emitted = [entry for entry in trace.emitted if entry.finish_reason or entry.request_id not in decoded]
+        speculation = []  # the step's StepStats keep its proposed and accepted totals
         tokens_omitted += sum(len(entry.token_ids) for entry in trace.emitted) - sum(
             len(entry.token_ids) for entry in emitted
         )
@@ -76,6 +87,7 @@ def trace_record(trace: StepTrace, full: bool) -> dict:
         "kv_after": _kv(trace.kv_after),
         "emitted": [[entry.request_id, entry.token_ids, entry.finish_reason, entry.finish_detail] for entry in emitted],
         "tokens_omitted": tokens_omitted,
+        "speculation": [[record.request_id, record.proposed, record.accepted] for record in speculation],
     }
 
 
@@ -102,6 +114,7 @@ def read_trace(record: dict) -> StepTrace:
         emitted=[Emitted(*entry) for entry in record["emitted"]],
         decode_rows_omitted=record["decode_rows_omitted"],
         tokens_omitted=record["tokens_omitted"],
+        speculation=[Speculation(*entry) for entry in record.get("speculation", [])],  # none before speculation
     )
 
 

@@ -6,7 +6,7 @@ parts as tables.
 
 from __future__ import annotations
 
-from engine.requests.step_trace import ALLOCATE, REUSE, BlockChange, KvState, ScheduledRow, StepTrace
+from engine.requests.step_trace import ALLOCATE, REUSE, BlockChange, KvState, ScheduledRow, Speculation, StepTrace
 
 
 def block_ranges(block_ids: list[int]) -> str:
@@ -29,9 +29,14 @@ def kv_text(state: KvState) -> str:
 
 def row_tokens(row: ScheduledRow) -> str:
     if row.kind == "decode":
-        return f"decode at {row.start}"
+        proposed = row.end - row.start - 1  # speculative proposals computed with the decode
+        return f"decode at {row.start}" + (f" with {proposed} proposed tokens" if proposed else "")
     what = "recompute" if row.recompute else "prefill"
     return f"{what} {row.start}..{row.end} of {row.num_prompt_tokens if not row.recompute else row.end}"
+
+
+def speculation_text(record: Speculation) -> str:
+    return f"proposed {record.proposed}, accepted {record.accepted}, rejected {record.rejected}"
 
 
 def change_text(change: BlockChange) -> str:
@@ -70,6 +75,7 @@ def format_step(trace: StepTrace, origin: float = 0.0) -> str:
             f"  and {trace.decode_rows_omitted} decode rows (a summary trace counts them without listing them)"
         )
     lines += [f"  not admitted: request {held.request_id}, head of {held.queue}: {held.reason}" for held in trace.held]
+    lines += [f"  request {record.request_id}: {speculation_text(record)}" for record in trace.speculation]
     lines.append("persisted:")
     lines += [f"  request {change.request_id} {change_text(change)}" for change in trace.block_changes]
     lines += [f"  preempted request {preemption.victim}: {preemption.reason}" for preemption in trace.preemptions]
@@ -107,6 +113,7 @@ def request_events(trace: StepTrace, request_id: str) -> list[str]:
     for row in trace.rows:
         if row.request_id == request_id:
             events.append(row_tokens(row) + (f", admitted from {row.admitted_from}" if row.admitted_from else ""))
+    events += [speculation_text(record) for record in trace.speculation if record.request_id == request_id]
     events += [change_text(change) for change in trace.block_changes if change.request_id == request_id]
     events += [f"preempted: {preemption.reason}" for preemption in trace.preemptions if preemption.victim == request_id]
     for emitted in trace.emitted:

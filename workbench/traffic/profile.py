@@ -64,7 +64,7 @@ class TrafficProfile:
     concurrency: int = 8  # closed_loop only
     num_requests: int = 100  # stop issuing after this many (0 = no limit: duration_s decides)
     duration_s: float = 0.0  # stop issuing after this long (0 = no limit: num_requests decides)
-    prompts: str = "synthetic"  # synthetic | sharegpt | trace | sessions (workbench/traffic/sessions.py)
+    prompts: str = "synthetic"  # synthetic | sharegpt | copying | trace | sessions (workbench/traffic/sources.py)
     prompt_len: LengthDistribution = field(default_factory=lambda: LengthDistribution(mean=128))
     output_len: LengthDistribution = field(
         default_factory=lambda: LengthDistribution(mean=64)

@@ -16,6 +16,8 @@ from engine.loading.tokenizer import Tokenizer
 from workbench.backends.protocol import Chat
 
 _CORPUS_CONVERSATIONS = 400  # about 150k tokens of English text, tokenised once
+# The copying source's instruction, before a ShareGPT reply.
+COPY_INSTRUCTION = "Repeat the following text exactly, word for word:\n\n"
 
 
 class PromptMaker:
@@ -36,11 +38,7 @@ class PromptMaker:
         """A random conversation's first question (chat-formatted when the model has a template),
         the token length of the reference reply, and the chat the prompt was templated from (None
         without a template: the prompt is the question's text)."""
-        if self.tokenizer is None:
-            raise ConfigError(
-                "prompts: ShareGPT prompts need a model with a tokenizer (a simulated model has none); "
-                "use synthetic prompts"
-            )
+        self._tokenizer_for("sharegpt")
         conversations = load_sharegpt().conversations
         conversation = conversations[int(rng.integers(0, len(conversations)))]
         text, messages = conversation.prompt, None
@@ -49,6 +47,31 @@ class PromptMaker:
             text = self.tokenizer.apply_chat_template(list(messages))
         reply_tokens = len(self.tokenizer.encode(conversation.reply, add_special_tokens=False))
         return self.tokenizer.encode(text), reply_tokens, messages
+
+    def copying(self, rng: np.random.Generator, room: int) -> tuple[list[int], Chat | None]:
+        """A random ShareGPT reply handed back with COPY_INSTRUCTION (chat-formatted when the model
+        has a template), its prompt at most `room` tokens (the reply cut at a line's end where it
+        must be), and the chat it was templated from."""
+        tokenizer = self._tokenizer_for("copying")
+        conversations = load_sharegpt().conversations
+        reply = conversations[int(rng.integers(0, len(conversations)))].reply
+        while True:
+            text, messages = COPY_INSTRUCTION + reply, None
+            if tokenizer.chat_template:
+                messages = ({"role": "user", "content": text},)
+                text = tokenizer.apply_chat_template(list(messages))
+            prompt = tokenizer.encode(text)
+            if len(prompt) <= room or "\n" not in reply.strip():
+                return prompt[:room], messages if len(prompt) <= room else None
+            reply = reply.strip().rsplit("\n", 1)[0]
+
+    def _tokenizer_for(self, source: str) -> Tokenizer:
+        if self.tokenizer is None:
+            raise ConfigError(
+                f"prompts: {source} prompts are ShareGPT text and need a model with a tokenizer (a simulated model "
+                "has none); use synthetic prompts"
+            )
+        return self.tokenizer
 
 
 @functools.lru_cache(maxsize=4)

@@ -2,6 +2,9 @@
 
   synthetic  real-text prompts of drawn lengths (`prompt_len`, `output_len`, a shared prefix)
   sharegpt   real ShareGPT questions with their reference replies' lengths
+  copying    ShareGPT replies handed back to be repeated: outputs that copy their prompt, the
+             shape of code edits and quoting, where speculative prompt lookup pays (drawn lengths
+             of output; the prompt is the reply's)
   sessions   multi-turn conversations that come back (workbench/traffic/sessions.py)
   trace      a recorded workload's rows, with their own arrival times (request_trace.py)
 
@@ -135,6 +138,19 @@ class SharegptPrompts(PromptSource):
         return context.request(arrival_s, prompt, fit, messages=messages)
 
 
+class CopyingPrompts(PromptSource):
+    name = "copying"
+
+    def next_request(self, arrival_s: float | None) -> PlannedRequest:
+        context = self.context
+        limit = context.max_model_len
+        prompt, messages = context.maker.copying(context.rng, prompt_room(limit))
+        fit = fit_to_context(
+            len(prompt), context.profile.output_len.sample(context.rng, limit - len(prompt) - 1), limit
+        )
+        return context.request(arrival_s, prompt, fit, messages=messages)
+
+
 class SessionPrompts(PromptSource):
     name = "sessions"
     counted_by_num_requests = False
@@ -222,5 +238,5 @@ class TracePrompts(PromptSource):
 
 
 PROMPT_SOURCES: dict[str, type[PromptSource]] = {
-    source.name: source for source in (SyntheticPrompts, SharegptPrompts, TracePrompts, SessionPrompts)
+    source.name: source for source in (SyntheticPrompts, SharegptPrompts, CopyingPrompts, TracePrompts, SessionPrompts)
 }

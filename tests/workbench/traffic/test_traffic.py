@@ -419,7 +419,10 @@ def test_length_settings_at_their_limits_are_accepted_and_kept():
 @pytest.mark.parametrize(
     "settings, message",
     [
-        (dict(prompts="reddit"), "prompts: expected one of synthetic, sharegpt, trace, sessions, got 'reddit'"),
+        (
+            dict(prompts="reddit"),
+            "prompts: expected one of synthetic, sharegpt, copying, trace, sessions, got 'reddit'",
+        ),
         (dict(rate=0.0), "rate: expected a positive number of requests/s, got 0.0"),
         (
             dict(arrival="ramp", end_rate=0.0, duration_s=5.0),

@@ -1,0 +1,74 @@
+"""Speculative decoding: proposing tokens before the model computes them, and keeping those it
+agrees with.
+
+A speculating decode row computes its last sampled token and k proposed ones in one step, as
+k + 1 decode rows of the batch (`ScheduledBatch.one_row_per_token`): row i attends to the cache
+up to its own position and its greedy token is what plain decoding would sample after the
+proposals before it. The proposals up to the first disagreement are kept, plus the model's own
+token at that point, so a step emits 1 to k + 1 tokens and the output is exactly plain greedy
+decoding's (tests/engine/test_speculation.py holds that on both bundled models).
+
+Proposers:
+- `NgramProposer` (vLLM's "ngram", prompt lookup): find the sequence's last n tokens earlier in
+  the sequence, for n from prompt_lookup_max down to prompt_lookup_min, and propose what followed
+  that occurrence (the latest one). No second model; it pays where outputs copy their prompt
+  (code edits, summaries, extraction) and proposes nothing elsewhere.
+- `DraftProposer` (simulated GPUs): a draft model stands in, as many placeholder tokens as asked;
+  the simulated executor accepts each with `draft_acceptance_rate` and charges its draft steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.configuration.config import EngineConfig
+
+
+class NgramProposer:
+    def __init__(self, min_n: int, max_n: int):
+        self.min_n, self.max_n = min_n, max_n
+
+    def propose(self, token_ids: list[int], limit: int) -> list[int]:
+        """Up to `limit` tokens that followed the latest earlier occurrence of the longest run of
+        last tokens found (empty if none)."""
+        if limit <= 0 or len(token_ids) < self.min_n + 1:
+            return []
+        tokens = np.asarray(token_ids, dtype=np.int64)
+        for n in range(min(self.max_n, len(tokens) - 1), self.min_n - 1, -1):
+            # Every earlier run of n tokens that at least one token follows (the last token is left
+            # out, so the suffix itself is not among them).
+            earlier = np.lib.stride_tricks.sliding_window_view(tokens[:-1], n)
+            matches = np.flatnonzero((earlier == tokens[-n:]).all(axis=1))
+            if matches.size:
+                follow = int(matches[-1]) + n
+                return tokens[follow : follow + limit].tolist()
+        return []
+
+
+class DraftProposer:
+    """A simulated draft model: it always proposes the most it may; what it is worth is decided
+    by the simulated executor (engine/simulation/executor.py)."""
+
+    PLACEHOLDER_TOKEN = 0
+
+    def propose(self, token_ids: list[int], limit: int) -> list[int]:
+        return [self.PLACEHOLDER_TOKEN] * max(limit, 0)
+
+
+def proposer_for(config: EngineConfig) -> NgramProposer | DraftProposer | None:
+    if config.speculative_method == "ngram":
+        return NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
+    if config.speculative_method == "draft":
+        return DraftProposer()
+    return None
+
+
+def accepted_length(proposed: list[int], targets: list[int]) -> int:
+    """How many proposals the model agreed with, in order: targets[i] is the model's token after
+    the sequence and proposed[:i]."""
+    accepted = 0
+    for draft, target in zip(proposed, targets):
+        if draft != target:
+            break
+        accepted += 1
+    return accepted
