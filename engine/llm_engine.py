@@ -410,6 +410,7 @@ class LLMEngine:
             step_duration_s=end - start,
             prefill_tokens=batch.num_prefill_tokens,
             decode_tokens=batch.num_decode_tokens,
+            speculating_rows=sum(1 for entry in batch.decodes if entry.num_proposed),
             proposed_tokens=batch.num_proposed_tokens,
             num_seqs=len(batch.decodes) + len(batch.prefills),
             kv_blocks_used=manager.num_used_blocks,

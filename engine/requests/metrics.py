@@ -33,6 +33,7 @@ class StepStats:
     beside_compile: bool = False
     # Speculative decoding (engine/scheduling/speculation.py): tokens proposed in this step, and
     # of those the model agreed with. Run logs written before it read as 0.
+    speculating_rows: int = 0  # decode rows that proposed tokens
     proposed_tokens: int = 0
     accepted_tokens: int = 0
 

@@ -6,6 +6,8 @@ exact are refused."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,6 +17,7 @@ from engine.errors import ConfigError, EngineError
 from engine.requests.sampling_params import SamplingParams
 from engine.scheduling.speculation import NgramProposer, accepted_length
 from tests.engine.parity_prompts import PROMPTS
+from workbench.cli.arguments import add_engine_options, engine_config, speculative_overrides
 from workbench.step_traces.log import read_trace, trace_record
 from workbench.step_traces.text import format_step
 
@@ -183,3 +186,19 @@ def test_settings_it_cannot_keep_exact_are_refused_in_one_line(make_smollm_engin
     ):
         with pytest.raises(ConfigError, match=message):
             EngineConfig(**bad)
+
+
+def test_serve_takes_vllms_speculative_config_and_refuses_what_it_does_not_know():
+    parser = argparse.ArgumentParser()
+    add_engine_options(parser)
+    args = parser.parse_args(["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 5}'])
+    args.command = "serve"
+    config = engine_config(args)
+    assert (config.speculative_method, config.num_speculative_tokens) == ("ngram", 5)
+    with pytest.raises(ConfigError, match="--speculative-config: unknown keys model; expected some of method, "):
+        speculative_overrides('{"method": "draft", "model": "meta-llama/Llama-3.2-1B"}')
+    with pytest.raises(ConfigError, match="--speculative-config: expected a JSON object, got 'ngram'"):
+        speculative_overrides("ngram")
+    with pytest.raises(ConfigError, match="speculative_method: expected one of off, ngram, draft, got 'eagle'"):
+        args.speculative_config = '{"method": "eagle"}'
+        engine_config(args)

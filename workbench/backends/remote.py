@@ -325,8 +325,9 @@ class RemoteBackend:
             self._scraper_stopped = _describe(future.exception())
 
     def _record_state(self, now: float, state: ServerState) -> None:
-        """One scrape as a StepStats: prefill and decode tokens are what the counters added since
-        the last scrape; KV blocks from the usage fraction and the capacity where known."""
+        """One scrape as a StepStats: prefill and decode tokens, and speculative proposals and
+        acceptances, are what the counters added since the last scrape; KV blocks from the usage
+        fraction and the capacity where known."""
         previous = self._last_state
         self._last_state = (now, state)
         if previous is None:
@@ -349,6 +350,9 @@ class RemoteBackend:
             rejections_total=0,
             prefix_cache_hit_tokens_total=state.prefix_hits_total or 0,
             prefix_cache_query_tokens_total=state.prefix_queries_total or 0,
+            speculating_rows=_delta(state.spec_drafts_total, before.spec_drafts_total),
+            proposed_tokens=_delta(state.spec_draft_tokens_total, before.spec_draft_tokens_total),
+            accepted_tokens=_delta(state.spec_accepted_tokens_total, before.spec_accepted_tokens_total),
         )
         with self._ready:
             self._states.append(stats)
@@ -495,6 +499,9 @@ def _merged(states: list[StepStats]) -> StepStats | None:
         step_duration_s=sum(state.step_duration_s for state in states),
         prefill_tokens=sum(state.prefill_tokens for state in states),
         decode_tokens=sum(state.decode_tokens for state in states),
+        speculating_rows=sum(state.speculating_rows for state in states),
+        proposed_tokens=sum(state.proposed_tokens for state in states),
+        accepted_tokens=sum(state.accepted_tokens for state in states),
     )
 
 

@@ -5,7 +5,9 @@ Parsed with prometheus_client's own text parser, then read by metric name:
   vLLM       vllm:kv_cache_usage_perc (older: vllm:gpu_cache_usage_perc; a fraction),
              vllm:num_requests_waiting, vllm:num_requests_running, vllm:num_preemptions_total,
              vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total, vllm:prompt_tokens_total,
-             vllm:generation_tokens_total, and vllm:cache_config_info's labels num_gpu_blocks,
+             vllm:generation_tokens_total, vllm:spec_decode_num_drafts_total,
+             vllm:spec_decode_num_draft_tokens_total, vllm:spec_decode_num_accepted_tokens_total (a
+             server that speculates), and vllm:cache_config_info's labels num_gpu_blocks,
              block_size for the capacity (`workbench serve` exposes the same names)
   llama.cpp  llamacpp:kv_cache_usage_ratio, llamacpp:requests_processing, llamacpp:requests_deferred
   SGLang     sglang:token_usage, sglang:num_queue_reqs, sglang:num_running_reqs
@@ -33,6 +35,9 @@ PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"
 PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
 PROMPT_TOKENS = ("vllm:prompt_tokens_total", "vllm:prompt_tokens")
 GENERATION_TOKENS = ("vllm:generation_tokens_total", "vllm:generation_tokens")
+SPEC_DRAFTS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_drafts")
+SPEC_DRAFT_TOKENS = ("vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_draft_tokens")
+SPEC_ACCEPTED_TOKENS = ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens")
 
 
 @dataclass
@@ -45,6 +50,9 @@ class ServerState:
     prefix_hits_total: int | None = None
     prompt_tokens_total: int | None = None
     generation_tokens_total: int | None = None
+    spec_drafts_total: int | None = None  # decode rows that speculated
+    spec_draft_tokens_total: int | None = None  # tokens they proposed
+    spec_accepted_tokens_total: int | None = None  # of those, accepted
     num_blocks: int | None = None  # KV capacity, where the server says (vllm:cache_config_info)
     block_size: int | None = None
 
@@ -81,6 +89,9 @@ def parse_server_state(text: str) -> ServerState:
         prefix_hits_total=count(PREFIX_HITS),
         prompt_tokens_total=count(PROMPT_TOKENS),
         generation_tokens_total=count(GENERATION_TOKENS),
+        spec_drafts_total=count(SPEC_DRAFTS),
+        spec_draft_tokens_total=count(SPEC_DRAFT_TOKENS),
+        spec_accepted_tokens_total=count(SPEC_ACCEPTED_TOKENS),
     )
     for labels, _ in samples.get("vllm:cache_config_info", []):
         if labels.get("num_gpu_blocks", "").isdigit():

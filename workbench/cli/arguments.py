@@ -31,8 +31,8 @@ def add_set_option(command: argparse.ArgumentParser, help: str, metavar: str = "
 
 
 def add_engine_options(command: argparse.ArgumentParser) -> None:
-    """`--preset`, `--model`, `--kv-cache-dtype` and `--set engine.KEY=VALUE`: the engine of a command that runs one
-    (serve, compile), read by `engine_config`."""
+    """`--preset`, `--model`, `--kv-cache-dtype`, `--speculative-config` and `--set engine.KEY=VALUE`: the
+    engine of a command that runs one (serve, compile), read by `engine_config`."""
     command.add_argument("--preset", help="take the engine settings from this preset")
     command.add_argument(
         "--model", help="the model (short for --set engine.model=MODEL): smollm2-135m, gemma3-270m or a path"
@@ -41,6 +41,12 @@ def add_engine_options(command: argparse.ArgumentParser) -> None:
         "--kv-cache-dtype",
         help="the KV cache's dtype, as vLLM's flag (short for --set engine.kv_cache_dtype=DTYPE): auto, float32, "
         "bfloat16, float16 or int8",
+    )
+    command.add_argument(
+        "--speculative-config",
+        help="speculative decoding, as vLLM's flag: a JSON object with method (ngram, or draft on a simulated GPU), "
+        "num_speculative_tokens, prompt_lookup_max, prompt_lookup_min (draft: draft_acceptance_rate, "
+        "draft_cost_fraction); docs/speculation.md",
     )
     add_set_option(
         command,
@@ -59,6 +65,8 @@ def engine_config(args):
 
     shorthands = {"model": args.model, "kv_cache_dtype": args.kv_cache_dtype}
     overrides = [*args.overrides, *(f"engine.{key}={value}" for key, value in shorthands.items() if value is not None)]
+    if args.speculative_config is not None:
+        overrides += speculative_overrides(args.speculative_config)
     if args.preset:
         return load_preset(args.preset, overrides).engine
     raw: dict = {}
@@ -67,6 +75,38 @@ def engine_config(args):
     if others := sorted(set(raw) - {"engine"}):
         raise ConfigError(f"--set: {args.command} takes engine.KEY=VALUE settings only, got {', '.join(others)}")
     return build(EngineConfig, raw.get("engine", {}), "--set", "engine")
+
+
+# vLLM's speculative_config keys the engine takes, and the setting each sets.
+SPECULATIVE_CONFIG_KEYS = {
+    "method": "speculative_method",
+    "num_speculative_tokens": "num_speculative_tokens",
+    "prompt_lookup_max": "prompt_lookup_max",
+    "prompt_lookup_min": "prompt_lookup_min",
+    "draft_acceptance_rate": "draft_acceptance_rate",
+    "draft_cost_fraction": "draft_cost_fraction",
+}
+
+
+def speculative_overrides(text: str) -> list[str]:
+    """`--speculative-config`'s JSON as engine.KEY=VALUE settings (each value then checked by
+    EngineConfig)."""
+    import json
+
+    from engine.errors import ConfigError
+
+    try:
+        settings = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"--speculative-config: expected a JSON object, got {text!r} ({error.msg})") from None
+    if not isinstance(settings, dict):
+        raise ConfigError(f"--speculative-config: expected a JSON object, got {text!r}")
+    if unknown := sorted(set(settings) - set(SPECULATIVE_CONFIG_KEYS)):
+        raise ConfigError(
+            f"--speculative-config: unknown keys {', '.join(unknown)}; expected some of "
+            f"{', '.join(SPECULATIVE_CONFIG_KEYS)}"
+        )
+    return [f"engine.{SPECULATIVE_CONFIG_KEYS[key]}={json.dumps(value)}" for key, value in settings.items()]
 
 
 def read_run_for(run, with_traces: bool):

@@ -5,8 +5,10 @@ workbench's own remote backend read our server as they read vLLM:
               (a fraction, 1 = full, as vLLM's), vllm:cache_config_info (labels: block_size,
               num_gpu_blocks)
   counters    vllm:num_preemptions, vllm:prompt_tokens, vllm:generation_tokens,
-              vllm:prefix_cache_queries, vllm:prefix_cache_hits, vllm:request_success
-              (exposed with the _total suffix)
+              vllm:prefix_cache_queries, vllm:prefix_cache_hits, vllm:request_success,
+              vllm:spec_decode_num_drafts, vllm:spec_decode_num_draft_tokens,
+              vllm:spec_decode_num_accepted_tokens (exposed with the _total suffix; the last three
+              count decode rows that speculated, tokens they proposed and tokens accepted, as vLLM V1's)
   histograms  vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds,
               vllm:e2e_request_latency_seconds, vllm:request_queue_time_seconds
 """
@@ -110,6 +112,9 @@ class ServerMetrics:
             "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."
         )
         self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        self.spec_drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
+        self.spec_draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
+        self.spec_accepted_tokens = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
         self.success = Counter(
             "vllm:request_success",
             "Count of successfully processed requests.",
@@ -151,6 +156,9 @@ class ServerMetrics:
         self.prefix_hits.inc(hits)
         self.prefix_queries.inc(queries)
         self._last_totals = totals
+        self.spec_drafts.inc(stats.speculating_rows)
+        self.spec_draft_tokens.inc(stats.proposed_tokens)
+        self.spec_accepted_tokens.inc(stats.accepted_tokens)
 
     def idle(self, used_blocks: int) -> None:
         """No request left: nothing runs or waits, and the KV usage is what is still held (0)."""

@@ -72,6 +72,19 @@ def test_what_the_server_exports_a_scrape_reads_back():
     assert (idle.kv_usage, idle.num_running, idle.num_waiting) == (0.0, 0, 0)
 
 
+def test_speculative_decoding_counters_are_vllms_and_a_scrape_reads_them_back():
+    metrics = ServerMetrics("m", block_size=16, num_blocks=100)
+    metrics.step(stats(speculating_rows=2, proposed_tokens=6, accepted_tokens=4), generated_tokens=6)
+    metrics.step(stats(speculating_rows=1, proposed_tokens=3, accepted_tokens=0), generated_tokens=1)
+    values = samples(metrics)
+    label = json.dumps({"model_name": "m"})
+    assert values["vllm:spec_decode_num_drafts_total" + label] == 3
+    assert values["vllm:spec_decode_num_draft_tokens_total" + label] == 9
+    assert values["vllm:spec_decode_num_accepted_tokens_total" + label] == 4
+    state = parse_server_state(generate_latest(metrics.registry).decode())
+    assert (state.spec_drafts_total, state.spec_draft_tokens_total, state.spec_accepted_tokens_total) == (3, 9, 4)
+
+
 def test_latency_histograms_are_in_seconds_and_rejections_are_not_successes():
     metrics = ServerMetrics("m", block_size=16, num_blocks=100)
     metrics.request_ended(
@@ -171,6 +184,9 @@ def test_each_metric_has_vllms_name_type_help_and_buckets():
         "vllm:e2e_request_latency_seconds": ("histogram", "Histogram of e2e request latency in seconds."),
         "vllm:request_queue_time_seconds": ("histogram", "Histogram of time spent in WAITING phase for request."),
         "vllm:cache_config_info": ("gauge", "Information of the LLMEngine CacheConfig"),
+        "vllm:spec_decode_num_drafts": ("counter", "Number of spec decoding drafts."),
+        "vllm:spec_decode_num_draft_tokens": ("counter", "Number of draft tokens."),
+        "vllm:spec_decode_num_accepted_tokens": ("counter", "Number of accepted tokens."),
     }
 
     def buckets(name: str) -> list[float]:

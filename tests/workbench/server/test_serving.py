@@ -186,6 +186,38 @@ def test_invalid_requests_get_400_with_an_openai_error_body(server, body, messag
     assert error["type"] == "BadRequestError" and message in error["message"]
 
 
+def test_a_speculating_server_keeps_greedy_tokens_counts_its_drafts_and_refuses_sampling(tokenizer):
+    """`serve --speculative-config` (vLLM's JSON): the tokens are the plain engine's, /metrics has
+    vLLM's spec_decode counters and the remote backend reads them into its stats; a request with a
+    temperature is refused with the reason."""
+    port = free_port()
+    speculation = '{"method": "ngram", "num_speculative_tokens": 3}'
+    settings = ("--set", "engine.max_model_len=512", "--set", "engine.kv_cache_memory=67108864")
+    process = start_workbench_server(port, "--speculative-config", speculation, *settings)
+    url = f"http://127.0.0.1:{port}"
+    prompt = tokenizer.encode("Copy: alpha beta gamma delta epsilon zeta\n" * 3 + "Copy:")
+    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    backend = RemoteBackend(url, tokenizer)
+    try:
+        backend.submit(prompt, params, request_id="copy", arrival_time=backend.clock())
+        proposed = accepted = 0
+        output = None
+        while backend.has_unfinished() or not proposed:
+            update = backend.advance()
+            output = next((out for out in update.outputs if out.finished), output)
+            if update.stats is not None:
+                proposed, accepted = proposed + update.stats.proposed_tokens, accepted + update.stats.accepted_tokens
+        response = httpx.post(f"{url}/v1/completions", json={"prompt": "hi", "temperature": 0.7}, timeout=30)
+    finally:
+        backend.close()
+        process.terminate()
+        process.wait(timeout=30)
+    (expected,) = LLMEngine(EngineConfig(max_model_len=512, kv_cache_memory=64 << 20)).generate([prompt], params)
+    assert output.token_ids == expected.token_ids
+    assert proposed >= accepted > 0  # what the scrapes saw of the counters
+    assert response.status_code == 400 and "temperature = 0.7: ngram speculative decoding" in response.text
+
+
 def test_models_version_and_metrics_speak_vllms_dialect(server):
     models = httpx.get(f"{server}/v1/models").json()
     assert models["data"][0]["id"] == "smollm2-135m" and models["data"][0]["max_model_len"] == 512
