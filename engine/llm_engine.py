@@ -409,7 +409,7 @@ class LLMEngine:
             time_s=end,
             step_duration_s=end - start,
             prefill_tokens=batch.num_prefill_tokens,
-            decode_tokens=batch.num_decode_tokens,
+            decode_tokens=len(batch.decodes),  # each decode row's own token; its proposals are counted apart
             speculating_rows=sum(1 for entry in batch.decodes if entry.num_proposed),
             proposed_tokens=batch.num_proposed_tokens,
             num_seqs=len(batch.decodes) + len(batch.prefills),

@@ -14,7 +14,7 @@ class StepStats:
     time_s: float  # engine clock at the end of the step
     step_duration_s: float
     prefill_tokens: int
-    decode_tokens: int
+    decode_tokens: int  # decode rows (one token each); accepted_tokens are emitted beside them
     num_seqs: int  # sequences in this step's batch
     kv_blocks_used: int  # blocks referenced by at least one sequence
     kv_blocks_total: int

@@ -202,3 +202,29 @@ def test_serve_takes_vllms_speculative_config_and_refuses_what_it_does_not_know(
     with pytest.raises(ConfigError, match="speculative_method: expected one of off, ngram, draft, got 'eagle'"):
         args.speculative_config = '{"method": "eagle"}'
         engine_config(args)
+
+
+def _simulated_run(requests: int, **speculation) -> tuple[float, float, LLMEngine]:
+    """`requests` x (200 + 64) tokens at once on a simulated GPU: TPOT p50 (ms) and output tok/s."""
+    engine = LLMEngine(EngineConfig(model="simulated:llama-3-8b@h100-80gb", **speculation))
+    outputs = engine.generate([[1] * 200] * requests, SamplingParams(max_tokens=64, ignore_eos=True))
+    tpot = sorted(output.metrics.tpot_ms for output in outputs)[len(outputs) // 2]
+    return tpot, sum(len(output.token_ids) for output in outputs) / engine.clock(), engine
+
+
+def test_a_simulated_draft_model_accepts_at_its_rate_and_charges_its_steps():
+    """Tokens per speculating step follow (1 - a^(k+1)) / (1 - a) within the sampling error of the
+    steps run; a draft the target never agrees with only costs (more time per token than plain
+    decoding), one it always agrees with cuts TPOT at one stream."""
+    rate, k = 0.7, 4
+    _, _, engine = _simulated_run(32, speculative_method="draft", num_speculative_tokens=k, draft_acceptance_rate=rate)
+    scheduler = engine.scheduler
+    expected = (1 - rate ** (k + 1)) / (1 - rate)
+    # Steps whose proposals max_tokens cut short accept fewer: the run's mean stays within 10%.
+    assert (scheduler.num_drafts + scheduler.num_accepted_tokens) / scheduler.num_drafts == pytest.approx(
+        expected, rel=0.1
+    )
+    plain_tpot, _, _ = _simulated_run(1)
+    never_tpot, _, _ = _simulated_run(1, speculative_method="draft", draft_acceptance_rate=0.0)
+    always_tpot, _, _ = _simulated_run(1, speculative_method="draft", draft_acceptance_rate=1.0)
+    assert never_tpot > plain_tpot > always_tpot

@@ -28,12 +28,14 @@ wait costs a subtraction, not a pass over the steps it waited through.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from engine.requests.metrics import FINISHED_REASONS, UNFINISHED
 from engine.requests.step_trace import WAITING, WAITING_LONG
+from workbench.analysis.speculation_effect import SpeculationSummary, summarise_speculation
 from workbench.runs.run_log import RunLog
 from workbench.step_traces.log import read_trace
 from workbench.step_traces.text import format_request
@@ -295,6 +297,7 @@ class Explanation:
     not_attributable: str | None  # what this run cannot split, or None
     arrived: int = 0  # requests that arrived (of the tag): everyone.n of them finished
     unfinished: int = 0  # of those, still in flight when the run ended (or was saved)
+    speculation: SpeculationSummary | None = None  # what speculative decoding did; None: it did not run
 
     def left_out(self) -> str:
         """What the figures leave out, in words ("" when every request that arrived finished)."""
@@ -326,7 +329,8 @@ def explain(log: RunLog, above_percentile: float = 90.0, tag: str | None = None,
         times = [time for time in times if time.tag == tag]
     threshold = float(np.percentile([time.e2e_s for time in times], above_percentile)) if times else None
     tail = [time for time in times if threshold is not None and time.e2e_s >= threshold]
-    arrived = [record["finish_reason"] for record in log.requests if tag is None or record["tag"] == tag]
+    tagged = [record for record in log.requests if tag is None or record["tag"] == tag]
+    arrived = [record["finish_reason"] for record in tagged]
     return Explanation(
         above_percentile=above_percentile,
         threshold_ms=None if threshold is None else 1000.0 * threshold,
@@ -339,6 +343,7 @@ def explain(log: RunLog, above_percentile: float = 90.0, tag: str | None = None,
         not_attributable=not_attributable,
         arrived=len(arrived),
         unfinished=arrived.count(UNFINISHED),
+        speculation=summarise_speculation(tagged),
     )
 
 
@@ -371,6 +376,13 @@ def explanation_record(explanation: Explanation) -> dict:
             {"request_id": time.request_id, "e2e_ms": 1000.0 * time.e2e_s, "main_cause": time.main_cause()}
             for time in explanation.slowest
         ],
+        "speculation": None
+        if explanation.speculation is None
+        else {
+            "proposed_tokens": explanation.speculation.proposed,
+            "accepted_tokens": explanation.speculation.accepted,
+            "requests": [dataclasses.asdict(request) for request in explanation.speculation.requests],
+        },
         "causes": CAUSES,
     }
 
@@ -403,11 +415,22 @@ def format_explanation(explanation: Explanation, title: str) -> str:
     )
     if explanation.not_attributable:
         lines += ["", f"Not attributable: {explanation.not_attributable}."]
+    speculated = {}
+    if explanation.speculation is not None:
+        lines += ["", explanation.speculation.text()]
+        speculated = {request.request_id: request for request in explanation.speculation.requests}
     lines += ["", "Slowest (their histories: workbench trace RUN --request ID):"]
     for time in explanation.slowest:
         share = 100.0 * time.seconds.max() / time.seconds.sum() if time.seconds.sum() else 0.0
+        gain = speculated.get(time.request_id)
         lines.append(
             f"  {time.request_id:<16} {1000 * time.e2e_s:>10,.0f} ms  {CAUSES[time.main_cause()]} ({share:.0f}%)"
+            + (
+                f"; speculation: {gain.accepted} of {gain.proposed} proposed accepted, at most "
+                f"{1000 * gain.saved_s:,.0f} ms saved"
+                if gain is not None
+                else ""
+            )
         )
     return "\n".join(lines)
 

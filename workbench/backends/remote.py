@@ -338,7 +338,9 @@ class RemoteBackend:
             time_s=now,
             step_duration_s=now - before_time,
             prefill_tokens=_delta(state.prompt_tokens_total, before.prompt_tokens_total),
-            decode_tokens=_delta(state.generation_tokens_total, before.generation_tokens_total),
+            # Generated tokens less the accepted proposals among them, which are counted apart.
+            decode_tokens=_delta(state.generation_tokens_total, before.generation_tokens_total)
+            - _delta(state.spec_accepted_tokens_total, before.spec_accepted_tokens_total),
             num_seqs=state.num_running or 0,
             kv_blocks_used=round((state.kv_usage or 0.0) * total),
             kv_blocks_total=total,

@@ -22,6 +22,7 @@ from engine.configuration.config import (
     DTYPES,
     KV_CACHE_DTYPES,
     SCHEDULING_POLICIES,
+    SPECULATIVE_METHODS,
     EngineConfig,
     knob_help,
 )
@@ -32,7 +33,7 @@ from engine.quantization.auto import AUTO
 from engine.simulation import SimulatedTarget, is_simulated
 from engine.simulation.serving_stacks import AUTO as AUTO_STACK
 from engine.simulation.serving_stacks import stack_names
-from workbench.gui.form_widgets import ChoiceBox, emit_validated, float_box, int_box
+from workbench.gui.form_widgets import ChoiceBox, choice_box, emit_validated, float_box, int_box
 
 
 class EnginePanel(QGroupBox):
@@ -162,6 +163,13 @@ class EnginePanel(QGroupBox):
         self.policy = ChoiceBox()
         self.policy.addItems(list(SCHEDULING_POLICIES))
         self.policy.setToolTip(knob_help("scheduling_policy"))
+        # Speculative decoding (docs/speculation.md): ngram on the real engine, draft on simulated GPUs.
+        self.speculative_method = choice_box(list(SPECULATIVE_METHODS), knob_help("speculative_method"))
+        self.speculative_tokens = int_box(1, 64, defaults.num_speculative_tokens, knob_help("num_speculative_tokens"))
+        self.lookup_min = int_box(1, 64, defaults.prompt_lookup_min, knob_help("prompt_lookup_min"))
+        self.lookup_max = int_box(1, 64, defaults.prompt_lookup_max, knob_help("prompt_lookup_max"))
+        self.draft_acceptance = float_box(0, 1, defaults.draft_acceptance_rate, knob_help("draft_acceptance_rate"))
+        self.draft_cost = float_box(0, 1, defaults.draft_cost_fraction, knob_help("draft_cost_fraction"))
         self.prefix_caching = QCheckBox("prefix caching")
         self.prefix_caching.setChecked(defaults.enable_prefix_caching)
         self.prefix_caching.setToolTip(knob_help("enable_prefix_caching"))
@@ -201,6 +209,16 @@ class EnginePanel(QGroupBox):
         form.addRow("pipeline parallel (stages)", self.pipeline_parallel)
         form.addRow("serving stack (simulated)", self.serving_stack)
         form.addRow("scheduler steps", self.scheduler_steps)
+        form.addRow("speculation", self.speculative_method)
+        form.addRow("speculative tokens", self.speculative_tokens)
+        lookup = QHBoxLayout()
+        lookup.addWidget(self.lookup_min)
+        lookup.addWidget(self.lookup_max)
+        form.addRow("lookup min / max", lookup)
+        draft = QHBoxLayout()
+        draft.addWidget(self.draft_acceptance)
+        draft.addWidget(self.draft_cost)
+        form.addRow("draft accept / cost", draft)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.apply_button)
@@ -253,6 +271,12 @@ class EnginePanel(QGroupBox):
             pipeline_parallel_size=self.pipeline_parallel.value(),
             serving_stack=self.serving_stack.currentText(),
             num_scheduler_steps=self.scheduler_steps.value(),
+            speculative_method=self.speculative_method.currentText(),
+            num_speculative_tokens=self.speculative_tokens.value(),
+            prompt_lookup_min=self.lookup_min.value(),
+            prompt_lookup_max=self.lookup_max.value(),
+            draft_acceptance_rate=self.draft_acceptance.value(),
+            draft_cost_fraction=self.draft_cost.value(),
         )
 
     def _split_across_its_gpus(self, model: str) -> None:
@@ -297,6 +321,12 @@ class EnginePanel(QGroupBox):
         self.long_max_wait.setValue(config.long_prompt_max_wait_s)
         self.policy.setCurrentText(config.scheduling_policy)
         self.prefix_caching.setChecked(config.enable_prefix_caching)
+        self.speculative_method.setCurrentText(config.speculative_method)
+        self.speculative_tokens.setValue(config.num_speculative_tokens)
+        self.lookup_min.setValue(config.prompt_lookup_min)
+        self.lookup_max.setValue(config.prompt_lookup_max)
+        self.draft_acceptance.setValue(config.draft_acceptance_rate)
+        self.draft_cost.setValue(config.draft_cost_fraction)
 
     def _set_preset_cache_size(self, num_kv_blocks: int | None, fraction: float | None) -> None:
         self._num_kv_blocks, self._kv_cache_fraction = num_kv_blocks, fraction

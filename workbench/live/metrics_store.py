@@ -27,6 +27,8 @@ STEP_LINES = (  # per-step series drawn as lines
     "running",
     "prefill_tokens",
     "decode_tokens",
+    "proposed_tokens",
+    "accepted_tokens",
     "prefill_tok_s",
     "decode_tok_s",
 )
@@ -183,7 +185,10 @@ class MetricsStore:
     def add_step(self, stats: StepStats) -> None:
         total = stats.kv_blocks_total
         now = stats.time_s - self.start_time
-        prefill_rate, decode_rate = self._windowed_rates(now, stats.prefill_tokens, stats.decode_tokens)
+        # Output tokens: each decode row's, and the speculative proposals accepted beside them.
+        prefill_rate, decode_rate = self._windowed_rates(
+            now, stats.prefill_tokens, stats.decode_tokens + stats.accepted_tokens
+        )
         values = {
             "time_s": now,
             "start_s": stats.time_s - stats.step_duration_s - self.start_time,
@@ -201,6 +206,8 @@ class MetricsStore:
             "running": stats.num_running,
             "prefill_tokens": stats.prefill_tokens,
             "decode_tokens": stats.decode_tokens,
+            "proposed_tokens": stats.proposed_tokens,
+            "accepted_tokens": stats.accepted_tokens,
             "preemptions_total": stats.preemptions_total,
             "rejections_total": stats.rejections_total,
             "prefill_tok_s": prefill_rate,

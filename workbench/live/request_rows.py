@@ -37,6 +37,29 @@ class RequestRow:
     preemptions: int = 0
     # (seconds since the run started, event), e.g. (1.20, "prefill 512 tokens")
     timeline: list[tuple[float, str]] = field(default_factory=list)
+    # Speculative decoding: the proposals accepted in each step that speculated, in order, and
+    # the proposed tokens, for its "decoding" entry.
+    accepted_lengths: list[int] = field(default_factory=list)
+    proposed_tokens: int = 0
+
+
+# The last accepted lengths a timeline entry lists.
+_SHOWN_LENGTHS = 16
+
+
+def _decoding(row: RequestRow) -> bool:
+    """Whether its timeline's last entry is a run of decode steps."""
+    return bool(row.timeline) and row.timeline[-1][1].startswith("decoding")
+
+
+def _speculation_text(row: RequestRow) -> str:
+    """e.g. "decoding; speculation: 31 of 69 proposed accepted in 23 steps, lengths … 2 0 3 3"."""
+    lengths = row.accepted_lengths
+    shown = " ".join(str(length) for length in lengths[-_SHOWN_LENGTHS:])
+    return (
+        f"decoding; speculation: {sum(lengths)} of {row.proposed_tokens} proposed accepted in {len(lengths)} steps, "
+        f"accepted per step {'… ' if len(lengths) > _SHOWN_LENGTHS else ''}{shown}"
+    )
 
 
 class RequestRows:
@@ -75,10 +98,24 @@ class RequestRows:
                 if preemptions > row.preemptions:
                     row.timeline.append((now_s, f"preempted (recompute {progress.num_tokens} tokens)"))
                 row.preemptions, row.state = preemptions, progress.state
-                if tokens > 1 or progress.num_tokens == progress.num_prompt_tokens:
+                metrics = progress.metrics
+                if metrics.speculative_steps > len(row.accepted_lengths):  # a decode with proposals
+                    row.accepted_lengths.append(metrics.accepted_tokens - sum(row.accepted_lengths))
+                    row.proposed_tokens = metrics.proposed_tokens
+                    self._decoding(row, now_s, _speculation_text(row))
+                elif tokens > 1 or progress.num_tokens == progress.num_prompt_tokens:
                     row.timeline.append((now_s, f"prefill {tokens} tokens"))
-                elif row.timeline[-1][1] != "decoding":  # the first decode step after a prefill
+                elif not _decoding(row):  # the first decode step after a prefill
                     row.timeline.append((now_s, "decoding"))
+
+    @staticmethod
+    def _decoding(row: RequestRow, now_s: float, text: str) -> None:
+        """One "decoding" entry for a run of decode steps, from the first of them: its text says
+        what speculation did so far."""
+        if _decoding(row):
+            row.timeline[-1] = (row.timeline[-1][0], text)
+        else:
+            row.timeline.append((now_s, text))
 
     def output(self, output: RequestOutput) -> None:
         with self._lock:

@@ -193,3 +193,27 @@ def test_bad_explain_arguments_get_one_line(tmp_path, capsys, arguments, message
 def test_explain_on_a_folder_without_a_run_log_names_it(tmp_path, capsys):
     assert main(["explain", str(tmp_path)]) == 2
     assert "no run log here" in capsys.readouterr().err
+
+
+def test_explain_says_what_speculation_saved_each_request(tmp_path):
+    """A draft model the target always agrees with, 3 proposals a step: 16 tokens come in one
+    prefill token and steps of 4, 4, 4 and 3 (max_tokens caps the last), so 11 accepted of 11
+    proposed; each saved step is priced at the request's own steps' mean time."""
+    log = burst_run(
+        tmp_path,
+        count=4,
+        speculative_method="draft",
+        num_speculative_tokens=3,
+        draft_acceptance_rate=1.0,
+    )
+    explanation = explain(log)
+    summary = explanation.speculation
+    assert [(request.proposed, request.accepted) for request in summary.requests] == [(11, 11)] * 4
+    for request, record in zip(summary.requests, log.requests):
+        times = record["token_times"]
+        assert request.saved_s == pytest.approx(11 * (times[-1] - times[0]) / 4)
+    text = format_explanation(explanation, "burst")
+    assert "Speculation: 4 finished requests proposed 44 tokens and the model accepted 44 (100.0%)" in text
+    assert "; speculation: 11 of 11 proposed accepted, at most " in text
+    assert explanation_record(explanation)["speculation"]["accepted_tokens"] == 44
+    assert explain(burst_run(tmp_path / "plain", count=4)).speculation is None

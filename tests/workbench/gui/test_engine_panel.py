@@ -24,6 +24,17 @@ def test_a_preset_fraction_or_block_count_survives_until_the_size_is_edited(qtbo
     assert panel.config().kv_cache_memory == 64 << 20 and panel.kv_cache_mib.value() == 64
 
 
+def test_speculation_settings_round_trip(qtbot):
+    panel = EnginePanel()
+    qtbot.addWidget(panel)
+    assert panel.config().speculative_method == "off"
+    settings = dict(speculative_method="ngram", num_speculative_tokens=5, prompt_lookup_min=3, prompt_lookup_max=6)
+    panel.set_config(EngineConfig(**settings, draft_acceptance_rate=0.55, draft_cost_fraction=0.2))
+    config = panel.config()
+    assert {key: getattr(config, key) for key in settings} == settings
+    assert (config.draft_acceptance_rate, config.draft_cost_fraction) == (0.55, 0.2)
+
+
 def test_the_default_cache_size_is_auto_and_round_trips(qtbot):
     panel = EnginePanel()
     qtbot.addWidget(panel)

@@ -80,6 +80,23 @@ def test_the_memory_tab_quotes_the_measured_quality_cost_of_a_quantized_configur
     assert "(n = 500 tokens" in window.stage.toolTip()
 
 
+def test_speculation_shows_in_the_batch_plot_and_each_requests_timeline(window, qtbot, tiny_config):
+    """n-gram speculation on the tiny model (whose random weights repeat themselves, so lookup
+    finds proposals): the batch plot draws proposed and accepted tokens and its title the
+    acceptance, and a request's timeline the accepted length of each step."""
+    load(window, qtbot, dataclasses.replace(tiny_config, speculative_method="ngram", num_speculative_tokens=3))
+    window.traffic_panel.inject_requested.emit(4, 20, 48, "chat")
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=60_000)
+    window.refresh_plots()
+    batch = window.plots.plots["batch_composition"]
+    proposed = np.nansum(batch.speculation["proposed_tokens"].getData()[1])
+    accepted = np.nansum(batch.speculation["accepted_tokens"].getData()[1])
+    assert proposed > accepted > 0
+    assert "% of proposed tokens accepted, " in batch.plot.titleLabel.text
+    timelines = [text for row in window.worker.rows() for _, text in row.timeline]
+    assert any(text.startswith("decoding; speculation: ") and "accepted per step" in text for text in timelines)
+
+
 @pytest.mark.slow  # compiles the tiny model's decode graph
 def test_the_status_line_follows_a_background_compile_to_the_compiled_path(window, qtbot, tiny_config, held_compile):
     torch._dynamo.reset()
