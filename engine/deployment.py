@@ -37,7 +37,7 @@ from engine.llm_engine import LLMEngine
 from engine.requests.metrics import RequestMetrics, StepStats
 from engine.requests.outputs import RequestOutput
 from engine.requests.sampling_params import SamplingParams
-from engine.simulation import KV_BYTES_PER_VALUE, SimulatedTarget, is_simulated
+from engine.simulation import SimulatedTarget, is_simulated
 from engine.simulation.catalogue import hardware_profile, model_shape
 from engine.simulation.parallel import Parallelism
 
@@ -111,8 +111,9 @@ class Deployment:
         self.instances = [LLMEngine(decode_config if role == DECODE else instance_config) for role in self.roles]
         self.model_config, self.max_model_len = self.instances[0].model_config, self.instances[0].max_model_len
         shape, _ = model_shape(name)
+        kv_bytes = self.instances[0].kv_dtype.itemsize
         self.kv_transfer_s = lambda tokens: split.kv_transfer_s(
-            tokens, shape, KV_BYTES_PER_VALUE, link.link_bytes_s, link.link_latency_s
+            tokens, shape, kv_bytes, link.link_bytes_s, link.link_latency_s
         )
         self.now = 0.0
         self._load: Counter[int] = Counter()  # instance -> its unfinished requests

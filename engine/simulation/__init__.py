@@ -26,6 +26,7 @@ from engine.execution.prepared_model import KvMemoryLimits, PreparedModel
 from engine.model_spec.kv_layout import KvLayout
 from engine.quantization import UNQUANTIZED, weight_format
 from engine.quantization.auto import AUTO, CONFIGURED
+from engine.quantization.kv_cache import resolve_kv_dtype
 from engine.simulation.catalogue import catalogued_hardware, hardware_profile, model_shape
 from engine.simulation.cost_model import CostModel
 from engine.simulation.executor import DraftModel, SimulatedClock, SimulatedExecutor
@@ -34,8 +35,9 @@ from engine.simulation.serving_stacks import AUTO as AUTO_STACK
 from engine.simulation.serving_stacks import DEFAULT_STACK, IDEAL, serving_stack
 from engine.simulation.target import PREFIX, SimulatedTarget, is_simulated  # noqa: F401  (the package's names)
 
-KV_DTYPE = torch.float16  # simulated GPUs keep K and V at 16 bits
-KV_BYTES_PER_VALUE = 2
+# Simulated GPUs compute in 16 bits; their KV cache holds what kv_cache_dtype names (auto: 16
+# bits; int8: 8-bit codes and a 16-bit scale per token and head, as the CPU's).
+COMPUTE_DTYPE = torch.float16
 
 
 def watched_in_real_time(config: EngineConfig) -> EngineConfig:
@@ -98,9 +100,10 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
             "larger GPU or more of them (tensor_parallel_size)"
         )
     clock = SimulatedClock(speed=config.simulation_speed)
-    kv_bytes_per_token = shape.kv_bytes_per_token(KV_BYTES_PER_VALUE)
+    kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, COMPUTE_DTYPE, torch.device("cpu"))
+    kv_bytes_per_token = shape.kv_bytes_per_token(kv_dtype.itemsize)
     # The engine counts KV blocks in the whole model's bytes; one GPU holds this share of each.
-    kv_share = parallelism.kv_bytes_per_token_per_gpu(shape, KV_BYTES_PER_VALUE) / kv_bytes_per_token
+    kv_share = parallelism.kv_bytes_per_token_per_gpu(shape, kv_dtype.itemsize) / kv_bytes_per_token
 
     def create_executor(num_blocks: int) -> SimulatedExecutor:
         cost_model = CostModel(
@@ -122,8 +125,8 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
         model_path=Path(config.model),
         stored_tensor_types={},
         device=torch.device("cpu"),
-        dtype=KV_DTYPE,
-        kv_dtype=KV_DTYPE,
+        dtype=COMPUTE_DTYPE,
+        kv_dtype=kv_dtype,
         weight_bytes=weights,
         unquantized_weight_bytes=shape.num_parameters * 2,
         activation_smoothing=None,

@@ -98,9 +98,9 @@ class Parallelism:
         return max(model.num_kv_heads // self.tensor, 1)
 
     def kv_bytes_per_token_per_gpu(self, model: ModelConfig, bytes_per_value: int) -> int:
-        """One token's K and V on one GPU: its layers, its KV heads."""
+        """One token's K and V on one GPU: its layers, its KV heads (an 8-bit row with its scale)."""
         layers = model.num_layers // self.pipeline
-        return 2 * layers * self.kv_heads_per_gpu(model) * model.head_dim * bytes_per_value
+        return 2 * layers * self.kv_heads_per_gpu(model) * model.kv_row_bytes(bytes_per_value)
 
     def weight_bytes_per_gpu(self, weight_bytes: int) -> int:
         return math.ceil(weight_bytes / self.gpus)

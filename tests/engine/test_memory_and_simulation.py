@@ -202,3 +202,21 @@ def test_cost_model_flops_are_the_operators_and_the_dense_bytes_leave_out_the_ta
         )
         head = 2 * table * sum(samples for _, _, samples in shape.sequences)
         assert model.flops(shape) == pytest.approx(2 * llama.num_projection_parameters * tokens + attention + head)
+
+
+def test_a_simulated_gpu_counts_an_int8_kv_cache_with_its_scales():
+    """Llama-3-8B on an H100: an int8 cache's token is 1 byte a value and a 2-byte scale a row
+    (head_dim 128: 130 / 256 of a 16-bit token), so the same memory holds 1.97x the tokens and a
+    decode step reads that much less K/V; a float32 cache holds half."""
+
+    def engine(kv: str) -> LLMEngine:
+        return LLMEngine(EngineConfig(model="simulated:llama-3-8b@h100-80gb", kv_cache_dtype=kv))
+
+    auto, int8, float32 = engine("auto"), engine("int8"), engine("float32")
+    assert int8.kv_bytes_per_token == auto.kv_bytes_per_token * 130 // 256
+    assert int8.kv_capacity_tokens / auto.kv_capacity_tokens == pytest.approx(256 / 130, rel=0.01)
+    assert float32.kv_capacity_tokens / auto.kv_capacity_tokens == pytest.approx(0.5, rel=0.01)
+    shape = StepShape(((1, 4000, True),) * 32)
+    assert int8.executor.cost_model.kv_bytes(shape) == pytest.approx(
+        auto.executor.cost_model.kv_bytes(shape) * 130 / 256
+    )

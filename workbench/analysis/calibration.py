@@ -19,7 +19,6 @@ from engine.llm_engine import LLMEngine
 from engine.quantization import weight_format
 from engine.requests.sampling_params import SamplingParams
 from engine.scheduling.batch import ScheduledBatch, ScheduledSequence, slot_mappings
-from engine.simulation import KV_BYTES_PER_VALUE
 from engine.simulation.catalogue import HardwareProfile
 from engine.simulation.cost_model import CostModel, StepShape
 from workbench.runs.run_log import RunLog
@@ -82,7 +81,7 @@ def _cost_model(engine: LLMEngine, profile: HardwareProfile) -> CostModel:
     weights = weight_bytes_estimate(
         engine.model_config, *weight_format(engine.config.quantization, engine.config.group_size)
     )
-    return CostModel(engine.model_config, profile, weights, engine.model_config.kv_bytes_per_token(KV_BYTES_PER_VALUE))
+    return CostModel(engine.model_config, profile, weights, engine.kv_bytes_per_token)
 
 
 def fit(

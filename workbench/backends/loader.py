@@ -18,7 +18,7 @@ from engine.loading.tokenizer import Tokenizer
 from engine.model_spec.model_config import ModelConfig
 from engine.platform.device import dtype_name, total_memory_bytes
 from engine.quantization import weight_format
-from engine.simulation import KV_BYTES_PER_VALUE, SimulatedTarget, is_simulated, watched_in_real_time
+from engine.simulation import SimulatedTarget, is_simulated, watched_in_real_time
 from engine.simulation.catalogue import hardware_profile
 from engine.simulation.parallel import Parallelism, per_gpu_lines
 from workbench.backends.deployment import is_deployment
@@ -166,7 +166,7 @@ def _per_gpu_lines(engine: LLMEngine) -> list[MemoryLine]:
         parallelism,
         memory_bytes,
         bits,
-        KV_BYTES_PER_VALUE,
+        engine.kv_dtype.itemsize,
         engine.max_model_len,
         config.max_num_batched_tokens,
         config.max_num_seqs,
@@ -175,7 +175,7 @@ def _per_gpu_lines(engine: LLMEngine) -> list[MemoryLine]:
     # `estimate`'s lines say what could fit beside a 5% allowance; the window shows what this
     # engine holds: its KV cache as allocated, within gpu_memory_utilization (on Llama-3-70B over
     # four H100s, 36.06 GB a GPU where `estimate` says 40.06 GB could fit).
-    per_token = parallelism.kv_bytes_per_token_per_gpu(engine.model_config, KV_BYTES_PER_VALUE)
+    per_token = parallelism.kv_bytes_per_token_per_gpu(engine.model_config, engine.kv_dtype.itemsize)
     held = engine.kv_capacity_tokens * per_token
     reserve = int(memory_bytes * (1 - GPU_MEMORY_UTILIZATION))
     kept = [line for line in lines if line.name not in ("runtime overhead", "KV cache")]

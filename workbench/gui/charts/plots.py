@@ -382,9 +382,10 @@ class BatchCompositionPlot:
         self.prefill.setData(*snapshot.overview.line("prefill_tokens", x_range))
         time_s, decodes = snapshot.overview.line("decode_tokens", x_range)
         self.decode.setData(time_s, decodes)
-        lines = {name: snapshot.overview.line(name, x_range)[1] for name in self.speculation}
-        for name, values in lines.items():
-            self.speculation[name].setData(time_s, values)
+        lines = {}
+        for name, line in self.speculation.items():  # each its own times: a series breaks where it has gaps
+            line_time_s, lines[name] = snapshot.overview.line(name, x_range)
+            line.setData(line_time_s, lines[name])
         # It said "no step yet" while warming up; with speculation, what it gained over the range.
         set_title(self.plot, "Batch composition per step" + speculation_summary(decodes, *lines.values()))
         if not self._in_legend and np.nansum(lines["proposed_tokens"]) > 0:
