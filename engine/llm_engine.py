@@ -313,8 +313,8 @@ class LLMEngine:
                 outputs.append(self._output(seq, new_tokens))
         end = self.clock()
         scheduled = {entry.request_id: len(entry.token_ids) for entry in batch.sequences}
-        stats = self._stats(batch, start, end, beside_compile)
-        stats.accepted_tokens = self.scheduler.num_accepted_tokens - accepted_before
+        accepted = self.scheduler.num_accepted_tokens - accepted_before
+        stats = self._stats(batch, start, end, beside_compile, accepted)
         step_trace = self._step_trace(before, outputs, execute_s, end - start, end) if trace.enabled else None
         self.num_steps += 1
         return StepResult(outputs, stats, scheduled, step_trace)
@@ -403,7 +403,9 @@ class LLMEngine:
             speculation=speculation,
         )
 
-    def _stats(self, batch: ScheduledBatch, start: float, end: float, beside_compile: bool) -> StepStats:
+    def _stats(
+        self, batch: ScheduledBatch, start: float, end: float, beside_compile: bool, accepted_tokens: int
+    ) -> StepStats:
         manager, scheduler = self.block_manager, self.scheduler
         return StepStats(
             time_s=end,
@@ -412,6 +414,7 @@ class LLMEngine:
             decode_tokens=len(batch.decodes),  # each decode row's own token; its proposals are counted apart
             speculating_rows=sum(1 for entry in batch.decodes if entry.num_proposed),
             proposed_tokens=batch.num_proposed_tokens,
+            accepted_tokens=accepted_tokens,
             num_seqs=len(batch.decodes) + len(batch.prefills),
             kv_blocks_used=manager.num_used_blocks,
             kv_blocks_total=manager.num_blocks,

@@ -47,7 +47,7 @@ class RequestRow:
 _SHOWN_LENGTHS = 16
 
 
-def _decoding(row: RequestRow) -> bool:
+def _is_decoding(row: RequestRow) -> bool:
     """Whether its timeline's last entry is a run of decode steps."""
     return bool(row.timeline) and row.timeline[-1][1].startswith("decoding")
 
@@ -102,17 +102,17 @@ class RequestRows:
                 if metrics.speculative_steps > len(row.accepted_lengths):  # a decode with proposals
                     row.accepted_lengths.append(metrics.accepted_tokens - sum(row.accepted_lengths))
                     row.proposed_tokens = metrics.proposed_tokens
-                    self._decoding(row, now_s, _speculation_text(row))
+                    self._set_decoding(row, now_s, _speculation_text(row))
                 elif tokens > 1 or progress.num_tokens == progress.num_prompt_tokens:
                     row.timeline.append((now_s, f"prefill {tokens} tokens"))
-                elif not _decoding(row):  # the first decode step after a prefill
+                elif not _is_decoding(row):  # the first decode step after a prefill
                     row.timeline.append((now_s, "decoding"))
 
     @staticmethod
-    def _decoding(row: RequestRow, now_s: float, text: str) -> None:
+    def _set_decoding(row: RequestRow, now_s: float, text: str) -> None:
         """One "decoding" entry for a run of decode steps, from the first of them: its text says
         what speculation did so far."""
-        if _decoding(row):
+        if _is_decoding(row):
             row.timeline[-1] = (row.timeline[-1][0], text)
         else:
             row.timeline.append((now_s, text))
