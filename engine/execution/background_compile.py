@@ -17,6 +17,12 @@ and a compile thread waiting in `Thread.start` (Inductor's code generation start
 thread) waits in C, where CompileStopped never reaches it: a library script hung at exit for 14
 minutes at 0% CPU. tqdm's monitor is turned off while compiles run, and a thread
 that still has not ended by the deadline is left behind, blocked, for the process's exit.
+
+A compile must not change what the engine's own thread runs meanwhile. fx's plain tracer patches
+`nn.Module.__call__` for every thread while it traces, and Inductor traces one helper with it, once
+per process: an eager step that ran during that trace called its modules through the tracer and
+failed ("NameError: module is not installed as a submodule"; twice in one day's test runs).
+That trace is done before the compile thread starts, on the thread that starts it.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class BackgroundCompile:
         self.stopped = False  # stop() ended the compile before it finished
 
     def start(self) -> None:
+        _trace_inductors_helper_here()
         _quiet_about_lost_stops()
         _no_tqdm_monitor()
         _running.add(self)
@@ -102,6 +109,14 @@ class BackgroundCompile:
             except CompileStopped:  # raised by a stop() that took the lock just before this thread did
                 pass
             _running.discard(self)
+
+
+def _trace_inductors_helper_here() -> None:
+    """Build Inductor's one plain-fx graph (InterpreterShim's placeholder, cached for the process)
+    on this thread, so that no compile thread traces it while this one steps eagerly."""
+    from torch._inductor.loop_body import InterpreterShim
+
+    InterpreterShim._dummy_gm()
 
 
 def _quiet_about_lost_stops() -> None:

@@ -118,6 +118,59 @@ def test_an_engine_closed_mid_compile_gives_way_to_the_next_one(tmp_path):
     assert finished.stdout.splitlines() == ["eager (compile stopped)"] * 3 + ["same tokens"]
 
 
+@pytest.mark.slow
+def test_an_eager_step_runs_while_the_compile_traces_a_function_with_fx(tiny_llama, tmp_path):
+    """A step failed twice in one day's test runs with "NameError: module is not installed as a
+    submodule": while the compile thread runs a plain fx trace (Inductor traces its `identity`
+    helper once per process), fx's patched `nn.Module.__call__` is every thread's, and an eager
+    step on the engine's thread called its modules through the tracer. Here that trace is held
+    open until the engine's thread has stepped, so the race is lost every time it can be: the
+    step's tokens are the eager engine's."""
+    directory, _ = tiny_llama
+    finished = run_with_the_default_compile(
+        f"""
+        import threading
+        import torch.fx
+        import torch._inductor.loop_body as loop_body
+        from engine import SamplingParams
+        from tests.tiny_models import PROMPT, tiny_engine
+        tracing, stepped = threading.Event(), threading.Event()
+        def identity(value):
+            if threading.current_thread() is not threading.main_thread():
+                tracing.set()
+                stepped.wait(timeout=120)
+            return value
+        loop_body.identity = identity
+        plain_traces = []  # any other trace that patches module calls the way this one does
+        trace = torch.fx.Tracer.trace
+        def recorded(tracer, *arguments, **keywords):
+            plain = type(tracer).call_module is torch.fx.Tracer.call_module
+            if plain and threading.current_thread() is not threading.main_thread():
+                plain_traces.append(type(tracer).__qualname__)
+            return trace(tracer, *arguments, **keywords)
+        torch.fx.Tracer.trace = recorded
+        params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+        engine = tiny_engine({str(directory)!r}, compile_decode="background")
+        while engine.executor.compiling and not tracing.wait(timeout=0.1):
+            pass
+        print("traced in the compile thread" if tracing.is_set() else "compiled", flush=True)
+        try:
+            tokens = engine.generate([PROMPT], params)[0].token_ids
+        finally:
+            stepped.set()
+        engine.close()
+        eager = tiny_engine({str(directory)!r}, compile_decode="off").generate([PROMPT], params)[0].token_ids
+        assert tokens == eager, (tokens, eager)
+        print("same tokens", flush=True)
+        print("plain traces in the compile thread:", plain_traces, flush=True)
+    """,
+        tmp_path,
+        timeout_s=600,
+    )
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert finished.stdout.splitlines() == ["compiled", "same tokens", "plain traces in the compile thread: []"]
+
+
 def test_a_graph_that_became_usable_counts_as_compiled_while_its_thread_ends(tiny_llama, monkeypatch):
     """The compile thread still runs a few statements after the graph became usable: meanwhile
     the engine says compiled and reports no compile in progress (the window's status line once
