@@ -1,12 +1,13 @@
-"""An int8 KV cache against a bfloat16 one, the rest of the engine as configured by default:
+"""An 8-bit KV cache (int8, or fp8_e4m3) against a bfloat16 one, the rest of the engine as
+configured by default:
 
-    python -m benchmarks.kv_cache_dtype [--model smollm2-135m] [--pairs 3] [--requests 64]
-        [--long-context 8192]
+    python -m benchmarks.kv_cache_dtype [--kv-cache-dtype int8] [--model smollm2-135m] [--pairs 3]
+        [--requests 64] [--long-context 8192]
 
 Both engines compile their decode step before the first run, then run in counterbalanced pairs
 (benchmarks/paired_ratio.py): N requests x (128 prompt + 128 output) tokens at t=0, ignore_eos,
 output tokens/s; and one request of --long-context prompt tokens generating 64 (its TPOT p50:
-where the cache's bytes are most of what a decode step reads). Prints each run, the int8 / bf16
+where the cache's bytes are most of what a decode step reads). Prints each run, the 8-bit / bf16
 ratios with their 95% interval, and each cache's capacity in the same memory.
 """
 
@@ -23,6 +24,7 @@ KV_MEMORY = 2 << 30  # both caches the same bytes; a long context fits either
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kv-cache-dtype", choices=("int8", "fp8_e4m3"), default="int8", help="the 8-bit cache")
     parser.add_argument("--model", default="smollm2-135m", help="a bundled model (BUNDLED_MODELS)")
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument(
@@ -33,6 +35,7 @@ def main() -> None:
     )
     parser.add_argument("--pairs", type=int, default=MIN_PAIRS)
     args = parser.parse_args()
+    eight_bit = args.kv_cache_dtype
     source = read_model(args.model)
     engines = {
         kv: build_engine(
@@ -42,7 +45,7 @@ def main() -> None:
             max_num_batched_tokens=2048,
             kv_cache_memory=KV_MEMORY,
         )
-        for kv in ("int8", "bfloat16")
+        for kv in (eight_bit, "bfloat16")
     }
     vocab = source.config.vocab_size
     batch = fixed_workload(args.requests, 128, vocab, seed=1)
@@ -59,19 +62,22 @@ def main() -> None:
         )
         return throughput, tpot
 
-    int8_runs, bf16_runs = measure_pairs(lambda: run("int8"), lambda: run("bfloat16"), args.pairs)
+    eight_bit_runs, bf16_runs = measure_pairs(lambda: run(eight_bit), lambda: run("bfloat16"), args.pairs)
     print(f"machine: {machine_line()}")
-    print(f"model: {args.model} ({source.path.name}); {engines['int8'].quantization}")
+    print(f"model: {args.model} ({source.path.name}); {engines[eight_bit].quantization}")
     for kv, engine in engines.items():
         print(
             f"KV {kv}: {engine.kv_bytes_per_token:,} bytes/token, {engine.kv_capacity_tokens:,} tokens in "
             f"{KV_MEMORY / 2**30:.0f} GiB"
         )
-    throughput = paired_ratio([run[0] for run in int8_runs], [run[0] for run in bf16_runs])
-    # Time per token: bf16's over int8's is int8's speed over bf16's.
-    long_speed = paired_ratio([run[1] for run in bf16_runs], [run[1] for run in int8_runs])
-    print(f"int8 / bf16 output tok/s, {args.requests} x (128 + 128): {throughput.text()}")
-    print(f"int8 / bf16 decode speed (1 / TPOT p50), one request at {args.long_context:,} tokens: {long_speed.text()}")
+    throughput = paired_ratio([run[0] for run in eight_bit_runs], [run[0] for run in bf16_runs])
+    # Time per token: bf16's over the 8-bit cache's is the 8-bit cache's speed over bf16's.
+    long_speed = paired_ratio([run[1] for run in bf16_runs], [run[1] for run in eight_bit_runs])
+    print(f"{eight_bit} / bf16 output tok/s, {args.requests} x (128 + 128): {throughput.text()}")
+    print(
+        f"{eight_bit} / bf16 decode speed (1 / TPOT p50), one request at {args.long_context:,} tokens: "
+        f"{long_speed.text()}"
+    )
     for engine in engines.values():
         engine.close()
 

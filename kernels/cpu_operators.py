@@ -3,7 +3,7 @@ into one library kept in its cache (`$TORCH_EXTENSIONS_DIR`, default ~/.cache/to
 
 - `torch.ops.workbench.paged_decode_attention(query, key_cache, value_cache, block_tables,
   context_lens, scale, window, key_scales=None, value_scales=None)` (cpu_paged_attention.cpp;
-  the scales for an int8 cache, kernels/quantized_kv.py): decode attention reading the paged KV
+  the scales for an 8-bit cache, kernels/quantized_kv.py): decode attention reading the paged KV
   cache in place. The torch reference (kernels/paged_attention.py) gathers every sequence's blocks
   into a padded tensor and then attends over it: three passes over the context at copy bandwidth,
   and PyTorch's CPU attention for a few query rows per head reads K/V at about 1-2 GB/s

@@ -3,9 +3,9 @@
 // One work item per (sequence, KV head): the item reads each visible key once, scoring it against
 // all of that KV head's query heads (grouped-query attention), then each visible value once,
 // weighting it by the softmax of the scores. Nothing is gathered or padded: a sequence reads
-// exactly its own blocks, each position once, in the cache's dtype (bfloat16, float32, or int8
-// codes with a float16 scale per row: kernels/quantized_kv.py), converted to float32 a row at a
-// time; scores and sums are float32. An int8 row's scale multiplies its score (keys) or its
+// exactly its own blocks, each position once, in the cache's dtype (bfloat16, float32, or int8 or
+// fp8 e4m3 codes with a float16 scale per row: kernels/quantized_kv.py), converted to float32 a
+// row at a time; scores and sums are float32. An 8-bit row's scale multiplies its score (keys) or its
 // softmax weight (values) once, after the dot product or before the weighted sum. Long contexts are split
 // into chunks so that one sequence keeps every core busy.
 //
@@ -19,9 +19,9 @@
 //
 // Shapes (the same contract as kernels/paged_attention.py's paged_decode_attention):
 //   query         [num_seqs, num_heads, head_dim]         float32 or bfloat16
-//   key_cache     [num_blocks, block_size, kv_heads, head_dim]  float32, bfloat16 or int8
+//   key_cache     [num_blocks, block_size, kv_heads, head_dim]  float32, bfloat16, int8 or float8_e4m3fn
 //   value_cache   like key_cache
-//   key_scales    for int8 caches: [num_blocks, block_size, kv_heads] float16; else none
+//   key_scales    for 8-bit caches: [num_blocks, block_size, kv_heads] float16; else none
 //   value_scales  like key_scales
 //   block_tables  [num_seqs, max_blocks] int64
 //   context_lens  [num_seqs] int64, the new token included
@@ -65,6 +65,24 @@ inline void load_row(const c10::BFloat16* row, float* out, int64_t n) {
 inline void load_row(const int8_t* row, float* out, int64_t n) {
 #pragma omp simd
   for (int64_t d = 0; d < n; ++d) out[d] = static_cast<float>(row[d]);
+}
+
+// An fp8 e4m3 code as float32, without fp8 arithmetic (which CPUs lack): the code sign-extended to
+// 32 bits and shifted left by 20 puts its sign at float32's sign bit and its exponent and mantissa
+// at the top of float32's (the mask clears the copies of the sign between them); times 2^120 (the
+// exponents' biases differ by 127 - 7) that is the code's value, its subnormals included. No cache
+// holds 0x7f or 0xff (NaN): codes are clamped to +-448 when written.
+constexpr float kFp8ExponentShift = 0x1p120f;
+constexpr uint32_t kFp8BitsMask = 0x87F00000u;
+
+inline void load_row(const c10::Float8_e4m3fn* row, float* out, int64_t n) {
+  const int8_t* raw = reinterpret_cast<const int8_t*>(row);
+  uint32_t bits[kMaxHeadDim];
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d) bits[d] = (static_cast<uint32_t>(static_cast<int32_t>(raw[d])) << 20) & kFp8BitsMask;
+  std::memcpy(out, bits, n * sizeof(float));
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d) out[d] *= kFp8ExponentShift;
 }
 
 // The scale of the row at `element` (its first number's index in the cache), or 1 without scales.
@@ -144,6 +162,12 @@ inline __m512 load16(const float* row) { return _mm512_loadu_ps(row); }
 
 inline __m512 load16(const int8_t* row) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row))));
+}
+
+inline __m512 load16(const c10::Float8_e4m3fn* row) {
+  const __m512i codes = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
+  const __m512i bits = _mm512_and_si512(_mm512_slli_epi32(codes, 20), _mm512_set1_epi32(static_cast<int>(kFp8BitsMask)));
+  return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(kFp8ExponentShift));
 }
 
 inline __m512 load16(const c10::BFloat16* row) {
@@ -386,15 +410,21 @@ void dispatch_cache(const at::Tensor& query, const at::Tensor& key_cache, const 
     run(c10::BFloat16());
   } else if (key_cache.scalar_type() == at::kChar) {
     run(int8_t());
+  } else if (key_cache.scalar_type() == at::kFloat8_e4m3fn) {
+    run(c10::Float8_e4m3fn());
   } else {
     run(float());
   }
 }
 
-// An int8 cache's scales, checked against its codes; nullptr for a float cache.
+bool holds_codes(const at::Tensor& cache) {
+  return cache.scalar_type() == at::kChar || cache.scalar_type() == at::kFloat8_e4m3fn;
+}
+
+// An 8-bit cache's scales, checked against its codes; nullptr for a float cache.
 const c10::Half* scales_of(const at::Tensor& cache, const std::optional<at::Tensor>& scales, const char* name) {
-  const bool codes = cache.scalar_type() == at::kChar;
-  TORCH_CHECK(codes == scales.has_value(), name, ": int8 caches need scales, other caches take none");
+  const bool codes = holds_codes(cache);
+  TORCH_CHECK(codes == scales.has_value(), name, ": 8-bit caches need scales, other caches take none");
   if (!codes) return nullptr;
   TORCH_CHECK(scales->scalar_type() == at::kHalf && scales->is_contiguous(), name, ": contiguous float16");
   TORCH_CHECK(scales->sizes() == cache.sizes().slice(0, 3), name, ": one per row, [blocks, block_size, kv_heads]");
@@ -408,8 +438,8 @@ at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& key
   TORCH_CHECK(query.dim() == 3 && key_cache.dim() == 4, "query [seqs, heads, dim], cache [blocks, size, kv_heads, dim]");
   TORCH_CHECK(key_cache.scalar_type() == value_cache.scalar_type(), "key and value caches differ in dtype");
   TORCH_CHECK(key_cache.scalar_type() == at::kBFloat16 || key_cache.scalar_type() == at::kFloat ||
-                  key_cache.scalar_type() == at::kChar,
-              "cache dtype: bfloat16, float32 or int8");
+                  holds_codes(key_cache),
+              "cache dtype: bfloat16, float32, int8 or float8_e4m3fn");
   TORCH_CHECK(query.scalar_type() == at::kBFloat16 || query.scalar_type() == at::kFloat,
               "query dtype: bfloat16 or float32");
   TORCH_CHECK(query.size(1) % key_cache.size(2) == 0 && query.size(1) / key_cache.size(2) <= kMaxGroup,

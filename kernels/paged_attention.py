@@ -11,7 +11,7 @@ Grouped-query attention: query head h reads kv head h // (num_heads // kv_heads)
 layout. Decode views queries as [kv_heads, group, ...] and prefill passes enable_gqa to SDPA, so
 K/V are never materialised per query head.
 
-An int8 cache (kernels/quantized_kv.py) passes a QuantizedKv for each of key_cache and
+An 8-bit cache (int8 or fp8 codes, kernels/quantized_kv.py) passes a QuantizedKv for each of key_cache and
 value_cache: its codes have the layout above, its scales the same without head_dim. Attention
 then runs in the query's dtype.
 """
@@ -34,7 +34,7 @@ def write_kv_cache(
 ) -> None:
     if isinstance(key_cache, QuantizedKv):
         for rows, cache in ((key, key_cache), (value, value_cache)):
-            codes, scales = quantize_rows(rows)
+            codes, scales = quantize_rows(rows, cache.codes.dtype)
             _write_slots(cache.codes, codes, slot_mapping)
             _write_slots(cache.scales, scales, slot_mapping)
         return
@@ -52,6 +52,8 @@ def _write_slots(cache: torch.Tensor, rows: torch.Tensor, slot_mapping: torch.Te
         block_size = cache.shape[1]
         cache.index_put_((slot_mapping // block_size, slot_mapping % block_size), rows)
     else:  # eagerly the view's index_copy_ is the faster write (docs/measurements.md)
+        if cache.dtype == torch.float8_e4m3fn:  # which index_copy_ has no CPU kernel for: copied as bytes
+            cache, rows = cache.view(torch.uint8), rows.view(torch.uint8)
         cache.view(-1, *cache.shape[2:]).index_copy_(0, slot_mapping, rows)
 
 
@@ -170,13 +172,13 @@ def gather_blocks(cache: torch.Tensor | QuantizedKv, block_tables: torch.Tensor,
 def _as_cached(rows: torch.Tensor, cache: torch.Tensor | QuantizedKv, query: torch.Tensor) -> torch.Tensor:
     """Fresh rows as the cache holds them, in the attention's dtype (attention_dtype)."""
     if isinstance(cache, QuantizedKv):
-        return dequantize(*quantize_rows(rows), query.dtype)
+        return dequantize(*quantize_rows(rows, cache.codes.dtype), query.dtype)
     return rows.to(cache.dtype)
 
 
 def attention_dtype(cache: torch.Tensor | QuantizedKv, query: torch.Tensor) -> torch.dtype:
     """What attention computes in: the cache's dtype (a bf16 cache on a float32 engine:
-    kv_cache_dtype), or for an int8 cache the query's."""
+    kv_cache_dtype), or for an 8-bit cache the query's."""
     return query.dtype if isinstance(cache, QuantizedKv) else cache.dtype
 
 

@@ -60,7 +60,9 @@ class EngineConfig:
         "a quantized file's cache in bfloat16 on a CPU. bfloat16 on a float32 engine: half the bytes per "
         "token, twice the tokens in the same memory (K/V rounded to bf16 as written, attention accumulates "
         "in float32). int8 (the CPU): each token's K and V row per KV head rounded to 8 bits with its own "
-        "float16 scale, 1.94x the tokens of bfloat16 at head_dim 64 (docs/quantization.md).",
+        "float16 scale, 1.94x the tokens of bfloat16 at head_dim 64 (docs/quantization.md). fp8_e4m3 "
+        "(the CPU): the same rows as 8-bit floats (4 exponent, 3 mantissa bits) with the same scales "
+        "and bytes; read by shifting bits, the CPU having no fp8 arithmetic.",
     )
     max_model_len: int | None = knob(
         None, help="Longest prompt + output a request may have; none: the model's own context length."

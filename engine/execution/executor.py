@@ -27,7 +27,7 @@ from engine.quantization import BATCHED_ROWS, has_batched_copy
 from engine.requests.sampling_params import SamplingParams
 from engine.scheduling.batch import ScheduledBatch, ScheduledSequence, slot_mappings
 from kernels.paged_attention import length_buckets
-from kernels.quantized_kv import CODE_DTYPE, QuantizedKv, key_rotation
+from kernels.quantized_kv import QuantizedKv, is_code_dtype, key_rotation, rotates_keys
 
 
 class ModelExecutor(Protocol):
@@ -94,7 +94,7 @@ class TorchExecutor:
             for _ in range(self.layout.tensors_per_block)
         ]
         self.kv_caches = [self.kv_pool[self.layout.place(layer)[1]] for layer in range(config.num_layers)]
-        rotation = key_rotation(config.head_dim, torch.float32, device) if dtype == CODE_DTYPE else None
+        rotation = key_rotation(config.head_dim, torch.float32, device) if rotates_keys(dtype) else None
         for layer in model.model.layers:
             layer.self_attn.key_rotation = rotation
         self.compile_decode = compile_decode
@@ -108,10 +108,10 @@ class TorchExecutor:
 
     @staticmethod
     def _cache(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor | QuantizedKv:
-        """One K or V tensor of the pool; for an int8 cache, its codes and their scales."""
-        return (
-            QuantizedKv.zeros(shape, device) if dtype == CODE_DTYPE else torch.zeros(shape, dtype=dtype, device=device)
-        )
+        """One K or V tensor of the pool; for an 8-bit cache, its codes and their scales."""
+        if is_code_dtype(dtype):
+            return QuantizedKv.zeros(shape, dtype, device)
+        return torch.zeros(shape, dtype=dtype, device=device)
 
     @property
     def kv_cache_bytes(self) -> int:

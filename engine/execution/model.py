@@ -115,7 +115,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
-        self.key_rotation: torch.Tensor | None = None  # an int8 cache's (kernels/quantized_kv.py)
+        self.key_rotation: torch.Tensor | None = None  # an int8 cache's (kernels/quantized_kv.py, rotates_keys)
 
     def fuse(self) -> None:
         """One matmul for q, k and v instead of three (fewer, larger calls; same numbers)."""

@@ -1,14 +1,14 @@
 """What a `kv_cache_dtype` name holds: "auto" the compute dtype, a float dtype's name itself, and
-the quantized caches by their codes' dtype (int8: kernels/quantized_kv.py)."""
+the quantized caches by their codes' dtype (int8, fp8_e4m3: kernels/quantized_kv.py)."""
 
 from __future__ import annotations
 
 import torch
 
 from engine.platform.device import resolve_dtype
-from kernels.quantized_kv import CODE_DTYPE
+from kernels.quantized_kv import CODE_DTYPES
 
-QUANTIZED_KV_CACHE_DTYPES = {"int8": CODE_DTYPE}
+QUANTIZED_KV_CACHE_DTYPES = CODE_DTYPES
 
 
 def resolve_kv_dtype(name: str, dtype: torch.dtype, device: torch.device) -> torch.dtype:

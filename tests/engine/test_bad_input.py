@@ -115,8 +115,8 @@ def test_missing_config_key_is_named(tmp_path, tiny_llama):
         ({"dtype": "int3"}, "dtype: expected one of"),
         ({"device": "tpu"}, "device: expected 'auto', 'cpu' or 'cuda"),
         (
-            {"kv_cache_dtype": "fp8_e4m3"},
-            "kv_cache_dtype: expected one of auto, float32, bfloat16, float16, int8, got 'fp8_e4m3'",
+            {"kv_cache_dtype": "fp8_e5m2"},
+            "kv_cache_dtype: expected one of auto, float32, bfloat16, float16, int8, fp8_e4m3, got 'fp8_e5m2'",
         ),
         ({"compile_decode": "later"}, "compile_decode: expected one of background, blocking, off, got 'later'"),
     ],

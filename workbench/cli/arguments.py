@@ -40,7 +40,7 @@ def add_engine_options(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--kv-cache-dtype",
         help="the KV cache's dtype, as vLLM's flag (short for --set engine.kv_cache_dtype=DTYPE): auto, float32, "
-        "bfloat16, float16 or int8",
+        "bfloat16, float16, int8 or fp8_e4m3",
     )
     command.add_argument(
         "--speculative-config",

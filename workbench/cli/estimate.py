@@ -32,7 +32,7 @@ def add_to(commands) -> None:
         type=int,
         choices=(16, 8),
         default=16,
-        help="KV cache bits: 16, or 8 (int8 codes and a float16 scale per row)",
+        help="KV cache bits: 16, or 8 (int8 or fp8 codes and a float16 scale per row)",
     )
     estimate.add_argument(
         "--context", type=at_least(int, 1), help="tokens per request, prompt + output (default: the model's maximum)"

@@ -1,5 +1,5 @@
-"""kv_cache_dtype = "int8" on both bundled models: the capacity it buys in the same memory (and
-the bytes counted as allocated), what it costs against a bfloat16 cache on real text, a compiled
+"""kv_cache_dtype = "int8" and "fp8_e4m3" on both bundled models: the capacity each buys in the
+same memory (and the bytes counted as allocated), what it costs against a bfloat16 cache on real text, a compiled
 decode that reads it, and the settings it refuses."""
 
 from __future__ import annotations
@@ -16,15 +16,19 @@ from tests.engine.parity_prompts import PROMPTS
 pytestmark = pytest.mark.slow
 
 
+EIGHT_BITS = ["int8", "fp8_e4m3"]
+
+
+@pytest.mark.parametrize("kv_cache_dtype", EIGHT_BITS)
 @pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
 def test_the_same_memory_holds_at_least_1_9_times_the_tokens_and_the_bytes_are_as_counted(
-    model, make_smollm_engine, make_gemma_engine
+    model, kv_cache_dtype, make_smollm_engine, make_gemma_engine
 ):
     make = make_smollm_engine if model == "smollm2-135m" else make_gemma_engine
     settings = dict(kv_cache_memory=32 << 20, compile_decode="off")
-    bf16, int8 = make(kv_cache_dtype="bfloat16", **settings), make(kv_cache_dtype="int8", **settings)
-    assert int8.kv_capacity_tokens >= 1.9 * bf16.kv_capacity_tokens
-    for engine in (bf16, int8):  # the blocks the scheduler has, and the executor's one scratch block
+    bf16, quantized = make(kv_cache_dtype="bfloat16", **settings), make(kv_cache_dtype=kv_cache_dtype, **settings)
+    assert quantized.kv_capacity_tokens >= 1.9 * bf16.kv_capacity_tokens
+    for engine in (bf16, quantized):  # the blocks the scheduler has, and the executor's one scratch block
         assert engine.executor.kv_cache_bytes == (engine.num_kv_blocks + 1) * engine.kv_block_bytes
 
 
@@ -35,14 +39,17 @@ def _one_reply(tokenizer, tokens: int = 512) -> list[int]:
     ]
 
 
+@pytest.mark.parametrize("kv_cache_dtype", EIGHT_BITS)
 @pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
-def test_next_token_distributions_stay_close_to_a_bfloat16_cache(model, make_smollm_engine, make_gemma_engine):
+def test_next_token_distributions_stay_close_to_a_bfloat16_cache(
+    model, kv_cache_dtype, make_smollm_engine, make_gemma_engine
+):
     """512 tokens of a ShareGPT reply, scored in one prefill that reads the keys and values as
     each cache holds them. The bounds are loose against what was measured (docs/quantization.md):
     they catch a broken cache (scales not applied: top-1 agreement near chance), not a regression
     of a tenth of a point."""
     make = make_smollm_engine if model == "smollm2-135m" else make_gemma_engine
-    engines = [make(kv_cache_dtype=kv, compile_decode="off") for kv in ("bfloat16", "int8")]
+    engines = [make(kv_cache_dtype=kv, compile_decode="off") for kv in ("bfloat16", kv_cache_dtype)]
     window = _one_reply(engines[0].tokenizer)
     reference, quantized = (
         torch.log_softmax(engine.executor.sequence_logits(window, engine.config.block_size)[:-1], dim=-1)
@@ -54,8 +61,8 @@ def test_next_token_distributions_stay_close_to_a_bfloat16_cache(model, make_smo
     # Decode reads the rows back from the cache (the prefill above attends to them as written):
     # each step's distribution, while both have chosen the same tokens so far.
     compared = 0
-    for bf16_step, int8_step in zip(*(_logits_of_each_step(engine, PROMPTS[3], 4) for engine in engines)):
-        reference, quantized = torch.log_softmax(bf16_step, -1), torch.log_softmax(int8_step, -1)
+    for bf16_step, quantized_step in zip(*(_logits_of_each_step(engine, PROMPTS[3], 4) for engine in engines)):
+        reference, quantized = torch.log_softmax(bf16_step, -1), torch.log_softmax(quantized_step, -1)
         assert torch.sum(reference.exp() * (reference - quantized), dim=-1).max().item() < 0.05
         compared += 1
         if reference.argmax(-1).tolist() != quantized.argmax(-1).tolist():
@@ -78,22 +85,24 @@ def _logits_of_each_step(engine, prompt: str, steps: int) -> list[torch.Tensor]:
     return recorded
 
 
-def test_a_compiled_decode_reads_the_int8_cache_as_the_eager_one_does(make_smollm_engine):
-    """Logits, not tokens: int8 rounding makes the output a step function of its input, so float32
+@pytest.mark.parametrize("kv_cache_dtype, bound", [("int8", 0.5), ("fp8_e4m3", 1.5)])
+def test_a_compiled_decode_reads_the_8bit_cache_as_the_eager_one_does(kv_cache_dtype, bound, make_smollm_engine):
+    """Logits, not tokens: 8-bit rounding makes the output a step function of its input, so float32
     rounding that differs between the compiled graph and eager code can move a code by one and
     tip a close call (in a batch of four, one of the parity prompts' first token does). The
     prompt is the parity prompts' long one: its decode reads several blocks. Measured, largest
     logit difference per step (prefill, then three decodes): float32 cache 0, bfloat16 0.05-0.06,
-    int8 0.13-0.18 (logits span about 30); the bound is 0.5 and the most likely token the same.
-    Scales left out of either path move logits by whole units."""
-    eager = make_smollm_engine(kv_cache_dtype="int8", compile_decode="off")
-    compiled = make_smollm_engine(kv_cache_dtype="int8", compile_decode="blocking")
+    int8 0.13-0.18 (logits span about 30), bound 0.5; fp8 e4m3, whose codes are 2^-3 of a number
+    apart, 0.31-0.76, bound 1.5; the most likely token the same. Scales left out of either path
+    move logits by whole units."""
+    eager = make_smollm_engine(kv_cache_dtype=kv_cache_dtype, compile_decode="off")
+    compiled = make_smollm_engine(kv_cache_dtype=kv_cache_dtype, compile_decode="blocking")
     assert compiled.executor.decode_mode == "compiled"
     for expected, actual in zip(*(_logits_of_each_step(engine, PROMPTS[3], 4) for engine in (eager, compiled))):
-        torch.testing.assert_close(actual, expected, rtol=0, atol=0.5)
+        torch.testing.assert_close(actual, expected, rtol=0, atol=bound)
         assert actual.argmax(-1).tolist() == expected.argmax(-1).tolist()
 
 
 def test_unsupported_kv_cache_dtypes_are_refused_naming_the_value():
-    with pytest.raises(ConfigError, match=r"kv_cache_dtype: expected one of .*int8, got 'int4'"):
+    with pytest.raises(ConfigError, match=r"kv_cache_dtype: expected one of .*int8, fp8_e4m3, got 'int4'"):
         EngineConfig(kv_cache_dtype="int4")
