@@ -27,7 +27,7 @@ from engine.quantization import BATCHED_ROWS, has_batched_copy
 from engine.requests.sampling_params import SamplingParams
 from engine.scheduling.batch import ScheduledBatch, ScheduledSequence, slot_mappings
 from kernels.paged_attention import length_buckets
-from kernels.quantized_kv import QuantizedKv, is_code_dtype, key_rotation, rotates_keys
+from kernels.quantized_kv import QuantizedKv, is_code_dtype, key_rotation, key_transforms, rotates_keys
 
 
 class ModelExecutor(Protocol):
@@ -94,9 +94,11 @@ class TorchExecutor:
             for _ in range(self.layout.tensors_per_block)
         ]
         self.kv_caches = [self.kv_pool[self.layout.place(layer)[1]] for layer in range(config.num_layers)]
-        rotation = key_rotation(config.head_dim, torch.float32, device) if rotates_keys(dtype) else None
-        for layer in model.model.layers:
-            layer.self_attn.key_rotation = rotation
+        if rotates_keys(dtype):
+            rotation = key_rotation(config.head_dim, torch.float32, device)
+            for layer in model.model.layers:
+                attention = layer.self_attn
+                attention.key_transform, attention.query_transform = key_transforms(rotation, attention.key_gains())
         self.compile_decode = compile_decode
         self.decode_graph = DecodeGraph(model) if compile_decode != "off" else None
         self.prefill_halves = CompiledHalves() if compile_decode != "off" else None

@@ -115,12 +115,18 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
-        self.key_rotation: torch.Tensor | None = None  # an int8 cache's (kernels/quantized_kv.py, rotates_keys)
+        # An int8 cache's matrices for keys and queries (kernels/quantized_kv.py, key_transforms).
+        self.key_transform: torch.Tensor | None = None
+        self.query_transform: torch.Tensor | None = None
 
     def fuse(self) -> None:
         """One matmul for q, k and v instead of three (fewer, larger calls; same numbers)."""
         self.qkv_proj = _concatenated(self.q_proj, self.k_proj, self.v_proj)
         del self.q_proj, self.k_proj, self.v_proj
+
+    def key_gains(self) -> torch.Tensor | None:
+        """The gain per channel this layer's key norm applies (qk-norm models), else None."""
+        return self.k_norm.offset + self.k_norm.weight.detach().float() if self.qk_norm else None
 
     def project(self, hidden, rotary_tables) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Query, key and value heads [num_tokens, heads, head_dim] of the normed hidden states,
@@ -140,9 +146,8 @@ class Attention(nn.Module):
         """Writes the new keys and values into the cache, then attends: the attention output
         [num_tokens, heads, head_dim], before the output projection."""
         key_cache, value_cache = kv_cache
-        if self.key_rotation is not None:  # the same rotation for both keeps every score
-            rotation = self.key_rotation.to(query.dtype)
-            query, key = query @ rotation, key @ rotation
+        if self.key_transform is not None:  # matched transforms: every score kept
+            query, key = query @ self.query_transform.to(query.dtype), key @ self.key_transform.to(key.dtype)
         write_kv_cache(key, value, key_cache, value_cache, metadata.slot_mappings[self.kv_group])
 
         decodes = metadata.num_decode_tokens

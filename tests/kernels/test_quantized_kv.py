@@ -19,7 +19,7 @@ from kernels.paged_attention import (
     paged_prefill_attention,
     write_kv_cache,
 )
-from kernels.quantized_kv import QuantizedKv, bytes_per_row, dequantize, quantize_rows
+from kernels.quantized_kv import QuantizedKv, bytes_per_row, dequantize, key_rotation, key_transforms, quantize_rows
 from tests.kernels.references import scattered_cache
 
 CODE_DTYPES = [torch.int8, torch.float8_e4m3fn]
@@ -64,6 +64,40 @@ def test_an_fp8_number_comes_back_within_a_sixteenth_of_itself(rows, head_dim, m
     bound = values.abs() * 2**-4 + scale * 2**-10 + 448 * scale * 2**-10
     assert bool(((restored - values).abs() <= bound * (1 + 1e-3)).all())
     assert float(codes.float().abs().max()) <= 448
+
+
+def _keys_with_channel_gains(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries and keys [64, 64] whose key channels a norm's gains scale, a few of them 30x (as
+    Gemma 3's k_norm does), one silenced; and the gains."""
+    gains = torch.ones(64)
+    gains[[3, 35, 17]] = 30.0
+    gains[40] = 0.0
+    queries = torch.randn(64, 64, generator=generator, dtype=torch.float64)
+    keys = torch.randn(64, 64, generator=generator, dtype=torch.float64) * gains.double()
+    return queries, keys, gains
+
+
+def test_the_key_and_query_transforms_keep_every_score():
+    queries, keys, gains = _keys_with_channel_gains(torch.Generator().manual_seed(3))
+    rotation = key_rotation(64, torch.float64, torch.device("cpu"))
+    for key_gains in (gains, None):
+        for_keys, for_queries = key_transforms(rotation, key_gains)
+        torch.testing.assert_close((queries @ for_queries) @ (keys @ for_keys).T, queries @ keys.T)
+
+
+def test_balancing_the_key_channels_makes_int8_scores_closer():
+    """Rounded to int8 after the transforms, the scores' error is smaller with the gains balanced
+    than with the rotation alone (the largest channels otherwise set every row's step)."""
+    queries, keys, gains = _keys_with_channel_gains(torch.Generator().manual_seed(4))
+    rotation = key_rotation(64, torch.float64, torch.device("cpu"))
+    exact = queries @ keys.T
+
+    def score_error(key_gains):
+        for_keys, for_queries = key_transforms(rotation, key_gains)
+        rounded = dequantize(*quantize_rows((keys @ for_keys).float(), torch.int8), torch.float64)
+        return ((queries @ for_queries) @ rounded.T - exact).pow(2).mean().sqrt().item()
+
+    assert score_error(gains) < 0.8 * score_error(None)
 
 
 @pytest.mark.parametrize("code_dtype", CODE_DTYPES)
