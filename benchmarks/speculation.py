@@ -1,7 +1,7 @@
 """n-gram speculative decoding against plain decoding, by concurrency, on a copying workload:
 
     python -m benchmarks.speculation [--model smollm2-135m] [--concurrency 1,4,16,64] [--pairs 3]
-        [--speculative-tokens 4] [--output-len 128]
+        [--speculative-tokens 3] [--prompt-lookup-min 2] [--output-len 128]
 
 The workload is the `copying` prompt source's (workbench/traffic/prompts.py): ShareGPT replies
 handed back with "repeat this text", greedy, ignore_eos, --output-len tokens each. At concurrency N,
@@ -23,7 +23,7 @@ import numpy as np
 
 from benchmarks.common import build_engine, machine_line, read_model
 from benchmarks.paired_ratio import MIN_PAIRS, measure_pairs, paired_ratio
-from engine import LLMEngine, SamplingParams, percentiles
+from engine import EngineConfig, LLMEngine, SamplingParams, percentiles
 from workbench.traffic.prompts import PromptMaker
 
 
@@ -59,13 +59,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="a bundled model (BUNDLED_MODELS)")
     parser.add_argument("--concurrency", default="1,4,16,64")
-    parser.add_argument("--speculative-tokens", type=int, default=4)
+    parser.add_argument("--speculative-tokens", type=int, default=EngineConfig.num_speculative_tokens)
+    parser.add_argument(
+        "--prompt-lookup-min",
+        type=int,
+        default=EngineConfig.prompt_lookup_min,
+        help="the shortest suffix that may match",
+    )
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--pairs", type=int, default=MIN_PAIRS)
     args = parser.parse_args()
     levels = [int(level) for level in args.concurrency.split(",")]
     source = read_model(args.model)
-    speculation = {"speculative_method": "ngram", "num_speculative_tokens": args.speculative_tokens}
+    speculation = {
+        "speculative_method": "ngram",
+        "num_speculative_tokens": args.speculative_tokens,
+        "prompt_lookup_min": args.prompt_lookup_min,
+    }
     engines = {
         label: build_engine(
             source,
