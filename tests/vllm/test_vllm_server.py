@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -136,3 +137,40 @@ def test_sharegpt_chats_run_through_vllms_chat_endpoint_and_template(vllm_server
     assert {request["request_id"]: request["num_prompt_tokens"] for request in requests} == {
         request_id: length for request_id, (length, _) in sent.items()
     }
+
+
+def test_the_remote_backend_reads_a_speculating_vllms_counters(tmp_path):
+    """vLLM with n-gram speculation (its --speculative-config, the flag `workbench serve` takes): a
+    prompt whose reply repeats it is proposed to and accepted from, and the remote backend's step
+    stats carry the proposed and accepted tokens its scrapes of vLLM's spec_decode counters saw."""
+    model_dir = export_hf_directory(read_model("smollm2-135m"), tmp_path / "smollm2-hf")
+    port = free_port()
+    speculation = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
+    process = start_vllm_server(
+        VLLM_PYTHON, model_dir, port, tmp_path / "server.log", extra_args=("--speculative-config", speculation)
+    )
+    url = f"http://127.0.0.1:{port}"
+    tokenizer = read_tokenizer("smollm2-135m")
+    words = "one two three four five six seven eight nine ten " * 6
+    prompt = tokenizer.encode(f"Repeat: {words}\nRepeat: one two three")
+    backend = RemoteBackend(url, tokenizer)
+    try:
+        backend.submit(prompt, SamplingParams(max_tokens=48, temperature=0.0), request_id="copy", arrival_time=0.0)
+        proposed = accepted = 0
+        give_up_at = time.monotonic() + 120  # a scrape after the request ends may be needed; not for ever
+        while (backend.has_unfinished() or not accepted) and time.monotonic() < give_up_at:
+            update = backend.advance()
+            if update.stats is not None:
+                proposed, accepted = proposed + update.stats.proposed_tokens, accepted + update.stats.accepted_tokens
+        counters = {
+            line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+            for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines()
+            if line.startswith("vllm:spec_decode_num_")
+        }
+    finally:
+        backend.close()
+        process.terminate()
+        process.wait(timeout=60)
+    assert proposed >= accepted > 0
+    assert accepted <= counters["vllm:spec_decode_num_accepted_tokens_total"]
+    assert proposed <= counters["vllm:spec_decode_num_draft_tokens_total"]
