@@ -28,6 +28,7 @@ from engine.platform.device import dtype_name, free_memory_bytes, resolve_device
 from engine.quantization import UNQUANTIZED, check_quantization, get_method, quantize_model, weight_bytes, weight_parts
 from engine.quantization.auto import AUTO, CONFIGURED, choose_quantization
 from engine.quantization.kv_cache import resolve_kv_dtype
+from kernels.quantized_kv import is_code_dtype
 
 
 def prepare_torch_model(
@@ -54,10 +55,11 @@ def prepare_torch_model(
     dtype = resolve_dtype(config.dtype, device, source.weights_dtype)
     config, quantization_choice = _resolve_quantization(config, source, device)
     kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, dtype, device)
-    if device.type == "cuda" and kv_dtype != dtype:  # the Triton attention kernels read one dtype
+    # The Triton attention kernel reads the compute dtype, or an 8-bit cache's codes and scales.
+    if device.type == "cuda" and kv_dtype != dtype and not is_code_dtype(kv_dtype):
         raise ConfigError(
-            f"kv_cache_dtype: on CUDA the cache holds the compute dtype ({dtype_name(dtype)}); "
-            f"got {config.kv_cache_dtype!r}"
+            f"kv_cache_dtype: on CUDA the cache holds the compute dtype ({dtype_name(dtype)}), int8 or "
+            f"fp8_e4m3; got {config.kv_cache_dtype!r}"
         )
     model = _build_model(source, device, dtype)
     unquantized = weight_bytes(model)

@@ -10,6 +10,7 @@ import torch
 from kernels.paged_attention import _decode_bucket
 from kernels.quant import quantize_int4, quantize_int8
 from kernels.quant_matmul import int4_matmul_reference, int8_matmul_reference, w8a8_matmul_reference
+from kernels.quantized_kv import QuantizedKv, quantize_rows
 from kernels.triton_paged_attention import paged_decode_attention_triton
 from kernels.triton_quant_matmul import int4_matmul_triton, int8_matmul_triton, w8a8_matmul_triton
 from tests.kernels.references import BLOCK_SIZE, HEAD_DIM, relative_error, scattered_cache
@@ -68,3 +69,23 @@ def test_paged_decode_attention_matches_reference(kv_heads, group, lengths):
         HEAD_DIM**-0.5,
     ).cpu()
     assert BLOCK_SIZE == 4 and relative_error(actual, expected) < 1e-5
+
+
+@pytest.mark.parametrize("code_dtype", [torch.int8, torch.float8_e4m3fn])
+@pytest.mark.parametrize("lengths", [[1], [5, 1, 17, 8, 4, 33]])
+def test_paged_decode_attention_on_an_8bit_cache_matches_the_gathering_path(lengths, code_dtype):
+    """Codes and per-row scales (kernels/quantized_kv.py), dequantized in the kernel, against the
+    torch path that dequantizes the gathered rows first."""
+    generator = torch.Generator().manual_seed(len(lengths))
+    key_cache, value_cache, tables, _ = scattered_cache(lengths, 3, generator)
+    key_cache, value_cache = (QuantizedKv(*quantize_rows(cache * 4, code_dtype)) for cache in (key_cache, value_cache))
+    query = torch.randn(len(lengths), 9, HEAD_DIM, generator=generator)
+    widest = max(len(table) for table in tables)
+    block_tables = torch.tensor([table + [0] * (widest - len(table)) for table in tables])
+    context_lens = torch.tensor(lengths)
+    expected = _decode_bucket(query, key_cache, value_cache, block_tables, context_lens, HEAD_DIM**-0.5, None)
+    on_device = [QuantizedKv(*(part.to(DEVICE) for part in cache)) for cache in (key_cache, value_cache)]
+    actual = paged_decode_attention_triton(
+        query.to(DEVICE), *on_device, block_tables.to(DEVICE), context_lens.to(DEVICE), HEAD_DIM**-0.5
+    ).cpu()
+    assert relative_error(actual, expected) < 1e-5
