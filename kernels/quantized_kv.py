@@ -5,13 +5,14 @@ with a scale of its own, symmetric: scale = max |x| / largest code, code = x / s
 the nearest code, so the row's largest number is exact. int8's codes are evenly spaced (every
 number within scale / 2: the row's largest / 254); fp8 e4m3's are 4 exponent and 3 mantissa bits
 (largest 448), so each number keeps about 1/16 of itself whatever its size: small numbers beside
-a large one keep their digits that int8 rounds away, large ones lose the digits int8 keeps. CPUs
-have no fp8 arithmetic: its codes are stored as torch.float8_e4m3fn and turned into float32 where
-attention reads them (by torch, or by shifting the code's bits: kernels/cpu_paged_attention.cpp).
-The scale is kept in float16 beside
-the codes: head_dim + 2 bytes a row against 2 x head_dim in bfloat16 (1.94x the tokens at
-head_dim 64, 1.98x at 256). A row is scaled on its own, not a block or a head over many tokens,
-because rows arrive one token at a time and a block's earlier rows are never rewritten.
+a large one keep digits that int8 rounds away, large ones lose digits int8 keeps. CPUs have no fp8
+arithmetic: its codes are stored as torch.float8_e4m3fn and turned into float32 where attention
+reads them (by torch, or by moving the code's bits: kernels/cpu_paged_attention.cpp).
+
+The scale is kept in float16 beside the codes: head_dim + 2 bytes a row against 2 x head_dim in
+bfloat16 (1.94x the tokens at head_dim 64, 1.98x at 256). A row is scaled on its own, not a block
+or a head over many tokens, because rows arrive one token at a time and a block's earlier rows
+are never rewritten.
 
 An int8 cache's keys are rotated before they are rounded, and queries by the same rotation
 before attention (`key_rotation`): a rotation keeps every query-key dot product, and spreads the
@@ -22,7 +23,7 @@ unrotated; rotated, worse). Where a model norms its keys with a gain per channel
 k_norm), the key's channels are first divided by the square root of their gain and the query's
 multiplied by it (`key_transforms`): the scores are unchanged again, and the channels the gain
 makes large no longer set every other's step (Gemma 3, rotated: KL 0.0050 -> 0.0035 nats/token,
-top-1 97.29% -> 97.78% on 8,165 tokens the square root was not chosen on).
+top-1 97.29% -> 97.81% on 8,165 tokens the square root was not chosen on).
 
 An fp8 cache's keys are not rotated: its error is a share of each number, so unrotated a small
 channel keeps its own digits, and rotated every channel carries a share of the outliers and their
