@@ -1,7 +1,7 @@
 """n-gram speculative decoding against plain decoding, by concurrency, on a copying workload:
 
     python -m benchmarks.speculation [--model smollm2-135m] [--concurrency 1,4,16,64] [--pairs 3]
-        [--speculative-tokens 3] [--prompt-lookup-min 2] [--output-len 128]
+        [--speculative-tokens 3] [--schedule constant] [--prompt-lookup-min 2] [--output-len 128]
 
 The workload is the `copying` prompt source's (workbench/traffic/prompts.py): ShareGPT replies
 handed back with "repeat this text", greedy, ignore_eos, --output-len tokens each. At concurrency N,
@@ -61,6 +61,12 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,4,16,64")
     parser.add_argument("--speculative-tokens", type=int, default=EngineConfig.num_speculative_tokens)
     parser.add_argument(
+        "--schedule",
+        choices=("constant", "heuristic"),
+        default=EngineConfig.num_speculative_tokens_schedule,
+        help="num_speculative_tokens_schedule",
+    )
+    parser.add_argument(
         "--prompt-lookup-min",
         type=int,
         default=EngineConfig.prompt_lookup_min,
@@ -75,6 +81,7 @@ def main() -> None:
         "speculative_method": "ngram",
         "num_speculative_tokens": args.speculative_tokens,
         "prompt_lookup_min": args.prompt_lookup_min,
+        "num_speculative_tokens_schedule": args.schedule,
     }
     engines = {
         label: build_engine(

@@ -24,6 +24,9 @@ COMPILE_DECODE_CHOICES = ("background", "blocking", "off")
 # lookup (no second model), or, on simulated GPUs, by a draft model whose cost and acceptance are
 # settings (engine/scheduling/speculation.py).
 SPECULATIVE_METHODS = ("off", "ngram", "draft")
+# How many tokens a speculating sequence proposes from step to step (transformers' assisted
+# generation's names): always num_speculative_tokens, or the heuristic that follows its acceptance.
+SPECULATIVE_SCHEDULES = ("constant", "heuristic")
 # Overrides compile_decode's default for a whole process (the test suite sets "off": every test
 # engine compiling its own graph would take the two cores for minutes).
 COMPILE_DECODE_ENVIRONMENT = "WORKBENCH_COMPILE_DECODE"
@@ -194,6 +197,13 @@ class EngineConfig:
     num_speculative_tokens: int = knob(
         3, help="Speculative decoding: most tokens proposed per sequence and step (each takes one of the token budget)."
     )
+    num_speculative_tokens_schedule: str = knob(
+        "constant",
+        help="Speculative decoding: constant proposes up to num_speculative_tokens every step (vLLM's way); "
+        "heuristic (transformers' assisted generation's) starts there, proposes 2 more after a step that "
+        "accepted all it proposed and 1 fewer after one that did not (at least 1), per sequence: fewer rows "
+        "spent on a model that copies poorly (docs/speculation.md).",
+    )
     prompt_lookup_max: int = knob(4, help="ngram speculation: the longest run of last tokens looked up.")
     prompt_lookup_min: int = knob(
         2,
@@ -293,6 +303,11 @@ class EngineConfig:
                 f"speculative_method: expected one of {', '.join(SPECULATIVE_METHODS)}, got {self.speculative_method!r}"
             )
         _require_int("num_speculative_tokens", self.num_speculative_tokens, 1)
+        if self.num_speculative_tokens_schedule not in SPECULATIVE_SCHEDULES:
+            raise ConfigError(
+                f"num_speculative_tokens_schedule: expected one of {', '.join(SPECULATIVE_SCHEDULES)}, "
+                f"got {self.num_speculative_tokens_schedule!r}"
+            )
         _require_int("prompt_lookup_min", self.prompt_lookup_min, 1)
         _require_int("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min)
         for name in ("draft_acceptance_rate", "draft_cost_fraction"):

@@ -67,6 +67,7 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.is_long = False  # set by the scheduler: waits in the long-prompt queue
         self.num_computed_tokens = 0
+        self.proposal_limit: int | None = None  # the heuristic speculation schedule's, once it has speculated
         # One block table per KV group (engine/model_spec/kv_layout.py) while it holds blocks; empty otherwise.
         self.block_tables: list[list[int]] = []
         # Prefix hashes of this sequence's full, computed blocks, in block order.

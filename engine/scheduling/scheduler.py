@@ -41,7 +41,7 @@ from engine.requests.step_trace import (
 )
 from engine.scheduling.batch import ScheduledBatch, ScheduledSequence, slot_mappings
 from engine.scheduling.block_manager import BlockManager
-from engine.scheduling.speculation import accepted_length, proposer_for
+from engine.scheduling.speculation import accepted_length, next_proposal_limit, proposer_for
 from engine.scheduling.wait_queue import WaitQueue
 
 
@@ -181,7 +181,7 @@ class Scheduler:
         """The proposer's tokens for a decoding sequence, as many as the token budget, its
         max_tokens and context leave room to emit, and only if free blocks hold them all."""
         limit = min(
-            self.config.num_speculative_tokens,
+            seq.proposal_limit or self.config.num_speculative_tokens,
             budget.tokens - 1,
             seq.params.max_tokens - seq.num_output_tokens - 1,
             self.max_model_len - seq.num_tokens - 1,
@@ -430,6 +430,12 @@ class Scheduler:
                 self.num_draft_tokens += entry.num_proposed
                 self.num_accepted_tokens += accepted
                 self.trace.speculated(seq.request_id, entry.proposed, accepted)
+                if self.config.num_speculative_tokens_schedule == "heuristic":
+                    seq.proposal_limit = next_proposal_limit(
+                        seq.proposal_limit or self.config.num_speculative_tokens,
+                        accepted == entry.num_proposed,
+                        self.config.num_speculative_tokens,
+                    )
                 released, freed = self.block_manager.release_tail(seq)
                 self.trace.released(seq.request_id, released, freed, "held rejected proposals")
             if new_tokens:

@@ -63,6 +63,15 @@ def proposer_for(config: EngineConfig) -> NgramProposer | DraftProposer | None:
     return None
 
 
+def next_proposal_limit(limit: int, all_accepted: bool, most: int) -> int:
+    """The heuristic schedule (transformers' assisted generation, `num_assistant_tokens_schedule =
+    "heuristic"`): 2 more proposals after a step that accepted all it proposed, 1 fewer after one
+    that rejected some, between 1 and `most`. Where acceptance falls off along a proposal (SmolLM2
+    copying text: 0.67 of first proposals, 0.41 over four) it settles at the length whose last
+    proposal is still worth its row."""
+    return min(most, limit + 2) if all_accepted else max(1, limit - 1)
+
+
 def accepted_length(proposed: list[int], targets: list[int]) -> int:
     """How many proposals the model agreed with, in order: targets[i] is the model's token after
     the sequence and proposed[:i]."""

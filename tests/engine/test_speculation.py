@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from engine import EngineConfig, LLMEngine
 from engine.errors import ConfigError, EngineError
 from engine.requests.sampling_params import SamplingParams
-from engine.scheduling.speculation import NgramProposer, accepted_length
+from engine.scheduling.speculation import NgramProposer, accepted_length, next_proposal_limit
 from tests.engine.parity_prompts import PROMPTS
 from workbench.cli.arguments import add_engine_options, engine_config, speculative_overrides
 from workbench.step_traces.log import read_trace, trace_record
@@ -34,11 +34,20 @@ def _tokens(engine: LLMEngine, prompts: list[str], params: SamplingParams = GREE
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
-def test_greedy_tokens_are_exactly_plain_decodings_alone_and_in_a_batch(model, make_smollm_engine, make_gemma_engine):
+@pytest.mark.parametrize(
+    "model, schedule", [("smollm2-135m", "constant"), ("gemma3-270m", "constant"), ("smollm2-135m", "heuristic")]
+)
+def test_greedy_tokens_are_exactly_plain_decodings_alone_and_in_a_batch(
+    model, schedule, make_smollm_engine, make_gemma_engine
+):
     make = make_smollm_engine if model == "smollm2-135m" else make_gemma_engine
     plain = make(compile_decode="off")
-    speculating = make(compile_decode="off", speculative_method="ngram", num_speculative_tokens=4)
+    speculating = make(
+        compile_decode="off",
+        speculative_method="ngram",
+        num_speculative_tokens=4,
+        num_speculative_tokens_schedule=schedule,
+    )
     prompts = [COPYING, *PROMPTS]
     expected = _tokens(plain, prompts)
     assert _tokens(speculating, [COPYING]) == expected[:1]  # alone: every decode step speculates
@@ -228,3 +237,24 @@ def test_a_simulated_draft_model_accepts_at_its_rate_and_charges_its_steps():
     never_tpot, _, _ = _simulated_run(1, speculative_method="draft", draft_acceptance_rate=0.0)
     always_tpot, _, _ = _simulated_run(1, speculative_method="draft", draft_acceptance_rate=1.0)
     assert never_tpot > plain_tpot > always_tpot
+
+
+def test_the_heuristic_schedule_shortens_rejected_proposals_and_keeps_accepted_ones_long():
+    """transformers' heuristic, per sequence: one stream of 64 tokens on a simulated GPU, up to 4
+    proposals a step. A draft never agreed with drops to 1 proposal a step after 3 steps (4, 3, 2,
+    then 1s) and so costs less than at a constant 4; one always agreed with stays at 4."""
+    draft = dict(speculative_method="draft", num_speculative_tokens=4)
+    never_constant, _, _ = _simulated_run(1, **draft, draft_acceptance_rate=0.0)
+    never, _, engine = _simulated_run(
+        1, **draft, draft_acceptance_rate=0.0, num_speculative_tokens_schedule="heuristic"
+    )
+    scheduler = engine.scheduler
+    assert scheduler.num_draft_tokens == 4 + 3 + 2 + (scheduler.num_drafts - 3)
+    assert never < never_constant
+    _, _, engine = _simulated_run(1, **draft, draft_acceptance_rate=1.0, num_speculative_tokens_schedule="heuristic")
+    assert engine.scheduler.num_draft_tokens / engine.scheduler.num_drafts > 3.5  # the last steps: max_tokens
+
+
+def test_next_proposal_limit_adds_two_after_all_accepted_and_takes_one_after_a_rejection():
+    assert [next_proposal_limit(limit, True, 5) for limit in (1, 3, 4, 5)] == [3, 5, 5, 5]
+    assert [next_proposal_limit(limit, False, 5) for limit in (1, 2, 5)] == [1, 1, 4]

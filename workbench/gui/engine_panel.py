@@ -23,6 +23,7 @@ from engine.configuration.config import (
     KV_CACHE_DTYPES,
     SCHEDULING_POLICIES,
     SPECULATIVE_METHODS,
+    SPECULATIVE_SCHEDULES,
     EngineConfig,
     knob_help,
 )
@@ -166,6 +167,9 @@ class EnginePanel(QGroupBox):
         # Speculative decoding (docs/speculation.md): ngram on the real engine, draft on simulated GPUs.
         self.speculative_method = choice_box(list(SPECULATIVE_METHODS), knob_help("speculative_method"))
         self.speculative_tokens = int_box(1, 64, defaults.num_speculative_tokens, knob_help("num_speculative_tokens"))
+        self.speculative_schedule = choice_box(
+            list(SPECULATIVE_SCHEDULES), knob_help("num_speculative_tokens_schedule")
+        )
         self.lookup_min = int_box(1, 64, defaults.prompt_lookup_min, knob_help("prompt_lookup_min"))
         self.lookup_max = int_box(1, 64, defaults.prompt_lookup_max, knob_help("prompt_lookup_max"))
         self.draft_acceptance = float_box(0, 1, defaults.draft_acceptance_rate, knob_help("draft_acceptance_rate"))
@@ -211,6 +215,7 @@ class EnginePanel(QGroupBox):
         form.addRow("scheduler steps", self.scheduler_steps)
         form.addRow("speculation", self.speculative_method)
         form.addRow("speculative tokens", self.speculative_tokens)
+        form.addRow("tokens schedule", self.speculative_schedule)
         lookup = QHBoxLayout()
         lookup.addWidget(self.lookup_min)
         lookup.addWidget(self.lookup_max)
@@ -273,6 +278,7 @@ class EnginePanel(QGroupBox):
             num_scheduler_steps=self.scheduler_steps.value(),
             speculative_method=self.speculative_method.currentText(),
             num_speculative_tokens=self.speculative_tokens.value(),
+            num_speculative_tokens_schedule=self.speculative_schedule.currentText(),
             prompt_lookup_min=self.lookup_min.value(),
             prompt_lookup_max=self.lookup_max.value(),
             draft_acceptance_rate=self.draft_acceptance.value(),
@@ -323,6 +329,7 @@ class EnginePanel(QGroupBox):
         self.prefix_caching.setChecked(config.enable_prefix_caching)
         self.speculative_method.setCurrentText(config.speculative_method)
         self.speculative_tokens.setValue(config.num_speculative_tokens)
+        self.speculative_schedule.setCurrentText(config.num_speculative_tokens_schedule)
         self.lookup_min.setValue(config.prompt_lookup_min)
         self.lookup_max.setValue(config.prompt_lookup_max)
         self.draft_acceptance.setValue(config.draft_acceptance_rate)
