@@ -174,6 +174,8 @@ class EnginePanel(QGroupBox):
         self.lookup_max = int_box(1, 64, defaults.prompt_lookup_max, knob_help("prompt_lookup_max"))
         self.draft_acceptance = float_box(0, 1, defaults.draft_acceptance_rate, knob_help("draft_acceptance_rate"))
         self.draft_cost = float_box(0, 1, defaults.draft_cost_fraction, knob_help("draft_cost_fraction"))
+        self.speculative_method.currentTextChanged.connect(self._offer_speculation_settings)
+        self._offer_speculation_settings(self.speculative_method.currentText())
         self.prefix_caching = QCheckBox("prefix caching")
         self.prefix_caching.setChecked(defaults.enable_prefix_caching)
         self.prefix_caching.setToolTip(knob_help("enable_prefix_caching"))
@@ -238,6 +240,16 @@ class EnginePanel(QGroupBox):
         model = self.group_size.model()
         for row in range(self.group_size.count()):
             model.item(row).setEnabled(int(self.group_size.itemText(row)) in accepted or not accepted)
+
+    def _offer_speculation_settings(self, method: str) -> None:
+        """Enable only the settings the chosen method reads: the lookup for ngram, the draft's
+        acceptance and cost for draft, neither with speculation off (they are kept, not reset)."""
+        for box in (self.speculative_tokens, self.speculative_schedule):
+            box.setEnabled(method != "off")
+        for box in (self.lookup_min, self.lookup_max):
+            box.setEnabled(method == "ngram")
+        for box in (self.draft_acceptance, self.draft_cost):
+            box.setEnabled(method == "draft")
 
     def _pick_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "GGUF model", "", "GGUF (*.gguf)")

@@ -35,6 +35,23 @@ def test_speculation_settings_round_trip(qtbot):
     assert (config.draft_acceptance_rate, config.draft_cost_fraction) == (0.55, 0.2)
 
 
+def test_only_the_chosen_speculation_methods_settings_are_enabled(qtbot):
+    panel = EnginePanel()
+    qtbot.addWidget(panel)
+    lookup, draft = (panel.lookup_min, panel.lookup_max), (panel.draft_acceptance, panel.draft_cost)
+    common = (panel.speculative_tokens, panel.speculative_schedule)
+
+    def enabled(boxes):
+        return [box.isEnabled() for box in boxes]
+
+    assert enabled(common + lookup + draft) == [False] * 6
+    panel.set_config(EngineConfig(speculative_method="ngram", prompt_lookup_min=3))
+    assert enabled(common + lookup) == [True] * 4 and enabled(draft) == [False] * 2
+    panel.speculative_method.setCurrentText("draft")
+    assert enabled(common + draft) == [True] * 4 and enabled(lookup) == [False] * 2
+    assert panel.config().prompt_lookup_min == 3  # disabled, kept
+
+
 def test_the_default_cache_size_is_auto_and_round_trips(qtbot):
     panel = EnginePanel()
     qtbot.addWidget(panel)
