@@ -58,25 +58,48 @@ def test_next_token_distributions_stay_close_to_a_bfloat16_cache(
     agreement = (reference.argmax(-1) == quantized.argmax(-1)).float().mean().item()
     kl = torch.sum(reference.exp() * (reference - quantized), dim=-1).mean().item()
     assert agreement >= 0.9 and kl < 0.05, (agreement, kl)
-    # Decode reads the rows back from the cache (the prefill above attends to them as written):
-    # each step's distribution, while both have chosen the same tokens so far.
-    compared = 0
-    for bf16_step, quantized_step in zip(*(_logits_of_each_step(engine, PROMPTS[3], 4) for engine in engines)):
+    # Decode reads the rows back from the cache (the prefill above attends to them as written): each
+    # step's distribution, both engines writing the bfloat16 cache's greedy tokens, so that a near-tie
+    # the 8-bit rounding tips (SmolLM2's fp8 prefill on an AMD EPYC) does not end the comparison.
+    bf16_steps = _logits_of_each_step(engines[0], PROMPTS[3], 4)
+    chosen = [step.argmax(-1).item() for step in bf16_steps]
+    quantized_steps = _logits_of_each_step(engines[1], PROMPTS[3], 4, follow=chosen)
+    assert len(quantized_steps) == len(bf16_steps) == 4  # the prefill's step and three decodes
+    for bf16_step, quantized_step in zip(bf16_steps, quantized_steps):
         reference, quantized = torch.log_softmax(bf16_step, -1), torch.log_softmax(quantized_step, -1)
         assert torch.sum(reference.exp() * (reference - quantized), dim=-1).max().item() < 0.05
-        compared += 1
-        if reference.argmax(-1).tolist() != quantized.argmax(-1).tolist():
-            break
-    assert compared >= 2  # the prefill's step and at least one decode
+        assert_same_choice_or_near_tie(reference, quantized, margin=NEAR_TIE_NATS)
 
 
-def _logits_of_each_step(engine, prompt: str, steps: int) -> list[torch.Tensor]:
+# Two tokens within this many nats of each other in the reference are a near-tie that 8-bit rounding
+# may order either way. Measured: SmolLM2's prefill with an fp8 cache on an AMD EPYC (Zen 4) chooses
+# token 33 where the bfloat16 cache chooses 198, 0.108 nats apart; a cache read without its scales
+# moves logits by whole units.
+NEAR_TIE_NATS = 0.5
+
+
+def assert_same_choice_or_near_tie(reference: torch.Tensor, other: torch.Tensor, margin: float) -> None:
+    """Each row's greedy choice is the same in both, or the reference ranks the other's choice within
+    `margin` of its own (a near-tie, not a broken cache: that moves choices by whole units)."""
+    for expected_row, actual_row in zip(reference.view(-1, reference.shape[-1]), other.view(-1, other.shape[-1])):
+        expected, actual = expected_row.argmax().item(), actual_row.argmax().item()
+        gap = (expected_row[expected] - expected_row[actual]).item()
+        assert expected == actual or gap < margin, f"tokens {expected} vs {actual}: {gap:.3f} apart in the reference"
+
+
+def _logits_of_each_step(engine, prompt: str, steps: int, follow: list[int] | None = None) -> list[torch.Tensor]:
+    """Each step's logits, greedy; with `follow`, step i writes token follow[i] whatever its own logits
+    choose, so that two engines' steps read the same text."""
     recorded, compute_logits = [], engine.executor.compute_logits
 
     def recording(batch):
         logits = compute_logits(batch)
         recorded.append(logits.clone())
-        return logits
+        if follow is None:
+            return logits
+        forced = logits.clone()
+        forced[..., follow[len(recorded) - 1]] = logits.max() + 1
+        return forced
 
     engine.executor.compute_logits = recording
     engine.generate(
@@ -98,9 +121,13 @@ def test_a_compiled_decode_reads_the_8bit_cache_as_the_eager_one_does(kv_cache_d
     eager = make_smollm_engine(kv_cache_dtype=kv_cache_dtype, compile_decode="off")
     compiled = make_smollm_engine(kv_cache_dtype=kv_cache_dtype, compile_decode="blocking")
     assert compiled.executor.decode_mode == "compiled"
-    for expected, actual in zip(*(_logits_of_each_step(engine, PROMPTS[3], 4) for engine in (eager, compiled))):
+    eager_steps = _logits_of_each_step(eager, PROMPTS[3], 4)
+    chosen = [step.argmax(-1).item() for step in eager_steps]
+    compiled_steps = _logits_of_each_step(compiled, PROMPTS[3], 4, follow=chosen)
+    assert len(compiled_steps) == len(eager_steps) == 4
+    for expected, actual in zip(eager_steps, compiled_steps):
         torch.testing.assert_close(actual, expected, rtol=0, atol=bound)
-        assert actual.argmax(-1).tolist() == expected.argmax(-1).tolist()
+        assert_same_choice_or_near_tie(expected, actual, margin=2 * bound)
 
 
 def test_unsupported_kv_cache_dtypes_are_refused_naming_the_value():
