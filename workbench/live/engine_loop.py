@@ -78,6 +78,7 @@ class EngineLoop:
         self._commands: queue.Queue = queue.Queue()
         self._loader = loader or BackendLoader()
         self._backend: Backend | None = None
+        self._loaded_config: EngineConfig | None = None  # the backend's, as loaded: what a run records
         self._runner: ScenarioRunner | None = None
         # A run started while the decode graph compiles: it starts once the engine is warm.
         self._held_run: Scenario | None = None
@@ -307,7 +308,9 @@ class EngineLoop:
         self.slo = scenario.slo
         self._requests = RequestRows(self._backend, self._backend.num_kv_blocks or 0)
         self.store = self._new_store()
-        self._open_log(dataclasses.asdict(scenario))
+        # The traffic is the run's; the engine is the one loaded, setting for setting (the traffic
+        # panel's scenario carries the default engine, and replay re-runs what is recorded here).
+        self._open_log({**dataclasses.asdict(scenario), "engine": dataclasses.asdict(self._loaded_config)})
         try:
             self._log_the_run()
         except EngineError:
@@ -354,6 +357,7 @@ class EngineLoop:
             self.events.loading("prompt text", 0.0)
             text_stream(backend.tokenizer)  # now, not as a stall at the first injected request
         self._backend, self._requests = backend, RequestRows(backend, backend.num_kv_blocks or 0)
+        self._loaded_config = info.config
         self.traces = TraceStore(backend.num_kv_blocks) if backend.capabilities.step_trace else None
         self._runner = ScenarioRunner(
             backend,
@@ -367,7 +371,7 @@ class EngineLoop:
         self._open_log(
             {
                 "name": "interactive",
-                "engine": dataclasses.asdict(info.config),
+                "engine": dataclasses.asdict(self._loaded_config),
                 "slo": dataclasses.asdict(self.slo),
                 "events": [],
             }
