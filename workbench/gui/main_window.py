@@ -41,7 +41,7 @@ from workbench.gui.run_files_actions import RunFilesActions
 from workbench.gui.runs_panel import RunsPanel
 from workbench.gui.step_panel import StepPanel, step_keys
 from workbench.gui.sweep_view import SweepView
-from workbench.gui.traffic_panel import TrafficPanel
+from workbench.gui.traffic_panel import TrafficPanel, engine_changes
 from workbench.gui.why_view import WhyView
 from workbench.live.engine_status import EngineStatus, load_percent
 from workbench.live.live_metrics import LiveMetrics
@@ -74,6 +74,8 @@ class MainWindow(QMainWindow):
         self.session = WindowSession()  # which run the panes show, and what is selected (no Qt)
         self.tokenizer_decode = None
         self._closing = False
+        # A preset whose engine is loading (scenario, label): the panels show it once that load is done.
+        self._preset_loading: tuple[Scenario, str] | None = None
 
         self.engine_panel = EnginePanel()
         self.traffic_panel = TrafficPanel()
@@ -224,6 +226,7 @@ class MainWindow(QMainWindow):
     # ----- engine --------------------------------------------------------------------------------
 
     def load(self, config: EngineConfig) -> None:
+        self._preset_loading = None  # this load replaces a preset's still loading
         self.error_label.setText("")
         self.progress.setValue(0)
         self.worker.load(config)
@@ -251,14 +254,14 @@ class MainWindow(QMainWindow):
         self.traffic_panel.hide_preset()
         self._begin_run(scenario)
 
-    def _begin_run(self, scenario: Scenario) -> None:
+    def _begin_run(self, scenario: Scenario, with_load: bool = False) -> None:
         self.error_label.setText("")
         self.back_to_live()  # a new run has its own time axis, and the plots show it, not an opened run
         # Nothing of the last run stays on show: its request's detail ("decoding") and its Why.
         self.session.new_run()
         self.select_request(None)
         self.why.clear()
-        self.worker.start_traffic(scenario)
+        self.worker.start_traffic(scenario, with_load)
 
     def stop_traffic(self) -> None:
         """Send nothing more; with requests waiting (a queue of thousands at a high rate keeps the
@@ -284,12 +287,20 @@ class MainWindow(QMainWindow):
         reload = self.info is None or self.info.config != scenario.engine
         if (in_flight := self.worker.requests_in_flight()) and not self.confirm_new_run(in_flight, reload):
             return
-        self.engine_panel.set_config(scenario.engine)
-        if label is not None:
-            self.traffic_panel.show_scenario(scenario, label)
-        if reload:
+        shown = (scenario, label or scenario.name)
+        if reload:  # shown once its engine has loaded: a refused load leaves the panels as they were
             self.load(scenario.engine)
-        self._begin_run(scenario)
+            self._preset_loading = shown
+        else:
+            self._show_preset(*shown)
+        self._begin_run(scenario, with_load=reload)
+
+    def _show_preset(self, scenario: Scenario, label: str) -> None:
+        """The preset's engine in the engine panel; its traffic, and the engine settings it changed
+        from those applied before, in the traffic panel."""
+        applied = self.traffic_panel.applied_engine
+        self.engine_panel.set_config(scenario.engine)
+        self.traffic_panel.show_scenario(scenario, label, engine_changes(applied, scenario.engine))
 
     def on_loading(self, stage: str, fraction: float) -> None:
         """The stage in words; the bar for the whole load, not restarting at every stage: each stage
@@ -312,6 +323,10 @@ class MainWindow(QMainWindow):
         # No full collection walks the model, torch and Qt again while requests run. On this
         # thread: a collection in the engine thread finalised Qt objects and deadlocked the window.
         self.status.info = info  # first: the old EngineInfo holds the replaced engine, which the freeze must not keep
+        if self._preset_loading is not None:
+            self._show_preset(*self._preset_loading)
+            self._preset_loading = None
+        self.traffic_panel.applied_engine = info.config  # the base of the next preset's engine
         self.cancel_button.setVisible(False)
         freeze_loaded_heap()
         self.tokenizer_decode = info.tokenizer.decode if info.tokenizer else None
@@ -354,6 +369,7 @@ class MainWindow(QMainWindow):
         """The message beside the status line; the status line itself says what is loaded, and
         changes only when nothing is (a later successful run must not read "error")."""
         self.error_label.setText(message)
+        self._preset_loading = None  # a refused load: the panels keep the engine kept
         self.cancel_button.setVisible(False)  # a failure ends the load it came from
         # A failed load: the loading stages give way to the engine kept.
         if (line := self.status.after_failure(self.worker.has_backend())) is not None:

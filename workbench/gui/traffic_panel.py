@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine import EngineConfig
 from engine.errors import ConfigError
 from workbench.gui.form_widgets import choice_box, emit_validated, float_box, int_box, refused_typing
 from workbench.traffic.arrivals import ARRIVALS
@@ -107,6 +108,8 @@ class TrafficPanel(QWidget):
 
     def __init__(self):
         super().__init__()
+        # The engine loaded (the main window sets it): a preset's [engine] settings apply on top of it.
+        self.applied_engine: EngineConfig | None = None
         self.arrival = choice_box(
             list(ARRIVALS), "poisson: random; gamma: burstiness sets the clumping; closed_loop: keep N in flight."
         )
@@ -312,8 +315,9 @@ class TrafficPanel(QWidget):
     def _preset_activated(self, entry: str) -> None:
         """Ask for the preset to run. The fields stay as they are until the window has said yes
         (a "No" to the switch leaves the fields, and so the next Start, as they were)."""
+        applied = dataclasses.asdict(self.applied_engine) if self.applied_engine is not None else None
         try:
-            scenario = self.preset_scenario(entry)
+            scenario = self.preset_scenario(entry, applied)
         except ConfigError as error:  # a preset file edited since the list was filled
             self.invalid.emit(f"preset {entry}: {error}")
             return
@@ -342,10 +346,11 @@ class TrafficPanel(QWidget):
         self.num_requests.setSpecialValueText("the whole trace" if trace else "no limit")
 
     @staticmethod
-    def preset_scenario(entry: str) -> Scenario:
-        """ "name" or "name / variant", as listed."""
+    def preset_scenario(entry: str, engine_defaults: dict | None = None) -> Scenario:
+        """ "name" or "name / variant", as listed; `engine_defaults` (the engine applied) fills the
+        [engine] settings the preset leaves out."""
         name, _, variant = entry.partition(" / ")
-        return load_preset(name, variant=variant or None)
+        return load_preset(name, variant=variant or None, engine_defaults=engine_defaults)
 
     def slo(self) -> SLO:
         def threshold(box: QDoubleSpinBox) -> float | None:
@@ -375,10 +380,11 @@ class TrafficPanel(QWidget):
             name += " (edited)"
         return Scenario(name=name, traffic=traffic, slo=self.slo(), seed=self.seed.value())
 
-    def show_scenario(self, scenario: Scenario, label: str | None = None) -> None:
+    def show_scenario(self, scenario: Scenario, label: str | None = None, engine: str = "") -> None:
         """Reflect a preset's traffic and SLOs in the controls, and say what the preset runs: a
         preset with only a timeline of events leaves the fields as they were, for the next Start.
-        `label`: how the preset is listed ("name / variant")."""
+        `label`: how the preset is listed ("name / variant"); `engine`: what it does to the engine
+        applied (`engine_changes`)."""
         traffic = scenario.traffic
         label = label or scenario.name
         timeline = " and the timeline below" if scenario.events else ""
@@ -388,7 +394,12 @@ class TrafficPanel(QWidget):
         else:
             what = f"the fields below show its traffic{timeline}"
         name, _, variant = label.partition(" / ")
-        self.preset_label.setText(f"Preset {name!r}" + (f", variant {variant!r}" if variant else "") + f": {what}")
+        self.preset_label.setText(
+            f"Preset {name!r}"
+            + (f", variant {variant!r}" if variant else "")
+            + f": {what}"
+            + (f". {engine}" if engine else "")
+        )
         self._preset = (label, traffic) if traffic is not None else None
         self.preset_label.setVisible(True)
         self.events.setRowCount(len(scenario.events))
@@ -418,6 +429,18 @@ class TrafficPanel(QWidget):
         self.ttft_slo.setValue(scenario.slo.ttft_ms or 0)
         self.tpot_slo.setValue(scenario.slo.tpot_ms or 0)
         self.e2e_slo.setValue(scenario.slo.e2e_ms or 0)
+
+
+def engine_changes(applied: EngineConfig | None, preset: EngineConfig) -> str:
+    """What a preset does to the engine applied before it, in the words the preset label uses:
+    the settings it sets, the rest kept as applied."""
+    if applied is None:
+        return "Engine: the preset's"
+    before, after = dataclasses.asdict(applied), dataclasses.asdict(preset)
+    changed = [f"{name} = {after[name]!r}" for name in after if after[name] != before[name]]
+    if not changed:
+        return "Engine: as applied"
+    return f"Engine: as applied, with the preset's {', '.join(changed)}"
 
 
 def _plain_box(name: str) -> QWidget:

@@ -105,8 +105,11 @@ class EngineLoop:
         self._load_number += 1
         self._commands.put(("cancelled", None))
 
-    def start_traffic(self, scenario: Scenario) -> None:
-        self._commands.put(("traffic", (scenario, self._load_number)))
+    def start_traffic(self, scenario: Scenario, with_load: bool = False) -> None:
+        """Run `scenario` on the engine loaded when the command is handled. `with_load`: it was sent
+        with a load (a preset's engine) and runs only on that engine: a refused load runs nothing.
+        A later Start runs on the engine kept."""
+        self._commands.put(("traffic", (scenario, self._load_number, with_load)))
 
     def pause_traffic(self) -> None:
         self._commands.put(("pause", None))
@@ -265,8 +268,8 @@ class EngineLoop:
         if self._runner is None:
             raise EngineError("no model is loaded yet")
         if command == "traffic":
-            scenario, load_number = argument
-            if load_number != self._load_number or load_number == self._refused_load:
+            scenario, load_number, with_load = argument
+            if load_number != self._load_number or (with_load and load_number == self._refused_load):
                 return  # sent with a load that was replaced, cancelled or refused: a refusal runs nothing
             if self._backend.warm_up_progress() is not None:
                 # Steps beside the compile run eagerly, 5 to 65 times as slow (docs/compiled-decode.md):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from PySide6.QtCore import Qt
+
 from engine import EngineConfig
 from tests.workbench.gui.window_helpers import all_ended, load
 from workbench.runs.run_log import read_run_log
@@ -104,12 +106,34 @@ def test_a_refused_deployment_runs_nothing(window, qtbot, tiny_config):
     """Issue 58 #3: a deployment preset's load was refused in one line, then its traffic ran on
     the engine already loaded, with a log header naming the refused deployment."""
     load(window, qtbot, tiny_config)
+    panel, label = window.engine_panel.config(), window.traffic_panel.preset_label.text()
     deployment = EngineConfig(model="simulated:llama-3-70b@8xh100-80gb", tensor_parallel_size=4, data_parallel_size=2)
     window.run_preset(Scenario(name="colocated", engine=deployment, traffic=TRAFFIC), "azure-conv / colocated")
     qtbot.waitUntil(lambda: "deployment" in window.error_label.text(), timeout=30_000)
     qtbot.wait(500)  # the traffic it was sent with would have started by now
     assert window.worker.run_folder is None and window.worker.requests_sent() == 0
     assert window.info.config == tiny_config and not window.traffic_label.text().startswith("traffic: running")
+    # Issue 77 #2: the panels showed the refused deployment, and Start then did nothing, unsaid.
+    assert window.engine_panel.config() == panel and window.traffic_panel.preset_label.text() == label
+    window.start_traffic(Scenario(name="after the refusal", engine=tiny_config, traffic=TRAFFIC))
+    qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished" and all_ended(window), timeout=60_000)
+    assert read_run_log(window.worker.run_log_path).header["scenario"]["engine"] == dataclasses.asdict(tiny_config)
+
+
+def test_a_preset_applies_its_engine_settings_on_top_of_those_applied_and_says_which(window, qtbot, tiny_config):
+    """Issue 77 #3: double-clicking a preset reset an int8 cache and n-gram speculation the user
+    had applied to the defaults, unsaid. chat-steady sets max_num_seqs and max_num_batched_tokens."""
+    applied = dataclasses.replace(tiny_config, kv_cache_dtype="int8", speculative_method="ngram")
+    load(window, qtbot, applied)
+    panel = window.traffic_panel
+    panel.presets.itemActivated.emit(panel.presets.findItems("chat-steady", Qt.MatchFlag.MatchExactly)[0])
+    expected = dataclasses.replace(applied, max_num_seqs=32, max_num_batched_tokens=512)
+    qtbot.waitUntil(lambda: window.info.config == expected and window.worker.run_folder is not None, timeout=60_000)
+    assert window.engine_panel.config() == expected
+    assert panel.preset_label.text().endswith(
+        "Engine: as applied, with the preset's max_num_seqs = 32, max_num_batched_tokens = 512"
+    )
+    window.stop_traffic()
 
 
 def test_enter_runs_a_preset_and_no_to_the_switch_leaves_the_traffic_fields(window, qtbot, tiny_config):
