@@ -84,7 +84,12 @@ def _convert(expected: Any, value: Any, source: str, key: str) -> Any:
     if expected is Any:
         return value
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # hundreds of digits: past any float
+            raise ConfigError(
+                f"{where}: expected a finite number, got an integer of {len(str(value))} digits"
+            ) from None
     if expected is float and isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{where}: expected a finite number, got {value!r}")
     if expected in (int, float) and isinstance(value, bool):

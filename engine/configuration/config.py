@@ -42,6 +42,35 @@ def knob(default=MISSING, *, help: str, default_factory=MISSING):
     return field(default=default, default_factory=default_factory, metadata={"help": help})
 
 
+# Each integer setting's range: the least that means anything, and the most any engine here can use (past
+# 64 bits a setting reached torch and numpy as an OverflowError at load). The lookup's cost is prompt
+# length x prompt_lookup_max per sequence and step (10^6 made each decode step take 2 s, issue 77).
+MAX_BYTES = 1 << 50  # 1 PiB
+MAX_TOKENS = 1 << 31
+INTEGER_BOUNDS: dict[str, tuple[int, int]] = {
+    "block_size": (1, 1 << 16),
+    "group_size": (1, 1 << 16),
+    "max_num_seqs": (1, 1 << 20),
+    "max_num_batched_tokens": (1, MAX_TOKENS),
+    "max_long_prefills": (1, 1 << 20),
+    "long_prompt_threshold": (0, MAX_TOKENS),
+    "max_model_len": (2, MAX_TOKENS),
+    "num_kv_blocks": (1, MAX_TOKENS),
+    "num_scheduler_steps": (1, 1024),
+    "tensor_parallel_size": (1, 4096),
+    "pipeline_parallel_size": (1, 4096),
+    "data_parallel_size": (1, 4096),
+    "prefill_instances": (0, 4096),
+    "num_speculative_tokens": (1, 64),
+    "prompt_lookup_max": (1, 64),
+    "prompt_lookup_min": (1, 64),
+    "seed": (0, (1 << 63) - 1),
+}
+OPTIONAL_INTEGERS = ("max_model_len", "num_kv_blocks")  # None: the model's context, the memory's blocks
+MAX_SECONDS = 1e6  # long_prompt_max_wait_s: eleven days
+MAX_SIMULATION_SPEED = 1e6
+
+
 @dataclass
 class EngineConfig:
     model: str = knob(
@@ -229,35 +258,22 @@ class EngineConfig:
     )
 
     def __post_init__(self) -> None:
-        for name, minimum in (
-            ("block_size", 1),
-            ("max_num_seqs", 1),
-            ("max_num_batched_tokens", 1),
-            ("max_long_prefills", 1),
-            ("long_prompt_threshold", 0),
-            ("tensor_parallel_size", 1),
-            ("pipeline_parallel_size", 1),
-            ("data_parallel_size", 1),
-            ("prefill_instances", 0),
-        ):
-            _require_int(name, getattr(self, name), minimum)
+        for name, (minimum, maximum) in INTEGER_BOUNDS.items():
+            if name not in OPTIONAL_INTEGERS or getattr(self, name) is not None:
+                _require_int(name, getattr(self, name), minimum, maximum)
         if self.prefill_instances and self.prefill_instances >= self.data_parallel_size:
             raise ConfigError(
                 f"prefill_instances: {self.prefill_instances} of data_parallel_size {self.data_parallel_size} "
                 "instances leaves none to decode; expected fewer than data_parallel_size (0 for colocated)"
             )
-        if self.max_model_len is not None:
-            _require_int("max_model_len", self.max_model_len, 2)
-        if self.num_kv_blocks is not None:
-            _require_int("num_kv_blocks", self.num_kv_blocks, 1)
-        _require_number("long_prompt_max_wait_s", self.long_prompt_max_wait_s)
+        _require_number("long_prompt_max_wait_s", self.long_prompt_max_wait_s, MAX_SECONDS)
         memory = self.kv_cache_memory
         if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float))):
             raise ConfigError(f"kv_cache_memory: expected bytes (int) or a fraction (float), got {memory!r}")
         if isinstance(memory, float) and not 0.0 < memory <= 1.0:  # also refuses NaN
             raise ConfigError(f"kv_cache_memory: a fraction must be in (0, 1], got {memory}")
-        if isinstance(memory, int) and memory < 1:
-            raise ConfigError(f"kv_cache_memory: expected a positive number of bytes, got {memory}")
+        if isinstance(memory, int):
+            _require_int("kv_cache_memory", memory, 1, MAX_BYTES)
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ConfigError(
                 f"scheduling_policy: expected one of {', '.join(SCHEDULING_POLICIES)}, got {self.scheduling_policy!r}"
@@ -269,8 +285,7 @@ class EngineConfig:
                 raise ConfigError(f"{name}: expected one of {', '.join(choices)}, got {getattr(self, name)!r}")
         if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
             raise ConfigError(f"device: expected 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
-        _require_number("simulation_speed", self.simulation_speed)
-        _require_int("seed", self.seed, 0)
+        _require_number("simulation_speed", self.simulation_speed, MAX_SIMULATION_SPEED)
         if isinstance(self.compile_decode, bool):
             self.compile_decode = "blocking" if self.compile_decode else "off"
         if self.compile_decode not in COMPILE_DECODE_CHOICES:
@@ -282,7 +297,6 @@ class EngineConfig:
                     else ""
                 )
             )
-        _require_int("num_scheduler_steps", self.num_scheduler_steps, 1)
         self._check_speculation()
         if not isinstance(self.serving_stack, str) or not self.serving_stack:
             raise ConfigError(f"serving_stack: expected a stack's name or 'auto', got {self.serving_stack!r}")
@@ -303,14 +317,16 @@ class EngineConfig:
             raise ConfigError(
                 f"speculative_method: expected one of {', '.join(SPECULATIVE_METHODS)}, got {self.speculative_method!r}"
             )
-        _require_int("num_speculative_tokens", self.num_speculative_tokens, 1)
         if self.num_speculative_tokens_schedule not in SPECULATIVE_SCHEDULES:
             raise ConfigError(
                 f"num_speculative_tokens_schedule: expected one of {', '.join(SPECULATIVE_SCHEDULES)}, "
                 f"got {self.num_speculative_tokens_schedule!r}"
             )
-        _require_int("prompt_lookup_min", self.prompt_lookup_min, 1)
-        _require_int("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min)
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ConfigError(
+                f"prompt_lookup_min: expected at most prompt_lookup_max ({self.prompt_lookup_max}), "
+                f"got {self.prompt_lookup_min}"
+            )
         for name in ("draft_acceptance_rate", "draft_cost_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
@@ -325,17 +341,23 @@ class EngineConfig:
         return self.long_prompt_threshold > 0
 
 
-def _require_number(name: str, value: object) -> None:
-    """A finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-        raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r}")
+def _require_number(name: str, value: object, maximum: float) -> None:
+    """A number in [0, maximum] (a 400-digit integer is refused here, not by a float() later)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= maximum:
+        raise ConfigError(f"{name}: expected a number from 0 to {maximum:g}, got {_shown(value)}")
 
 
-def _require_int(name: str, value: object, minimum: int) -> None:
+def _require_int(name: str, value: object, minimum: int, maximum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name}: expected an integer, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{name}: expected at least {minimum}, got {value}")
+        raise ConfigError(f"{name}: expected an integer, got {_shown(value)}")
+    if not minimum <= value <= maximum:
+        raise ConfigError(f"{name}: expected an integer from {minimum} to {maximum:,}, got {_shown(value)}")
+
+
+def _shown(value: object) -> str:
+    """A value as a message quotes it: a number of hundreds of digits by its length."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:12]}... ({len(text)} characters)"
 
 
 def knob_help(name: str) -> str:

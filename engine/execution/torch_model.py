@@ -61,6 +61,11 @@ def prepare_torch_model(
             f"kv_cache_dtype: on CUDA the cache holds the compute dtype ({dtype_name(dtype)}), int8 or "
             f"fp8_e4m3; got {config.kv_cache_dtype!r}"
         )
+    if device.type == "cpu" and kv_dtype == torch.float16:  # before the weights are read and converted
+        raise ConfigError(
+            f"kv_cache_dtype: the CPU's attention reads float32, bfloat16, int8 or fp8_e4m3 caches, not float16 "
+            f"(kv_cache_dtype {config.kv_cache_dtype!r}, dtype {config.dtype!r}); expected one of those"
+        )
     model = _build_model(source, device, dtype)
     unquantized = weight_bytes(model)
     check_quantization(

@@ -8,7 +8,9 @@ import shutil
 import pytest
 
 from engine import ConfigError, EngineConfig, EngineError, LLMEngine, ModelLoadError, SamplingParams
+from engine.configuration.config import INTEGER_BOUNDS
 from engine.loading.model_source import resolve_model_path
+from engine.settings import build
 from tests.tiny_models import tiny_engine
 
 
@@ -108,7 +110,7 @@ def test_missing_config_key_is_named(tmp_path, tiny_llama):
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"block_size": 0}, "block_size: expected at least 1, got 0"),
+        ({"block_size": 0}, "block_size: expected an integer from 1 to 65,536, got 0"),
         ({"max_num_seqs": "8"}, "max_num_seqs: expected an integer, got '8'"),
         ({"kv_cache_memory": 1.5}, r"kv_cache_memory: a fraction must be in \(0, 1\]"),
         ({"scheduling_policy": "lifo"}, "scheduling_policy: expected one of fcfs, priority, got 'lifo'"),
@@ -124,6 +126,47 @@ def test_missing_config_key_is_named(tmp_path, tiny_llama):
 def test_bad_config_values_name_the_key(settings, message):
     with pytest.raises(ConfigError, match=message):
         EngineConfig(**settings)
+
+
+@pytest.mark.parametrize("name", sorted(INTEGER_BOUNDS))
+def test_every_integer_setting_is_refused_past_its_bounds_naming_them(name):
+    """Issue 77 #7, #8: past 64 bits a setting reached torch as an OverflowError at load, and a
+    prompt_lookup_max of 10^6 made every decode step take seconds. Each bound itself is accepted."""
+    minimum, maximum = INTEGER_BOUNDS[name]
+    related = {
+        "prompt_lookup_min": {"prompt_lookup_max": 64},
+        "prompt_lookup_max": {"prompt_lookup_min": 1},
+        "prefill_instances": {"data_parallel_size": 4096},
+    }.get(name, {})
+    for accepted in (minimum, maximum):
+        if not (name == "prefill_instances" and accepted == 4096):  # one instance must be left to decode
+            EngineConfig(**{**related, name: accepted})
+    for refused in (minimum - 1, maximum + 1, 1 << 64, 10**400):
+        with pytest.raises(ConfigError, match=rf"^{name}: expected an integer from {minimum} to {maximum:,}, got "):
+            EngineConfig(**{**related, name: refused})
+
+
+@pytest.mark.parametrize("name", ["simulation_speed", "long_prompt_max_wait_s", "draft_acceptance_rate"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -1.0, 1e300, 10**400])
+def test_every_number_setting_is_refused_past_its_bounds(name, value):
+    with pytest.raises(ConfigError, match=rf"^{name}: expected a number"):
+        EngineConfig(**{name: value})
+
+
+def test_a_400_digit_number_for_a_float_setting_is_refused_in_one_line():
+    with pytest.raises(
+        ConfigError, match="preset: engine.simulation_speed: expected a finite number, got an integer of 400"
+    ):
+        build(EngineConfig, {"simulation_speed": int("9" * 400)}, "preset", "engine")
+
+
+def test_a_float16_cache_on_the_cpu_is_refused_at_load_naming_the_setting(tiny_llama):
+    """Issue 77 #9: `--help` offers float16, and the CPU attention operator refused it with a
+    RuntimeError once the model had loaded."""
+    directory, _ = tiny_llama
+    for settings in ({"kv_cache_dtype": "float16"}, {"dtype": "float16"}):
+        with pytest.raises(ConfigError, match=r"kv_cache_dtype: the CPU's attention reads .* not float16"):
+            LLMEngine(EngineConfig(model=str(directory), device="cpu", **settings))
 
 
 def test_compile_decode_reads_older_presets_booleans_and_its_default_from_the_environment(monkeypatch):

@@ -189,8 +189,11 @@ def test_settings_it_cannot_keep_exact_are_refused_in_one_line(make_smollm_engin
         LLMEngine(EngineConfig(model="simulated:llama-3-8b@h100-80gb", speculative_method="ngram"))
     for bad, message in (
         ({"speculative_method": "eagle"}, "speculative_method: expected one of off, ngram, draft, got 'eagle'"),
-        ({"num_speculative_tokens": 0}, "num_speculative_tokens: expected at least 1, got 0"),
-        ({"prompt_lookup_min": 3, "prompt_lookup_max": 2}, "prompt_lookup_max: expected at least 3, got 2"),
+        ({"num_speculative_tokens": 0}, "num_speculative_tokens: expected an integer from 1 to 64, got 0"),
+        (
+            {"prompt_lookup_min": 3, "prompt_lookup_max": 2},
+            r"prompt_lookup_min: expected at most prompt_lookup_max \(2\), got 3",
+        ),
         ({"draft_acceptance_rate": 1.5}, r"draft_acceptance_rate: expected a number in \[0, 1\], got 1.5"),
     ):
         with pytest.raises(ConfigError, match=message):

@@ -83,7 +83,7 @@ def write(tmp_path, text):
         ),
         (
             'name = "x"\n[engine]\nblock_size = 0\n[traffic]\nrate = 1.0',
-            r"my.toml: engine: block_size: expected at least 1, got 0",
+            r"my.toml: engine: block_size: expected an integer from 1 to 65,536, got 0",
         ),
         (
             'name = "x"\n[traffic]\nrate = -2.0',
