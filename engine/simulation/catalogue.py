@@ -17,6 +17,7 @@ from engine.errors import ConfigError
 from engine.model_spec.model_config import ModelConfig
 from engine.platform.cache_directory import cache_directory
 from engine.platform.device import dtype_name, total_memory_bytes
+from engine.platform.user_files import locked, replace_text
 from engine.settings import build
 from kernels.timing import timed_runs
 
@@ -175,34 +176,54 @@ def _cache_file() -> Path:
 
 
 def _cached_profiles() -> dict:
+    """The saved profiles by name; a file that does not parse is refused naming it, and kept."""
     path = _cache_file()
     try:
         return tomllib.loads(path.read_text()) if path.exists() else {}
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc}); fix or delete it, then calibrate again") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"{path}: not valid TOML ({exc}); it is kept as it is: fix or move it, then calibrate again"
+        ) from exc
+
+
+def check_saved_profiles(name: str) -> None:
+    """What `save_profile` would refuse, said before minutes of measuring: a damaged profile file,
+    an empty name."""
+    if not name.strip():
+        raise ConfigError(f"--name: expected a profile name, got {name!r}")
+    _cached_profiles()
 
 
 def save_profile(name: str, profile: HardwareProfile) -> Path:
-    """Add or replace a measured profile in the user's cache file (plain TOML, easy to edit)."""
-    profiles = _cached_profiles()
-    profiles[name] = asdict(profile)
+    """Add or replace a measured profile in the user's cache file (plain TOML, easy to edit): under
+    its lock and replaced in one rename (engine/platform/user_files.py). Every name is a quoted key,
+    so "my machine", "a.b" or "[x]" is saved and read back as itself."""
+    check_saved_profiles(name)
     path = _cache_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for profile_name, values in profiles.items():
-        lines.append(f"[{profile_name}]")
-        for field in fields(HardwareProfile):
-            if field.name in values:  # a profile saved before a field existed takes its default
-                lines.append(f"{field.name} = {_toml_value(values[field.name])}")
-        lines.append("")
-    path.write_text("\n".join(lines))
+    with locked(path):
+        profiles = _cached_profiles()
+        profiles[name] = asdict(profile)
+        lines = []
+        for profile_name, values in profiles.items():
+            lines.append(f"[{_toml_string(profile_name)}]")
+            for field in fields(HardwareProfile):
+                if field.name in values:  # a profile saved before a field existed takes its default
+                    lines.append(f"{field.name} = {_toml_value(values[field.name])}")
+            lines.append("")
+        replace_text(path, "\n".join(lines))
     return path
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: JSON's escapes are TOML's; non-ASCII kept as it is (JSON's surrogate
+    pairs are not TOML), and DEL, a control character to TOML but not to JSON, escaped."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def _toml_value(value) -> str:
     """A profile field in TOML: a string quoted (JSON's escapes are TOML's), a tuple as an array."""
     if isinstance(value, str):
-        return json.dumps(value)
+        return _toml_string(value)
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(repr(item) for item in value) + "]"
     return repr(value)

@@ -51,9 +51,10 @@ def run(args) -> int:
     if args.published:
         return _published(args)
     from engine import EngineConfig, LLMEngine
-    from engine.simulation.catalogue import measure_this_machine, save_profile
+    from engine.simulation.catalogue import check_saved_profiles, measure_this_machine, save_profile
     from workbench.analysis.calibration import fit, fit_step_scales, measure
 
+    check_saved_profiles(args.name)  # a damaged profile file or a bad name: refused before minutes of measuring
     chosen = _chosen(args.presets) if args.held_out else []
     # Eager, as the cost model's step times assume (a compile would also take the cores
     # mid-measurement), and one weight format in every step: the cost model streams one set of

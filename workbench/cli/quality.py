@@ -41,7 +41,7 @@ def run(args) -> int:
     from engine.loading.model_source import read_model
     from engine.quantization import get_method
     from engine.quantization.auto import AUTO
-    from workbench.quality.ledger import record
+    from workbench.quality.ledger import check_ledger, record
     from workbench.quality.measure import evaluate, format_results, results_json
 
     options = []
@@ -50,11 +50,22 @@ def run(args) -> int:
             options.append((AUTO, None))
         elif get_method(method).group_sizes:
             try:
-                options += [(method, int(size)) for size in args.group_size.split(",")]
+                sizes = [int(size) for size in args.group_size.split(",")]
             except ValueError as exc:
                 raise ConfigError(f"--group-size: expected integers like 32,64,128, got {args.group_size!r}") from exc
+            if unknown := [size for size in sizes if size not in get_method(method).group_sizes]:
+                raise ConfigError(
+                    f"--group-size: {method} takes group sizes "
+                    f"{', '.join(map(str, get_method(method).group_sizes))}, got {', '.join(map(str, unknown))}"
+                )
+            options += [(method, size) for size in sizes]
         else:
             options.append((method, None))
+    # What would be refused after minutes of measuring is refused now: the ledger the results go
+    # into, and the folder of --json.
+    check_ledger()
+    if args.json and not args.json.parent.is_dir():
+        raise ConfigError(f"--json {args.json}: the folder {args.json.parent} does not exist")
     source = read_model(args.model)
     kv_cache_dtypes = tuple(name.strip() for name in args.kv_cache_dtype.split(","))
     for name in kv_cache_dtypes:

@@ -14,7 +14,9 @@ import json
 from datetime import date
 from pathlib import Path
 
+from engine.errors import ConfigError
 from engine.platform.cache_directory import cache_directory
+from engine.platform.user_files import locked, replace_text
 from engine.quantization import UNQUANTIZED
 
 EXACT = "exact: the file's weights in float32, no quantization"
@@ -39,13 +41,19 @@ def configuration_key(quantization: str, dtype: str, kv_cache_dtype: str) -> str
 def record(model_path: str | Path, measurements: dict[str, dict], ledger: Path | None = None) -> Path:
     """Add or replace measurements ({configuration key: figures}) for one model file; each gets today's date."""
     ledger = ledger or ledger_path()
-    entries = _read(ledger)
-    per_model = entries.setdefault(model_key(model_path), {})
-    for configuration, figures in measurements.items():
-        per_model[configuration] = {**figures, "measured_on": date.today().isoformat()}
-    ledger.parent.mkdir(parents=True, exist_ok=True)
-    ledger.write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n")
+    with locked(ledger):  # concurrent measurements each add theirs (engine/platform/user_files.py)
+        entries = _read(ledger)
+        per_model = entries.setdefault(model_key(model_path), {})
+        for configuration, figures in measurements.items():
+            per_model[configuration] = {**figures, "measured_on": date.today().isoformat()}
+        replace_text(ledger, json.dumps(entries, indent=2, sort_keys=True) + "\n")
     return ledger
+
+
+def check_ledger(ledger: Path | None = None) -> None:
+    """ConfigError naming the ledger when it cannot be read back: `workbench quality` says so
+    before it measures, not after."""
+    _read(ledger or ledger_path())
 
 
 def quality_line(
@@ -56,7 +64,10 @@ def quality_line(
     ("auto", "int4"), `quantization` what it resolved to ("int4 g32 + int8 head, ...")."""
     if quantization == UNQUANTIZED and dtype == kv_cache_dtype == "float32":
         return EXACT
-    figures = measured_quality(model_path, quantization, dtype, kv_cache_dtype, ledger)
+    try:
+        figures = measured_quality(model_path, quantization, dtype, kv_cache_dtype, ledger)
+    except ConfigError as error:
+        return f"quality cost unknown: {error}"
     if figures is None:
         return f"quality cost not measured on this machine: run workbench quality --quant {option}"
     return (
@@ -80,10 +91,14 @@ def measured_quality(
 
 
 def _read(ledger: Path) -> dict:
+    """The ledger's entries; a damaged ledger is refused, never read as empty (the next measurement
+    rewrote it with only its own rows)."""
     if not ledger.exists():
         return {}
     try:
         entries = json.loads(ledger.read_text())
-    except json.JSONDecodeError:
-        return {}  # a damaged ledger only means "not measured"; the next measurement rewrites it
-    return entries if isinstance(entries, dict) else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{ledger}: not a quality ledger ({error}); it is kept as it is: fix or move it") from None
+    if not isinstance(entries, dict) or not all(isinstance(rows, dict) for rows in entries.values()):
+        raise ConfigError(f"{ledger}: not a quality ledger (expected a table of model files); it is kept as it is")
+    return entries

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from engine import EngineConfig, LLMEngine
+from engine.errors import ConfigError
 from engine.simulation.catalogue import hardware_profile, save_profile
 from engine.simulation.cost_model import StepShape
 from workbench.analysis.calibration import fit_step_scales, real_steps
@@ -94,3 +95,30 @@ def test_a_profile_with_factors_is_saved_and_read_back_beside_one_saved_before_t
     assert hardware_profile("fitted") == profile
     older = hardware_profile("older")
     assert older.decode_scale_by_rows == () and older.prefill_step_scale == 1.0 and older.peak_flops == 1e11
+
+
+@pytest.mark.parametrize("name", ["my machine", "a.b", "rack [3]", 'say "hi"', "café", "GPU 😀", "del\x7f"])
+def test_any_profile_name_is_saved_and_read_back_as_itself_beside_the_others(name, tmp_path, monkeypatch):
+    """Issue 77 #10: `calibrate --name "my machine"` wrote an unquoted TOML table, and the file,
+    every profile in it, stopped parsing; "a.b" was saved as a table "a"."""
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    kept = replace(hardware_profile("a100-80gb"), source="kept")
+    save_profile("kept", kept)
+    profile = replace(hardware_profile("h100-80gb"), source=f"measured as {name}")
+    save_profile(name, profile)
+    assert hardware_profile(name) == profile and hardware_profile("kept") == kept
+
+
+def test_a_damaged_profile_file_is_refused_before_calibrate_measures_and_kept(tmp_path, monkeypatch, capsys):
+    """Issue 77 #10: calibrate measured for minutes and only then refused the file, losing the fit."""
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    damaged = "[my machine]\nsource = 'x'\n"
+    (tmp_path / "hardware.toml").write_text(damaged)
+    measured = []
+    monkeypatch.setattr("engine.simulation.catalogue.measure_this_machine", lambda: measured.append(1))
+    assert main(["calibrate", "--name", "fitted"]) == 2
+    assert f"{tmp_path / 'hardware.toml'}: not valid TOML" in capsys.readouterr().err
+    assert measured == [] and (tmp_path / "hardware.toml").read_text() == damaged
+    with pytest.raises(ConfigError, match="not valid TOML .* it is kept as it is"):
+        save_profile("fitted", hardware_profile("a100-80gb"))
+    assert (tmp_path / "hardware.toml").read_text() == damaged

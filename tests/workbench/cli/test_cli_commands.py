@@ -131,6 +131,11 @@ DECISION_WITHOUT_ARMS = (
         ),
         (["quality", "--tokens", "-5"], "argument --tokens: expected at least 2, got -5"),
         (
+            ["quality", "--quant", "int4", "--group-size", "0"],
+            "--group-size: int4 takes group sizes 32, 64, 128, got 0",
+        ),
+        (["quality", "--json", "/no/such/folder/q.json"], "--json /no/such/folder/q.json: the folder /no/such/folder"),
+        (
             ["bench", "--preset", "chat-steady", "--seed", "-5", "--out", "OUT"],
             "argument --seed: expected at least 0, got -5",
         ),
@@ -153,7 +158,7 @@ DECISION_WITHOUT_ARMS = (
                 "--set",
                 "engine.model=simulated:llama-2-7b@h100-80gb",
                 "--set",
-                "engine.max_num_seqs=1000000000",
+                "engine.max_num_seqs=1000000",
                 "--out",
                 "OUT",
             ],
