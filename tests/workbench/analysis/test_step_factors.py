@@ -4,13 +4,15 @@ it, and the profile that carries it saved and read back."""
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import replace
 
 import pytest
 
 from engine import EngineConfig, LLMEngine
 from engine.errors import ConfigError
-from engine.simulation.catalogue import hardware_profile, save_profile
+from engine.simulation.catalogue import PROFILE_BOUNDS, hardware_profile, save_profile
 from engine.simulation.cost_model import StepShape
 from workbench.analysis.calibration import fit_step_scales, real_steps
 from workbench.cli import main
@@ -122,3 +124,36 @@ def test_a_damaged_profile_file_is_refused_before_calibrate_measures_and_kept(tm
     with pytest.raises(ConfigError, match="not valid TOML .* it is kept as it is"):
         save_profile("fitted", hardware_profile("a100-80gb"))
     assert (tmp_path / "hardware.toml").read_text() == damaged
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("step_overhead_s", 1e9),
+        ("sequence_overhead_s", 5.0),
+        ("decode_scale_by_rows", (1.0, 1e308)),
+        ("prefill_step_scale", float("inf")),
+        ("roofline_sharpness", 1e300),
+        ("bandwidth_efficiency", float("nan")),
+        ("peak_flops", 1e300),
+        ("link_latency_s", -1.0),
+    ],
+)
+def test_a_saved_profile_past_its_bounds_is_refused_naming_the_file_key_and_bound(name, value, tmp_path, monkeypatch):
+    """Issue 77 #12: profiles that passed validation hung serve (step_overhead_s = 1e9), broke
+    report.json (a factor of 1e308 made times infinite) or made every operator free
+    (roofline_sharpness = 1e300), without a word."""
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    save_profile("fitted", hardware_profile("a100-80gb"))
+    path = tmp_path / "hardware.toml"
+    toml_value = "[" + ", ".join(map(repr, value)) + "]" if isinstance(value, tuple) else repr(value)
+    lines = [line for line in path.read_text().splitlines() if not line.startswith(f"{name} =")]
+    path.write_text("\n".join([*lines, f"{name} = {toml_value}", ""]))
+    low, high, low_included = PROFILE_BOUNDS[name]
+    bound = re.escape(f"{'[' if low_included else '('}{low:g}, {high:g}]")
+    if math.isfinite(value if isinstance(value, float) else 0.0):
+        expected = rf"{path}: fitted: {name}: expected a number in {bound}"
+    else:  # the settings' own rule for every number, before the bounds
+        expected = rf"{path}: fitted.{name}: expected a finite number"
+    with pytest.raises(ConfigError, match=expected):
+        hardware_profile("fitted")
