@@ -118,6 +118,22 @@ def test_a_request_arriving_mid_step_joins_the_next_step_not_a_later_one():
     assert late.metrics.first_scheduled_time == pytest.approx(next_step_start, abs=1e-12)
 
 
+def test_a_request_arriving_exactly_when_a_busy_instances_step_starts_joins_that_step():
+    """The tie: an event at `until` itself is not run (a planted `>` for `>=` ran the step first and
+    admitted the newcomer one step late; the tie test before had the instance idle)."""
+    d = deployment(prefill_instances=0)
+    for request_id in ("a", "b"):
+        d.add_request(PROMPT, SamplingParams(max_tokens=50, ignore_eos=True), arrival_time=0.0, request_id=request_id)
+    d.step(until=1.0)
+    d.step(until=1.0)
+    arrival = d.instances[0].clock()  # instance 0's next step starts at this very time
+    assert d.instances[0].has_unfinished()
+    assert d.step(until=arrival).stats is None and d.clock() == arrival
+    d.add_request(PROMPT, SamplingParams(max_tokens=4, ignore_eos=True), arrival_time=arrival, request_id="late")
+    late = run(d)["late"]
+    assert late.metrics.instance == 0 and late.metrics.first_scheduled_time == pytest.approx(arrival, abs=1e-12)
+
+
 def test_a_request_aborted_while_its_kv_is_sent_ends_there():
     d = deployment(prefill_instances=1)
     d.add_request(PROMPT, SamplingParams(max_tokens=20, ignore_eos=True), arrival_time=0.0, request_id="r")

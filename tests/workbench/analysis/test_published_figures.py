@@ -90,6 +90,25 @@ def test_a_simulated_figure_says_what_its_stack_is_worth():
     assert stated_error("ideal", "TTFT").phrase() == "simulated (ideal): not checked against any published run"
 
 
+def test_the_stated_error_is_the_median_of_absolute_errors_over_the_stacks_figures(tmp_path, monkeypatch):
+    """Known figures: errors -40%, +5%, +10% (median |error| 10%; the median of the signed errors,
+    a planted bug the phrase test did not see, is 5%), one held out; another stack's ignored."""
+    rows = [("s", "tpot_p50_ms", -40.0, True), ("s", "itl_p50_ms", 5.0, False), ("s", "tpot_p50_ms", 10.0, False)]
+    rows += [("other", "tpot_p50_ms", 1.0, False), ("s", "ttft_p50_ms", 90.0, False)]
+    errors = tmp_path / "errors.toml"
+    errors.write_text(
+        "".join(
+            f'[[figures]]\nrun = "r{index}"\nstack = "{stack}"\nmetric = "{metric}"\npublished = 1.0\n'
+            f"simulated = 1.0\nerror_perc = {error}\nheld_out = {str(held_out).lower()}\n\n"
+            for index, (stack, metric, error, held_out) in enumerate(rows)
+        )
+    )
+    monkeypatch.setattr("workbench.analysis.published.ERRORS_FILE", errors)
+    stated = stated_error("s", "per-token latency")
+    assert (stated.median_abs_perc, stated.n, stated.held_out) == (10.0, 3, 1)
+    assert stated_error("s", "TTFT").median_abs_perc == 90.0
+
+
 def test_a_corpus_entry_with_a_wrong_key_is_refused_with_its_place(tmp_path):
     corpus = tmp_path / "corpus.toml"
     corpus.write_text(
