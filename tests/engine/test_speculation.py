@@ -211,6 +211,9 @@ def test_serve_takes_vllms_speculative_config_and_refuses_what_it_does_not_know(
         speculative_overrides('{"method": "draft", "model": "meta-llama/Llama-3.2-1B"}')
     with pytest.raises(ConfigError, match="--speculative-config: expected a JSON object, got 'ngram'"):
         speculative_overrides("ngram")
+    for no_method in ("{}", '{"num_speculative_tokens": 3}'):  # issue 77 #13: speculation stayed off, unsaid
+        with pytest.raises(ConfigError, match=r'--speculative-config: expected a "method" \(ngram; draft'):
+            speculative_overrides(no_method)
     with pytest.raises(ConfigError, match="speculative_method: expected one of off, ngram, draft, got 'eagle'"):
         args.speculative_config = '{"method": "eagle"}'
         engine_config(args)

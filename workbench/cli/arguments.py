@@ -106,6 +106,8 @@ def speculative_overrides(text: str) -> list[str]:
             f"--speculative-config: unknown keys {', '.join(unknown)}; expected some of "
             f"{', '.join(SPECULATIVE_CONFIG_KEYS)}"
         )
+    if "method" not in settings:  # as vLLM: without one, '{}' or only counts left speculation off, unsaid
+        raise ConfigError(f'--speculative-config: expected a "method" (ngram; draft on a simulated GPU), got {text!r}')
     return [f"engine.{SPECULATIVE_CONFIG_KEYS[key]}={json.dumps(value)}" for key, value in settings.items()]
 
 

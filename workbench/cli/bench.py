@@ -90,7 +90,7 @@ def _run_schedule(args, schedule, scenarios, variants, decision, quality_named, 
     from workbench.runs.run_recorder import RUN_LOG_NAME
 
     reports: dict[int, dict] = {}  # repeat -> variant -> report
-    stopped = None
+    stopped, failed = None, False
     for repeat, variant, seed in schedule:
         scenario = scenarios[(variant, seed)]
         out_dir = run_folder(args.out, variant, repeat, several_variants=len(variants) > 1, repeats=args.repeat)
@@ -115,6 +115,9 @@ def _run_schedule(args, schedule, scenarios, variants, decision, quality_named, 
         finally:
             backend.close()
         print_summary(reports[repeat][variant])
+        if _every_request_failed(reports[repeat][variant]):
+            print(f"workbench: every request of {name} failed (the engine's error is in {out_dir})", file=sys.stderr)
+            failed = True
     if decision and (stopped is None or args.repeat > 1):
         pairs = [
             (runs[decision.baseline], runs[decision.candidate])
@@ -123,7 +126,13 @@ def _run_schedule(args, schedule, scenarios, variants, decision, quality_named, 
         ]
         if pairs:
             _write_decision(args.out, pairs, decision, args.repeat)
-    return stopped or 0
+    return stopped or (1 if failed else 0)
+
+
+def _every_request_failed(report: dict) -> bool:
+    """A run that ended every request it sent with an error (each step failed): the bench exits 1."""
+    failed = report["metrics"]["requests_failed"]
+    return bool(failed["value"]) and failed["value"] == failed["n"]
 
 
 def _say(message: str) -> None:

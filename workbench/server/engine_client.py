@@ -43,6 +43,7 @@ from workbench.server.engine_core import SHUTTING_DOWN, CoreEndpoint
 from workbench.server.metrics import ServerMetrics
 
 _RECEIVE_POLL_MS = 100
+_EXITED_CORE_LINGER_MS = 1500  # a core that exited may still deliver its last message (its linger: 1 s)
 _KILL_WAIT_S = 2.0  # after SIGTERM, before SIGKILL (which also ends a stopped process)
 _addresses = itertools.count()
 
@@ -146,6 +147,11 @@ class EngineCoreClient:
     def _wait_until_ready(self) -> None:
         while not self._events.poll(_RECEIVE_POLL_MS):
             if (status := self._process.poll()) is not None:
+                # A refusal is sent, then the core exits: under load its exit was seen before the
+                # message arrived (1 run in 4), and the refusal was lost. The core's socket lingers
+                # up to 1 s for its last message; wait as long before saying it sent none.
+                if self._events.poll(_EXITED_CORE_LINGER_MS):
+                    break
                 raise EngineError(f"the engine core exited while loading ({_exit_status(status)}); its error is above")
         event = protocol.decode_event(self._events.recv())
         if isinstance(event, protocol.CoreStartFailed):

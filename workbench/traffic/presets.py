@@ -51,7 +51,14 @@ def load_preset(
         engine = raw.setdefault("engine", {})
         if isinstance(engine, dict):  # anything else is refused by build, naming the table
             raw["engine"] = {**engine_defaults, **engine}
-    base = build(Scenario, raw, str(path))
+    # The overrides apply to the base too: a bad value in the file that `--set` replaces is not
+    # refused (they are applied again below, after the variant's settings, so that they win).
+    with_overrides = copy.deepcopy(raw)
+    for assignment in overrides:
+        apply_override(with_overrides, assignment)
+    base = build(Scenario, with_overrides, str(path))
+    if not overrides and variant is None:
+        return base
     where = str(path)
     if variant is not None:
         if variant not in base.variants:

@@ -209,6 +209,22 @@ def test_bad_arguments_get_one_line_and_exit_code_2(arguments, message, tmp_path
     assert code == 2 and message in error and "Traceback" not in error
 
 
+def test_a_bench_whose_every_step_fails_exits_1_and_says_where_the_error_is(tmp_path, monkeypatch, capsys):
+    """Issue 77 #13: every request ended with the engine's error, and bench exited 0."""
+
+    def failing(self, batch):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr("engine.simulation.executor.SimulatedExecutor.execute", failing)
+    arguments = ["bench", "--preset", "chat-steady", "--set", "engine.model=simulated:llama-2-7b@h100-80gb"]
+    code = main([*arguments, "--set", "traffic.num_requests=5", "--out", str(tmp_path), "--no-plots"])
+    metrics = json.loads((tmp_path / "report.json").read_text())["metrics"]
+    assert code == 1 and metrics["requests_failed"]["value"] == metrics["requests_failed"]["n"] == 5
+    assert f"workbench: every request of chat-steady failed (the engine's error is in {tmp_path})" in (
+        capsys.readouterr().err
+    )
+
+
 def test_a_billion_request_bench_starts_at_once_and_counts_what_it_never_sent(tmp_path, capsys):
     """Issue 19 #6: `--set traffic.num_requests=1000000000` hung at "requests: 0req" while it drew
     the whole plan. Now the run starts, stops at max_duration_s, and the report counts the rest."""

@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks.server_processes import free_port, start_workbench_server, wait_until
 from engine import SamplingParams
-from engine.errors import ConfigError
+from engine.errors import ConfigError, EngineError
 from tests.workbench.loopback_app import server_state
 from workbench.server import core_protocol as protocol
 
@@ -174,3 +174,37 @@ def test_messages_decode_to_the_declared_types_only():
             {"type": "add", "request_id": "r", "prompt_token_ids": [1], "params": {"max_tokens": 0}}
         )
         protocol.decode_command(bad)
+
+
+class _ExitedCore:
+    """A core process that has exited (status 1)."""
+
+    def poll(self):
+        return 1
+
+
+class _LateEvents:
+    """The events socket as the race left it: the refusal arrives just after the wait that saw
+    nothing, before the parent sees the exit."""
+
+    def __init__(self, message: bytes):
+        self.message, self.polls = message, 0
+
+    def poll(self, timeout_ms):
+        self.polls += 1
+        return self.polls > 1
+
+    def recv(self):
+        return self.message
+
+
+def test_a_load_refusal_that_arrives_after_the_core_exited_is_still_said():
+    """Issue 77 #13: under load, serve said "exited while loading (exit status 1); its error is
+    above" with nothing above (1 run in 4): the core's refusal arrived after its exit was seen."""
+    from workbench.server.engine_client import EngineCoreClient
+
+    client = EngineCoreClient.__new__(EngineCoreClient)
+    client._process = _ExitedCore()
+    client._events = _LateEvents(protocol.encode(protocol.CoreStartFailed("kv_cache_dtype: the CPU's attention")))
+    with pytest.raises(EngineError, match="^kv_cache_dtype: the CPU's attention$"):
+        client._wait_until_ready()

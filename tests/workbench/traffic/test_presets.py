@@ -154,6 +154,21 @@ def test_overrides_apply_before_validation_and_win_over_variants():
         load_preset("long-prompt-isolation", variant="fast")
 
 
+def test_a_bad_value_in_a_presets_file_is_overridden_by_set_and_refused_without_it(tmp_path):
+    """Issue 77 #13: the preset was validated before `--set` applied, so a bad [engine] value in the
+    file could not be replaced from the command line; in a variant's preset, too."""
+    preset = tmp_path / "bad.toml"
+    preset.write_text(
+        "[engine]\nmax_num_seqs = 0\n[traffic]\nnum_requests = 2\n"
+        "[variants.a.engine]\nblock_size = 8\n[variants.b.engine]\nblock_size = 32\n"
+    )
+    with pytest.raises(ConfigError, match="bad.toml: engine: max_num_seqs: expected an integer from 1"):
+        load_preset(str(preset))
+    assert load_preset(str(preset), ["engine.max_num_seqs=4"]).engine.max_num_seqs == 4
+    fixed = load_preset(str(preset), ["engine.max_num_seqs=4"], variant="a").engine
+    assert (fixed.max_num_seqs, fixed.block_size) == (4, 8)
+
+
 def test_engine_defaults_fill_only_what_the_preset_and_the_overrides_leave_out(tmp_path):
     """`workbench bench` compiles before a measured run unless the preset says otherwise."""
     defaults = {"compile_decode": "blocking"}
