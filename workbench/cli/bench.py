@@ -208,39 +208,6 @@ def _run_one(scenario, variant, out_dir: Path, backend, plots: bool) -> dict:
 
 
 def print_summary(report: dict) -> None:
-    from workbench.analysis.intervals import bounds_text
+    from workbench.analysis.report_summary import summary_lines
 
-    metrics = report["metrics"]
-
-    def line(name: str) -> str:
-        entry = metrics[name]
-        value = "-" if entry["value"] is None else f"{entry['value']:,.1f}"
-        interval = entry.get("interval")
-        between = (
-            f", 95% {bounds_text(interval['low'], interval['high'], lambda bound: f'{bound:,.1f}')}" if interval else ""
-        )
-        return f"  {name:<28} {value:>10} {entry['unit']} (n={entry['n']}{between})"
-
-    names = [
-        "output_tok_s",
-        "request_throughput_req_s",
-        "ttft_p50_ms",
-        "ttft_p99_ms",
-        "tpot_p50_ms",
-        "tpot_p99_ms",
-        "e2e_p99_ms",
-        "goodput_perc",
-        "preemptions",
-        "kv_usage_peak_perc",
-        "prefix_cache_hit_perc",
-    ]
-    status = "complete" if report["complete"] else "INCOMPLETE (built from the run log)"
-    print(f"{report['scenario']['name']} / {report['variant'] or '-'}: {status}")
-    if report.get("beside_compile"):
-        print(f"  warm-up: {report['beside_compile']}")
-    print("\n".join(line(name) for name in names))
-    for error in (report.get("simulated_error") or {}).values():
-        print(f"  {error['says']}")
-    if report.get("ended_early_by_reason"):  # asked for N tokens, got fewer: why
-        reasons = ", ".join(f"{why} {count}" for why, count in report["ended_early_by_reason"].items())
-        print(f"{line('requests_ended_early')}: {reasons}")
+    print("\n".join(summary_lines(report)))

@@ -12,10 +12,7 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
-    QLabel,
     QMainWindow,
-    QProgressBar,
-    QPushButton,
     QScrollArea,
     QSplitter,
     QTabWidget,
@@ -30,7 +27,6 @@ from workbench.backends.loader import EngineInfo, ServerInfo
 from workbench.gui import dialogs, window_settings
 from workbench.gui.arms_view import ArmsView
 from workbench.gui.block_map import BlockMapView
-from workbench.gui.elided_label import ElidedLabel
 from workbench.gui.engine_panel import EnginePanel
 from workbench.gui.engine_worker import EngineWorker
 from workbench.gui.live_centre import LiveCentre
@@ -39,9 +35,10 @@ from workbench.gui.plots_view import PlotsView
 from workbench.gui.requests_view import RequestsView
 from workbench.gui.run_files_actions import RunFilesActions
 from workbench.gui.runs_panel import RunsPanel
+from workbench.gui.status_bar import build_status_bar
 from workbench.gui.step_panel import StepPanel, step_keys
 from workbench.gui.sweep_view import SweepView
-from workbench.gui.traffic_panel import TrafficPanel, engine_changes
+from workbench.gui.traffic_panel import TrafficPanel
 from workbench.gui.why_view import WhyView
 from workbench.live.engine_status import EngineStatus, load_percent
 from workbench.live.live_metrics import LiveMetrics
@@ -74,8 +71,7 @@ class MainWindow(QMainWindow):
         self.session = WindowSession()  # which run the panes show, and what is selected (no Qt)
         self.tokenizer_decode = None
         self._closing = False
-        # A preset whose engine is loading (scenario, label): the panels show it once that load is done.
-        self._preset_loading: tuple[Scenario, str] | None = None
+        self._preset_loading: tuple[Scenario, str] | None = None  # shown once its engine has loaded
 
         self.engine_panel = EnginePanel()
         self.traffic_panel = TrafficPanel()
@@ -114,7 +110,9 @@ class MainWindow(QMainWindow):
             "files once it ends); a new run, Apply or closing the window removes none of them."
         )
         self._build_layout()
-        self._build_status_bar()
+        self.progress, self.stage, self.error_label, self.traffic_label, self.cancel_button = build_status_bar(
+            self.statusBar(), self.worker.cancel_load
+        )
         self._connect()
         window_settings.restore(self, self.engine_panel)
 
@@ -175,27 +173,6 @@ class MainWindow(QMainWindow):
         self.main_splitter.setSizes([controls_width, 1480 - controls_width])
         self.setCentralWidget(self.main_splitter)
         window_settings.fit_to_screen(self, 1480, 960)
-
-    def _build_status_bar(self) -> None:
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 100)
-        self.progress.setMaximumWidth(260)
-        self.stage = ElidedLabel("starting")
-        # Errors cut at the window's edge changed their meaning ("went back to 2" for 256): elided,
-        # whole in the tooltip, like the status line.
-        self.error_label = ElidedLabel("", hide_when_empty=True)
-        self.error_label.setStyleSheet("color: #e74c3c")
-        self.traffic_label = QLabel("traffic: idle")
-        self.cancel_button = QPushButton("Cancel load")
-        self.cancel_button.setToolTip("Stop the load at its next stage; the engine loaded before keeps serving.")
-        self.cancel_button.clicked.connect(self.worker.cancel_load)
-        self.cancel_button.setVisible(False)
-        bar = self.statusBar()
-        bar.addWidget(self.stage, 1)  # what is left; "…" and the whole text in its tooltip past that
-        bar.addWidget(self.progress)
-        bar.addWidget(self.cancel_button)
-        bar.addWidget(self.traffic_label)
-        bar.addWidget(self.error_label, 1)
 
     def _connect(self) -> None:
         worker = self.worker
@@ -287,20 +264,16 @@ class MainWindow(QMainWindow):
         reload = self.info is None or self.info.config != scenario.engine
         if (in_flight := self.worker.requests_in_flight()) and not self.confirm_new_run(in_flight, reload):
             return
-        shown = (scenario, label or scenario.name)
-        if reload:  # shown once its engine has loaded: a refused load leaves the panels as they were
+        if reload:  # the panels show it once its engine has loaded: a refused load leaves them as they were
             self.load(scenario.engine)
-            self._preset_loading = shown
+            self._preset_loading = (scenario, label or scenario.name)
         else:
-            self._show_preset(*shown)
+            self._show_preset(scenario, label or scenario.name)
         self._begin_run(scenario, with_load=reload)
 
     def _show_preset(self, scenario: Scenario, label: str) -> None:
-        """The preset's engine in the engine panel; its traffic, and the engine settings it changed
-        from those applied before, in the traffic panel."""
-        applied = self.traffic_panel.applied_engine
         self.engine_panel.set_config(scenario.engine)
-        self.traffic_panel.show_scenario(scenario, label, engine_changes(applied, scenario.engine))
+        self.traffic_panel.show_scenario(scenario, label)
 
     def on_loading(self, stage: str, fraction: float) -> None:
         """The stage in words; the bar for the whole load, not restarting at every stage: each stage
@@ -323,10 +296,9 @@ class MainWindow(QMainWindow):
         # No full collection walks the model, torch and Qt again while requests run. On this
         # thread: a collection in the engine thread finalised Qt objects and deadlocked the window.
         self.status.info = info  # first: the old EngineInfo holds the replaced engine, which the freeze must not keep
-        if self._preset_loading is not None:
-            self._show_preset(*self._preset_loading)
-            self._preset_loading = None
-        self.traffic_panel.applied_engine = info.config  # the base of the next preset's engine
+        if preset := self._preset_loading:
+            self._show_preset(*preset)
+        self._preset_loading, self.traffic_panel.applied_engine = None, info.config  # the next preset's base
         self.cancel_button.setVisible(False)
         freeze_loaded_heap()
         self.tokenizer_decode = info.tokenizer.decode if info.tokenizer else None

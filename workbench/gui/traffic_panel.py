@@ -380,26 +380,23 @@ class TrafficPanel(QWidget):
             name += " (edited)"
         return Scenario(name=name, traffic=traffic, slo=self.slo(), seed=self.seed.value())
 
-    def show_scenario(self, scenario: Scenario, label: str | None = None, engine: str = "") -> None:
+    def show_scenario(self, scenario: Scenario, label: str | None = None) -> None:
         """Reflect a preset's traffic and SLOs in the controls, and say what the preset runs: a
-        preset with only a timeline of events leaves the fields as they were, for the next Start.
-        `label`: how the preset is listed ("name / variant"); `engine`: what it does to the engine
-        applied (`engine_changes`)."""
+        preset with only a timeline of events leaves the fields as they were, for the next Start;
+        and what it changes of the engine applied before it (`engine_changes`). `label`: how the
+        preset is listed ("name / variant")."""
+        engine = engine_changes(self.applied_engine, scenario.engine)
         traffic = scenario.traffic
         label = label or scenario.name
         timeline = " and the timeline below" if scenario.events else ""
         if traffic is None:
             only = ", only the timeline below" if timeline else ""
-            what = f"no background traffic{only}. The fields below are for Start."
+            what = f"no background traffic{only}. The fields below are for Start"
         else:
             what = f"the fields below show its traffic{timeline}"
         name, _, variant = label.partition(" / ")
-        self.preset_label.setText(
-            f"Preset {name!r}"
-            + (f", variant {variant!r}" if variant else "")
-            + f": {what}"
-            + (f". {engine}" if engine else "")
-        )
+        variant = f", variant {variant!r}" if variant else ""
+        self.preset_label.setText(f"Preset {name!r}{variant}: {what}. {engine}")
         self._preset = (label, traffic) if traffic is not None else None
         self.preset_label.setVisible(True)
         self.events.setRowCount(len(scenario.events))

@@ -12,10 +12,10 @@ import threading
 import numpy as np
 import pytest
 import torch
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 
 from engine import EngineConfig
-from tests.workbench.gui.window_helpers import all_ended, load
+from tests.workbench.gui.window_helpers import all_ended, load, save_run
 from tests.workbench.tiny_runs import tiny_scenario
 from workbench.analysis.intervals import percentile_interval
 from workbench.analysis.report import build_report
@@ -527,7 +527,7 @@ def test_saved_run_can_be_opened_and_compared(window, qtbot, tiny_config, tmp_pa
     )
     window.start_traffic(Scenario(name="t", traffic=traffic, slo=SLO(ttft_ms=5000)))
     qtbot.waitUntil(lambda: len(window.worker.rows()) == 8 and all_ended(window), timeout=30_000)
-    first = window.run_files.save_run(str(tmp_path / "first"))
+    first = save_run(window, qtbot, tmp_path / "first")
     assert (first / "latency.png").exists()
     report = json.loads((first / "report.json").read_text())
     assert (
@@ -540,6 +540,32 @@ def test_saved_run_can_be_opened_and_compared(window, qtbot, tiny_config, tmp_pa
     assert (
         "verdict: no decision: no intended gain or tolerated regression was declared" in window.runs.text.toPlainText()
     )
+
+
+def test_save_run_leaves_the_window_responsive_and_says_each_stage(window, qtbot, tiny_config, tmp_path, monkeypatch):
+    """Issue 77 #4: Save run… froze the window 18-31 s (a 2,000-request run). The save's thread
+    here waits until the GUI thread has run a timer: were the save on the GUI thread, the timer
+    could not fire and the wait would end by its timeout, unmet."""
+    load(window, qtbot, tiny_config)
+    traffic = TrafficProfile(arrival="poisson", rate=200.0, num_requests=4, prompt_len=LengthDistribution(mean=8))
+    window.start_traffic(Scenario(name="t", traffic=traffic))
+    qtbot.waitUntil(lambda: len(window.worker.rows()) == 4 and all_ended(window), timeout=30_000)
+    gui_ran, seen = threading.Event(), {}
+    write_copy = window.worker.save_log_copy
+
+    def slow_copy(path):
+        seen["waited"] = gui_ran.wait(timeout=30)
+        write_copy(path)
+
+    monkeypatch.setattr(window.worker, "save_log_copy", slow_copy)
+    QTimer.singleShot(50, gui_ran.set)
+    target = window.run_files.save_run(str(tmp_path / "saved"))
+    assert window.runs.text.toPlainText().startswith(f"saving the run into {target}")
+    qtbot.waitUntil(lambda: window.run_files.last_saved == target, timeout=60_000)
+    assert seen["waited"] and (target / "latency.png").exists()
+    text = window.runs.text.toPlainText()
+    assert text.startswith(f"saved to {target} (run.jsonl, report.json, ") and "ttft_p50_ms" in text
+    assert '"value"' not in text  # issue 77 #6: the summary lines, not the metrics' raw JSON
 
 
 def forty_chats(output_len: LengthDistribution) -> TrafficProfile:
@@ -555,7 +581,7 @@ def test_a_run_saved_mid_run_says_what_was_in_flight_and_what_was_still_to_send(
     traffic = forty_chats(LengthDistribution(kind="fixed", mean=400))  # long outputs: still running when saved
     window.start_traffic(Scenario(name="t", traffic=traffic))
     qtbot.waitUntil(lambda: window.worker.requests_in_flight() >= 3, timeout=30_000)
-    saved = window.run_files.save_run(str(tmp_path / "mid"))
+    saved = save_run(window, qtbot, tmp_path / "mid")
     report = json.loads((saved / "report.json").read_text())
     metrics = report["metrics"]
     sent = metrics["requests_finished"]["value"] + metrics["requests_unfinished"]["value"]
@@ -588,7 +614,7 @@ def test_the_window_and_report_json_give_the_same_figures_for_a_run_saved_mid_ru
         live["snapshot"] = window.worker.store.snapshot()
 
     monkeypatch.setattr(window.worker, "_write_log_copy", write_and_read_the_window)
-    saved = window.run_files.save_run(str(tmp_path / "mid"))
+    saved = save_run(window, qtbot, tmp_path / "mid")
     window.worker.stop_traffic()
     report = json.loads((saved / "report.json").read_text())
     metrics = report["metrics"]
@@ -638,7 +664,7 @@ def test_runs_tab_errors_are_messages(window, qtbot, tmp_path):
         window.open_run(str(folder))
         assert window.error_label.text().startswith("open run: ") and message in window.error_label.text(), folder
     assert not window.session.viewing_past_run
-    assert window.run_files.save_run(str(tmp_path / "nothing-yet")) is None  # no engine loaded: no run log yet
+    assert save_run(window, qtbot, tmp_path / "nothing-yet") is None  # no engine loaded: no run log yet
     assert window.error_label.text().startswith("save run: ")
 
 
@@ -944,14 +970,14 @@ def test_an_events_only_preset_says_it_sends_no_background_traffic(window):
     assert panel.preset_label.isVisibleTo(panel)
     assert panel.preset_label.text() == (
         "Preset 'long-prompt-isolation': no background traffic, only the timeline below. The fields below are for "
-        "Start."
+        "Start. Engine: the preset's"  # no engine loaded before it
     )
     assert panel.events.isVisibleTo(panel)
     assert [
         (panel.events.item(row, 0).text(), panel.events.item(row, 1).text()) for row in range(panel.events.rowCount())
     ] == [("0", "inject 1 × 6000+16-token 'long'"), ("0", "inject 20 × 64+32-token 'chat'")]
     panel.show_scenario(load_preset("chat-steady"))
-    assert panel.preset_label.text() == "Preset 'chat-steady': the fields below show its traffic"
+    assert panel.preset_label.text() == "Preset 'chat-steady': the fields below show its traffic. Engine: the preset's"
     assert not panel.events.isVisibleTo(panel)
     panel.show_scenario(load_preset("long-prompt-isolation"))
     panel.start_button.click()

@@ -3,6 +3,8 @@ the run has ended, and a metrics store filled with steps and requests for the pl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from engine.requests.metrics import RequestMetrics, StepStats
 from workbench.live.metrics_store import MetricsStore
 from workbench.traffic.scenario import SLO
@@ -14,6 +16,13 @@ def load(window, qtbot, config) -> None:
         lambda: window.info is not None and window.info.config == config and window.progress.value() == 100,
         timeout=30_000,
     )
+
+
+def save_run(window, qtbot, folder) -> Path | None:
+    """Save run… into `folder` and wait for it: the folder once saved, None when it failed."""
+    target = window.run_files.save_run(str(folder))
+    qtbot.waitUntil(lambda: window.run_files.saving is None, timeout=60_000)
+    return target if window.run_files.last_saved == target else None
 
 
 def all_ended(window) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from workbench.live.metrics_store import MetricsStore
@@ -36,13 +37,18 @@ def export_png(plot, path: Path, width: int, height: int) -> Path:
 
 
 def export_plot_images(log: RunLog, out_dir: Path, width: int = 1200, height: int = 500) -> list[Path]:
+    return list(plot_images_one_by_one(log, out_dir, width, height))
+
+
+def plot_images_one_by_one(log: RunLog, out_dir: Path, width: int = 1200, height: int = 500) -> Iterator[Path]:
+    """Each plot's PNG, drawn as the iteration reaches it: the window draws one per turn of its
+    event loop (on its own thread, as Qt drawing must be), so that saving never freezes it."""
     drawing_offscreen(antialias=False)  # antialiased grids and fills cost most of a frame
     import pyqtgraph as pg
 
     from workbench.gui.charts.plots import all_plots
 
     snapshot = MetricsStore.from_run_log(log).snapshot()
-    written = []
     plots = all_plots()
     plots["latency"].whole = log.complete  # a finished run's percentiles with their intervals
     for name, plot in plots.items():
@@ -52,5 +58,4 @@ def export_plot_images(log: RunLog, out_dir: Path, width: int = 1200, height: in
         for item in plot.plot.listDataItems():  # a picture is drawn once: lines as wide as reads best
             if item.opts["pen"] is not None:
                 item.setPen(pg.mkPen(pg.mkPen(item.opts["pen"]).color(), width=2))
-        written.append(export_png(plot.plot, out_dir / f"{name}.png", width, height))
-    return written
+        yield export_png(plot.plot, out_dir / f"{name}.png", width, height)
