@@ -166,6 +166,7 @@ def build_report(log: RunLog) -> dict:
     per_second = (lambda count: count / duration) if duration > 0 else (lambda count: None)
     kv_usage = [step.kv_usage_perc for step in steps]
     last = steps[-1] if steps else None
+    proposed, accepted = sum(step.proposed_tokens for step in steps), sum(step.accepted_tokens for step in steps)
 
     metrics = {
         "duration_s": _metric(duration, "s", len(steps)),
@@ -190,6 +191,10 @@ def build_report(log: RunLog) -> dict:
         ),
         "requests_not_sent": _metric(not_sent, "planned requests never sent", planned),
         "preemptions": _metric(last.preemptions_total if last else 0, "events", len(steps)),
+        # Speculative decoding: the proposed tokens the model agreed with (none proposed: no figure).
+        "spec_decode_acceptance_perc": _metric(
+            100.0 * accepted / proposed if proposed else None, "% of proposed tokens accepted", proposed
+        ),
         "kv_usage_peak_perc": _metric(max(kv_usage, default=None), "% of KV blocks", len(steps)),
         "kv_usage_mean_perc": _metric(
             sum(kv_usage) / len(kv_usage) if kv_usage else None, "% of KV blocks", len(steps)

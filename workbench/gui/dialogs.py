@@ -19,9 +19,9 @@ def confirm_new_run(parent: QWidget, in_flight: int, reload: bool = False) -> bo
     answer = QMessageBox.question(
         parent,
         "Start a new run?",
-        f"{in_flight} requests of the current run are in flight. A new run aborts them"
-        f"{' and loads its own engine settings' if reload else ''}; they end, aborted, in the current run's "
-        "folder, which is kept. Start?",
+        f"{requests_are(in_flight)} in flight in the current run. A new run aborts "
+        f"{'it' if in_flight == 1 else 'them'}{' and loads its own engine settings' if reload else ''}; "
+        f"{'it ends' if in_flight == 1 else 'they end'}, aborted, in the current run's folder, which is kept. Start?",
     )
     return answer == QMessageBox.StandardButton.Yes
 
@@ -31,7 +31,7 @@ def confirm_drop_waiting(parent: QWidget, waiting: int) -> bool | None:
     box = QMessageBox(
         QMessageBox.Icon.Question,
         "Stop the traffic",
-        f"{waiting:,} requests sent are waiting for a step. Drop them too, or let them run to the end?",
+        drop_waiting_question(waiting),
         parent=parent,
     )
     drop = box.addButton("Drop the waiting", QMessageBox.ButtonRole.DestructiveRole)
@@ -39,3 +39,13 @@ def confirm_drop_waiting(parent: QWidget, waiting: int) -> bool | None:
     box.addButton(QMessageBox.StandardButton.Cancel)
     box.exec()
     return {drop: True, keep: False}.get(box.clickedButton())
+
+
+def requests_are(count: int) -> str:
+    """ "1 request is", "2 requests are": the count said as a sentence needs it."""
+    return f"{count:,} request is" if count == 1 else f"{count:,} requests are"
+
+
+def drop_waiting_question(waiting: int) -> str:
+    them = "it" if waiting == 1 else "them"
+    return f"{requests_are(waiting)} waiting for a step. Drop {them} too, or let {them} run to the end?"

@@ -6,7 +6,7 @@ up, compiling the decode and prefill graphs: 12 s of about 31 s; until then …"
 it is given, ends with "…" where the text does not fit, and shows the whole text in its tooltip,
 above any tooltip of its own. A label given a short form as well (`setText(text, short=...)`)
 shows that where the whole text does not fit, and never less: its minimum is the short form's
-width (the goodput line: "92.7%, n=41" rather than "goodput 92.7% (38 of n=4…")."""
+width (the goodput line: "goodput 92.7%, n=41" rather than "goodput 92.7% (38 of n=4…")."""
 
 from __future__ import annotations
 

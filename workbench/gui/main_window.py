@@ -188,7 +188,7 @@ class MainWindow(QMainWindow):
         panel.pause_requested.connect(worker.pause_traffic)
         panel.resume_requested.connect(worker.resume_traffic)
         panel.stop_requested.connect(self.stop_traffic)
-        panel.inject_requested.connect(worker.inject)
+        panel.inject_requested.connect(self.inject)
         panel.preset_chosen.connect(self.run_preset)
         self.requests.abort_requested.connect(worker.abort)
         self.plots.request_clicked.connect(self.show_request)
@@ -239,6 +239,10 @@ class MainWindow(QMainWindow):
         self.select_request(None)
         self.why.clear()
         self.worker.start_traffic(scenario, with_load)
+
+    def inject(self, *request) -> None:
+        self.error_label.setText("")  # an error from before: this injection is not what it was about
+        self.worker.inject(*request)
 
     def stop_traffic(self) -> None:
         """Send nothing more; with requests waiting (a queue of thousands at a high rate keeps the

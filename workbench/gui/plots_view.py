@@ -173,7 +173,7 @@ class PlotsView(QWidget):
         self.goodput.setToolTip(GOODPUT_MEANING)
         header = QHBoxLayout()
         header.addWidget(self.latency_mode)
-        self.follow = QCheckBox("follow last")
+        self.follow = QCheckBox("follow")  # "follow [30 s]": the last 30 s (room for the goodput beside it at 800 px)
         self.follow.setToolTip("Show only the most recent seconds of the run; off: the whole run from t = 0.")
         self.follow_seconds = QSpinBox()
         self.follow_seconds.setRange(1, 24 * 3600)
@@ -385,5 +385,5 @@ class PlotsView(QWidget):
     def _update_goodput(self, snapshot: MetricsSnapshot) -> None:
         meeting, n = snapshot.goodput
         share = f"{100.0 * meeting / n:.1f}%" if n else "-"
-        self.goodput.setText(f"goodput {share} ({meeting} of n={n})", short=f"{share}, n={n}")
+        self.goodput.setText(f"goodput {share} ({meeting} of n={n})", short=f"goodput {share}, n={n}")
         self.goodput.setToolTip(f"{GOODPUT_MEANING}\nNow: {meeting} of {n} arrived requests meet every SLO.")

@@ -102,7 +102,7 @@ class TrafficPanel(QWidget):
     pause_requested = Signal()
     resume_requested = Signal()
     stop_requested = Signal()
-    inject_requested = Signal(int, int, int, str)  # count, prompt tokens, output tokens, tag
+    inject_requested = Signal(int, int, int, str, object)  # count, prompt tokens, output tokens, tag, SLO fields
     preset_chosen = Signal(object, str)  # Scenario, and its entry in the list ("name / variant")
     invalid = Signal(str)  # a configuration error, for the status line (never an exception in a slot)
 
@@ -305,7 +305,7 @@ class TrafficPanel(QWidget):
             self.invalid.emit(f"inject: {refused}")
             return
         how_many = count if isinstance(count, int) else count.value()
-        self.inject_requested.emit(how_many, prompt_tokens.value(), output_tokens, tag)
+        self.inject_requested.emit(how_many, prompt_tokens.value(), output_tokens, tag, self.slo())
 
     def hide_preset(self) -> None:
         """Once Start has begun a run of the fields: they, not the preset, are what runs."""

@@ -82,6 +82,8 @@ class EngineLoop:
         self._runner: ScenarioRunner | None = None
         # A run started while the decode graph compiles: it starts once the engine is warm.
         self._held_run: Scenario | None = None
+        self._injections_start_a_run = False  # a Start's run has ended: the next injection begins another
+        self._run_was_started = False  # the current run is a Start's (it ends once its traffic has)
         self._requests: RequestRows | None = None
         # Step traces since the engine was loaded, for the Step panel (None: the backend has none).
         self.traces: TraceStore | None = None
@@ -121,8 +123,10 @@ class EngineLoop:
         """Send no more traffic; with drop_waiting, also abort the requests sent that still wait."""
         self._commands.put(("stop", drop_waiting))
 
-    def inject(self, count: int, prompt_tokens: int, output_tokens: int, tag: str) -> None:
-        self._commands.put(("inject", (count, prompt_tokens, output_tokens, tag)))
+    def inject(self, count: int, prompt_tokens: int, output_tokens: int, tag: str, slo: SLO | None = None) -> None:
+        """Send `count` requests now. `slo`: the SLO fields, which a run of injected requests (before
+        any Start) is judged by, fixed at its first injection."""
+        self._commands.put(("inject", (count, prompt_tokens, output_tokens, tag, slo)))
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
@@ -212,6 +216,7 @@ class EngineLoop:
                 self._requests.refresh()  # the last states and block map: the idle loop refreshes nothing
                 # Every request sent has ended, nothing is left to send.
                 self.events.traffic_state(self._at_rest_state())
+                self._end_started_run()
             was_busy = busy
             try:
                 command, argument = self._commands.get(block=not busy, timeout=None if busy else 0.05)
@@ -295,8 +300,13 @@ class EngineLoop:
                 self._stopped_by = self._stopped_by or "Stop"
             self.events.traffic_state(self._at_rest_state() if self.at_rest() else "stopped")
         elif command == "inject":
+            *request, slo = argument
+            if self._injections_start_a_run:
+                self._begin_injected_run()
+            if self._run_to_log is not None and slo is not None:
+                self._fix_slo(slo)  # the first injection of a run of its own: its SLOs are the fields'
             self._log_the_run()  # requests injected before any Start are a run of their own
-            self._runner.inject(*argument)
+            self._runner.inject(*request)
         elif command == "abort":
             self._backend.abort(argument)
 
@@ -304,7 +314,7 @@ class EngineLoop:
         """Each Start is a new run: its own time axis from zero, its own requests, store and run
         log. Requests the last run still has in flight end there, aborted: carried into the new
         run they counted in its percentiles on two clocks."""
-        self._held_run = None
+        self._held_run, self._injections_start_a_run = None, False
         self._runner.end_in_flight()
         self._end_run("a new run started")
         self._runner.load_traffic(scenario)
@@ -314,6 +324,7 @@ class EngineLoop:
         # The traffic is the run's; the engine is the one loaded, setting for setting (the traffic
         # panel's scenario carries the default engine, and replay re-runs what is recorded here).
         self._open_log({**dataclasses.asdict(scenario), "engine": dataclasses.asdict(self._loaded_config)})
+        self._run_was_started = True
         try:
             self._log_the_run()
         except EngineError:
@@ -370,7 +381,15 @@ class EngineLoop:
             on_output=self._on_output,
             on_send=self._on_send,
         )
-        self.store = self._new_store()
+        self.store, self._injections_start_a_run = self._new_store(), False
+        self._open_interactive_log()
+        self.events.loading("ready", 1.0)
+        self.events.traffic_state("idle")
+        self.events.loaded(info)
+
+    def _open_interactive_log(self) -> None:
+        """The run that requests injected before any Start make (its folder at the first one)."""
+        self._run_was_started = False
         self._open_log(
             {
                 "name": "interactive",
@@ -379,9 +398,24 @@ class EngineLoop:
                 "events": [],
             }
         )
-        self.events.loading("ready", 1.0)
-        self.events.traffic_state("idle")
-        self.events.loaded(info)
+
+    def _end_started_run(self) -> None:
+        """A Start's run whose traffic is all sent and ended: its footer and report files now (they
+        came only with the next run or the window's close). The window keeps showing it; requests
+        injected after it are a run of their own (`_begin_injected_run`)."""
+        if self._recorder is None or not self._run_was_started:
+            return  # a run of injected requests goes on with the next injection
+        self._end_run("its traffic ended")
+        self._open_interactive_log()
+        self._injections_start_a_run = True
+
+    def _begin_injected_run(self) -> None:
+        """The first injection after a finished run: a run of its own, its time from zero, its own
+        rows and store."""
+        self._injections_start_a_run = False
+        self._runner.load_traffic(None)
+        self._requests = RequestRows(self._backend, self._backend.num_kv_blocks or 0)
+        self.store = self._new_store()
 
     def _write_log_copy(self, path: Path) -> None:
         if self._runner is None:
@@ -390,6 +424,8 @@ class EngineLoop:
             raise EngineError("the current run has sent no request yet: nothing to save")
         runner = self._runner
         path.write_bytes(self.run_log_path.read_bytes())
+        if self._recorder is None:  # the run has ended: its log is whole, footer and all
+            return
         in_flight = runner.in_flight_now("when the run was saved")
         writer = RunLogWriter(path)
         for ended in in_flight:
@@ -432,6 +468,11 @@ class EngineLoop:
         folder behind."""
         scenario.setdefault("slo", dataclasses.asdict(self.slo))
         self._run_to_log, self._stopped_by = scenario, None
+
+    def _fix_slo(self, slo: SLO) -> None:
+        """The SLOs the run not yet logged is judged by, in its store and its log's header."""
+        self.slo = self.store.slo = slo
+        self._run_to_log["slo"] = dataclasses.asdict(slo)
 
     def _log_the_run(self) -> None:
         """The current run's folder, lock and log (nothing when they are made already)."""

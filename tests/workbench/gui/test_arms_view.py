@@ -92,10 +92,10 @@ def test_opening_a_folder_without_arms_is_a_message(window, tmp_path):
 
 def test_the_arms_wait_for_the_windows_own_traffic_to_end(window, qtbot, tiny_config):
     """Run while the window's engine serves: the arms would share the cores and skew the comparison."""
-    from tests.workbench.gui.window_helpers import load
+    from tests.workbench.gui.window_helpers import inject, load
 
     load(window, qtbot, tiny_config)
-    window.traffic_panel.inject_requested.emit(40, 20, 60, "chat")
+    inject(window, 40, 20, 60, "chat")
     qtbot.waitUntil(lambda: not window.worker.at_rest(), timeout=10_000)
     started = []
     window.arms.run_arms = lambda preset, *rest: started.append(preset)

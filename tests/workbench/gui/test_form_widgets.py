@@ -104,4 +104,12 @@ def test_inject_refuses_a_count_it_cannot_take_and_the_refusal_does_not_block_st
     burst.click()
     assert injected == [] and refused[-1].startswith("inject: chats: '0'")
     burst.click()  # the value shown, as the message says
-    assert injected == [(20, 64, 32, "chat")]
+    assert injected == [(20, 64, 32, "chat", panel.slo())]
+
+
+def test_the_questions_count_in_words_that_agree():
+    """Issue 77 #6: "1 requests sent are waiting"."""
+    from workbench.gui.dialogs import drop_waiting_question
+
+    assert drop_waiting_question(1) == "1 request is waiting for a step. Drop it too, or let it run to the end?"
+    assert drop_waiting_question(1200).startswith("1,200 requests are waiting for a step. Drop them too")

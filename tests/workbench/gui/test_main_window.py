@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 import torch
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QPushButton
 
 from engine import EngineConfig
-from tests.workbench.gui.window_helpers import all_ended, load, save_run
+from tests.workbench.gui.window_helpers import all_ended, inject, load, save_run
 from tests.workbench.tiny_runs import tiny_scenario
 from workbench.analysis.intervals import percentile_interval
 from workbench.analysis.report import build_report
@@ -85,7 +86,7 @@ def test_speculation_shows_in_the_batch_plot_and_each_requests_timeline(window, 
     finds proposals): the batch plot draws proposed and accepted tokens and its title the
     acceptance, and a request's timeline the accepted length of each step."""
     load(window, qtbot, dataclasses.replace(tiny_config, speculative_method="ngram", num_speculative_tokens=3))
-    window.traffic_panel.inject_requested.emit(4, 20, 48, "chat")
+    inject(window, 4, 20, 48, "chat")
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=60_000)
     window.refresh_plots()
     batch = window.plots.plots["batch_composition"]
@@ -93,6 +94,8 @@ def test_speculation_shows_in_the_batch_plot_and_each_requests_timeline(window, 
     accepted = np.nansum(batch.speculation["accepted_tokens"].getData()[1])
     assert proposed > accepted > 0
     assert "% of proposed tokens accepted, " in batch.plot.titleLabel.text
+    right = batch.plot.getAxis("right").labelText  # issue 77 #5: tokens drawn on an axis of sequences
+    assert right == "decode seqs; proposed, accepted tokens"
     timelines = [text for row in window.worker.rows() for _, text in row.timeline]
     assert any(text.startswith("decoding; speculation: ") and "accepted per step" in text for text in timelines)
 
@@ -110,7 +113,7 @@ def test_the_status_line_follows_a_background_compile_to_the_compiled_path(windo
     titles = {name: plot.plot.title_text for name, plot in window.plots.plots.items()}
     assert titles["kv_occupancy"].startswith("KV-cache occupancy: no step yet<br>warming up, ")
     assert all("<br>warming up, " in titles[name] for name in ("queue_depth", "throughput", "batch_composition"))
-    window.traffic_panel.inject_requested.emit(4, 20, 8, "chat")  # it serves meanwhile, eagerly
+    inject(window, 4, 20, 8, "chat")  # it serves meanwhile, eagerly
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=60_000)
     # Those steps are marked as the warm-up's, in the plots, the run log and the report.
     window.refresh_plots()
@@ -127,7 +130,7 @@ def test_the_status_line_follows_a_background_compile_to_the_compiled_path(windo
         lambda: "decode compiled)" in window.stage.text() and "warming up" not in window.stage.text(), timeout=600_000
     )
     assert window.status.warming_up() == ""
-    window.traffic_panel.inject_requested.emit(2, 20, 8, "chat")
+    inject(window, 2, 20, 8, "chat")
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 6, timeout=60_000)
     steps = read_run_log(window.worker.run_log_path).steps
     assert not steps[-1]["beside_compile"] and steps[-1]["decode_compiled"]
@@ -203,7 +206,7 @@ def test_reloading_and_closing_while_the_graph_compiles_stop_each_compile_first(
     for max_num_seqs in (8, 9, 10):
         load(window, qtbot, dataclasses.replace(config, max_num_seqs=max_num_seqs))
         assert len(compile_threads()) == 1 and "compiling in the background" in window.stage.text()
-        window.traffic_panel.inject_requested.emit(2, 10, 4, "chat")
+        inject(window, 2, 10, 4, "chat")
         qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
     assert stages.count("stopping the previous engine's background work (its compile)") == 2
     window.close()
@@ -337,9 +340,29 @@ def test_no_to_start_leaves_the_presets_label(window, qtbot, tiny_config):
     assert not label.isVisible()  # Start ran the fields, not the preset
 
 
+def test_injected_requests_are_judged_by_the_slo_fields(window, qtbot, tiny_config):
+    """Issue 77 #5: after an Inject with no run, goodput read 100.0% (3 of n=3) at TPOT 2,680 ms
+    while the SLO fields said 250 ms: a run of injected requests was judged by no SLO at all."""
+    load(window, qtbot, tiny_config)
+    panel = window.traffic_panel
+    panel.ttft_slo.setValue(900)
+    panel.tpot_slo.setValue(1)  # ms/token: the tiny model's steps on a CPU take longer
+    panel.burst_count.setValue(3)
+    window.on_failed("an earlier error")
+    next(button for button in panel.findChildren(QPushButton) if button.text() == "Inject burst of chats").click()
+    qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 3, timeout=30_000)
+    fields = SLO(ttft_ms=900, tpot_ms=1, e2e_ms=panel.e2e_slo.value() or None)
+    assert window.worker.store.slo == fields
+    assert read_run_log(window.worker.run_log_path).header["scenario"]["slo"] == dataclasses.asdict(fields)
+    assert window.error_label.text() == ""  # issue 77 #6: a stale error stayed after a good Inject
+    meeting, n = window.worker.store.snapshot().goodput
+    tpot = window.worker.store.snapshot().requests["tpot_ms"]
+    assert n == 3 and meeting == sum(value <= 1 for value in tpot)
+
+
 def test_injected_traffic_fills_the_plots_and_the_table(window, qtbot, tiny_config):
     load(window, qtbot, tiny_config)
-    window.traffic_panel.inject_requested.emit(6, 20, 8, "chat")
+    inject(window, 6, 20, 8, "chat")
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 6, timeout=30_000)
     window.refresh_plots()
     window.refresh_tables()
@@ -389,7 +412,7 @@ def test_stopping_traffic_lets_every_request_finish(window, qtbot, tiny_config):
 
 def test_abort_from_the_table_aborts_the_request(window, qtbot, tiny_config):
     load(window, qtbot, tiny_config)
-    window.traffic_panel.inject_requested.emit(1, 10, 400, "chat")  # 400 output tokens: time to abort
+    inject(window, 1, 10, 400, "chat")  # 400 output tokens: time to abort
     qtbot.waitUntil(lambda: any(row.state == "decoding" for row in window.worker.rows()), timeout=30_000)
     window.refresh_tables()
     window.requests.table.selectRow(0)
@@ -455,7 +478,7 @@ def test_a_broken_engine_is_shown_and_a_new_configuration_still_loads(window, qt
     window.engine_panel.set_config(tiny_config)
     window.engine_panel.apply_requested.emit(window.engine_panel.config())
     qtbot.waitUntil(lambda: window.error_label.text() == "" and "ready" in window.stage.text(), timeout=30_000)
-    window.traffic_panel.inject_requested.emit(2, 10, 5, "chat")
+    inject(window, 2, 10, 5, "chat")
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
 
 
@@ -463,7 +486,7 @@ def test_a_broken_engine_is_shown_and_a_new_configuration_still_loads(window, qt
     "broken",
     [
         {"model": "/nowhere/model.gguf"},  # a mistyped path
-        {"num_kv_blocks": 1 << 40},  # a cache this machine cannot hold
+        {"num_kv_blocks": 1 << 30},  # a cache this machine cannot hold
     ],
 )
 def test_a_failed_apply_keeps_the_working_engine(window, qtbot, tiny_config, broken):
@@ -474,7 +497,7 @@ def test_a_failed_apply_keeps_the_working_engine(window, qtbot, tiny_config, bro
     window.load(dataclasses.replace(tiny_config, **broken))
     qtbot.waitUntil(lambda: window.error_label.text() != "", timeout=30_000)
     assert window.stage.text() == stage and window.info.config == tiny_config  # still the working engine
-    window.traffic_panel.inject_requested.emit(2, 10, 5, "chat")
+    inject(window, 2, 10, 5, "chat")
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
 
 
@@ -732,7 +755,7 @@ def test_controls_follow_the_traffic_state(window, qtbot, tiny_config):
 
 def test_plots_redraw_without_new_data(window, qtbot, tiny_config):
     load(window, qtbot, tiny_config)
-    window.traffic_panel.inject_requested.emit(3, 10, 5, "chat")
+    inject(window, 3, 10, 5, "chat")
     qtbot.waitUntil(lambda: len(window.worker.rows()) == 3 and all_ended(window), timeout=30_000)
     window.refresh_plots()
     latency = window.plots.plots["latency"]
@@ -792,7 +815,7 @@ def test_the_window_fits_800_by_600_with_its_status_bar_and_every_plot_reachable
     # Issue 58 #5: the goodput line was cut before its n ("38 of n=4…"): where it does not fit
     # whole, it shows its short form, whole.
     goodput = window.plots.goodput
-    assert "of n=5000)" in goodput.text() and goodput.shown_text() in (goodput.text(), "0.4%, n=5000")
+    assert "of n=5000)" in goodput.text() and goodput.shown_text() in (goodput.text(), "goodput 0.4%, n=5000")
     assert goodput.width() >= goodput.minimumSizeHint().width()
 
 
@@ -907,7 +930,7 @@ def test_stop_offers_to_drop_the_waiting_requests(window, qtbot, tiny_config, dr
     load(window, qtbot, dataclasses.replace(tiny_config, max_num_seqs=2))
     asked = []
     window.confirm_drop_waiting = lambda waiting: asked.append(waiting) or drop
-    window.traffic_panel.inject_requested.emit(60, 12, 40, "chat")
+    inject(window, 60, 12, 40, "chat")
     qtbot.waitUntil(lambda: window.worker.requests_waiting() > 40, timeout=30_000)
     window.stop_traffic()
     assert asked and asked[0] > 40
@@ -1053,8 +1076,8 @@ def test_hovering_a_latency_point_names_its_request_and_clicking_selects_its_row
 
     window.resize(1480, 960)  # the plots side by side in full (an earlier test may leave an 800-pixel screen)
     load(window, qtbot, tiny_config)
-    window.traffic_panel.inject_requested.emit(3, 8, 4, "chat")
-    window.traffic_panel.inject_requested.emit(1, 40, 30, "long")  # ends last, far from the others
+    inject(window, 3, 8, 4, "chat")
+    inject(window, 1, 40, 30, "long")  # ends last, far from the others
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=30_000)
     window.tabs.setCurrentWidget(window.memory)
     window.plots.latency_mode.setCurrentIndex(1)  # e2e, where the long request stands highest
@@ -1124,7 +1147,7 @@ ttft_ms = 1000
         and "(n=5)" in window.plots.baseline_label.text()
     )
     assert any(item.zValue() == -10 for item in window.plots.plots["kv_occupancy"].plot.vb.addedItems)
-    window.traffic_panel.inject_requested.emit(3, 8, 4, "chat")  # live requests draw over it
+    inject(window, 3, 8, 4, "chat")  # live requests draw over it
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 3, timeout=30_000)
     window.refresh_plots()
     assert window.plots.latency.points["ttft"].getData()[0].size == 3 and "(n=3)" in latency.titleLabel.text
@@ -1139,7 +1162,7 @@ def test_each_plot_exports_to_png_svg_and_csv(window, qtbot, tiny_config, tmp_pa
     from PySide6.QtGui import QImage
 
     load(window, qtbot, tiny_config)
-    window.traffic_panel.inject_requested.emit(4, 8, 4, "chat")
+    inject(window, 4, 8, 4, "chat")
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 4, timeout=30_000)
     window.refresh_plots()
     written = window.run_files.export_plots(str(tmp_path))
@@ -1259,7 +1282,7 @@ def test_cancel_stops_a_load_and_keeps_the_engine_loaded_before(window, qtbot, t
     assert window.error_label.text() == "load cancelled: the engine loaded before keeps serving"
     assert window.info.config == tiny_config and window.stage.text().startswith("ready: ")
     assert not window.cancel_button.isVisibleTo(window)
-    window.traffic_panel.inject_requested.emit(2, 10, 4, "chat")
+    inject(window, 2, 10, 4, "chat")
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
 
 

@@ -9,7 +9,7 @@ import dataclasses
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtTest import QTest
 
-from tests.workbench.gui.window_helpers import all_ended, load
+from tests.workbench.gui.window_helpers import all_ended, inject, load
 
 
 def click_plot_at(window, qtbot, name: str, seconds: float) -> None:
@@ -28,7 +28,7 @@ def test_clicking_a_plot_selects_a_step_and_the_arrows_and_block_map_follow(wind
     window.resize(1480, 960)
     # A small cache, so that blocks are allocated, freed and reused over the run.
     load(window, qtbot, dataclasses.replace(tiny_config, num_kv_blocks=48))
-    window.traffic_panel.inject_requested.emit(6, 24, 12, "chat")
+    inject(window, 6, 24, 12, "chat")
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 6, timeout=60_000)
     window.refresh_plots()
     traces, origin = window.worker.traces, window.worker.store.start_time
@@ -85,7 +85,7 @@ def shared(owners) -> int:
 
 def test_selecting_a_request_marks_its_steps_its_rows_and_its_blocks(window, qtbot, tiny_config):
     load(window, qtbot, tiny_config)
-    window.traffic_panel.inject_requested.emit(3, 16, 20, "chat")
+    inject(window, 3, 16, 20, "chat")
     qtbot.waitUntil(
         lambda: (
             len(window.worker.rows()) == 3
@@ -141,7 +141,7 @@ def test_an_opened_run_is_inspected_from_its_log(window, qtbot, tiny_llama, tmp_
 def test_an_engine_with_tracing_off_says_so_and_a_click_selects_nothing(window, qtbot, tiny_config):
     load(window, qtbot, dataclasses.replace(tiny_config, step_trace=False))
     assert window.step_panel.title.text() == "step traces not exposed: engine.step_trace is false in this configuration"
-    window.traffic_panel.inject_requested.emit(2, 8, 4, "chat")
+    inject(window, 2, 8, 4, "chat")
     qtbot.waitUntil(lambda: all_ended(window) and len(window.worker.rows()) == 2, timeout=30_000)
     window.select_time(0.0)
     assert window.worker.traces is None and window.session.selected_step is None

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from engine import EngineConfig
-from tests.workbench.gui.window_helpers import all_ended, load
+from tests.workbench.gui.window_helpers import all_ended, inject, load, save_run
 from workbench.cli import main
 from workbench.runs.run_log import read_run_log
 
@@ -33,7 +33,8 @@ def test_a_window_run_records_the_loaded_engine_and_replays_on_it(window, qtbot,
     qtbot.waitUntil(lambda: window.worker.run_folder is not None, timeout=30_000)
     folder = window.worker.run_folder
     qtbot.waitUntil(lambda: window.traffic_label.text() == "traffic: finished" and all_ended(window), timeout=60_000)
-    window.close()  # the run ends with its report files
+    # Issue 77 #5: the report files came only with the next run or the window's close.
+    qtbot.waitUntil(lambda: (folder / "report.json").exists(), timeout=10_000)
 
     recorded = read_run_log(folder / "run.jsonl").header["scenario"]["engine"]
     assert recorded == dataclasses.asdict(SIMULATED_WITH_SETTINGS)
@@ -48,3 +49,22 @@ def test_a_window_run_records_the_loaded_engine_and_replays_on_it(window, qtbot,
     for row in rows:  # a simulated GPU's clock: the same engine and requests give the same times
         assert float(row["replay_ttft_ms"]) == pytest.approx(float(row["original_ttft_ms"]), rel=1e-6, abs=1e-3)
         assert float(row["replay_e2e_ms"]) == pytest.approx(float(row["original_e2e_ms"]), rel=1e-6, abs=1e-3)
+
+
+def test_after_a_finished_run_an_injection_is_a_run_of_its_own_and_save_run_copies_the_whole_log(
+    window, qtbot, tmp_path
+):
+    load(window, qtbot, SIMULATED_WITH_SETTINGS)
+    window.traffic_panel.num_requests.setValue(6)
+    window.start_traffic(window.traffic_panel.scenario())
+    qtbot.waitUntil(lambda: window.worker.run_folder is not None, timeout=30_000)
+    finished = window.worker.run_folder
+    qtbot.waitUntil(lambda: (finished / "report.json").exists() and all_ended(window), timeout=60_000)
+    report = (finished / "report.json").read_bytes()
+    saved = save_run(window, qtbot, tmp_path / "saved")
+    log = read_run_log(saved / "run.jsonl")
+    assert log.complete and len(log.requests) == 6 and log.footer["stopped_by"] is None
+    inject(window, 2, 20, 8, "chat")
+    qtbot.waitUntil(lambda: window.worker.run_folder != finished and all_ended(window), timeout=30_000)
+    assert len(window.worker.rows()) == 2 and window.worker.store.requests_sent == 2
+    assert (finished / "report.json").read_bytes() == report  # the finished run, as it was

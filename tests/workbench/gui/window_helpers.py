@@ -25,6 +25,11 @@ def save_run(window, qtbot, folder) -> Path | None:
     return target if window.run_files.last_saved == target else None
 
 
+def inject(window, count: int, prompt_tokens: int, output_tokens: int, tag: str) -> None:
+    """As the Inject box does: `count` requests now, a run of injects judged by the SLO fields."""
+    window.traffic_panel.inject_requested.emit(count, prompt_tokens, output_tokens, tag, window.traffic_panel.slo())
+
+
 def all_ended(window) -> bool:
     rows = window.worker.rows()
     return bool(rows) and all(row.state in ("finished", "aborted", "rejected") for row in rows)

@@ -345,6 +345,9 @@ class ThroughputPlot:
         set_title(self.plot, f"Throughput (sliding window {snapshot.window_s:g} s)")
 
 
+SPECULATING_RIGHT_AXIS = "decode seqs; proposed, accepted tokens"
+
+
 class BatchCompositionPlot:
     """Prefill tokens (hundreds) on the left axis, decode sequences (a few) on the right one: on
     a shared axis decode would be a flat line. With speculative decoding, the tokens the decodes
@@ -391,6 +394,8 @@ class BatchCompositionPlot:
         if not self._in_legend and np.nansum(lines["proposed_tokens"]) > 0:
             for name, label in (("proposed_tokens", "proposed tokens"), ("accepted_tokens", "accepted tokens")):
                 self.plot.legend.addItem(self.speculation[name], f"{label} (right)")
+            # The right axis counts tokens too now: it says so (it read "decode (seqs/step)").
+            self.plot.getAxis("right").setLabel(SPECULATING_RIGHT_AXIS, units="per step")
             self._in_legend = True
 
 
