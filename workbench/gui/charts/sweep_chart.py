@@ -24,6 +24,7 @@ import pyqtgraph as pg
 
 from workbench.analysis.published import kind_of
 from workbench.analysis.sweep import RATE_KEY, Sweep, describe_settings
+from workbench.gui.charts.plots import set_title
 from workbench.gui.charts.report_images import drawing_offscreen, export_png
 from workbench.gui.charts.theme import series_colour
 
@@ -150,7 +151,7 @@ def throughput_latency_plot(sweep: Sweep, latency: str = "tpot_p99_ms") -> pg.Pl
         labelled = [{**row, "label": str(row[along]) if along else ""} for row in rows]
         dashed += _series(plot, labelled, "output_tok_s", latency, series_colour(index), name, True, x_estimated=True)
     note = _simulated_note(sweep, {"x": "output_tok_s", "y": latency})
-    plot.setTitle(title + (OVERLAP_NOTE if dashed else "") + note, size="10pt")
+    set_title(plot, title + (OVERLAP_NOTE if dashed else "") + note)  # a row as tall as its lines
     plot.getViewBox().setDefaultPadding(0.12)  # room for the labels right of the last points
     _at_least_min_span(plot, sweep.rows, "output_tok_s", latency)
     return plot
@@ -193,7 +194,8 @@ def goodput_rate_plot(sweep: Sweep, target_perc: float | None = None) -> pg.Plot
     )
     # Goodput counts the requests within their SLOs: its error is the latencies' error.
     note = _simulated_note(sweep, {"TTFT": "ttft_p99_ms", "TPOT": "tpot_p99_ms"})
-    plot.setTitle("goodput vs arrival rate" + (OVERLAP_NOTE if dashed else "") + note, size="10pt")
+    set_title(plot, "goodput vs arrival rate" + (OVERLAP_NOTE if dashed else "") + note)
+    plot.getViewBox().setDefaultPadding(0.12)  # room for the "n=…" labels right of the last points
     if target_perc is not None:
         plot.addItem(
             pg.InfiniteLine(

@@ -53,3 +53,15 @@ def test_points_apart_on_an_axis_are_joined_by_a_solid_line(qtbot):
     )
     # Two rates (a setting, not an estimate) with the same goodput and interval: dashed.
     assert lines(goodput_rate_plot(rates)) == [pg.QtCore.Qt.PenStyle.DashLine]
+
+
+def test_a_sweep_charts_title_gets_a_row_as_tall_as_its_lines(qtbot):
+    """Issue 77 #6: pyqtgraph keeps 30 px for any title, and a chart's three or four lines (72-88 px)
+    lost their first line at 1280 px and drew over the data at 800."""
+    from workbench.gui.charts.plots import TITLE_LINE_PX
+
+    sweep = Sweep(Path("."), ["engine.max_num_seqs"], [point("8", 100.0, 20.0, 3.0), point("16", 100.0008, 20.0, 3.0)])
+    for plot, lines_at_least in ((throughput_latency_plot(sweep), 3), (goodput_rate_plot(sweep), 1)):
+        rows = plot.titleLabel.text.count("<br>") + 1
+        assert rows >= lines_at_least and plot.titleLabel.maximumHeight() == rows * TITLE_LINE_PX
+        assert plot.layout.rowMinimumHeight(0) == rows * TITLE_LINE_PX
