@@ -112,6 +112,9 @@ class PlotsView(QWidget):
             "batch_composition": (2, 0),
         }
         self._rows = 1 + max(row for row, _ in positions.values())
+        self._plots_in_row = [
+            [self.plots[name] for name, (at, _) in positions.items() if at == row] for row in range(self._rows)
+        ]
         for name, (row, column) in positions.items():
             self.layout_widget.addItem(
                 self.plots[name].plot, row=row, col=column, colspan=2 if name == "batch_composition" else 1
@@ -294,10 +297,18 @@ class PlotsView(QWidget):
         than they need with PLOT_MIN_DATA_HEIGHT of data each: past that, the scroll area scrolls
         (pyqtgraph would draw the right column past the edge, unseen, and squeeze the data areas
         to 20-45 pixels at 800x600 with a tab open)."""
+        grid = self.layout_widget.ci.layout
+        # Each row at least as tall as its tallest plot's title, axes and legend plus the data area:
+        # spread over the rows alike, the extra left the latency plot (two title lines once a run is
+        # whole) 76 pixels of data at 800x600 under Xvfb.
+        for row, plots in enumerate(self._plots_in_row):
+            least_plot = max(plot.plot.effectiveSizeHint(Qt.SizeHint.MinimumSize).height() for plot in plots)
+            grid.setRowMinimumHeight(row, math.ceil(least_plot) + PLOT_MIN_DATA_HEIGHT)
+        grid.invalidate()
         least = self.layout_widget.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize)
         frame = 2 * self.layout_widget.frameWidth()
         width = math.ceil(least.width()) + frame
-        height = math.ceil(least.height()) + frame + self._rows * PLOT_MIN_DATA_HEIGHT
+        height = math.ceil(least.height()) + frame
         if (width, height) != (self.layout_widget.minimumWidth(), self.layout_widget.minimumHeight()):
             self.layout_widget.setMinimumSize(width, height)
 

@@ -223,6 +223,9 @@ class LatencyPlot:
         self.whole = False
         self._intervals: tuple = (None, "")  # (what they were computed on, the title's line)
         self._legend_shows = ""  # the mode the legend was made for
+        # The legend as it will read from the first request on: before any, it listed every kind of
+        # point and line, and its width pushed the queue plot behind a sideways scrollbar at 1280 px.
+        self._show_in_legend(mode)
 
     def set_mode(self, mode: str) -> None:
         self.mode = mode

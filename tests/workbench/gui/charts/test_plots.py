@@ -13,6 +13,7 @@ from tests.workbench.gui.window_helpers import filled_store
 from workbench.analysis.intervals import percentile_interval
 from workbench.gui.charts.plots import LatencyPlot, all_plots
 from workbench.live.metrics_store import MetricsStore
+from workbench.live.rolling_percentiles import ROLLING_WINDOW
 from workbench.traffic.scenario import SLO
 
 
@@ -394,3 +395,13 @@ def test_slow_steps_far_apart_are_drawn_and_idle_time_is_never_a_ramp(qtbot):
     assert drawn.size < 20_000  # binned
     joined = [(a, b) for a, b in zip(x[:-1], x[1:]) if not (np.isnan(a) or np.isnan(b))]
     assert all(b - a < 50.0 for a, b in joined)  # no segment spans the 100 s of idle time
+
+
+def test_the_latency_legend_reads_as_it_will_before_any_request(qtbot):
+    """Issue 77 #6: before the first load the legend listed every kind of point and line, and its
+    width put the queue-depth plot behind a sideways scrollbar at 1280 px (13 px under Xvfb)."""
+    plot = LatencyPlot()
+    labels = [label.text for _, label in plot.plot.legend.items]
+    plot.update(filled_store(requests=20).snapshot())
+    expected = ["TTFT", f"p50 of last {ROLLING_WINDOW}", "p90", "p99"]
+    assert labels == [label.text for _, label in plot.plot.legend.items] == expected
