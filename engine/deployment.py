@@ -83,10 +83,10 @@ class Deployment:
         split = Parallelism(config.tensor_parallel_size, config.pipeline_parallel_size)
         instances = config.data_parallel_size
         if instances * split.gpus != count:
-            raise ConfigError(
-                f"data_parallel_size x tensor_parallel_size x pipeline_parallel_size = {instances} x "
-                f"{split.tensor} x {split.pipeline} = {instances * split.gpus} GPUs, but {hardware} has {count}; "
-                f"expected {count}"
+            raise ConfigError(  # the reason first: a status line cut at 800 px still says it
+                f"{hardware} has {count} GPUs, not the {instances * split.gpus} these settings need "
+                f"(data_parallel_size x tensor_parallel_size x pipeline_parallel_size = {instances} x "
+                f"{split.tensor} x {split.pipeline}); expected {count}"
             )
         link = hardware_profile(single)
         if config.prefill_instances and not link.link_bytes_s:

@@ -71,9 +71,9 @@ class Parallelism:
         if tp < 1 or pp < 1:
             raise ConfigError(f"tensor_parallel_size, pipeline_parallel_size: expected at least 1, got {tp} and {pp}")
         if self.gpus != gpu_count:
-            raise ConfigError(
-                f"tensor_parallel_size x pipeline_parallel_size = {tp} x {pp} = {self.gpus} GPUs, but {hardware} has "
-                f"{gpu_count}; expected {gpu_count}"
+            raise ConfigError(  # the reason first: a status line cut at 800 px still says it
+                f"{hardware} has {gpu_count} GPUs, not the {self.gpus} these settings split the model over "
+                f"(tensor_parallel_size x pipeline_parallel_size = {tp} x {pp}); expected {gpu_count}"
                 + (f" (or name the hardware {self.gpus}x...)" if self.gpus > 1 else "")
             )
         if model.num_heads % tp:
