@@ -184,14 +184,14 @@ class EngineConfig:
         1,
         help="Admit waiting requests only every N decode steps (vLLM 0.6's multi-step scheduling, "
         "--num-scheduler-steps): a step that prefills runs alone and starts the count again. On a simulated GPU "
-        "the serving stack's per-step host cost is paid once per N steps.",
+        "a run of N decode steps makes one scheduler call; a step that prefills makes its own.",
     )
     serving_stack: str = knob(
         "auto",
         help="Simulated models only: the serving software whose own costs the simulated GPU adds to its "
-        "roofline (presets/catalogue/stacks.toml: vllm-0.5.4, vllm-0.6.0, sglang-0.3.0, lmdeploy-0.1.0, ideal), "
-        "each fitted to published runs. auto: vllm-0.6.0 on a catalogued GPU, ideal on a profile measured on "
-        "this machine (its host time is measured with it).",
+        "roofline (presets/catalogue/stacks.toml: vllm-0.8 (V1), vllm-0.6.0, vllm-0.5.4, sglang-0.3.0, "
+        "lmdeploy-0.1.0, ideal), each built of physical parts with their sources. auto: vllm-0.8 on a catalogued "
+        "GPU, ideal on a profile measured on this machine (its host time is measured with it).",
     )
     tensor_parallel_size: int = knob(
         1,

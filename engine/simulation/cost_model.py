@@ -1,6 +1,6 @@
 """The time of one engine step on simulated GPUs, for the simulated executor and for calibration.
 
-step time = serving stack (GPU time, sequences, requests starting)    engine/simulation/serving_stacks.py
+step time = serving stack (GPU time, the step's rows, tokens, new requests)   engine/simulation/serving_stacks.py
 GPU time  = sum over operators of roofline(operator) + communication + the hardware's fixed costs
 roofline  = (memory time^k + compute time^k)^(1/k), k = the hardware's roofline_sharpness
 memory time = streamed bytes / (bandwidth x bandwidth_efficiency)
@@ -123,4 +123,12 @@ class CostModel:
         return (layers + communication + fixed) * hardware.step_scale(len(shape.sequences), shape.has_prefill)
 
     def step_time(self, shape: StepShape) -> float:
-        return self.stack.step_s(self.gpu_time(shape), len(shape.sequences), shape.starting, self.scheduler_steps)
+        return self.stack.step_s(
+            self.gpu_time(shape),
+            len(shape.sequences),
+            shape.starting,
+            tokens=operators.tokens_of(shape.sequences),
+            has_prefill=shape.has_prefill,
+            layers=max(1, self.model.num_layers // self.parallelism.pipeline),
+            scheduler_steps=self.scheduler_steps,
+        )

@@ -11,6 +11,7 @@ import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.configuration.memory import weight_bytes_estimate
+from engine.errors import ConfigError
 from engine.simulation import operators
 from engine.simulation.catalogue import hardware_profile, model_shape
 from engine.simulation.cost_model import CostModel, StepShape
@@ -20,7 +21,7 @@ from engine.simulation.parallel import (
     one_shot_all_reduce_s,
     ring_all_reduce_s,
 )
-from engine.simulation.serving_stacks import ServingStack
+from engine.simulation.serving_stacks import Part, ServingStack
 
 LLAMA_3_8B, _ = model_shape("llama-3-8b")  # 32 layers, 32 heads, 8 KV heads of 128, hidden 4096, vocab 128,256
 GEMMA_3, _ = model_shape("gemma3-270m")  # sliding layers with a 512-token window
@@ -106,15 +107,59 @@ def test_an_all_reduce_is_one_shot_for_a_decode_step_and_a_ring_for_a_prefill():
     assert tp4.communication_s(64, llama_70b, link, hop) == pytest.approx(2 * 80 * 11.99e-6, rel=1e-3)
 
 
-def test_a_stacks_host_time_its_overlap_and_multi_step_scheduling():
+def _part(value: float) -> Part:
+    return Part(value, "test", (0.0, 1.0))
+
+
+def test_a_stacks_parts_serial_and_overlapped_and_multi_step_scheduling():
+    """By hand: a decode step of 100 rows under multi-step 10 pays a tenth of its scheduler call;
+    what the stack overlaps hides behind the GPU up to the GPU's time, the rest adds."""
     stack = ServingStack(
-        source="test", step_overhead_s=0.004, sequence_overhead_s=2e-5, request_overhead_s=0.003, host_overlap=0.5
+        source="test",
+        schedule_s=_part(0.004),
+        schedule_per_sequence_s=_part(2e-5),
+        output_s=_part(0.001),
+        output_per_sequence_s=_part(3e-5),
+        request_s=_part(0.003),
+        launch_graph_s=_part(1e-4),
+        launch_eager_per_layer_s=_part(2e-4),
+        graph_max_tokens=128,
+        output_overlapped=True,
     )
-    host = 0.004 / 10 + 2e-5 * 100 + 0.003 * 2
-    assert stack.host_s(100, 2, scheduler_steps=10) == pytest.approx(host)
-    assert stack.step_s(0.020, 100, 2, scheduler_steps=10) == pytest.approx(0.020 + host / 2)
-    # The overlap hides no more than the GPU's own time.
-    assert stack.step_s(0.001, 100, 2, scheduler_steps=10) == pytest.approx(host)
+    decode = {"tokens": 100, "has_prefill": False, "layers": 32}
+    call = (0.004 + 2e-5 * 100) / 10
+    output = 0.001 + 3e-5 * 100  # overlapped: 4 ms behind a 20 ms GPU step
+    assert stack.step_s(0.020, 100, 2, scheduler_steps=10, **decode) == pytest.approx(0.003 * 2 + call + 0.020)
+    # A GPU faster than the overlapped output processing waits for it.
+    assert stack.step_s(0.001, 100, 2, scheduler_steps=10, **decode) == pytest.approx(0.006 + call + output)
+    # A step that prefills makes a scheduler call of its own, and launches its 32 layers eagerly
+    # (0.2 ms each: 6.4 ms, longer than this GPU's 1 ms).
+    prefill = {"tokens": 100, "has_prefill": True, "layers": 32}
+    assert stack.step_s(0.001, 100, 0, scheduler_steps=10, **prefill) == pytest.approx(0.004 + 2e-5 * 100 + 32 * 2e-4)
+    # Above the largest captured graph a decode launches eagerly too; a stack that overlaps its
+    # scheduling hides the call as well.
+    assert stack.launch_s(129, False, 32) == pytest.approx(32 * 2e-4) and stack.launch_s(128, False, 32) == 1e-4
+    ahead = dataclasses.replace(stack, schedule_overlapped=True)
+    assert ahead.step_s(0.020, 100, 0, scheduler_steps=1, **decode) == pytest.approx(0.020)
+
+
+def test_every_catalogued_stacks_parts_have_sources_and_lie_inside_their_bounds():
+    """Issue 78: no free constant. Loading checks each part (Part.__post_init__); the catalogue
+    loads, so every fitted value is inside the bounds its source sets."""
+    from engine.simulation.serving_stacks import serving_stack, stack_names
+
+    assert {"vllm-0.8", "vllm-0.6.0", "vllm-0.5.4", "sglang-0.3.0", "lmdeploy-0.1.0", "ideal"} <= set(stack_names())
+    for name in stack_names():
+        for part_name, part in serving_stack(name).parts().items():
+            low, high = part.bounds
+            assert low <= part.value <= high and part.source.strip(), (name, part_name)
+
+
+def test_a_part_outside_its_sources_bounds_or_without_a_source_is_refused():
+    with pytest.raises(ConfigError, match=r"value 0.02 is outside its source's bounds \[0.001, 0.008\] \(v060\)"):
+        Part(0.02, "v060", (0.001, 0.008))
+    with pytest.raises(ConfigError, match="source: expected where the value or its bounds come from"):
+        Part(0.002, " ", (0.001, 0.008))
 
 
 def test_multi_step_scheduling_admits_only_every_n_steps():
