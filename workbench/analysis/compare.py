@@ -32,8 +32,8 @@ from workbench.analysis.intervals import (
     repeats_interval,
     requests_to_bound,
 )
-from workbench.analysis.published import kind_of
 from workbench.analysis.report import CONFIGURATION_PREFIXES
+from workbench.analysis.stated_error import UNCHECKED, kind_of
 from workbench.analysis.verdict import Term, decide, repeats_needed_text
 from workbench.machine.probe import machine_drift
 
@@ -279,7 +279,17 @@ def allow_for_simulator_error(terms: list[Term], baseline: dict, candidate: dict
             return None
         return max(stated) / 100, f"simulated: interval widened by the stack's ±{max(stated):.0f}% {kind} error"
 
-    return _widened(terms, widening, "widened by the simulator's error")
+    def unchecked(term: Term) -> Term:
+        """A speed term no published run checks in either run's region says so: its interval is
+        the runs' own, the simulator's error there unknown."""
+        metric = term.criterion.partition(":")[0]
+        kind = kind_of(metric)
+        if not metric.endswith(_SPEED_SUFFIXES) or all(error[kind]["median_abs_perc"] is not None for error in errors):
+            return term
+        caveat = f"simulated: {UNCHECKED} ({kind}): the simulator's error here is unknown"
+        return dataclasses.replace(term, caveat="; ".join(filter(None, (term.caveat, caveat))))
+
+    return [unchecked(term) for term in _widened(terms, widening, "widened by the simulator's error")]
 
 
 def _widened(terms: list[Term], widening, method: str) -> list[Term]:

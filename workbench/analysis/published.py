@@ -11,7 +11,7 @@ published figures are the serving benchmarks' own (vLLM's and SGLang's `bench_se
 - itl_p50_ms: the median of every gap between a request's consecutive tokens.
 
 Each stack's runs are split by a fixed rule, not by hand: sorted by id, every third is held out,
-the others fit its costs (`fit_stack`)."""
+the others fit its fitted parts (workbench/analysis/published_fit.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ import multiprocessing
 import os
 import statistics
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +30,8 @@ import numpy as np
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.errors import ConfigError
-from engine.simulation.serving_stacks import ServingStack, serving_stack
+from engine.simulation.serving_stacks import STACKS_FILE, ServingStack, serving_stack, stack_names
+from workbench.analysis.stated_error import FIGURE_KINDS, METRIC_KINDS, Region, load_of
 
 PRESETS = Path(str(importlib.resources.files("presets")))
 CORPUS_FILE = PRESETS / "published" / "corpus.toml"
@@ -91,7 +91,10 @@ class Corpus:
         return sorted((run for run in self.runs if run.stack == stack), key=lambda run: run.id)
 
     def held_out(self, run: PublishedRun) -> bool:
-        """Every third of its stack's runs, by id: the fit never sees them."""
+        """Every third of its stack's runs, by id, and every run of a stack with no fitted part
+        (its sources give every value): the fit never sees them."""
+        if not any(part.fitted for part in serving_stack(run.stack).parts().values()):
+            return True
         return self.runs_of(run.stack).index(run) % 3 == 2
 
 
@@ -101,6 +104,9 @@ def load_corpus(path: Path = CORPUS_FILE) -> Corpus:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the corpus ({exc})") from exc
     sources = table.get("sources", {})
+    for name, source in sources.items():
+        if not (isinstance(source, dict) and source.get("title") and str(source.get("url", "")).startswith("https://")):
+            raise ConfigError(f"{path}: sources.{name}: expected a title and an https:// url, got {source!r}")
     runs = []
     known = {entry.name for entry in dataclasses.fields(PublishedRun)}
     for index, entry in enumerate(table.get("runs", [])):
@@ -113,7 +119,11 @@ def load_corpus(path: Path = CORPUS_FILE) -> Corpus:
             raise ConfigError(f"{where}: {exc}") from exc
         run.check(where)
         if run.source not in sources:
-            raise ConfigError(f"{where}: source {run.source!r} is not under [sources]")
+            raise ConfigError(
+                f"{where}: source {run.source!r} is not under [sources]; expected one of {sorted(sources)}"
+            )
+        if run.stack not in stack_names():
+            raise ConfigError(f"{where}: stack {run.stack!r} is not in {STACKS_FILE}; expected one of {stack_names()}")
         runs.append(run)
     if len({run.id for run in runs}) != len(runs):
         raise ConfigError(f"{path}: run ids must be unique")
@@ -140,8 +150,8 @@ def simulate(
     run: PublishedRun, stack: ServingStack | None = None, hardware: dict[str, float] | None = None
 ) -> dict[str, float]:
     """The run on its simulated GPUs: its figures, computed as the benchmark that published them
-    does. `stack`: these costs instead of the named stack's; `hardware`: these values of the GPU's
-    profile instead of the catalogue's (a fit trying values)."""
+    does, and its load (`load_of`). `stack`: these costs instead of the named stack's; `hardware`:
+    these values of the GPU's profile instead of the catalogue's (a fit trying values)."""
     engine = LLMEngine(run.engine_config())
     cost_model = engine.executor.cost_model
     if stack is not None:
@@ -157,7 +167,7 @@ def simulate(
         arrivals = list(np.cumsum(rng.exponential(1 / run.rate, len(lengths))))
     else:
         arrivals = [0.0] * len(lengths)
-    sent, finished = 0, []
+    sent, finished, steps = 0, [], []
 
     def send(at: float) -> None:
         nonlocal sent
@@ -176,12 +186,14 @@ def simulate(
         if not engine.has_unfinished():
             engine.sleep(arrivals[sent] - now)
             continue
-        for output in engine.step().outputs:
+        result = engine.step()
+        steps.append(result.stats)
+        for output in result.outputs:
             if output.finished:
                 finished.append(output.metrics)
                 if run.concurrency and len(arrivals) < len(lengths):
                     arrivals.append(engine.clock())
-    return figures_of(finished)
+    return {**figures_of(finished), "load": load_of(steps, engine.config.max_num_seqs)}
 
 
 def figures_of(requests) -> dict[str, float]:
@@ -201,6 +213,9 @@ def figures_of(requests) -> dict[str, float]:
         "output_tok_s": tokens / (end - start),
         "ttft_p50_ms": 1000 * float(statistics.median(ttfts)),
         "tpot_p50_ms": 1000 * float(statistics.median(tpots)) if tpots else math.nan,
+        # Beside the published kinds: the mean TPOT and its n (benchmarks/stack_defaults.py).
+        "tpot_mean_ms": 1000 * statistics.fmean(tpots) if tpots else math.nan,
+        "tpot_n": len(tpots),
         "itl_p50_ms": 1000 * float(statistics.median(gaps)) if gaps else math.nan,
     }
 
@@ -212,6 +227,7 @@ class FigureError:
     published: float
     ours: float
     held_out: bool
+    region: Region
 
     @property
     def error_perc(self) -> float:
@@ -227,7 +243,9 @@ def errors_of(
     with multiprocessing.get_context("spawn").Pool(min(len(jobs), os.cpu_count() or 1)) as pool:
         results = pool.starmap(simulate, jobs)
     return [
-        FigureError(run, metric, published, ours[metric], corpus.held_out(run))
+        FigureError(
+            run, metric, published, ours[metric], corpus.held_out(run), Region.of(run.engine_config(), ours["load"])
+        )
         for run, ours in zip(runs, results)
         for metric, published in run.figures.items()
     ]
@@ -236,86 +254,6 @@ def errors_of(
 def loss_of(rows: list[FigureError]) -> float:
     """The mean |log(ours / published)|: a figure twice too high costs what one half too low does."""
     return statistics.fmean(abs(math.log(row.ours / row.published)) for row in rows)
-
-
-# The values a fit tries for each cost: each stack's, and the GPUs' (shared by every stack:
-# hardware is hardware), the latter within what such kernels reach: a decode's weight stream at
-# 70-90% of the datasheet's bandwidth, paged K/V gathers at 50-90%, products at 50-80% of peak.
-STACK_GRIDS = {
-    "step_overhead_s": [0.0, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 8e-3, 0.012, 0.02],
-    "sequence_overhead_s": [0.0, 5e-6, 1e-5, 2e-5, 4e-5, 7e-5, 1e-4, 1.5e-4],
-    "request_overhead_s": [0.0, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05],
-}
-HARDWARE_GRIDS = {
-    "bandwidth_efficiency": [0.7, 0.75, 0.8, 0.85, 0.9],
-    "kv_bandwidth_efficiency": [0.5, 0.6, 0.7, 0.8, 0.9],
-    "compute_efficiency": [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8],
-    "link_latency_s": [2e-6, 5e-6, 1e-5, 1.5e-5, 2e-5, 3e-5],
-}
-
-
-@dataclass
-class Fit:
-    hardware: dict[str, float]
-    stacks: dict[str, ServingStack]
-    loss: float
-
-
-def fit(corpus: Corpus, on_step: Callable[[str], None] = lambda line: None) -> Fit:
-    """Every stack's costs, and the GPUs' efficiencies and link latency, that minimise `loss_of`
-    over the fitting runs (never the held-out ones): a coordinate search, one value at a time
-    over its grid, each stack's then the hardware's, twice round. A stack's host_overlap stays as
-    catalogued: it is what its engine does, not a fit."""
-    runs = [run for run in corpus.runs if not corpus.held_out(run)]
-    current = Fit({}, {name: serving_stack(name) for name in corpus.stacks()}, math.inf)
-
-    def rows_by_run(subset, stacks, hardware) -> dict[str, list[FigureError]]:
-        grouped: dict[str, list[FigureError]] = {run.id: [] for run in subset}
-        for row in errors_of(corpus, subset, stacks, hardware):
-            grouped[row.run.id].append(row)
-        return grouped
-
-    def total(grouped) -> float:
-        return loss_of([row for group in grouped.values() for row in group])
-
-    rows = rows_by_run(runs, current.stacks, current.hardware)
-    current.loss = total(rows)
-    on_step(f"start: loss {current.loss:.4f} over {sum(map(len, rows.values()))} figures of {len(runs)} runs")
-    for round_number in range(1, 3):
-        for stack_name in corpus.stacks():
-            stack_runs = [run for run in runs if run.stack == stack_name]
-            for name, grid in STACK_GRIDS.items():
-                for value in grid:
-                    changed = dataclasses.replace(current.stacks[stack_name], **{name: value})
-                    stacks = {**current.stacks, stack_name: changed}
-                    trial_rows = {**rows, **rows_by_run(stack_runs, stacks, current.hardware)}
-                    if (loss := total(trial_rows)) < current.loss:
-                        current.stacks, current.loss, rows = stacks, loss, trial_rows
-                on_step(
-                    f"round {round_number}: {stack_name} {name} = {getattr(current.stacks[stack_name], name):g}, "
-                    f"loss {current.loss:.4f}"
-                )
-        for name, grid in HARDWARE_GRIDS.items():
-            for value in grid:
-                trial = {**current.hardware, name: value}
-                trial_rows = rows_by_run(runs, current.stacks, trial)
-                if (loss := total(trial_rows)) < current.loss:
-                    current.hardware, current.loss, rows = trial, loss, trial_rows
-            on_step(
-                f"round {round_number}: {name} = {current.hardware.get(name, 'catalogued')}, loss {current.loss:.4f}"
-            )
-    return current
-
-
-# Figures of one kind: a per-token latency is TPOT or ITL, as the published run gave it.
-METRIC_KINDS = {
-    "output_tok_s": "throughput",
-    "ttft_p50_ms": "TTFT",
-    "tpot_p50_ms": "per-token latency",
-    "itl_p50_ms": "per-token latency",
-}
-FIGURE_KINDS = tuple(dict.fromkeys(METRIC_KINDS.values()))
-ERRORS_FILE = PRESETS / "published" / "errors.toml"
 
 
 @dataclass(frozen=True)
@@ -380,80 +318,9 @@ def errors_toml(rows: list[FigureError]) -> str:
             f"simulated = {round(row.ours, 4)!r}",
             f"error_perc = {round(row.error_perc, 2)!r}",
             f"held_out = {'true' if row.held_out else 'false'}",
+            f"tensor_parallel = {str(row.region.tensor_parallel).lower()}",
+            f"multi_step = {str(row.region.multi_step).lower()}",
+            f"chunked_prefill = {str(row.region.chunked_prefill).lower()}",
+            f'load = "{row.region.load}"',
         ]
     return "\n".join(lines) + "\n"
-
-
-@dataclass(frozen=True)
-class StatedError:
-    """What a simulated figure of one kind on one stack is worth: the median |error| of that kind
-    over the stack's published figures (fitted and held out), from presets/published/errors.toml."""
-
-    stack: str
-    kind: str
-    median_abs_perc: float | None  # None: no published figure of this kind for this stack
-    n: int
-    held_out: int
-
-    def report_entry(self) -> dict:
-        """As report.json's `simulated_error` holds it, per kind (read back by `from_report`)."""
-        return {"median_abs_perc": self.median_abs_perc, "n": self.n, "held_out": self.held_out, "says": self.phrase()}
-
-    @classmethod
-    def from_report(cls, stack: str, kind: str, entry: dict) -> StatedError:
-        return cls(stack, kind, entry["median_abs_perc"], entry["n"], entry["held_out"])
-
-    def phrase(self) -> str:
-        if self.median_abs_perc is None:
-            return f"simulated ({self.stack}): not checked against any published run"
-        return (
-            f"simulated ({self.stack}): ±{self.median_abs_perc:.0f}% median error against {self.n} published "
-            f"{self.kind} figure{'s' if self.n > 1 else ''} ({self.held_out} held out)"
-        )
-
-
-def one_line(errors: list[StatedError]) -> tuple[str, str]:
-    """One stack's errors over the kinds of figure on one line, and its short form (a chart's
-    title, the window's plots): "simulated (vllm-0.6.0): TTFT ±8%, per-token latency ±9%,
-    throughput ±8% against published runs" and "simulated ±8-9%"."""
-    stack, checked = errors[0].stack, [error.median_abs_perc for error in errors if error.median_abs_perc is not None]
-    if not checked:
-        return f"simulated ({stack}): not checked against any published run", "simulated: unchecked"
-    parts = [
-        f"{error.kind} " + ("?" if error.median_abs_perc is None else f"±{error.median_abs_perc:.0f}%")
-        for error in errors
-    ]
-    low, high = round(min(checked)), round(max(checked))
-    return (
-        f"simulated ({stack}): {', '.join(parts)} against published runs",
-        f"simulated ±{low}%" if low == high else f"simulated ±{low}-{high}%",
-    )
-
-
-def stated_error(stack: str, kind: str) -> StatedError:
-    """The stack's error on figures of `kind` (one of FIGURE_KINDS)."""
-    try:
-        figures = tomllib.loads(ERRORS_FILE.read_text()).get("figures", [])
-    except (OSError, tomllib.TOMLDecodeError):
-        figures = []
-    mine = [figure for figure in figures if figure["stack"] == stack and METRIC_KINDS[figure["metric"]] == kind]
-    if not mine:
-        return StatedError(stack, kind, None, 0, 0)
-    return StatedError(
-        stack,
-        kind,
-        statistics.median(abs(figure["error_perc"]) for figure in mine),
-        len(mine),
-        sum(1 for figure in mine if figure["held_out"]),
-    )
-
-
-def kind_of(metric: str) -> str:
-    """A report metric's kind of figure: TTFT; per-token latency for TPOT, ITL and e2e (a
-    request's end is mostly its decode); throughput for rates."""
-    metric = metric.rpartition("/")[2]  # a tag's figures ("chat/ttft_p50_ms") are of the same kind
-    if metric.startswith("ttft"):
-        return "TTFT"
-    if metric.startswith(("tpot", "itl", "e2e")):
-        return "per-token latency"
-    return "throughput"

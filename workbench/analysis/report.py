@@ -261,11 +261,7 @@ def build_report(log: RunLog) -> dict:
         "metrics": metrics,
         # A simulated GPU's figures are worth what its stack's figures measured against published
         # runs (presets/published/errors.toml): their median error per kind of figure.
-        **(
-            {"simulated_error": simulated_error(header["engine"]["serving_stack"])}
-            if "serving_stack" in header["engine"]
-            else {}
-        ),
+        **({"simulated_error": simulated_error(header, steps)} if "serving_stack" in header["engine"] else {}),
         "beside_compile": beside_compile_caution(beside, len(steps), requests, start),
         "ended_early_by_reason": early,
         # Why the tail waited (workbench/analysis/explain.py): only where the trace lines were read.
@@ -360,11 +356,16 @@ def _count(requests: list[RequestMetrics], reason: str) -> int:
     return sum(1 for metrics in requests if metrics.finish_reason == reason)
 
 
-def simulated_error(stack: str) -> dict[str, dict]:
-    """Per kind of figure (TTFT, per-token latency, throughput): the stack's stated error."""
-    from workbench.analysis.published import FIGURE_KINDS, stated_error
+def simulated_error(header: dict, steps: list[StepStats]) -> dict[str, dict]:
+    """Per kind of figure (TTFT, per-token latency, throughput): the error stated for the region
+    the run stood in: its engine's settings (the scenario's, with the stack the engine resolved
+    `auto` to) and the load its steps show."""
+    from engine import EngineConfig
+    from workbench.analysis.stated_error import FIGURE_KINDS, Region, load_of, stated_error
 
-    return {kind: stated_error(stack, kind).report_entry() for kind in FIGURE_KINDS}
+    settings = {**header["scenario"].get("engine", {}), "serving_stack": header["engine"]["serving_stack"]}
+    region = Region.of(settings, load_of(steps, settings.get("max_num_seqs", EngineConfig().max_num_seqs)))
+    return {kind: stated_error(region, kind).report_entry() for kind in FIGURE_KINDS}
 
 
 def write_report_files(log: RunLog, out_dir: Path) -> dict:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ConfigError
-from workbench.analysis.published import StatedError
+from workbench.analysis.stated_error import StatedError
 
 SWEEP_CSV = "sweep.csv"
 RATE_KEY = "traffic.rate"
@@ -148,8 +148,9 @@ class Sweep:
     keys: list[str]
     rows: list[dict] = field(default_factory=list)
     target_perc: float | None = None
-    # Its points on simulated GPUs: per serving stack, what each kind of figure is worth (the
-    # points' report.json, `simulated_error`); empty where every point ran for real.
+    # Its points on simulated GPUs: per region (stack, settings, load: StatedError.label), what
+    # each kind of figure is worth (the points' report.json, `simulated_error`); empty where every
+    # point ran for real.
     simulated_errors: dict[str, list[StatedError]] = field(default_factory=dict)
 
 
@@ -201,7 +202,8 @@ def read_sweep(folder: Path) -> Sweep:
 
 
 def _simulated_errors(folder: Path, rows: list[dict]) -> dict[str, list[StatedError]]:
-    """Per serving stack of the points that ran on simulated GPUs, the errors their reports state.
+    """Per region (serving stack and settings, load) of the points that ran on simulated GPUs, the
+    errors their reports state.
     A point whose report.json is gone or unreadable says nothing (its figures are in sweep.csv)."""
     errors = {}
     for row in rows:
@@ -210,7 +212,8 @@ def _simulated_errors(folder: Path, rows: list[dict]) -> dict[str, list[StatedEr
             stack, stated = report["engine"]["serving_stack"], report["simulated_error"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        errors.setdefault(stack, [StatedError.from_report(stack, kind, entry) for kind, entry in stated.items()])
+        stated_errors = [StatedError.from_report(stack, kind, entry) for kind, entry in stated.items()]
+        errors.setdefault(stated_errors[0].label, stated_errors)
     return errors
 
 

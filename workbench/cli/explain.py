@@ -49,6 +49,12 @@ def run(args) -> int:
     scenario = log.header.get("scenario", {})
     variant = log.header.get("variant")
     print(format_explanation(explanation, f"{scenario.get('name', path)}{' / ' + variant if variant else ''}"))
+    if "serving_stack" in log.header.get("engine", {}):  # simulated GPUs: the times are worth what the simulator is
+        from workbench.analysis.report import simulated_error
+        from workbench.runs.run_log import step_stats
+
+        for stated in simulated_error(log.header, [step_stats(record) for record in log.steps]).values():
+            print(f"  {stated['says']}")
     if args.json:
         args.json.write_text(json.dumps(explanation_record(explanation), indent=2) + "\n")
     return 0

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.analysis.published import StatedError, one_line
+from workbench.analysis.stated_error import StatedError, one_line
 from workbench.backends.protocol import IN_PROCESS, BackendCapabilities
 from workbench.gui.charts.plots import (
     LATENCY_UNITS,
@@ -244,8 +244,9 @@ class PlotsView(QWidget):
         self.source_label.setText(f"showing {past_run} (Back to live returns)" if past_run else "")
 
     def show_simulated_error(self, errors: list[StatedError]) -> None:
-        """Say, beside the plots, each kind of figure's measured error on the simulated GPU's
-        serving stack (docs/memory.md); none: the engine is real and the label goes."""
+        """Say, beside the plots, each kind of figure's measured error where the simulated GPU's
+        settings stand (docs/memory.md), or that no published run checks them; none: the engine
+        is real and the label goes."""
         if not errors:
             self.simulated_error.setText("")
             return
@@ -253,7 +254,8 @@ class PlotsView(QWidget):
         self.simulated_error.setText(text, short=short)
         self.simulated_error.setToolTip(
             "\n".join(error.phrase() for error in errors)
-            + "\nThe median |simulated / published - 1| over the stack's published figures of that kind "
+            + "\nThe median |simulated / published - 1| over the published figures of that kind at these "
+            "settings: the stack, one GPU or tensor parallel, multi-step or not, chunked prefill or not "
             '(presets/published/errors.toml; docs/memory.md, "Published runs the simulated GPUs are held to").'
         )
 

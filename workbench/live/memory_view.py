@@ -14,7 +14,7 @@ from engine.configuration.memory import MemoryLine, memory_lines, process_reside
 from engine.simulation import SimulatedTarget, is_simulated
 from engine.simulation.catalogue import hardware_profile
 from workbench.analysis.kv_capacity import kv_cache_note
-from workbench.analysis.published import FIGURE_KINDS, StatedError, stated_error
+from workbench.analysis.stated_error import FIGURE_KINDS, Region, StatedError, stated_error
 from workbench.backends.loader import EngineInfo
 
 
@@ -51,7 +51,9 @@ def memory_view(info: EngineInfo) -> MemoryView:
         return MemoryView(
             lines, info.device_memory_bytes, info.device, f"{info.quantization} — {info.quality}", kv_cache_note(info)
         )
-    errors = [stated_error(summary["serving_stack"], kind) for kind in FIGURE_KINDS]
+    # Before traffic has run, its load is unknown: the errors over the settings' published runs at any load.
+    region = Region.of(dataclasses.replace(config, serving_stack=summary["serving_stack"]))
+    errors = [stated_error(region, kind) for kind in FIGURE_KINDS]
     target = SimulatedTarget.parse(config.model)  # "4xh100-80gb": the group's memory, the lines its totals
     count = target.gpu_count
     group = f", {count} GPUs: TP {config.tensor_parallel_size} x PP {config.pipeline_parallel_size}"

@@ -819,30 +819,60 @@ def test_the_window_fits_800_by_600_with_its_status_bar_and_every_plot_reachable
     assert goodput.width() >= goodput.minimumSizeHint().width()
 
 
-def test_the_memory_tab_shows_a_simulated_gpu_as_estimates(window, qtbot):
+def test_the_memory_tab_shows_a_simulated_gpu_as_estimates_and_the_error_where_its_settings_stand(window, qtbot):
     from engine import EngineConfig
+    from workbench.analysis.stated_error import UNCHECKED, Region, stated_error
 
-    window.load(EngineConfig(model="simulated:llama-2-7b@h100-80gb"))  # the window runs it at real-time speed
-    qtbot.waitUntil(
-        lambda: window.info is not None and window.info.config.model.startswith("simulated:"), timeout=30_000
-    )
+    def load(config: EngineConfig, timeout_s: int = 30) -> None:
+        window.load(config)  # a simulated one at real-time speed
+        qtbot.waitUntil(
+            lambda: (
+                window.info is not None
+                and (window.info.config.model, window.info.config.num_scheduler_steps)
+                == (config.model, config.num_scheduler_steps)
+            ),
+            timeout=timeout_s * 1000,
+        )
+
+    # The defaults (auto: vLLM V1): one published throughput figure at these settings, no TTFT or
+    # per-token one: the label gives the one and says the others are unchecked, no ± figure.
+    load(EngineConfig(model="simulated:llama-2-7b@h100-80gb"))
     text = window.memory.text.text()
     assert "h100-80gb (simulated)" in text and "of 74.5 GiB" in text and "measured" not in text
-    # Issue 59: what its times are worth, per kind of figure, from its stack's published runs.
-    from workbench.analysis.published import stated_error
-
-    assert "<b>timing</b>" in text and stated_error("vllm-0.6.0", "TTFT").phrase() in text
-    # And beside the plots, where the times are drawn: each kind's error, its sources in the tooltip.
+    defaults = Region("vllm-0.8", tensor_parallel=False, multi_step=False, chunked_prefill=True)
+    assert "<b>timing</b>" in text and stated_error(defaults, "TTFT").phrase() in text
     label = window.plots.simulated_error
-    ttft = stated_error("vllm-0.6.0", "TTFT").median_abs_perc
-    assert label.isVisible() and f"TTFT ±{ttft:.0f}%" in label.text() and "simulated (vllm-0.6.0): " in label.text()
-    assert stated_error("vllm-0.6.0", "throughput").phrase() in label.toolTip()
+    throughput = stated_error(defaults, "throughput").median_abs_perc
+    assert stated_error(defaults, "TTFT").phrase().endswith(UNCHECKED)
+    assert label.isVisible() and label.text() == (
+        f"simulated (vllm-0.8; one GPU, single-step, chunked prefill, any load): throughput ±{throughput:.0f}%, "
+        "TTFT unchecked, per-token latency unchecked against published runs"
+    )
+    # vLLM 0.6.0 as SGLang's comparison ran it (multi-step 10, whole prefills): each kind's error
+    # over those published runs, its sources in the tooltip.
+    published = Region("vllm-0.6.0", tensor_parallel=False, multi_step=True, chunked_prefill=False)
+    load(
+        EngineConfig(
+            model="simulated:llama-2-7b@h100-80gb",
+            serving_stack="vllm-0.6.0",
+            num_scheduler_steps=10,
+            enable_chunked_prefill=False,
+        )
+    )
+    ttft = stated_error(published, "TTFT").median_abs_perc
+    assert f"TTFT ±{ttft:.0f}%" in label.text() and "simulated (vllm-0.6.0; one GPU, multi-step" in label.text()
+    assert stated_error(published, "throughput").phrase() in label.toolTip()
     for width in (1280, 800):  # never cut short of its short form, even on an 800-pixel screen
         window.resize(width, 600)
         qtbot.waitUntil(lambda: label.width() >= label.minimumSizeHint().width(), timeout=5_000)
         assert window.width() == width
-    window.load(EngineConfig(model="smollm2-135m", compile_decode="off"))  # a real engine: its times are measured
-    qtbot.waitUntil(lambda: window.info is not None and window.info.config.model == "smollm2-135m", timeout=60_000)
+    load(EngineConfig(model="simulated:llama-2-7b@h100-80gb"))  # and back, at 800 px
+    qtbot.waitUntil(lambda: label.width() >= label.minimumSizeHint().width(), timeout=5_000)
+    assert "TTFT unchecked" in label.text()
+    # Settings no published run used at all (vLLM 0.6.0 multi-step with chunked prefill): no figure of any kind.
+    load(EngineConfig(model="simulated:llama-2-7b@h100-80gb", serving_stack="vllm-0.6.0", num_scheduler_steps=2))
+    assert label.text().endswith(UNCHECKED) and "±" not in label.text()
+    load(EngineConfig(model="smollm2-135m", compile_decode="off"), timeout_s=60)  # real: its times are measured
     assert window.plots.simulated_error.isHidden() and window.plots.simulated_error.text() == ""
 
 

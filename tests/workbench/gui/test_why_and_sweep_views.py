@@ -8,7 +8,6 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt
 
 from engine import EngineConfig
-from workbench.analysis.published import stated_error
 from workbench.bench.headless import run_headless
 from workbench.cli import main
 from workbench.traffic.scenario import SLO, Scenario, ScenarioEvent
@@ -68,10 +67,11 @@ def test_a_sweeps_point_opens_its_run(window, tmp_path):
     chart = window.sweep_view.plots["throughput_vs_latency"]
     curves = [curve for curve in chart.listDataItems() if hasattr(curve, "sweep_rows")]
     assert sum(len(curve.sweep_rows) for curve in curves) == 2
-    # Issue 59: simulated points say what their axes' figures are worth (an A100's stack, vLLM 0.6).
-    throughput, per_token = (stated_error("vllm-0.6.0", kind) for kind in ("throughput", "per-token latency"))
-    note = f"simulated (vllm-0.6.0):<br>x ±{throughput.median_abs_perc:.0f}%, y ±{per_token.median_abs_perc:.0f}%"
-    assert note in chart.titleLabel.text
+    # Issue 78: simulated points say what their axes' figures are worth where each stood: the
+    # defaults (auto: vLLM V1) at one sequence a step and at a full batch of 1, which no
+    # published run checks.
+    for load in ("light", "saturated"):
+        assert f"simulated (vllm-0.8, {load} load):<br>x unchecked, y unchecked" in chart.titleLabel.text
     window.sweep_view.open_point(curves[0].sweep_rows[1])
     assert window.session.viewing_past_run and window.tabs.currentWidget() is window.why
     # Which settings the opened point had: it never said.

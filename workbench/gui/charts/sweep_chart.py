@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 
-from workbench.analysis.published import kind_of
+from workbench.analysis.stated_error import kind_of
 from workbench.analysis.sweep import RATE_KEY, Sweep, describe_settings
 from workbench.gui.charts.plots import set_title
 from workbench.gui.charts.report_images import drawing_offscreen, export_png
@@ -121,17 +121,20 @@ def _series(
 
 
 def _simulated_note(sweep: Sweep, axes: dict[str, str]) -> str:
-    """Title lines for points run on simulated GPUs: per serving stack, each axis's figure's
-    measured error ("simulated (vllm-0.6.0):", then "x ±8%, y ±9%"; `axes`: axis -> the report metric it
-    draws), so that a simulated trade-off is not read as exact. Nothing for real runs."""
+    """Title lines for points run on simulated GPUs: per region the points stood in, each axis's
+    figure's measured error there ("simulated (vllm-0.6.0, busy load):", then "x ±8%, y ±9%"; an
+    axis no published run checks there: "unchecked"; `axes`: axis -> the report metric it draws),
+    so that a simulated trade-off is not read as exact. Nothing for real runs."""
     lines = []
-    for stack, errors in sweep.simulated_errors.items():
+    for errors in sweep.simulated_errors.values():
         by_kind = {error.kind: error.median_abs_perc for error in errors}
+        load = errors[0].where.rpartition(", ")[2]  # "busy load": where points of one stack differ
         worth = [
             f"{axis} " + ("unchecked" if by_kind.get(kind_of(metric)) is None else f"±{by_kind[kind_of(metric)]:.0f}%")
             for axis, metric in axes.items()
         ]
-        lines.append(f"<br>simulated ({stack}):<br>{', '.join(worth)}")  # two short lines: 360-px charts
+        where = f"{errors[0].stack}, {load}" if load else errors[0].stack
+        lines.append(f"<br>simulated ({where}):<br>{', '.join(worth)}")  # two short lines: 360-px charts
     return "".join(lines)
 
 
