@@ -38,8 +38,19 @@ def add_to(commands) -> None:
     calibrate.add_argument(
         "--refit",
         action="store_true",
-        help="with --published: first fit the GPUs' efficiencies and each stack's costs to the fitting runs "
-        "(about 40 minutes on 2 cores) and print them in the catalogue's TOML",
+        help="with --published: first fit each stack's fitted parts to the fitting runs, inside their sources' "
+        "bounds (about 30 minutes on 2 cores), and print them",
+    )
+    calibrate.add_argument(
+        "--refit-hardware",
+        action="store_true",
+        help="with --refit: also fit the GPUs' efficiencies and link latency (shared by every stack; hours on 2 cores)",
+    )
+    calibrate.add_argument(
+        "--no-loso",
+        action="store_true",
+        help="with --published: skip the leave-one-source-out table (each source's runs on stacks fitted "
+        "without them; a few minutes)",
     )
     calibrate.add_argument(
         "--errors-out", type=Path, metavar="FILE", help="with --published: also write the errors as TOML to FILE"
@@ -216,24 +227,33 @@ def _workbench(workload: str, argv: list[str]) -> None:
 def _published(args) -> int:
     import time
 
-    from workbench.analysis.published import errors_of, errors_toml, fit, format_table, load_corpus
+    from workbench.analysis.published import errors_of, errors_toml, format_table, load_corpus
+    from workbench.analysis.published_fit import fit, format_loso_table, leave_one_source_out
 
     corpus = load_corpus()
+    start = time.monotonic()
+
+    def progress(line: str) -> None:
+        print(f"{time.monotonic() - start:6.0f} s  {line}", flush=True)
+
     stacks = hardware = None
     if args.refit:
-        start = time.monotonic()
-        fitted = fit(corpus, on_step=lambda line: print(f"{time.monotonic() - start:6.0f} s  {line}", flush=True))
+        fitted = fit(corpus, fit_hardware=args.refit_hardware, on_step=progress)
         stacks, hardware = fitted.stacks, fitted.hardware
-        print("\nfitted GPU values (every catalogued GPU), for presets/catalogue/hardware.toml:")
-        for name, value in hardware.items():
-            print(f"  {name} = {value!r}")
-        print("fitted stacks, for presets/catalogue/stacks.toml:")
+        if hardware:
+            print("\nfitted GPU values (every catalogued GPU), for presets/catalogue/hardware.toml:")
+            for name, value in hardware.items():
+                print(f"  {name} = {value!r}")
+        print("fitted parts, for presets/catalogue/stacks.toml:")
         for name, stack in stacks.items():
-            costs = ", ".join(f"{key} = {value!r}" for key, value in vars(stack).items() if key != "source")
-            print(f"  [{name}] {costs}")
+            parts = ", ".join(f"{key} = {part.value:g}" for key, part in stack.parts().items() if part.fitted)
+            print(f"  [{name}] {parts or 'nothing fitted'}")
     rows = errors_of(corpus, corpus.runs, stacks, hardware)
     print(format_table(rows))
     if args.errors_out:
         args.errors_out.write_text(errors_toml(rows))
         print(f"errors written to {args.errors_out}")
+    if not args.no_loso:
+        print("\nleave one source out: each source's runs on stacks fitted without them")
+        print(format_loso_table(leave_one_source_out(corpus, on_step=progress)))
     return 0
