@@ -279,3 +279,17 @@ def test_each_stack_at_its_defaults_is_no_slower_at_light_load_than_published(st
     figures = simulate(one_stream)
     assert figures["load"] == "light"
     assert figures["tpot_p50_ms"] <= bound_ms, f"{stack}: {figures['tpot_p50_ms']:.2f} ms a token; {where}"
+
+
+def test_a_fit_tries_only_values_inside_a_parts_bounds_and_starts_a_left_out_source_at_the_middle():
+    import dataclasses
+
+    from engine.simulation.serving_stacks import Part, ServingStack
+    from workbench.analysis.published_fit import part_grid, prior
+
+    call = Part(0.004, "test", (0.001, 0.016), fitted=True)
+    assert part_grid(call) == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.016])  # 5, evenly in log
+    assert part_grid(Part(0.0, "test", (0.0, 0.01), fitted=True))[:2] == [0.0, pytest.approx(1e-4)]
+    launch = Part(1e-4, "test", (2e-5, 5e-4))  # given by its source: never moved
+    stack = prior(ServingStack("test", schedule_s=dataclasses.replace(call, value=0.016), launch_graph_s=launch))
+    assert stack.schedule_s.value == pytest.approx(0.004) and stack.launch_graph_s == launch
