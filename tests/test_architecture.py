@@ -94,6 +94,7 @@ LAB_LAYERS = [
     {"traffic"},  # what to send
     {"runs"},  # drive a backend and record
     {"analysis"},  # the questions asked of runs
+    {"session"},  # one run from its folder's lock to its report files: the window's and headless
     {"live"},  # the window's Qt-free models: its state, its metrics, an opened run
     {"bench"},  # whole runs with their report and files
     {"gui", "server"},  # the window; workbench serve

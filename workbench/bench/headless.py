@@ -6,46 +6,17 @@ This is `workbench bench`'s back end; the GUI's "save run" writes the same files
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from engine.loading.model_file import ModelSource
-from engine.simulation import is_simulated
-from workbench.analysis.report import write_report_files
-from workbench.backends.local import LocalBackend, in_process_backend
+from workbench.backends.local import in_process_backend
 from workbench.backends.protocol import Backend
-from workbench.machine.probe import probe_machine
 from workbench.runs.run_folder import RunFolderLock
-from workbench.runs.run_log import read_run_log
-from workbench.runs.run_recorder import RUN_LOG_NAME, RunRecorder
 from workbench.runs.runner import EndedRequest, ScenarioRunner
+from workbench.session.run_session import RunSession, wait_until_warm
 from workbench.traffic.prompts import text_stream
 from workbench.traffic.scenario import Scenario
-
-# How often a wait for the warm-up says how far it has got.
-_WARM_UP_REPORT_EVERY_S = 10.0
-
-
-def wait_until_warm(backend: Backend, report: Callable[[str], None]) -> None:
-    """Wait for the backend's warm-up (the decode graph's compile) to end, reporting its progress:
-    a run must not measure steps made beside the compile, 5 (median) to 65 (90th percentile) times
-    as slow as compiled ones (docs/compiled-decode.md, "Warm-up: who waits")."""
-    reported_at = None
-    while (progress := backend.warm_up_progress()) is not None:
-        if reported_at is None or time.monotonic() - reported_at >= _WARM_UP_REPORT_EVERY_S:
-            report(f"warming up before the run: {progress.describe()}")
-            reported_at = time.monotonic()
-        time.sleep(0.2)
-
-
-def _probe_if_timed_here(backend: Backend) -> dict | None:
-    """The machine's speed (workbench/machine/probe.py) where this machine's speed sets the run's:
-    the in-process engine on real weights. A simulated GPU's steps are timed by its cost model, and
-    a server's by its own machine."""
-    if isinstance(backend, LocalBackend) and not is_simulated(backend.engine.config.model):
-        return probe_machine()
-    return None
 
 
 def run_headless(
@@ -80,28 +51,19 @@ def _run_and_report(scenario, out_dir, variant, source, backend, on_progress, on
     backend.describe()
     if backend.tokenizer is not None:
         text_stream(backend.tokenizer)
-    probe_at_start = _probe_if_timed_here(backend)  # before the runner's clock starts
+    session = RunSession(out_dir, backend)  # its machine probe before the runner's clock starts
     runner = ScenarioRunner(backend, scenario)
-    log_path = out_dir / RUN_LOG_NAME
-    recorder = RunRecorder.for_run(
-        log_path, backend, runner, dataclasses.asdict(scenario), variant, machine_probe=probe_at_start
-    )
+    session.begin(runner, dataclasses.asdict(scenario), variant)
 
     def request_ended(ended: EndedRequest) -> None:
-        recorder.request_ended(ended)
+        session.request_ended(ended)
         on_progress(ended, runner.total_requests)
 
-    runner.on_step = recorder.update
+    runner.on_step = session.update
     runner.on_request_end = request_ended
-    interrupted = False
     try:
-        result = runner.run(runner.start_time)
-        recorder.finish(result, machine_probe=_probe_if_timed_here(backend))
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        recorder.close()
-    report = write_report_files(read_run_log(log_path, with_traces=True), out_dir)
-    if interrupted:
-        raise KeyboardInterrupt
-    return report
+        runner.run(runner.start_time)
+    except BaseException:  # a Ctrl-C, an engine that broke (EngineBroken), a bug: the report still
+        session.abandon()
+        raise
+    return session.finish()

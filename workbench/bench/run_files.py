@@ -1,6 +1,6 @@
 """A run folder as the window saves and opens it (the `workbench bench --out` layout): the run log,
 its report files, and, for a past run, its metrics replayed. No Qt: the window's Runs panel calls
-these and draws the result; an opened run's step traces are workbench/live/session.py's."""
+these and draws the result; an opened run's step traces are workbench/live/window_session.py's."""
 
 from __future__ import annotations
 

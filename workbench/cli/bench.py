@@ -183,9 +183,10 @@ def _write_decision(out: Path, pairs: list[tuple[dict, dict]], decision, planned
 def _run_one(scenario, variant, out_dir: Path, backend, plots: bool) -> dict:
     from tqdm import tqdm
 
-    from workbench.bench.headless import run_headless, wait_until_warm
+    from workbench.bench.headless import run_headless
     from workbench.runs.run_log import read_run_log
     from workbench.runs.run_recorder import RUN_LOG_NAME
+    from workbench.session.run_session import wait_until_warm
 
     wait_until_warm(backend, lambda message: print(message, file=sys.stderr))  # before the bar's clock starts
     with tqdm(desc="requests", unit="req", file=sys.stderr, dynamic_ncols=True) as bar:

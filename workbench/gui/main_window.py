@@ -43,7 +43,7 @@ from workbench.gui.why_view import WhyView
 from workbench.live.engine_status import EngineStatus, load_percent
 from workbench.live.live_metrics import LiveMetrics
 from workbench.live.memory_view import memory_view
-from workbench.live.session import (
+from workbench.live.window_session import (
     WindowSession,
     live_request_history,
     opened_run_summary,

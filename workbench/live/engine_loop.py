@@ -4,9 +4,9 @@
 The loop's thread is the only code that touches the backend. The GUI sends commands through a
 thread-safe queue, drained between steps; the loop writes metrics into a `MetricsStore`, request
 rows and the block map into `RequestRows`, step traces into a `TraceStore`, and the run log
-through a `RunRecorder`, all of which the GUI reads as snapshots on its timers, so a fast engine
-cannot flood the window's event loop. Events carry only rare news (load progress, loaded, errors,
-traffic state), never per-step data.
+through a `RunSession` (as headless runs do), all of which the GUI reads as snapshots on its
+timers, so a fast engine cannot flood the window's event loop. Events carry only rare news (load
+progress, loaded, errors, traffic state), never per-step data.
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ import numpy as np
 from engine import EngineConfig, EngineError
 from engine.core import EngineBroken
 from engine.requests.metrics import UNFINISHED
-from workbench.analysis.report import write_report_files
 from workbench.backends.loader import BackendLoader
 from workbench.backends.protocol import Backend
 from workbench.live.metrics_store import MetricsStore
 from workbench.live.request_rows import RequestRow, RequestRows
-from workbench.runs.run_folder import RunFolderLock, new_run_folder, runs_home
-from workbench.runs.run_log import RunLogWriter, read_run_log
-from workbench.runs.run_recorder import RUN_LOG_NAME, RunRecorder
+from workbench.runs.run_folder import new_run_folder, runs_home
+from workbench.runs.run_log import RunLogWriter
+from workbench.runs.run_recorder import RUN_LOG_NAME
 from workbench.runs.runner import EndedRequest, ScenarioRunner
+from workbench.session.run_session import RunSession, is_warming_up
 from workbench.step_traces.store import TraceStore
 from workbench.traffic.prompts import text_stream
 from workbench.traffic.scenario import SLO, Scenario
@@ -64,7 +64,7 @@ class EngineLoop:
         # run, a reload or closing the window keeps every earlier run on disk.
         self.runs_dir = runs_dir or runs_home()
         self.run_folder: Path | None = None  # the current run's, once it has sent a request
-        self._folder_lock: RunFolderLock | None = None
+        self._session: RunSession | None = None  # the current run's, once it has sent a request
         self._run_to_log: dict | None = None  # the scenario of the run whose folder is not made yet
         self._stopped_by: str | None = None  # what stopped the current run's traffic early, if anything
         # Each load request and each cancel counts up: a load whose number is no longer the
@@ -87,7 +87,6 @@ class EngineLoop:
         self._requests: RequestRows | None = None
         # Step traces since the engine was loaded, for the Step panel (None: the backend has none).
         self.traces: TraceStore | None = None
-        self._recorder: RunRecorder | None = None
         self._last_refresh = 0.0
         self._thread = threading.Thread(target=self._loop, name="engine-loop", daemon=True)
 
@@ -209,7 +208,7 @@ class EngineLoop:
     def _loop(self) -> None:
         was_busy = False
         while True:
-            if self._held_run is not None and self._backend.warm_up_progress() is None:
+            if self._held_run is not None and not is_warming_up(self._backend):
                 self._start_run(self._held_run)
             busy = self._runner is not None and (self._backend.has_unfinished() or self._runner.traffic_pending)
             if was_busy and not busy and self._runner is not None:
@@ -276,7 +275,7 @@ class EngineLoop:
             scenario, load_number, with_load = argument
             if load_number != self._load_number or (with_load and load_number == self._refused_load):
                 return  # sent with a load that was replaced, cancelled or refused: a refusal runs nothing
-            if self._backend.warm_up_progress() is not None:
+            if is_warming_up(self._backend):
                 # Steps beside the compile run eagerly, 5 to 65 times as slow (docs/compiled-decode.md):
                 # a run started now measured the warm-up, not the engine (the README's screenshot
                 # showed chat-burst at goodput 0%). It starts once the engine is warm, as `bench`'s
@@ -317,6 +316,9 @@ class EngineLoop:
         self._held_run, self._injections_start_a_run = None, False
         self._runner.end_in_flight()
         self._end_run("a new run started")
+        # Its folder and the machine's probe before its clock starts; a run that cannot be
+        # recorded does not run.
+        session = self._open_session(scenario.name)
         self._runner.load_traffic(scenario)
         self.slo = scenario.slo
         self._requests = RequestRows(self._backend, self._backend.num_kv_blocks or 0)
@@ -326,11 +328,11 @@ class EngineLoop:
         self._open_log({**dataclasses.asdict(scenario), "engine": dataclasses.asdict(self._loaded_config)})
         self._run_was_started = True
         try:
-            self._log_the_run()
+            self._log_the_run(session)
         except EngineError:
             self._runner.load_traffic(None)  # a run that cannot be recorded does not run
             raise
-        warm = (self._recorder.header["prefix_cache_at_start"] or {}).get("cached_blocks")
+        warm = (self._session.header["prefix_cache_at_start"] or {}).get("cached_blocks")
         self.events.traffic_state(
             f"running (prefix cache warm: {warm} blocks from earlier runs)" if warm else "running"
         )
@@ -403,7 +405,7 @@ class EngineLoop:
         """A Start's run whose traffic is all sent and ended: its footer and report files now (they
         came only with the next run or the window's close). The window keeps showing it; requests
         injected after it are a run of their own (`_begin_injected_run`)."""
-        if self._recorder is None or not self._run_was_started:
+        if self._session is None or not self._run_was_started:
             return  # a run of injected requests goes on with the next injection
         self._end_run("its traffic ended")
         self._open_interactive_log()
@@ -424,7 +426,7 @@ class EngineLoop:
             raise EngineError("the current run has sent no request yet: nothing to save")
         runner = self._runner
         path.write_bytes(self.run_log_path.read_bytes())
-        if self._recorder is None:  # the run has ended: its log is whole, footer and all
+        if self._session is None:  # the run has ended: its log is whole, footer and all
             return
         in_flight = runner.in_flight_now("when the run was saved")
         writer = RunLogWriter(path)
@@ -474,47 +476,44 @@ class EngineLoop:
         self.slo = self.store.slo = slo
         self._run_to_log["slo"] = dataclasses.asdict(slo)
 
-    def _log_the_run(self) -> None:
-        """The current run's folder, lock and log (nothing when they are made already)."""
+    def _open_session(self, name: str) -> RunSession:
+        """A new run's folder under the runs folder, locked, with the machine's probe."""
+        try:
+            folder = new_run_folder(self.runs_dir, name or "run")
+        except OSError as error:
+            raise EngineError(f"{self.runs_dir}: cannot make the run's folder ({error.strerror or error})") from None
+        return RunSession(folder, self._backend)
+
+    def _log_the_run(self, session: RunSession | None = None) -> None:
+        """The current run's log (nothing when it is open already), in `session` or a new one."""
         if self._run_to_log is None:
             return
         scenario, self._run_to_log = self._run_to_log, None
+        session = session or self._open_session(scenario.get("name"))
         try:
-            folder = new_run_folder(self.runs_dir, scenario.get("name") or "run")
-        except OSError as error:
-            raise EngineError(f"{self.runs_dir}: cannot make the run's folder ({error.strerror or error})") from None
-        self._folder_lock = RunFolderLock(folder)
-        self.run_folder = folder
-        self._recorder = RunRecorder.for_run(folder / RUN_LOG_NAME, self._backend, self._runner, scenario)
+            session.begin(self._runner, scenario)
+        except BaseException:
+            session.abandon()
+            raise
+        self._session, self.run_folder = session, session.folder
 
     def _end_run(self, why: str) -> None:
-        """Close the current run: the requests still in flight logged as unfinished, the footer
-        (stopped early, and by what, with the requests never sent), then report.json and the CSVs
-        beside the log. The folder stays where it is. Without a runner (the engine failed
-        mid-step) the log is closed without a footer: its report says the run did not end cleanly."""
-        recorder, self._recorder, self._run_to_log = self._recorder, None, None
-        lock, self._folder_lock = self._folder_lock, None
-        if recorder is None:
+        """Close the current run (RunSession.finish): the requests still in flight logged as
+        unfinished, the footer, then report.json and the CSVs beside the log. The folder stays
+        where it is. Without a runner (the engine failed mid-step) the log is closed without a
+        footer (RunSession.abandon): its report says the run did not end cleanly."""
+        session, self._run_to_log = self._session, None
+        if session is None:
             return
         try:
-            runner = self._runner
-            if runner is None:
-                recorder.close()
+            if self._runner is None:
+                session.abandon()
             else:
-                runner.stop_traffic()
-                in_flight = runner.in_flight_now(f"when {why}")
-                for ended in in_flight:
-                    recorder.request_ended(ended)
-                result = runner.result
-                result.duration_s = self._seconds()
-                result.num_unfinished = sum(ended.metrics.finish_reason == UNFINISHED for ended in in_flight)
-                result.interrupted |= bool(in_flight)
-                recorder.finish(result, stopped_by=(self._stopped_by or why) if result.interrupted else None)
-            write_report_files(read_run_log(lock.folder / RUN_LOG_NAME, with_traces=True), lock.folder)
+                session.finish(ended_by=why, stopped_by=self._stopped_by)
         except (EngineError, OSError) as error:  # the log is on disk: `workbench report` rebuilds the rest
-            self.events.failed(f"{lock.folder}: the run's report files were not written ({error})")
+            self.events.failed(f"{session.folder}: the run's report files were not written ({error})")
         finally:
-            lock.release()
+            self._session = None
 
     def _seconds(self) -> float:
         return self._backend.clock() - self._runner.start_time
@@ -528,8 +527,8 @@ class EngineLoop:
             self.events.failed(f"{update.failure}; the requests in flight ended with this error, the engine goes on")
         if update.stats is not None:
             self.store.add_step(update.stats)
-        if self._recorder is not None:
-            self._recorder.update(update)
+        if self._session is not None:
+            self._session.update(update)
         if update.trace is not None and self.traces is not None:
             self.traces.add(update.trace)
         self._requests.updated(update, self._seconds())
@@ -539,8 +538,8 @@ class EngineLoop:
 
     def _on_end(self, ended: EndedRequest) -> None:
         self.store.add_request(ended.metrics, ended.tag, ended.request_id)
-        if self._recorder is not None:
-            self._recorder.request_ended(ended)
+        if self._session is not None:
+            self._session.request_ended(ended)
         self._requests.ended(ended, self._seconds())
 
     def _at_rest_state(self) -> str:

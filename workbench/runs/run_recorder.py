@@ -1,7 +1,8 @@
 """One run's log, written as the run happens: the header (provenance, scenario, seed, requests
 planned), a line per backend update that carries server state, the step's trace where the backend
 has one, a line per ended request, and the footer once the run has ended. A log without a footer
-is an interrupted run (its report says so). Headless runs and the window record the same way."""
+is an interrupted run (its report says so). Headless runs and the window record through one run
+session (workbench/session/run_session.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def _run_header(
         "engine": description["engine"],
         "requests_planned": requests_planned,
         "trace_columns": TRACE_COLUMNS,
-        "machine_probe": machine_probe,  # workbench/machine/probe.py, before the first request (headless runs)
+        "machine_probe": machine_probe,  # workbench/machine/probe.py, before the first request (timed here)
         "trace_replay": trace_replay,  # a replayed trace: its file, rows read, requests, how many were cut to fit
         "prefix_cache_at_start": prefix_cache_at_start(backend),
     }
@@ -74,10 +75,9 @@ class RunRecorder:
         variant: str | None = None,
         machine_probe: dict | None = None,
     ) -> RunRecorder:
-        """The run log of the run `runner` is about to make on `backend`: the one way `workbench
-        bench` (workbench/bench/headless.py) and the window (workbench/live/engine_loop.py) start one,
-        so their logs carry the same header. `scenario` is the scenario as a dict (its seed, trace
-        level and SLO are read from it)."""
+        """The run log of the run `runner` is about to make on `backend`, opened by the run session
+        (workbench/session/run_session.py) that headless runs and the window share. `scenario` is
+        the scenario as a dict (its seed, trace level and SLO are read from it)."""
         header = _run_header(
             backend,
             scenario,

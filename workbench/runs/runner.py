@@ -93,6 +93,7 @@ class ScenarioRunner:
         )
         self._paused_since = None
         self.result = RunResult(start_time=self.backend.clock(), duration_s=0.0)  # each run its own
+        self._run_closed = False
         # Each run numbers its requests from 0 ("conv-0", not "conv-977" in the window's second run).
         self._sent_in_run = 0
 
@@ -117,21 +118,28 @@ class ScenarioRunner:
             while self.tick():
                 pass
         finally:
-            self.result.duration_s = self.backend.clock() - self.start_time
-            self._account_for_the_rest()
-            self.result.problems += self.backend.problems()
-            self.result.sessions_cut_by_context = self.plan.sessions_cut_by_context if self.plan else None
-            self.result.sessions_started = self.plan.sessions_started if self.plan else None
+            self.close_run("when the run ended")
         return self.result
 
-    def _account_for_the_rest(self) -> None:
-        """Report the requests the run ends without: those in flight as "unfinished" (with what
-        they had so far), those never sent as a count."""
-        rest = self.in_flight_now("when the run ended")
+    def close_run(self, when: str) -> RunResult:
+        """The run's closing account, once: its duration on the backend clock, the requests it
+        ends without (those in flight recorded as "unfinished" with what they had so far, `when`
+        in their detail; those never sent counted), the backend's problems and the sessions'
+        counts. A later call returns the same result; the next run (`load_traffic`) opens anew."""
+        if self._run_closed:
+            return self.result
+        self._run_closed = True
+        self.result.duration_s = self.backend.clock() - self.start_time
+        self.stop_traffic()
+        rest = self.in_flight_now(when)
         self.result.num_unfinished = sum(ended.metrics.finish_reason == UNFINISHED for ended in rest)
+        self.result.interrupted |= bool(rest)
         for ended in rest:
             self._record_end(ended)
-        self.result.num_not_sent += self.plan.count_rest() if self.plan is not None else 0
+        self.result.problems += self.backend.problems()
+        self.result.sessions_cut_by_context = self.plan.sessions_cut_by_context if self.plan else None
+        self.result.sessions_started = self.plan.sessions_started if self.plan else None
+        return self.result
 
     def in_flight_now(self, when: str) -> list[EndedRequest]:
         """The requests sent whose end has not been recorded, as copies: "unfinished" with what they

@@ -283,7 +283,7 @@ def test_a_run_that_cannot_be_shown_switches_nothing(window, tmp_path, tiny_llam
     run_headless(tiny_scenario(directory), shown)
     run_headless(tiny_scenario(directory), broken)
     window.open_run(str(shown))
-    monkeypatch.setattr("workbench.live.session.explain", lambda *_: {}["a field this log lacks"])
+    monkeypatch.setattr("workbench.live.window_session.explain", lambda *_: {}["a field this log lacks"])
     window.open_run(str(broken))
     assert (
         "open run: " in window.error_label.text() and "its log cannot be shown (KeyError" in window.error_label.text()

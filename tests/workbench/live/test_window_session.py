@@ -9,7 +9,7 @@ import pytest
 
 from workbench.cli import main
 from workbench.live.request_rows import RequestRow
-from workbench.live.session import WindowSession, live_request_history, opened_run_summary, step_not_kept
+from workbench.live.window_session import WindowSession, live_request_history, opened_run_summary, step_not_kept
 from workbench.runs.run_log import read_run_log
 
 
