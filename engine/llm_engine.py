@@ -19,6 +19,7 @@ from collections.abc import Callable
 from collections.abc import Sequence as SequenceOf
 
 from engine.configuration.config import EngineConfig
+from engine.configuration.speculation_methods import speculation_method
 from engine.errors import ConfigError, EngineError
 from engine.execution.executor import ModelExecutor
 from engine.execution.kv_sizing import check_the_longest_request_fits, kv_blocks
@@ -56,18 +57,18 @@ class LLMEngine:
         model file, reused instead of reading `config.model` again (a reconfiguration that keeps
         the model, or tests that build many engines)."""
         config = config or EngineConfig()
+        speculation = speculation_method(config.speculative_method)
         if is_simulated(config.model):
-            if config.speculative_method == "ngram":
+            if not speculation.on_simulated_gpus:
                 raise ConfigError(
-                    "speculative_method = 'ngram': a simulated GPU emits placeholder tokens, in which prompt lookup "
-                    f"finds nothing; expected 'draft' (acceptance and cost as settings) or 'off' for {config.model}"
+                    f"speculative_method = {speculation.name!r}: {speculation.not_on_simulated_gpus} for {config.model}"
                 )
             prepared = prepare_simulated_model(config)
         else:
-            if config.speculative_method == "draft":
+            if not speculation.on_real_models:
                 raise ConfigError(
-                    f"speculative_method = 'draft': {config.model} runs for real and no draft model runs beside it; "
-                    "expected 'ngram' (prompt lookup) or 'off' ('draft' is for simulated:MODEL@GPU)"
+                    f"speculative_method = {speculation.name!r}: {config.model} runs for real and "
+                    f"{speculation.not_on_real_models}"
                 )
             if config.serving_stack != AUTO_STACK:
                 raise ConfigError(
@@ -177,11 +178,11 @@ class LLMEngine:
         params = params or SamplingParams()
         now = self.clock()
         check_request(params, priority, arrival_time, request_id, now, self.model_config.vocab_size)
-        if self.config.speculative_method == "ngram" and not params.greedy:
+        if speculation_method(self.config.speculative_method).greedy_only and not params.greedy:
             raise EngineError(
-                f"temperature = {params.temperature:g}: ngram speculative decoding keeps a request's tokens exactly "
-                "those of plain decoding for greedy sampling only; expected temperature 0, or speculative_method "
-                "= 'off'"
+                f"temperature = {params.temperature:g}: {self.config.speculative_method} speculative decoding keeps a "
+                "request's tokens exactly those of plain decoding for greedy sampling only; expected temperature 0, "
+                "or speculative_method = 'off'"
             )
         token_ids = prompt_token_ids(prompt, self.tokenizer, self.model_config.vocab_size, self.model_path)
         if request_id is not None and self._id_in_use(request_id):

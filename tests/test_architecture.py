@@ -341,6 +341,47 @@ def test_the_traffic_check_finds_a_planted_comparison(tmp_path):
     assert traffic_name_comparisons({"planted": planted}) == ["planted:1"]
 
 
+def speculation_name_comparisons(sources: dict[str, Path]) -> list[str]:
+    """`config.speculative_method == "ngram"`, `method != "off"`: a choice made by comparing a
+    speculation method's name. "off" is also another setting's value (compile_decode), so it counts
+    only where the comparison is about speculation."""
+    from engine.configuration.speculation_methods import SPECULATION_METHODS
+
+    proposing = {name for name, method in SPECULATION_METHODS.items() if method.proposes}
+
+    def compares(node: ast.AST) -> bool:
+        if not isinstance(node, ast.Compare):
+            return False
+        text = ast.unparse(node)
+        literals = {child.value for child in ast.walk(node) if isinstance(child, ast.Constant)}
+        return bool(literals & proposing) or (bool(literals & set(SPECULATION_METHODS)) and "specul" in text)
+
+    return sorted(
+        f"{name}:{node.lineno}"
+        for name, path in sources.items()
+        if name != "engine.configuration.speculation_methods"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if compares(node)
+    )
+
+
+def test_only_the_speculation_registry_dispatches_on_method_names():
+    """Issue 79 #5: a new speculation method touched six files, its name compared in the config, the
+    engine, the simulation and the engine panel. Each method's facts now come from
+    engine/configuration/speculation_methods.py."""
+    assert speculation_name_comparisons(SOURCES) == []
+
+
+def test_the_speculation_check_finds_a_planted_comparison(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        'greedy_only = config.speculative_method == "ngram"\n'
+        'speculates = config.speculative_method != "off"\n'
+        'eager = compile_decode == "off"\n'  # another setting's "off": allowed
+    )
+    assert speculation_name_comparisons({"planted": planted}) == ["planted:1", "planted:2"]
+
+
 def test_tests_import_helpers_from_modules_of_their_own():
     """Not from conftest.py (pytest's, loaded its own way) nor from another test module (importing
     one collects its tests' module state twice): shared helpers live in helper modules."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import MISSING, dataclass, field, fields
 
+from engine.configuration.speculation_methods import speculation_method
 from engine.errors import ConfigError
 from engine.quantization import BATCHED_ROWS, get_method
 from engine.quantization.auto import AUTO
@@ -23,7 +24,6 @@ COMPILE_DECODE_CHOICES = ("background", "blocking", "off")
 # How decode steps speculate (vLLM's speculative_config "method"): not at all, by n-gram prompt
 # lookup (no second model), or, on simulated GPUs, by a draft model whose cost and acceptance are
 # settings (engine/scheduling/speculation.py).
-SPECULATIVE_METHODS = ("off", "ngram", "draft")
 # How many tokens a speculating sequence proposes from step to step (transformers' assisted
 # generation's names): always num_speculative_tokens, or the heuristic that follows its acceptance.
 SPECULATIVE_SCHEDULES = ("constant", "heuristic")
@@ -313,10 +313,7 @@ class EngineConfig:
             raise ConfigError(f"model: expected an alias, a .gguf file or a directory, got {self.model!r}")
 
     def _check_speculation(self) -> None:
-        if self.speculative_method not in SPECULATIVE_METHODS:
-            raise ConfigError(
-                f"speculative_method: expected one of {', '.join(SPECULATIVE_METHODS)}, got {self.speculative_method!r}"
-            )
+        speculation_method(self.speculative_method)  # refuses unknown names, listing the registry's
         if self.num_speculative_tokens_schedule not in SPECULATIVE_SCHEDULES:
             raise ConfigError(
                 f"num_speculative_tokens_schedule: expected one of {', '.join(SPECULATIVE_SCHEDULES)}, "
@@ -334,7 +331,7 @@ class EngineConfig:
 
     @property
     def speculates(self) -> bool:
-        return self.speculative_method != "off"
+        return speculation_method(self.speculative_method).proposes
 
     @property
     def long_prompt_queue_enabled(self) -> bool:

@@ -19,6 +19,8 @@ Proposers:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from engine.configuration.config import EngineConfig
@@ -55,12 +57,17 @@ class DraftProposer:
         return [self.PLACEHOLDER_TOKEN] * max(limit, 0)
 
 
+# Each proposing method's proposer, by its name in engine/configuration/speculation_methods.py.
+PROPOSERS: dict[str, Callable[[EngineConfig], NgramProposer | DraftProposer]] = {
+    "ngram": lambda config: NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max),
+    "draft": lambda config: DraftProposer(),
+}
+
+
 def proposer_for(config: EngineConfig) -> NgramProposer | DraftProposer | None:
-    if config.speculative_method == "ngram":
-        return NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
-    if config.speculative_method == "draft":
-        return DraftProposer()
-    return None
+    """The proposer of the configuration's method; None for a method that does not propose."""
+    make = PROPOSERS.get(config.speculative_method) if config.speculates else None
+    return make(config) if make is not None else None
 
 
 def next_proposal_limit(limit: int, all_accepted: bool, most: int) -> int:

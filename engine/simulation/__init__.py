@@ -21,6 +21,7 @@ from engine.configuration.memory import (
     kv_budget_bytes,
     weight_bytes_estimate,
 )
+from engine.configuration.speculation_methods import speculation_method
 from engine.errors import ConfigError
 from engine.execution.prepared_model import KvMemoryLimits, PreparedModel
 from engine.model_spec.kv_layout import KvLayout
@@ -112,7 +113,7 @@ def prepare_simulated_model(config: EngineConfig) -> PreparedModel:
         block_bytes = KvLayout.of(shape).block_bytes(config.block_size, kv_bytes_per_token // shape.num_layers)
         drafting = (
             DraftModel(config.draft_acceptance_rate, config.draft_cost_fraction, config.seed)
-            if config.speculative_method == "draft"
+            if speculation_method(config.speculative_method).simulated_draft_model
             else None
         )
         return SimulatedExecutor(cost_model, clock, kv_cache_bytes=num_blocks * block_bytes, draft_model=drafting)

@@ -22,11 +22,11 @@ from engine.configuration.config import (
     DTYPES,
     KV_CACHE_DTYPES,
     SCHEDULING_POLICIES,
-    SPECULATIVE_METHODS,
     SPECULATIVE_SCHEDULES,
     EngineConfig,
     knob_help,
 )
+from engine.configuration.speculation_methods import SPECULATION_METHODS
 from engine.errors import ConfigError
 from engine.loading.bundled_models import BUNDLED_MODELS
 from engine.quantization import METHODS, all_group_sizes
@@ -165,7 +165,7 @@ class EnginePanel(QGroupBox):
         self.policy.addItems(list(SCHEDULING_POLICIES))
         self.policy.setToolTip(knob_help("scheduling_policy"))
         # Speculative decoding (docs/speculation.md): ngram on the real engine, draft on simulated GPUs.
-        self.speculative_method = choice_box(list(SPECULATIVE_METHODS), knob_help("speculative_method"))
+        self.speculative_method = choice_box(list(SPECULATION_METHODS), knob_help("speculative_method"))
         self.speculative_tokens = int_box(1, 64, defaults.num_speculative_tokens, knob_help("num_speculative_tokens"))
         self.speculative_schedule = choice_box(
             list(SPECULATIVE_SCHEDULES), knob_help("num_speculative_tokens_schedule")
@@ -241,15 +241,21 @@ class EnginePanel(QGroupBox):
         for row in range(self.group_size.count()):
             model.item(row).setEnabled(int(self.group_size.itemText(row)) in accepted or not accepted)
 
-    def _offer_speculation_settings(self, method: str) -> None:
-        """Enable only the settings the chosen method reads: the lookup for ngram, the draft's
-        acceptance and cost for draft, neither with speculation off (they are kept, not reset)."""
+    def _offer_speculation_settings(self, name: str) -> None:
+        """Enable only the settings the chosen method reads (engine/configuration/speculation_methods.py:
+        the lookup for ngram, the draft's acceptance and cost for draft, none with speculation off);
+        the others are kept, not reset."""
+        method = SPECULATION_METHODS[name]
         for box in (self.speculative_tokens, self.speculative_schedule):
-            box.setEnabled(method != "off")
-        for box in (self.lookup_min, self.lookup_max):
-            box.setEnabled(method == "ngram")
-        for box in (self.draft_acceptance, self.draft_cost):
-            box.setEnabled(method == "draft")
+            box.setEnabled(method.proposes)
+        boxes = {
+            "prompt_lookup_min": self.lookup_min,
+            "prompt_lookup_max": self.lookup_max,
+            "draft_acceptance_rate": self.draft_acceptance,
+            "draft_cost_fraction": self.draft_cost,
+        }
+        for setting, box in boxes.items():
+            box.setEnabled(setting in method.settings)
 
     def _pick_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "GGUF model", "", "GGUF (*.gguf)")

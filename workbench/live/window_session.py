@@ -2,7 +2,7 @@
 run), the selected step and request, and the run the Why tab explains. `MainWindow` keeps layout
 and wiring and asks this object what to show; each transition says what the panes must forget, so
 that no pane keeps a run the others have left (a request detail of a previous run, a Why tab of an
-opened run after going back to live). Tested without a window (tests/workbench/live/test_session.py).
+opened run after going back to live). Tested without a window (tests/workbench/live/test_window_session.py).
 """
 
 from __future__ import annotations
