@@ -37,7 +37,7 @@ from engine.llm_engine import LLMEngine
 from engine.requests.metrics import RequestMetrics, StepStats
 from engine.requests.outputs import RequestOutput
 from engine.requests.sampling_params import SamplingParams
-from engine.simulation import SimulatedTarget, is_simulated
+from engine.simulation import SimulatedTarget, is_simulated, target_name
 from engine.simulation.catalogue import hardware_profile, model_shape
 from engine.simulation.parallel import Parallelism
 
@@ -100,7 +100,7 @@ class Deployment:
         one_instance = f"{split.gpus}x{single}" if split.gpus > 1 else single
         instance_config = dataclasses.replace(
             config,
-            model=f"simulated:{name}@{one_instance}",
+            model=target_name(name, one_instance),
             data_parallel_size=1,
             prefill_instances=0,
             step_trace=False,

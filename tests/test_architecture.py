@@ -382,6 +382,45 @@ def test_the_speculation_check_finds_a_planted_comparison(tmp_path):
     assert speculation_name_comparisons({"planted": planted}) == ["planted:1", "planted:2"]
 
 
+def hand_made_target_names(sources: dict[str, Path]) -> list[str]:
+    """f"simulated:{model}@{gpu}" and `.startswith("simulated:")`: a simulated target's name written
+    or recognised by hand rather than by engine/simulation/target.py's `target_name` and
+    `is_simulated`."""
+
+    def by_hand(node: ast.AST) -> bool:
+        if isinstance(node, ast.JoinedStr):
+            first = node.values[0] if node.values else None
+            text = str(first.value) if isinstance(first, ast.Constant) else ""
+            return text.startswith("simulated:") and not text.startswith("simulated: ")  # not a caption
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith":
+            return any(isinstance(arg, ast.Constant) and arg.value == "simulated:" for arg in node.args)
+        return False
+
+    return sorted(
+        f"{name}:{node.lineno}"
+        for name, path in sources.items()
+        if name != "engine.simulation.target"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if by_hand(node)
+    )
+
+
+def test_simulated_targets_are_named_and_recognised_in_one_place():
+    """Issue 79 #5: `simulated:` targets were formatted by hand in 4 places and their prefix tested
+    by hand in 2."""
+    assert hand_made_target_names(SOURCES) == []
+
+
+def test_the_target_check_finds_planted_hand_made_names(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        'model = f"simulated:{name}@{gpu}"\n'
+        'simulated = str(path).startswith("simulated:")\n'
+        'note = f"simulated: {figure}"\n'  # a caption that starts with the word: allowed
+    )
+    assert hand_made_target_names({"planted": planted}) == ["planted:1", "planted:2"]
+
+
 def test_tests_import_helpers_from_modules_of_their_own():
     """Not from conftest.py (pytest's, loaded its own way) nor from another test module (importing
     one collects its tests' module state twice): shared helpers live in helper modules."""

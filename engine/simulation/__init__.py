@@ -34,7 +34,7 @@ from engine.simulation.executor import DraftModel, SimulatedClock, SimulatedExec
 from engine.simulation.parallel import Parallelism
 from engine.simulation.serving_stacks import AUTO as AUTO_STACK
 from engine.simulation.serving_stacks import DEFAULT_STACK, IDEAL, serving_stack
-from engine.simulation.target import PREFIX, SimulatedTarget, is_simulated  # noqa: F401  (the package's names)
+from engine.simulation.target import PREFIX, SimulatedTarget, is_simulated, target_name  # noqa: F401  (the package's names)
 
 # Simulated GPUs compute in 16 bits; their KV cache holds what kv_cache_dtype names (auto: 16
 # bits; int8: 8-bit codes and a 16-bit scale per token and head, as the CPU's).

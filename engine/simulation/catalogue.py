@@ -19,6 +19,7 @@ from engine.platform.cache_directory import cache_directory
 from engine.platform.device import dtype_name, total_memory_bytes
 from engine.platform.user_files import locked, replace_text
 from engine.settings import build
+from engine.simulation.target import target_name
 from kernels.timing import timed_runs
 
 CATALOGUE_DIR = Path(str(importlib.resources.files("presets"))) / "catalogue"  # package data (presets/__init__.py)
@@ -115,6 +116,25 @@ def model_names() -> list[str]:
 def catalogued_hardware() -> list[str]:
     """The GPUs of the catalogue, from their datasheets (not measured here)."""
     return sorted(_table("hardware.toml"))
+
+
+# The GPU the window offers every catalogued model on, and the counts it may take.
+LISTED_GPU = "h100-80gb"
+_LISTED_COUNTS = (1, 2, 4, 8)
+
+
+def listed_targets() -> list[str]:
+    """The simulated targets the window's model list offers: every catalogued model on the fewest
+    H100s (1, 2, 4 or 8) whose memory is at least twice its 16-bit weights (half left for the KV
+    cache), so a model added to presets/catalogue/models.toml is offered there too."""
+    memory = hardware_profile(LISTED_GPU).memory_bytes
+    targets = []
+    for name in model_names():
+        weight_bytes = 2 * model_shape(name)[0].num_parameters
+        count = next((count for count in _LISTED_COUNTS if count * memory >= 2 * weight_bytes), None)
+        if count is not None:
+            targets.append(target_name(name, LISTED_GPU if count == 1 else f"{count}x{LISTED_GPU}"))
+    return targets
 
 
 def hardware_names() -> list[str]:

@@ -15,7 +15,13 @@ PREFIX = "simulated:"
 
 
 def is_simulated(model: str) -> bool:
-    return model.startswith(PREFIX)
+    """`model` names a simulated target ("simulated:MODEL@HARDWARE"), not a file or a server."""
+    return str(model).startswith(PREFIX)
+
+
+def target_name(model: str, hardware: str) -> str:
+    """ "simulated:MODEL@HARDWARE": the one place a target's name is written."""
+    return f"{PREFIX}{model}@{hardware}"
 
 
 @dataclass(frozen=True)
@@ -37,4 +43,4 @@ class SimulatedTarget:
         return cls(name, hardware, gpu, count)
 
     def __str__(self) -> str:
-        return f"{PREFIX}{self.model}@{self.hardware}"
+        return target_name(self.model, self.hardware)

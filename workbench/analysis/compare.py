@@ -342,7 +342,7 @@ def runs_repeat_exactly(report: dict) -> bool:
     run beyond its requests' noise."""
     model = str(report.get("scenario", {}).get("engine", {}).get("model", ""))
     backend = report.get("backend", {}).get("name", "in-process engine")
-    return model.startswith("simulated:") and backend.startswith("in-process")
+    return is_simulated(model) and backend.startswith("in-process")
 
 
 def compare_folders(

@@ -31,6 +31,7 @@ import numpy as np
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.errors import ConfigError
 from engine.simulation.serving_stacks import STACKS_FILE, ServingStack, serving_stack, stack_names
+from engine.simulation.target import target_name
 from workbench.analysis.stated_error import FIGURE_KINDS, METRIC_KINDS, Region, load_of
 
 PRESETS = Path(str(importlib.resources.files("presets")))
@@ -70,7 +71,7 @@ class PublishedRun:
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
-            model=f"simulated:{self.model}@{self.hardware}",
+            model=target_name(self.model, self.hardware),
             tensor_parallel_size=self.tensor_parallel_size,
             serving_stack=self.stack,
             enable_prefix_caching=False,  # off in every published run (vLLM's default then; SGLang's disabled)

@@ -162,6 +162,7 @@ def _held_out(args, config, chosen) -> None:
     simulated engine of the same model and quantization on the profile just saved."""
     import json
 
+    from engine.simulation.target import target_name
     from workbench.analysis.fidelity import (
         figure_errors,
         format_fidelity,
@@ -172,7 +173,7 @@ def _held_out(args, config, chosen) -> None:
     from workbench.runs.run_log import read_run_log
     from workbench.runs.run_recorder import RUN_LOG_NAME
 
-    simulated = f"simulated:{config.model}@{args.name}"
+    simulated = target_name(config.model, args.name)
     errors, terms = [], {}
     for preset, variant in chosen:
         workload = held_out_name(preset, variant)

@@ -32,6 +32,7 @@ from engine.loading.bundled_models import BUNDLED_MODELS
 from engine.quantization import METHODS, all_group_sizes
 from engine.quantization.auto import AUTO
 from engine.simulation import SimulatedTarget, is_simulated
+from engine.simulation.catalogue import listed_targets
 from engine.simulation.serving_stacks import AUTO as AUTO_STACK
 from engine.simulation.serving_stacks import stack_names
 from workbench.gui.form_widgets import ChoiceBox, choice_box, emit_validated, float_box, int_box
@@ -50,22 +51,16 @@ class EnginePanel(QGroupBox):
         self.model.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.model.setMinimumContentsLength(len("smollm2-135m") + 2)
         self.model.addItems(list(BUNDLED_MODELS))
-        self.model.addItems(
-            [
-                f"simulated:{name}@{gpu}"
-                for name, gpu in (
-                    ("llama-2-7b", "h100-80gb"),
-                    ("llama-3-8b", "h100-80gb"),
-                    ("llama-3-70b", "h200"),
-                    ("llama-3-70b", "4xh100-80gb"),
-                    ("mistral-7b", "a100-80gb"),
-                )
-            ]
-        )
+        self.model.addItems(listed_targets())  # every catalogued model (presets/catalogue/models.toml)
         self.model.setToolTip(knob_help("model"))
         # The list opens as wide as its longest entry, whatever the narrow field: cut to the field's
-        # width, "simulated:llama-2-7b@…" and "simulated:llama-3-8b@…" read the same.
-        self.model.view().setMinimumWidth(self.model.view().sizeHintForColumn(0) + 2 * self.model.view().frameWidth())
+        # width, "simulated:llama-2-7b@…" and "simulated:llama-3-8b@…" read the same. With more
+        # entries than the list shows at once, its scroll bar takes a share of that width too.
+        view = self.model.view()
+        scroll_bar = (
+            view.verticalScrollBar().sizeHint().width() if self.model.count() > self.model.maxVisibleItems() else 0
+        )
+        view.setMinimumWidth(view.sizeHintForColumn(0) + 2 * view.frameWidth() + scroll_bar)
         # One narrow button with a menu keeps the controls column narrow.
         self.browse = QToolButton()
         self.browse.setText("…")

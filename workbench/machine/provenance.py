@@ -13,6 +13,7 @@ import torch
 from engine.llm_engine import LLMEngine
 from engine.platform.device import device_name, dtype_name
 from engine.quantization.cpu_products import cpu_features
+from engine.simulation.target import is_simulated
 
 
 @functools.lru_cache(maxsize=8)
@@ -25,7 +26,7 @@ def file_sha256(path: Path) -> str:
 
 
 def model_identity(path: Path) -> dict:
-    if str(path).startswith("simulated:"):
+    if is_simulated(str(path)):
         return {"simulated": str(path), "note": "shapes and hardware from presets/catalogue; no weights"}
     if path.is_dir():
         files = sorted(path.glob("*.safetensors")) + sorted(path.glob("*.json"))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from engine import EngineConfig
+from engine.simulation import SimulatedTarget, is_simulated
+from engine.simulation.catalogue import model_names
 from workbench.gui.engine_panel import EnginePanel
 
 
@@ -107,3 +109,18 @@ def test_the_model_list_shows_every_entry_whole_and_distinct(qtbot):
     shown = [view.fontMetrics().elidedText(entry, view.textElideMode(), view.viewport().width()) for entry in entries]
     assert shown == entries  # whole, so distinct
     panel.model.hidePopup()
+
+
+def test_the_model_list_offers_every_catalogued_model_on_enough_gpus(qtbot):
+    """Issue 79 #5: the window's simulated models were a hard-coded list of five while the catalogue
+    (presets/catalogue/models.toml) held twelve; now each is offered, on as many H100s as leave half
+    their memory for the KV cache."""
+    panel = EnginePanel()
+    qtbot.addWidget(panel)
+    entries = [panel.model.itemText(row) for row in range(panel.model.count())]
+    targets = {
+        SimulatedTarget.parse(entry).model: SimulatedTarget.parse(entry) for entry in entries if is_simulated(entry)
+    }
+    assert set(targets) == set(model_names())
+    assert targets["llama-3-8b"].gpu_count == 1 and targets["llama-3-70b"].gpu_count == 4
+    assert {target.gpu for target in targets.values()} == {"h100-80gb"}
