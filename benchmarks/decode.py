@@ -48,14 +48,16 @@ from benchmarks.common import (
 from benchmarks.paired_ratio import MIN_PAIRS, measure_pairs, paired_ratio
 from benchmarks.peers import llama_cpp_decode
 from engine import LLMEngine, SamplingParams
+from engine.core import EngineCore
 from engine.quantization import QuantizedLinear
 from engine.quantization.int8 import Int8Embedding
 
 
 def kernel_ms_per_step(engine: LLMEngine, steps: int = 20) -> float:
+    core = EngineCore(engine)
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         for _ in range(steps):
-            engine.step()
+            core.step_or_raise()
     return sum(event.self_cpu_time_total for event in profiler.key_averages()) / steps / 1000
 
 
@@ -93,11 +95,12 @@ def prompt_of(length: int, vocab_size: int) -> list[int]:
 
 def decode_step_s(engine: LLMEngine, params: SamplingParams, prompt: list[int] = PROMPT) -> float:
     """Seconds per decode step of one request, timed from the first step after its prefill."""
+    core = EngineCore(engine)
     engine.add_request(prompt, params)
-    engine.step()  # prefill
+    core.step_or_raise()  # prefill
     start, steps = time.perf_counter(), 0
     while engine.has_unfinished():
-        engine.step()
+        core.step_or_raise()
         steps += 1
     return (time.perf_counter() - start) / steps
 
@@ -168,10 +171,11 @@ def main() -> None:
             kernel_ms = None
             if engine.executor.decode_mode != "compiled":
                 engine.add_request(prompt, SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True))
-                engine.step()
+                core = EngineCore(engine)
+                core.step_or_raise()
                 kernel_ms = kernel_ms_per_step(engine)
                 while engine.has_unfinished():  # finish the profiled request
-                    engine.step()
+                    core.step_or_raise()
             read = bytes_read_per_token(engine) + kv_bytes_read(engine, context)
             row = {
                 "option": row_label(label, overrides, engine),

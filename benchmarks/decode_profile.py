@@ -29,6 +29,7 @@ import torch
 from benchmarks.common import build_engine, machine_line
 from benchmarks.fixed_workload import fixed_workload
 from benchmarks.peers import VLLM_PYTHON, run_peer
+from engine.core import EngineCore
 from engine.loading.model_source import read_model
 from engine.requests.sampling_params import SamplingParams
 from workbench.quality.export_hf import export_hf_directory
@@ -138,25 +139,26 @@ def profile_ours(source, prompts: list[list[int]], seqs: list[int], steps: int, 
             scheduling[0] += time.perf_counter() - started
 
     scheduler.schedule = timed_schedule
+    core = EngineCore(engine)
     results = {}
     for n in seqs:
         params = SamplingParams(max_tokens=3 * steps + 16, temperature=0.0, ignore_eos=True)
         ids = [engine.add_request(prompt, params) for prompt in prompts[:n]]
         produced: dict[str, int] = {}
         while len(produced) < n or min(produced.values()) < 2:  # every prompt prefilled
-            for output in engine.step().outputs:
+            for output in core.step_or_raise().outputs:
                 produced[output.request_id] = len(output.token_ids)
         for _ in range(3):
-            engine.step()
+            core.step_or_raise()
         started = time.perf_counter()
         for _ in range(steps):
-            engine.step()
+            core.step_or_raise()
         wall = (time.perf_counter() - started) / steps
         scheduling[0] = 0.0
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
             started = time.perf_counter()
             for _ in range(steps):
-                engine.step()
+                core.step_or_raise()
             profiled = (time.perf_counter() - started) / steps
         events = {event.key: event.self_cpu_time_total for event in profile.key_averages()}
         results[n] = {"step_s": wall, "profiled_step_s": profiled, "scheduling_s": scheduling[0] / steps}
@@ -164,7 +166,7 @@ def profile_ours(source, prompts: list[list[int]], seqs: list[int], steps: int, 
         for request_id in ids:
             engine.abort(request_id)
         while engine.has_unfinished():
-            engine.step()
+            core.step_or_raise()
     engine.close()
     return {"results": results, "decode_mode": engine.executor.decode_mode, "quantization": engine.quantization}
 

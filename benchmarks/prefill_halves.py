@@ -20,6 +20,7 @@ import time
 
 from benchmarks.paired_ratio import MIN_PAIRS, measure_pairs, paired_ratio
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.core import EngineCore
 from engine.execution.compiled_prefill import CompiledHalves
 
 ONE_TOKEN = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
@@ -28,10 +29,11 @@ SWITCHED_OFF = "eager (switched off by benchmarks.prefill_halves)"
 
 def prefill_rate(engine: LLMEngine, prompt: list[int]) -> float:
     """Prompt tokens per second to the first token of one request."""
+    core = EngineCore(engine)
     engine.add_request(prompt, ONE_TOKEN)
     started = time.perf_counter()
     while engine.has_unfinished():
-        engine.step()
+        core.step_or_raise()
     return len(prompt) / (time.perf_counter() - started)
 
 

@@ -20,6 +20,7 @@ import time
 
 from benchmarks.common import build_engine, fixed_workload, machine_line, read_model
 from engine import SamplingParams
+from engine.core import EngineCore
 from engine.requests.step_trace import NoTrace
 from workbench.step_traces.log import trace_record
 
@@ -34,10 +35,10 @@ def alternate_tracing(
     for prompt in prompts:
         engine.add_request(prompt, params)
     builder, no_trace, traced, untraced, sizes = engine.scheduler.trace, NoTrace(), [], [], []
-    index = 0
+    index, core = 0, EngineCore(engine)
     while engine.has_unfinished():
         engine.scheduler.trace = builder if index % 2 == 0 else no_trace
-        result = engine.step()
+        result = core.step_or_raise()
         stats = result.stats
         if stats.prefill_tokens == 0 and stats.decode_tokens == len(prompts):
             (traced if result.trace is not None else untraced).append(stats.step_duration_s)

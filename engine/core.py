@@ -119,6 +119,15 @@ class EngineCore:
             raise EngineBroken(message, unfinished) from error
         return CoreStep(delivered, failure)
 
+    def step_or_raise(self) -> StepResult:
+        """One step for a driver that cannot go on past a failed one (a measurement, a replay of a
+        published run, the demo): the step's result, or EngineError saying what failed (its
+        requests ended with it, as `step` ends them)."""
+        step = self.step()
+        if step.failure is not None:
+            raise EngineError(step.failure)
+        return step.result
+
     def close(self) -> None:
         """Stop the engine's background compile and wait for it (engine/llm_engine.py)."""
         self.engine.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from engine import EngineConfig, LLMEngine, SamplingParams, percentiles
+from engine.core import EngineCore
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -32,8 +33,9 @@ def main() -> None:
         prompt = engine.tokenizer.apply_chat_template([{"role": "user", "content": question}])
         prompts[engine.add_request(prompt, params)] = question
     finished = []
+    core = EngineCore(engine)
     while engine.has_unfinished():
-        for output in engine.step().outputs:
+        for output in core.step_or_raise().outputs:
             if output.finished:
                 finished.append(output)
                 print(f"\n[{output.request_id}] {prompts[output.request_id]}\n  -> {output.text.strip()}")

@@ -32,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from engine.configuration.config import EngineConfig
+from engine.core import EngineCore
 from engine.errors import ConfigError, EngineError
 from engine.llm_engine import LLMEngine
 from engine.requests.metrics import RequestMetrics, StepStats
@@ -63,6 +64,8 @@ class DeploymentStep:
     stats: StepStats | None  # the whole deployment after the instance's step; None when none stepped
     scheduled: dict[str, int]
     instance: int | None  # the instance that stepped
+    # That instance's step error, when it raised: its requests ended with it (engine/core.py).
+    failure: str | None = None
 
 
 class Deployment:
@@ -109,6 +112,9 @@ class Deployment:
         # no long-prompt queue: it computes at most a block of each prompt, the rest was sent.
         decode_config = dataclasses.replace(instance_config, enable_prefix_caching=True, long_prompt_threshold=0)
         self.instances = [LLMEngine(decode_config if role == DECODE else instance_config) for role in self.roles]
+        # Each instance is stepped through its core: a failed step ends that instance's requests
+        # (routed as the deployment's, finish reason "error") and the deployment serves on.
+        self.cores = [EngineCore(engine) for engine in self.instances]
         self.model_config, self.max_model_len = self.instances[0].model_config, self.instances[0].max_model_len
         shape, _ = model_shape(name)
         kv_bytes = self.instances[0].kv_dtype.itemsize
@@ -233,11 +239,12 @@ class Deployment:
             if not is_step:
                 self._receive_kv(heapq.heappop(self._transfers)[2])
                 continue
-            result = self.instances[index].step()
+            step = self.cores[index].step()
+            result = step.result
             outputs += [routed for output in result.outputs if (routed := self._routed(index, output))]
             if not self.has_unfinished():  # the last step's end is the run's
                 self.now = max(engine.clock() for engine in self.instances)
-            return DeploymentStep(outputs, self._stats(result.stats), result.scheduled, index)
+            return DeploymentStep(outputs, self._stats(result.stats), result.scheduled, index, step.failure)
         if until is not None:
             self.now = max(self.now, until)
         return DeploymentStep(outputs, None, {}, None)

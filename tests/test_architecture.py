@@ -421,6 +421,44 @@ def test_the_target_check_finds_planted_hand_made_names(tmp_path):
     assert hand_made_target_names({"planted": planted}) == ["planted:1", "planted:2"]
 
 
+def engine_steps_outside_the_core(sources: dict[str, Path]) -> list[str]:
+    """`engine.step()`, `self.engine.step()`, `instances[i].step()`: an LLMEngine stepped directly,
+    outside the core's rules (a failed step ends its requests; EngineBroken when that fails too)."""
+
+    def steps_an_engine(node: ast.AST) -> bool:
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"):
+            return False
+        owner = node.func.value
+        while isinstance(owner, ast.Subscript):
+            owner = owner.value
+        name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+        return name in ("engine", "instances")
+
+    return sorted(
+        f"{name}:{node.lineno}"
+        for name, path in sources.items()
+        if name not in ("engine.core", "engine.llm_engine")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if steps_an_engine(node)
+    )
+
+
+def test_every_engine_is_stepped_through_the_core():
+    """Issue 79 #2: deployments, the quality measurement, the published runs' replay, the demo and
+    the benchmarks stepped LLMEngine directly, so a failed step there was not contained."""
+    assert engine_steps_outside_the_core(SOURCES) == []
+
+
+def test_the_step_check_finds_planted_direct_steps(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "result = engine.step()\n"
+        "result = self.instances[index].step()\n"
+        "result = core.step()\n"  # through the core: allowed
+    )
+    assert engine_steps_outside_the_core({"planted": planted}) == ["planted:1", "planted:2"]
+
+
 def test_tests_import_helpers_from_modules_of_their_own():
     """Not from conftest.py (pytest's, loaded its own way) nor from another test module (importing
     one collects its tests' module state twice): shared helpers live in helper modules."""

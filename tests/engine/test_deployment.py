@@ -198,3 +198,31 @@ def test_an_arrival_exactly_at_an_instances_step_end_ties_and_goes_to_the_first(
     assert first.instance == 0 and d.instances[0].clock() == first.finish_time > d.instances[1].clock()
     d.add_request(PROMPT, SamplingParams(max_tokens=4, ignore_eos=True), arrival_time=first.finish_time, request_id="y")
     assert run(d)["y"].metrics.instance == 0
+
+
+def test_a_failed_instance_step_ends_that_instances_requests_and_the_deployment_serves_on(monkeypatch):
+    """Issue 79 #2: a deployment stepped its instances outside the core, so one failed step ended
+    the whole run. Through each instance's core, the failed step's requests end with finish reason
+    "error" (routed as the deployment's), the step says what failed, and the other instance's
+    request, and a later one, finish."""
+    d = deployment(prefill_instances=0)
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    for request_id in ("a", "b"):
+        d.add_request(PROMPT, params, arrival_time=0.0, request_id=request_id)
+    failing = d.instances[0].executor
+    execute = failing.execute
+
+    def fails_once(batch):
+        monkeypatch.setattr(failing, "execute", execute)
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(failing, "execute", fails_once)
+    failures, ended = [], {}
+    while d.has_unfinished():
+        step = d.step()
+        failures += [step.failure] if step.failure else []
+        ended |= {output.request_id: output for output in step.outputs if output.finished}
+    assert failures == ["the engine step failed: RuntimeError: planted"]
+    assert sorted(reason for reason in (output.finish_reason for output in ended.values())) == ["error", "length"]
+    d.add_request(PROMPT, params, arrival_time=d.now, request_id="later")
+    assert run(d)["later"].finish_reason == "length"

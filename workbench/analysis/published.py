@@ -29,10 +29,13 @@ from pathlib import Path
 import numpy as np
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.core import EngineCore
 from engine.errors import ConfigError
 from engine.simulation.serving_stacks import STACKS_FILE, ServingStack, serving_stack, stack_names
 from engine.simulation.target import target_name
 from workbench.analysis.stated_error import FIGURE_KINDS, METRIC_KINDS, Region, load_of
+from workbench.traffic.arrivals import ARRIVALS
+from workbench.traffic.profile import TrafficProfile
 
 PRESETS = Path(str(importlib.resources.files("presets")))
 CORPUS_FILE = PRESETS / "published" / "corpus.toml"
@@ -154,6 +157,7 @@ def simulate(
     does, and its load (`load_of`). `stack`: these costs instead of the named stack's; `hardware`:
     these values of the GPU's profile instead of the catalogue's (a fit trying values)."""
     engine = LLMEngine(run.engine_config())
+    core = EngineCore(engine)
     cost_model = engine.executor.cost_model
     if stack is not None:
         cost_model.stack = stack
@@ -164,8 +168,10 @@ def simulate(
     lengths = request_lengths(run, rng)
     if run.concurrency:
         arrivals = [0.0] * min(run.concurrency, len(lengths))
-    elif run.rate:
-        arrivals = list(np.cumsum(rng.exponential(1 / run.rate, len(lengths))))
+    elif run.rate:  # the traffic registry's Poisson gaps, stretched by the rate
+        poisson = TrafficProfile(arrival="poisson", rate=run.rate)
+        gaps = ARRIVALS[poisson.arrival].unit_gaps(poisson, rng, len(lengths)) * (1 / run.rate)
+        arrivals = list(np.cumsum(gaps))
     else:
         arrivals = [0.0] * len(lengths)
     sent, finished, steps = 0, [], []
@@ -187,7 +193,7 @@ def simulate(
         if not engine.has_unfinished():
             engine.sleep(arrivals[sent] - now)
             continue
-        result = engine.step()
+        result = core.step_or_raise()
         steps.append(result.stats)
         for output in result.outputs:
             if output.finished:

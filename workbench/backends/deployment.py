@@ -94,7 +94,7 @@ class DeploymentBackend:
 
     def advance(self, until: float | None = None) -> BackendUpdate:
         step = self.deployment.step(until)
-        return BackendUpdate(outputs=step.outputs, stats=step.stats, scheduled=step.scheduled)
+        return BackendUpdate(outputs=step.outputs, stats=step.stats, scheduled=step.scheduled, failure=step.failure)
 
     def progress(self, request_id: str) -> RequestProgress | None:
         where = self.deployment.progress(request_id)

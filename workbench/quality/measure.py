@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from engine.configuration.config import EngineConfig
+from engine.core import EngineCore
 from engine.llm_engine import LLMEngine
 from engine.loading.model_file import ModelSource
 from engine.loading.sharegpt import load_sharegpt
@@ -108,10 +109,11 @@ def _decode_speed(engine: LLMEngine, batch: int, tokens: int = 32) -> float:
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     for index in range(batch):
         engine.add_request([1 + (index + position) % 1000 for position in range(16)], params)
-    engine.step()  # the prefill
+    core = EngineCore(engine)
+    core.step_or_raise()  # the prefill
     started, produced = time.perf_counter(), 0
     while engine.has_unfinished():
-        produced += sum(len(output.new_token_ids) for output in engine.step().outputs)
+        produced += sum(len(output.new_token_ids) for output in core.step_or_raise().outputs)
     return produced / (time.perf_counter() - started)
 
 
