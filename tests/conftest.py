@@ -61,7 +61,7 @@ def smollm_source():
 def make_smollm_engine(smollm_source):
     """Build engines on the bundled model with any config, reading the file only once. Unquantized
     unless asked: the tests compare against the float reference (and transformers); the default,
-    "auto", has tests of its own (tests/engine/test_auto_quantization.py)."""
+    "auto", has tests of its own (tests/engine/quantization/test_auto_quantization.py)."""
 
     def make(**overrides) -> LLMEngine:
         settings = dict(device="cpu", dtype="float32", kv_cache_memory=256 << 20, quantization="none")

@@ -1,7 +1,7 @@
 """A tiny transformers model written as a llama.cpp GGUF file (float32 tensors, a small
 SentencePiece vocabulary), laid out as llama.cpp's converter lays it out: GGUF tensor names, Llama's
 q/k rows permuted for interleaved RoPE, Llama 3's scaling as the rope_freqs tensor. The GGUF loader
-reads it back and must give transformers' logits (tests/engine/test_gguf_architectures.py)."""
+reads it back and must give transformers' logits (tests/engine/loading/test_gguf_architectures.py)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ k + 1 decode rows of the batch (`ScheduledBatch.one_row_per_token`): row i atten
 up to its own position and its greedy token is what plain decoding would sample after the
 proposals before it. The proposals up to the first disagreement are kept, plus the model's own
 token at that point, so a step emits 1 to k + 1 tokens and the output is exactly plain greedy
-decoding's (tests/engine/test_speculation.py holds that on both bundled models).
+decoding's (tests/engine/scheduling/test_speculation.py holds that on both bundled models).
 
 Proposers:
 - `NgramProposer` (vLLM's "ngram", prompt lookup): find the sequence's last n tokens earlier in

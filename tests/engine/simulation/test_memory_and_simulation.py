@@ -182,7 +182,7 @@ def test_cost_model_decode_reads_each_sequences_context_and_counts_its_attention
 def test_cost_model_flops_are_the_operators_and_the_dense_bytes_leave_out_the_tables():
     """FLOPs = 2 x projection params x tokens + causal attention + the LM head of sampling rows;
     the dense products stream the weights less one embedding table when tied, two when not.
-    (Each operator's time by hand: tests/engine/test_step_cost_by_hand.py.)"""
+    (Each operator's time by hand: tests/engine/simulation/test_step_cost_by_hand.py.)"""
     llama, _ = model_shape("llama-2-7b")
     hardware = hardware_profile("h100-80gb")
     weights = weight_bytes_estimate(llama, 16)

@@ -42,7 +42,7 @@ def test_fewer_kv_heads_than_gpus_are_replicated_and_stages_split_the_layers():
 
 def test_a_steps_communication_by_hand():
     """Two all-reduces per layer under TP, each the faster of one-shot and ring for its size
-    (tests/engine/test_step_cost_by_hand.py has both at two sizes); one hand-over between stages."""
+    (tests/engine/simulation/test_step_cost_by_hand.py has both at two sizes); one hand-over between stages."""
     link, hop = 450e9, 5e-6
     payload = 2048 * 8192 * 2  # 2,048 tokens of 8,192 fp16 activations: a ring's size
     one = 2 * 3 / 4 * payload / link + 2 * 3 * hop  # ring over 4: 2(n-1)/n of it per link, 2(n-1) hops
