@@ -263,6 +263,17 @@ def test_only_the_quantization_registry_dispatches_on_method_names():
     assert not offenders
 
 
+def places(sources: dict[str, Path], found, outside: tuple[str, ...] = ()) -> list[str]:
+    """ "module:line" of every node of `sources` (but the modules `outside`) for which `found` holds."""
+    return sorted(
+        f"{name}:{node.lineno}"
+        for name, path in sources.items()
+        if name not in outside
+        for node in ast.walk(ast.parse(path.read_text()))
+        if found(node)
+    )
+
+
 def compares_an_architecture_name(node: ast.AST) -> bool:
     """`config.architecture == "llama"`, `architecture in ("qwen2", ...)`, `arch.startswith("gemma")`:
     an expression about an architecture that names one."""
@@ -281,13 +292,7 @@ def compares_an_architecture_name(node: ast.AST) -> bool:
 
 
 def architecture_name_comparisons(sources: dict[str, Path]) -> list[str]:
-    return sorted(
-        f"{name}:{node.lineno}"
-        for name, path in sources.items()
-        if name != "engine.architectures"
-        for node in ast.walk(ast.parse(path.read_text()))
-        if compares_an_architecture_name(node)
-    )
+    return places(sources, compares_an_architecture_name, outside=("engine.architectures",))
 
 
 def test_only_the_architecture_registry_dispatches_on_architecture_names():
@@ -306,28 +311,32 @@ def test_the_architecture_check_finds_a_planted_comparison(tmp_path):
     assert architecture_name_comparisons({"planted": planted}) == ["planted:1", "planted:2"]
 
 
-def traffic_name_comparisons(sources: dict[str, Path]) -> list[str]:
-    """`traffic.arrival == "closed_loop"`, `profile.prompts != "trace"`: a traffic setting compared
-    with a name of the arrival or prompt-source registries."""
-    from workbench.traffic.arrivals import ARRIVALS
-    from workbench.traffic.sources import PROMPT_SOURCES
-
-    names = set(ARRIVALS) | set(PROMPT_SOURCES)
+def name_comparisons(
+    sources: dict[str, Path], *, names: set, about: tuple[str, ...], outside: tuple[str, ...], always: set = frozenset()
+) -> list[str]:
+    """Comparisons with a literal among `names` whose text mentions one of the words `about`
+    (`traffic.arrival == "closed_loop"`), or with a literal among `always` wherever it stands;
+    in any module but the registries `outside`."""
 
     def compares(node: ast.AST) -> bool:
         if not isinstance(node, ast.Compare):
             return False
         text = ast.unparse(node)
         literals = {child.value for child in ast.walk(node) if isinstance(child, ast.Constant)}
-        return bool(literals & names) and any(word in text for word in ("arrival", "prompts"))
+        return bool(literals & always) or (bool(literals & names) and any(word in text for word in about))
 
-    return sorted(
-        f"{name}:{node.lineno}"
-        for name, path in sources.items()
-        if name not in ("workbench.traffic.arrivals", "workbench.traffic.sources")
-        for node in ast.walk(ast.parse(path.read_text()))
-        if compares(node)
-    )
+    return places(sources, compares, outside)
+
+
+def traffic_name_comparisons(sources: dict[str, Path]) -> list[str]:
+    """`traffic.arrival == "closed_loop"`, `profile.prompts != "trace"`: a traffic setting compared
+    with a name of the arrival or prompt-source registries."""
+    from workbench.traffic.arrivals import ARRIVALS
+    from workbench.traffic.sources import PROMPT_SOURCES
+
+    registries = ("workbench.traffic.arrivals", "workbench.traffic.sources")
+    names = set(ARRIVALS) | set(PROMPT_SOURCES)
+    return name_comparisons(sources, names=names, about=("arrival", "prompts"), outside=registries)
 
 
 def test_only_the_traffic_registries_dispatch_on_arrival_and_source_names():
@@ -348,20 +357,12 @@ def speculation_name_comparisons(sources: dict[str, Path]) -> list[str]:
     from engine.configuration.speculation_methods import SPECULATION_METHODS
 
     proposing = {name for name, method in SPECULATION_METHODS.items() if method.proposes}
-
-    def compares(node: ast.AST) -> bool:
-        if not isinstance(node, ast.Compare):
-            return False
-        text = ast.unparse(node)
-        literals = {child.value for child in ast.walk(node) if isinstance(child, ast.Constant)}
-        return bool(literals & proposing) or (bool(literals & set(SPECULATION_METHODS)) and "specul" in text)
-
-    return sorted(
-        f"{name}:{node.lineno}"
-        for name, path in sources.items()
-        if name != "engine.configuration.speculation_methods"
-        for node in ast.walk(ast.parse(path.read_text()))
-        if compares(node)
+    return name_comparisons(
+        sources,
+        names=set(SPECULATION_METHODS),
+        about=("specul",),
+        outside=("engine.configuration.speculation_methods",),
+        always=proposing,
     )
 
 
@@ -396,13 +397,7 @@ def hand_made_target_names(sources: dict[str, Path]) -> list[str]:
             return any(isinstance(arg, ast.Constant) and arg.value == "simulated:" for arg in node.args)
         return False
 
-    return sorted(
-        f"{name}:{node.lineno}"
-        for name, path in sources.items()
-        if name != "engine.simulation.target"
-        for node in ast.walk(ast.parse(path.read_text()))
-        if by_hand(node)
-    )
+    return places(sources, by_hand, outside=("engine.simulation.target",))
 
 
 def test_simulated_targets_are_named_and_recognised_in_one_place():
@@ -434,13 +429,7 @@ def engine_steps_outside_the_core(sources: dict[str, Path]) -> list[str]:
         name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
         return name in ("engine", "instances")
 
-    return sorted(
-        f"{name}:{node.lineno}"
-        for name, path in sources.items()
-        if name not in ("engine.core", "engine.llm_engine")
-        for node in ast.walk(ast.parse(path.read_text()))
-        if steps_an_engine(node)
-    )
+    return places(sources, steps_an_engine, outside=("engine.core", "engine.llm_engine"))
 
 
 def test_every_engine_is_stepped_through_the_core():
