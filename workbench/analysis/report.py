@@ -259,8 +259,9 @@ def build_report(log: RunLog) -> dict:
             if probe
         },
         "metrics": metrics,
-        # A simulated GPU's figures are worth what its stack's figures measured against published
-        # runs (presets/published/errors.toml): their median error per kind of figure.
+        # A simulated GPU's figures are worth what published runs near this run's settings measured
+        # (presets/published/errors.toml, by region: the stack, TP, multi-step, chunked prefill,
+        # load): their median error per kind of figure, or "unchecked" where none is near.
         **({"simulated_error": simulated_error(header, steps)} if "serving_stack" in header["engine"] else {}),
         "beside_compile": beside_compile_caution(beside, len(steps), requests, start),
         "ended_early_by_reason": early,

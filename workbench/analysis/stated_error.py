@@ -7,6 +7,7 @@ The window's plots and Memory tab, reports, sweeps' charts, `explain` and decisi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.resources
 import statistics
 import tomllib
@@ -163,12 +164,22 @@ def one_line(errors: list[StatedError]) -> tuple[str, str]:
     )
 
 
+@functools.lru_cache(maxsize=4)
+def _published_figures(modified_ns: int) -> tuple[dict, ...]:
+    """ERRORS_FILE's figures as of its modification time `modified_ns`: read once per version,
+    not once per figure kind and per run (a sweep states the error of every point)."""
+    try:
+        return tuple(tomllib.loads(ERRORS_FILE.read_text()).get("figures", []))
+    except (OSError, tomllib.TOMLDecodeError):
+        return ()
+
+
 def stated_error(region: Region, kind: str) -> StatedError:
     """The error on figures of `kind` (one of FIGURE_KINDS) in `region`."""
     try:
-        figures = tomllib.loads(ERRORS_FILE.read_text()).get("figures", [])
-    except (OSError, tomllib.TOMLDecodeError):
-        figures = []
+        figures = _published_figures(ERRORS_FILE.stat().st_mtime_ns)
+    except OSError:
+        figures = ()
     near = [figure for figure in figures if METRIC_KINDS[figure["metric"]] == kind and region.holds(figure)]
     if not near:
         return StatedError(region.stack, kind, None, 0, 0, region.words())
