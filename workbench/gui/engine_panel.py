@@ -54,13 +54,11 @@ class EnginePanel(QGroupBox):
         self.model.addItems(listed_targets())  # every catalogued model (presets/catalogue/models.toml)
         self.model.setToolTip(knob_help("model"))
         # The list opens as wide as its longest entry, whatever the narrow field: cut to the field's
-        # width, "simulated:llama-2-7b@…" and "simulated:llama-3-8b@…" read the same. With more
-        # entries than the list shows at once, its scroll bar takes a share of that width too.
+        # width, "simulated:llama-2-7b@…" and "simulated:llama-3-8b@…" read the same. Every entry in
+        # view at once: a scroll bar would take a share of that width.
+        self.model.setMaxVisibleItems(self.model.count())
         view = self.model.view()
-        scroll_bar = (
-            view.verticalScrollBar().sizeHint().width() if self.model.count() > self.model.maxVisibleItems() else 0
-        )
-        view.setMinimumWidth(view.sizeHintForColumn(0) + 2 * view.frameWidth() + scroll_bar)
+        view.setMinimumWidth(view.sizeHintForColumn(0) + 2 * view.frameWidth())
         # One narrow button with a menu keeps the controls column narrow.
         self.browse = QToolButton()
         self.browse.setText("…")
